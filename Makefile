@@ -1,0 +1,29 @@
+# Thin wrapper over CMake. `make run` and `make test` work on a fresh Debian 12 machine as root.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: deps build run test asan clean
+
+deps:
+	@if [ "$$(id -u)" = 0 ]; then scripts/install-deps.sh; else echo "note: not root; skipping scripts/install-deps.sh"; fi
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS)
+
+# The main job on the shipped default model: MTP speculative greedy decoding.
+run: build
+	$(BUILD)/nextn generate --prompt-ids 1,2,3,4,5,6,7,8 -n 32 --draft mtp --block-size 3 --json
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The tests again under AddressSanitizer + UBSan (CPU code; the CUDA backend is compiled but has no GPU to run on).
+asan: deps
+	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DNEXTN_SANITIZE=ON -DNEXTN_CUDA=OFF $(CMAKE_FLAGS)
+	cmake --build $(BUILD)-asan -j $(JOBS)
+	cd $(BUILD)-asan && ctest --output-on-failure -j $(JOBS)
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-asan

@@ -1,0 +1,78 @@
+// A Qwen3.5 checkpoint: config + tensors + the layout that maps logical
+// weight names to stored ones. Backend-neutral: each backend converts the
+// WeightRefs it is handed into its own layout.
+//
+// Logical names are relative to the text model: "embed_tokens",
+// "layers.3.self_attn.q_proj", "norm", "lm_head", and "mtp.fc",
+// "mtp.layers.0.self_attn.q_proj", "mtp.norm" for the MTP head.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/config.h"
+#include "io/safetensors.h"
+
+namespace nextn {
+
+enum class Layout {
+  CausalLM,               // model.layers.*, lm_head.weight
+  ConditionalGeneration,  // model.language_model.*, lm_head.weight; model.visual.* skipped
+  Mlx,                    // language_model.model.*, language_model.lm_head.*
+};
+const char* layout_name(Layout l);
+
+// A matrix [rows, cols] (out, in) as stored: dense (F32/F16/BF16), or MLX
+// affine-quantized (U32 packed + scales + biases, any float dtype each).
+struct WeightRef {
+  std::string name;  // stored name of `.weight`
+  const TensorView* weight = nullptr;
+  const TensorView* scales = nullptr;  // null when dense
+  const TensorView* biases = nullptr;
+  QuantParams quant;  // bits == 0 when dense
+  int64_t rows = 0, cols = 0;
+  bool quantized() const { return scales != nullptr; }
+};
+
+class Qwen35Checkpoint {
+ public:
+  static Qwen35Checkpoint open(const std::string& dir);  // throws Error
+
+  const Qwen35Config& config() const { return config_; }
+  Layout layout() const { return layout_; }
+  const TensorStore& store() const { return store_; }
+  const std::string& dir() const { return dir_; }
+  // True when the (1+w) norms are stored as the real gamma (mlx-converted,
+  // detected by conv1d stored [C, K, 1]).
+  bool norms_shifted() const { return norms_shifted_; }
+  int mtp_layers() const { return mtp_layers_; }  // 0 when the checkpoint has no MTP head
+
+  bool has(const std::string& logical) const;  // "<logical>.weight" (or bare name) stored
+  // A linear/embedding weight; shape checked against [rows, cols] (for a
+  // quantized one: packed [rows, cols*bits/32], scales/biases [rows, cols/group]).
+  WeightRef matrix(const std::string& logical, int64_t rows, int64_t cols) const;
+  // The LM head: lm_head if stored, else the (tied) embedding.
+  WeightRef lm_head() const;
+  // A norm weight as the real multiplicative gamma: for a (1+w) norm
+  // (`one_plus`), 1 is added unless norms_shifted().
+  std::vector<float> norm(const std::string& logical, int64_t size, bool one_plus) const;
+  // Any other float vector (A_log, dt_bias), exact size check.
+  std::vector<float> vector(const std::string& logical, int64_t size) const;
+  // conv1d depthwise weight as [channels][kernel] floats, from [C,1,K] (HF) or [C,K,1] (MLX).
+  std::vector<float> conv1d(const std::string& logical, int64_t channels, int64_t kernel) const;
+
+  std::string stored_name(const std::string& logical) const;  // with layout prefix, no suffix
+
+ private:
+  std::string dir_;
+  Qwen35Config config_;
+  TensorStore store_;
+  Layout layout_ = Layout::CausalLM;
+  bool norms_shifted_ = false;
+  int mtp_layers_ = 0;
+};
+
+// Dequantizes element (r, c) groups: fills out[cols] with row r of a WeightRef (any form).
+void dequantize_row(const WeightRef& w, int64_t row, float* out);
+
+}  // namespace nextn

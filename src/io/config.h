@@ -1,0 +1,77 @@
+// Qwen3.5 text config, read from config.json (+ generation_config.json).
+//
+// Precedence, field by field (documented in docs/config.md):
+//  1. model_type `qwen3_5` / `qwen3_5_moe`-free dense only: fields come from
+//     `text_config` first, then the top level; `qwen3_5_text`: top level.
+//  2. layer_types: the explicit list, else full_attention_interval (default 4):
+//     layer i is full attention iff (i+1) % interval == 0.
+//  3. rope: `rope_parameters` {rope_theta, partial_rotary_factor,
+//     mrope_section}, then top-level keys of the same names, then
+//     transformers' defaults (theta 10000, factor 0.25, section [11,11,10]).
+//  4. EOS: generation_config.json `eos_token_id`, then config (text_config,
+//     then top level); int or list; none when null/absent everywhere.
+//  5. mtp_num_hidden_layers from the config, else counted from `mtp.layers.*`
+//     tensors by the checkpoint loader (-1 here means "not in the config").
+//  6. quantization: `quantization`, else `quantization_config`; only mode
+//     "affine"; per-module overrides keyed by module path.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace nextn {
+
+struct QuantParams {
+  int bits = 0;        // 4 or 8
+  int group_size = 0;  // 32, 64 or 128
+};
+
+struct QuantConfig {
+  bool present = false;
+  QuantParams defaults;
+  // Module path (as written in config.json, e.g. "language_model.model.layers.0.mlp.gate_proj")
+  // -> params, or nullopt when the override says `false` (not quantized).
+  std::map<std::string, std::optional<QuantParams>> overrides;
+};
+
+struct Qwen35Config {
+  std::string model_type;  // qwen3_5 or qwen3_5_text
+  int hidden_size = 0;
+  int num_hidden_layers = 0;
+  int intermediate_size = 0;
+  int vocab_size = 0;
+  int num_attention_heads = 0;
+  int num_key_value_heads = 0;
+  int head_dim = 0;
+  int linear_num_key_heads = 0;
+  int linear_key_head_dim = 0;
+  int linear_num_value_heads = 0;
+  int linear_value_head_dim = 0;
+  int linear_conv_kernel_dim = 4;
+  float rms_norm_eps = 1e-6f;
+  double rope_theta = 10000.0;
+  double partial_rotary_factor = 0.25;
+  std::vector<int> mrope_section;
+  bool attn_output_gate = true;
+  bool tie_word_embeddings = false;
+  std::vector<bool> full_attention;  // per layer: true = gated full attention, false = Gated DeltaNet
+  int mtp_num_hidden_layers = -1;     // -1: not given by the config
+  std::vector<int> eos_token_ids;     // empty: generate to -n
+  QuantConfig quant;
+
+  int rotary_dim() const;  // head_dim * partial_rotary_factor, even
+  int key_dim() const { return linear_num_key_heads * linear_key_head_dim; }
+  int value_dim() const { return linear_num_value_heads * linear_value_head_dim; }
+  int conv_dim() const { return 2 * key_dim() + value_dim(); }
+};
+
+// Reads <dir>/config.json and, if present, <dir>/generation_config.json.
+// Throws Error naming the file and the field.
+Qwen35Config load_qwen35_config(const std::string& dir);
+// The same from JSON text (file names used in messages only); for tests and fuzzing.
+Qwen35Config parse_qwen35_config(const std::string& config_json, const std::string& config_file,
+                                 const std::string* generation_json = nullptr,
+                                 const std::string& generation_file = "");
+
+}  // namespace nextn

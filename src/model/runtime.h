@@ -1,0 +1,71 @@
+// The interface between the speculative loop and a backend: one sequence of
+// a Qwen3.5 target with its MTP head. Hidden states, caches and logits stay
+// inside the backend (on the GPU for CUDA); the loop sees token ids and
+// counters only.
+//
+// Exactness contract: every method computes row j of a multi-row call
+// exactly (bit for bit) as a one-row call with the same prefix would.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "io/config.h"
+
+namespace nextn {
+
+class Qwen35Checkpoint;
+
+class ModelRuntime {
+ public:
+  virtual ~ModelRuntime() = default;
+  virtual const Qwen35Config& config() const = 0;
+  virtual const char* backend_name() const = 0;
+  int vocab() const { return config().vocab_size; }
+
+  // ---- target trunk ----
+  // Tokens held in the target's caches (the next position).
+  virtual int target_length() const = 0;
+  // Runs the trunk over `tokens` at positions target_length() onward and
+  // extends the caches. Keeps the T post-norm hidden rows ("rows of the last
+  // forward") until the next target_forward, and whatever target_rollback needs.
+  virtual void target_forward(std::span<const int32_t> tokens) = 0;
+  // Keeps the first `keep` tokens of the last target_forward (1 <= keep <= T),
+  // undoing the rest: KV truncation, GDN conv and recurrent state restored.
+  virtual void target_rollback(int keep) = 0;
+
+  // ---- LM head over rows of the last target_forward ----
+  // Projects rows [first, first + width) (rows past the forward's T are zero
+  // padding) and writes the argmax of the first `count` of them.
+  virtual void head_argmax(int first, int count, int width, int32_t* out) = 0;
+  // Projection with the argmax fused in: logits are never materialised.
+  virtual void head_argmax_fused(int first, int count, int32_t* out) = 0;
+  // Early-exit walk from row 0: project row j, take its argmax into out[j],
+  // stop after the first j with out[j] != drafts[j] (or after drafts.size()+1
+  // rows). Returns the number of rows projected.
+  virtual int head_walk(std::span<const int32_t> drafts, int32_t* out) = 0;
+  // Full logits of one row (tests, sampling).
+  virtual void head_logits(int row, float* out) = 0;
+
+  // ---- MTP head (mtp_layers() > 0) ----
+  virtual int mtp_length() const = 0;
+  // Appends MTP entries p = mtp_length() ... for i in [0, n): entry p pairs
+  // next_tokens[i] (token p+1) with target hidden row first_row + i of the
+  // last target_forward.
+  virtual void mtp_forward(std::span<const int32_t> next_tokens, int first_row) = 0;
+  // One chained draft step: entry p pairs `token` with the MTP's own output
+  // hidden of the previous entry.
+  virtual void mtp_step(int32_t token) = 0;
+  // Argmax of the last `count` entries' logits (most recent call only).
+  virtual void mtp_argmax(int count, int32_t* out) = 0;
+  virtual void mtp_rollback(int length) = 0;
+};
+
+enum class BackendKind { Cpu, Cuda };
+BackendKind parse_backend(const std::string& name);  // throws Error
+
+// max_tokens bounds the caches (prompt + generated + block size).
+std::unique_ptr<ModelRuntime> make_runtime(const Qwen35Checkpoint& ckpt, BackendKind kind, int max_tokens);
+
+}  // namespace nextn
