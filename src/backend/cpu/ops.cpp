@@ -1,0 +1,120 @@
+#include "backend/cpu/ops.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "io/checkpoint.h"
+
+namespace nextn::cpu {
+
+std::shared_ptr<Matrix> Matrix::load(const WeightRef& w) {
+  auto m = std::make_shared<Matrix>();
+  m->rows_ = w.rows;
+  m->cols_ = w.cols;
+  if (!w.quantized()) {
+    m->dense_.resize(size_t(w.rows) * size_t(w.cols));
+    for (int64_t r = 0; r < w.rows; ++r) dequantize_row(w, r, m->dense_.data() + r * w.cols);
+    return m;
+  }
+  m->bits_ = w.quant.bits;
+  m->group_ = w.quant.group_size;
+  const int64_t words = w.rows * (w.cols * m->bits_ / 32);
+  m->packed_.resize(static_cast<size_t>(words));
+  for (int64_t i = 0; i < words; ++i) m->packed_[size_t(i)] = load_unaligned<uint32_t>(w.weight->data + 4 * i);
+  const int64_t groups = w.rows * (w.cols / m->group_);
+  m->scales_.resize(static_cast<size_t>(groups));
+  m->biases_.resize(static_cast<size_t>(groups));
+  for (int64_t i = 0; i < groups; ++i) {
+    m->scales_[size_t(i)] = load_float(w.scales->dtype, w.scales->data, size_t(i));
+    m->biases_[size_t(i)] = load_float(w.biases->dtype, w.biases->data, size_t(i));
+  }
+  return m;
+}
+
+void Matrix::row(int64_t r, float* out) const {
+  if (!quantized()) {
+    const float* src = dense_.data() + r * cols_;
+    for (int64_t c = 0; c < cols_; ++c) out[c] = src[c];
+    return;
+  }
+  const int per_word = 32 / bits_;
+  const uint32_t mask = (1u << bits_) - 1u;
+  const uint32_t* words = packed_.data() + r * (cols_ / per_word);
+  const float* s = scales_.data() + r * (cols_ / group_);
+  const float* b = biases_.data() + r * (cols_ / group_);
+  for (int64_t c = 0; c < cols_; ++c) {
+    const uint32_t q = (words[c / per_word] >> (bits_ * (c % per_word))) & mask;
+    const int64_t g = c / group_;
+    out[c] = s[g] * float(q) + b[g];
+  }
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+  for (int l = 0; i < n; ++i, ++l) acc[l] += a[i] * b[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+void matmul(const Matrix& w, const float* x, int T, float* y, int64_t first, int64_t count) {
+  if (count < 0) count = w.rows() - first;
+  const int64_t cols = w.cols();
+  if (!w.quantized()) {
+    for (int64_t o = 0; o < count; ++o) {
+      const float* wr = w.dense_.data() + (first + o) * cols;
+      for (int t = 0; t < T; ++t) y[t * count + o] = dot(x + t * cols, wr, cols);
+    }
+    return;
+  }
+  std::vector<float> wr(static_cast<size_t>(cols));
+  for (int64_t o = 0; o < count; ++o) {
+    w.row(first + o, wr.data());  // dequantize once, use for all T rows
+    for (int t = 0; t < T; ++t) y[t * count + o] = dot(x + t * cols, wr.data(), cols);
+  }
+}
+
+void rmsnorm(const float* x, const float* gamma, float eps, int64_t n, float* y) {
+  const float ss = dot(x, x, n);
+  const float inv = 1.0f / std::sqrt(ss / float(n) + eps);
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * inv) * gamma[i];
+}
+
+void l2norm(float* x, int64_t n, float eps) {
+  const float inv = 1.0f / std::sqrt(dot(x, x, n) + eps);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+void rope_angles(int64_t pos, int rotary_dim, double theta, float* cos, float* sin) {
+  const int half = rotary_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    // As transformers: inv_freq in fp32, angle = fp32(inv_freq * pos).
+    const float inv_freq = float(1.0 / std::pow(theta, double(2 * i) / double(rotary_dim)));
+    const float angle = inv_freq * float(pos);
+    cos[i] = std::cos(angle);
+    sin[i] = std::sin(angle);
+  }
+}
+
+void rope(float* head, int rotary_dim, const float* cos, const float* sin) {
+  const int half = rotary_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    const float a = head[i], b = head[i + half];
+    head[i] = a * cos[i] - b * sin[i];
+    head[i + half] = b * cos[i] + a * sin[i];
+  }
+}
+
+int32_t argmax(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return int32_t(best);
+}
+
+}  // namespace nextn::cpu

@@ -1,0 +1,26 @@
+#include "model/runtime.h"
+
+#include "backend/cpu/qwen35.h"
+#include "core/error.h"
+#ifdef NEXTN_HAVE_CUDA
+#include "backend/cuda/qwen35.h"
+#endif
+
+namespace nextn {
+
+BackendKind parse_backend(const std::string& name) {
+  if (name == "cpu") return BackendKind::Cpu;
+  if (name == "cuda") return BackendKind::Cuda;
+  fail("--backend: unknown backend '{}' (expected cpu or cuda)", name);
+}
+
+std::unique_ptr<ModelRuntime> make_runtime(const Qwen35Checkpoint& ckpt, BackendKind kind, int max_tokens) {
+  if (kind == BackendKind::Cpu) return make_cpu_runtime(ckpt, max_tokens);
+#ifdef NEXTN_HAVE_CUDA
+  return make_cuda_runtime(ckpt, max_tokens);
+#else
+  fail("--backend cuda: this nextn was built without the CUDA backend (configure with -DNEXTN_CUDA=ON)");
+#endif
+}
+
+}  // namespace nextn

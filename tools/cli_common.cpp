@@ -1,0 +1,33 @@
+#include "cli_common.h"
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+
+#include "commands.h"
+#include "core/error.h"
+
+namespace nextn::cli {
+
+std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag) {
+  std::vector<int32_t> ids;
+  size_t start = 0;
+  if (text.empty()) fail("{}: empty list", flag);
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || errno != 0 || v < 0 || v > INT32_MAX)
+      fail("{}: '{}' is not a non-negative integer id", flag, item);
+    ids.push_back(int32_t(v));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return ids;
+}
+
+std::string model_dir_or_default(const std::string& dir) { return dir.empty() ? default_model_dir() : dir; }
+
+}  // namespace nextn::cli

@@ -1,0 +1,14 @@
+// Small helpers shared by the subcommands.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nextn::cli {
+
+// "1,2,3" -> {1,2,3}; `flag` names the option in errors.
+std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);
+// -m value, or the default model when empty.
+std::string model_dir_or_default(const std::string& dir);
+
+}  // namespace nextn::cli
