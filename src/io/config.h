@@ -1,8 +1,9 @@
 // Qwen3.5 text config, read from config.json (+ generation_config.json).
 //
 // Precedence, field by field (documented in docs/config.md):
-//  1. model_type `qwen3_5` / `qwen3_5_moe`-free dense only: fields come from
-//     `text_config` first, then the top level; `qwen3_5_text`: top level.
+//  1. model_type `qwen3_5` (dense only): fields come from `text_config`
+//     first, then the top level; `qwen3_5_text`: top level. Anything else is
+//     an error listing the supported types. A null value counts as absent.
 //  2. layer_types: the explicit list, else full_attention_interval (default 4):
 //     layer i is full attention iff (i+1) % interval == 0.
 //  3. rope: `rope_parameters` {rope_theta, partial_rotary_factor,
@@ -12,8 +13,11 @@
 //     then top level); int or list; none when null/absent everywhere.
 //  5. mtp_num_hidden_layers from the config, else counted from `mtp.layers.*`
 //     tensors by the checkpoint loader (-1 here means "not in the config").
-//  6. quantization: `quantization`, else `quantization_config`; only mode
-//     "affine"; per-module overrides keyed by module path.
+//  6. quantization (top level): `quantization`, else `quantization_config`;
+//     only mode "affine"; per-module overrides keyed by module path.
+//  Required: model_type, hidden_size, num_hidden_layers, intermediate_size,
+//  vocab_size, num_attention_heads, num_key_value_heads. Every other field
+//  falls back to transformers' Qwen3_5TextConfig default.
 #pragma once
 #include <map>
 #include <optional>
@@ -33,6 +37,10 @@ struct QuantConfig {
   // Module path (as written in config.json, e.g. "language_model.model.layers.0.mlp.gate_proj")
   // -> params, or nullopt when the override says `false` (not quantized).
   std::map<std::string, std::optional<QuantParams>> overrides;
+
+  // Params for a stored module path ("language_model.model.layers.0.mlp.gate_proj"):
+  // its override, else the defaults; nullopt when not present or overridden `false`.
+  std::optional<QuantParams> for_module(const std::string& module_path) const;
 };
 
 struct Qwen35Config {
@@ -55,6 +63,7 @@ struct Qwen35Config {
   std::vector<int> mrope_section;
   bool attn_output_gate = true;
   bool tie_word_embeddings = false;
+  int max_position_embeddings = 32768;
   std::vector<bool> full_attention;  // per layer: true = gated full attention, false = Gated DeltaNet
   int mtp_num_hidden_layers = -1;     // -1: not given by the config
   std::vector<int> eos_token_ids;     // empty: generate to -n

@@ -1,0 +1,444 @@
+// Qwen3.5 config.json / generation_config.json parsing. Every failure is one
+// Error line: "<file>: field '<path>': <what was expected>".
+#include "io/config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <climits>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace nextn {
+
+using json = nlohmann::json;
+
+namespace {
+
+// Quotes user text for a one-line message: control bytes escaped, long text cut.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < 64; ++i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (s.size() > 64) out += "...";
+  return out;
+}
+
+const char* type_word(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::object: return "an object";
+    case json::value_t::array: return "an array";
+    case json::value_t::string: return "a string";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    case json::value_t::number_float: return "a float";
+    default: return "something else";
+  }
+}
+
+json parse_json(const std::string& text, const std::string& file) {
+  try {
+    json j = json::parse(text);
+    return j;
+  } catch (const json::parse_error& e) {
+    std::string what = e.what();
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> drop the tag
+    if (auto p = what.find("] "); p != std::string::npos && what.rfind("[json.exception", 0) == 0)
+      what = what.substr(p + 2);
+    for (char& c : what)
+      if (c == '\n' || c == '\r') c = ' ';
+    fail("{}: malformed JSON: {}", file, what);
+  }
+}
+
+// Where a field was found: its value and its dotted path ("text_config.hidden_size").
+struct Found {
+  const json* value = nullptr;
+  std::string path;
+};
+
+// Looks fields up in a list of JSON objects, first non-null occurrence wins.
+class Reader {
+ public:
+  Reader(std::string file, std::vector<std::pair<const json*, std::string>> sources)
+      : file_(std::move(file)), sources_(std::move(sources)) {}
+
+  const std::string& file() const { return file_; }
+
+  std::optional<Found> find(const std::string& key) const {
+    for (const auto& [obj, prefix] : sources_) {
+      if (!obj) continue;
+      auto it = obj->find(key);
+      if (it != obj->end() && !it->is_null()) return Found{&*it, prefix + key};
+    }
+    return std::nullopt;
+  }
+  // The path reported when a field is absent everywhere: its preferred place.
+  std::string preferred(const std::string& key) const { return sources_.front().second + key; }
+
+  [[noreturn]] void bad(const std::string& path, const std::string& what) const {
+    fail("{}: field '{}': {}", file_, path, what);
+  }
+
+  int positive_int(const Found& f, int64_t max = INT_MAX) const {
+    const json& v = *f.value;
+    if (v.is_number_unsigned() || v.is_number_integer()) {
+      if (v.is_number_unsigned()) {
+        uint64_t u = v.get<uint64_t>();
+        if (u >= 1 && u <= static_cast<uint64_t>(max)) return static_cast<int>(u);
+      } else {
+        int64_t i = v.get<int64_t>();
+        if (i >= 1 && i <= max) return static_cast<int>(i);
+      }
+      if (max < INT_MAX) bad(f.path, fmt::format("expected a positive integer of at most {}", max));
+    }
+    bad(f.path, "expected a positive integer");
+  }
+  int nonneg_int(const Found& f, int64_t max = INT_MAX) const {
+    const json& v = *f.value;
+    if (v.is_number_unsigned() && v.get<uint64_t>() <= static_cast<uint64_t>(max))
+      return static_cast<int>(v.get<uint64_t>());
+    if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= max)
+      return static_cast<int>(v.get<int64_t>());
+    bad(f.path, "expected a non-negative integer");
+  }
+  double positive_number(const Found& f) const {
+    const json& v = *f.value;
+    if (v.is_number()) {
+      double d = v.get<double>();
+      if (std::isfinite(d) && d > 0) return d;
+    }
+    bad(f.path, "expected a positive number");
+  }
+  bool boolean(const Found& f) const {
+    if (!f.value->is_boolean()) bad(f.path, fmt::format("expected a boolean, got {}", type_word(*f.value)));
+    return f.value->get<bool>();
+  }
+
+  int req_positive_int(const std::string& key, int64_t max = INT_MAX) const {
+    auto f = find(key);
+    if (!f) bad(preferred(key), "missing (expected a positive integer)");
+    return positive_int(*f, max);
+  }
+  int opt_positive_int(const std::string& key, int def, int64_t max = INT_MAX) const {
+    auto f = find(key);
+    return f ? positive_int(*f, max) : def;
+  }
+
+ private:
+  std::string file_;
+  std::vector<std::pair<const json*, std::string>> sources_;
+};
+
+constexpr int kMaxLayers = 4096;  // sanity bound: real checkpoints have <= 100
+
+// eos_token_id: an int or a list of ints, each in [0, vocab).
+std::vector<int> parse_eos(const Reader& r, const Found& f, int vocab) {
+  std::vector<int> ids;
+  auto one = [&](const json& v, const std::string& path) {
+    Found e{&v, path};
+    int id = r.nonneg_int(e);
+    if (id >= vocab) r.bad(path, fmt::format("token id {} is outside the vocabulary (vocab_size {})", id, vocab));
+    for (int x : ids)
+      if (x == id) return;
+    ids.push_back(id);
+  };
+  if (f.value->is_array()) {
+    for (size_t i = 0; i < f.value->size(); ++i) one((*f.value)[i], fmt::format("{}[{}]", f.path, i));
+  } else if (f.value->is_number()) {
+    one(*f.value, f.path);
+  } else {
+    r.bad(f.path, fmt::format("expected an integer or a list of integers, got {}", type_word(*f.value)));
+  }
+  return ids;
+}
+
+QuantParams parse_quant_params(const std::string& file, const json& obj, const std::string& path,
+                               const QuantParams* defaults) {
+  Reader r(file, {{&obj, path + "."}});
+  QuantParams q;
+  if (auto m = r.find("mode")) {
+    if (!m->value->is_string()) r.bad(m->path, "expected a string");
+    const std::string mode = m->value->get<std::string>();
+    if (mode != "affine")
+      r.bad(m->path, fmt::format("unsupported quantization mode '{}' (supported: affine)", printable(mode)));
+  }
+  auto b = r.find("bits");
+  if (!b && !defaults) r.bad(path + ".bits", "missing (expected 4 or 8)");
+  q.bits = b ? r.positive_int(*b, 64) : defaults->bits;
+  if (q.bits != 4 && q.bits != 8) r.bad(b->path, fmt::format("unsupported bits {} (supported: 4, 8)", q.bits));
+  auto g = r.find("group_size");
+  if (!g && !defaults) r.bad(path + ".group_size", "missing (expected 32, 64 or 128)");
+  q.group_size = g ? r.positive_int(*g, 1 << 20) : defaults->group_size;
+  if (q.group_size != 32 && q.group_size != 64 && q.group_size != 128)
+    r.bad(g->path, fmt::format("unsupported group size {} (supported: 32, 64, 128)", q.group_size));
+  return q;
+}
+
+QuantConfig parse_quant(const std::string& file, const json& root) {
+  QuantConfig qc;
+  std::string key = "quantization";
+  auto it = root.find(key);
+  if (it == root.end() || it->is_null()) {
+    key = "quantization_config";
+    it = root.find(key);
+    if (it == root.end() || it->is_null()) return qc;
+  }
+  const json& q = *it;
+  if (!q.is_object()) fail("{}: field '{}': expected an object, got {}", file, key, type_word(q));
+  // A non-MLX quantization_config (fp8, gptq, awq, ...) names its method and has no bits.
+  if (auto m = q.find("quant_method"); m != q.end() && q.find("bits") == q.end()) {
+    std::string method = m->is_string() ? m->get<std::string>() : std::string("?");
+    fail("{}: field '{}.quant_method': unsupported quantization method '{}' (supported: MLX affine, "
+         "{{\"bits\", \"group_size\", \"mode\": \"affine\"}})",
+         file, key, printable(method));
+  }
+  qc.present = true;
+  qc.defaults = parse_quant_params(file, q, key, nullptr);
+  for (auto e = q.begin(); e != q.end(); ++e) {
+    const std::string& k = e.key();
+    if (k == "bits" || k == "group_size" || k == "mode") continue;
+    const std::string path = key + "." + k;
+    if (e->is_object()) {
+      qc.overrides[k] = parse_quant_params(file, *e, path, &qc.defaults);
+    } else if (e->is_boolean()) {
+      if (e->get<bool>()) {
+        qc.overrides[k] = qc.defaults;
+      } else {
+        qc.overrides[k] = std::nullopt;
+      }
+    }
+    // Other scalar keys (metadata such as "quant_method") are ignored.
+  }
+  return qc;
+}
+
+}  // namespace
+
+std::optional<QuantParams> QuantConfig::for_module(const std::string& module_path) const {
+  if (!present) return std::nullopt;
+  auto it = overrides.find(module_path);
+  if (it != overrides.end()) return it->second;
+  return defaults;
+}
+
+int Qwen35Config::rotary_dim() const {
+  // Python's int(head_dim * partial_rotary_factor): truncation.
+  return static_cast<int>(static_cast<double>(head_dim) * partial_rotary_factor);
+}
+
+Qwen35Config parse_qwen35_config(const std::string& config_json, const std::string& config_file,
+                                 const std::string* generation_json, const std::string& generation_file) {
+  try {
+    const json root = parse_json(config_json, config_file);
+    if (!root.is_object()) fail("{}: expected a JSON object at the top level, got {}", config_file, type_word(root));
+
+    Qwen35Config c;
+    auto mt = root.find("model_type");
+    if (mt == root.end() || mt->is_null()) fail("{}: field 'model_type': missing (supported: qwen3_5, qwen3_5_text)", config_file);
+    if (!mt->is_string()) fail("{}: field 'model_type': expected a string, got {}", config_file, type_word(*mt));
+    c.model_type = mt->get<std::string>();
+
+    std::vector<std::pair<const json*, std::string>> sources;
+    if (c.model_type == "qwen3_5") {
+      auto tc = root.find("text_config");
+      if (tc != root.end() && !tc->is_null()) {
+        if (!tc->is_object())
+          fail("{}: field 'text_config': expected an object, got {}", config_file, type_word(*tc));
+        auto tmt = tc->find("model_type");
+        if (tmt != tc->end() && !tmt->is_null() &&
+            !(tmt->is_string() && tmt->get<std::string>() == "qwen3_5_text"))
+          fail("{}: field 'text_config.model_type': expected \"qwen3_5_text\"", config_file);
+        sources.push_back({&*tc, "text_config."});
+      } else {
+        sources.push_back({nullptr, "text_config."});
+      }
+      sources.push_back({&root, ""});
+    } else if (c.model_type == "qwen3_5_text") {
+      sources.push_back({&root, ""});
+    } else {
+      fail("{}: field 'model_type': unsupported model type '{}' (supported: qwen3_5, qwen3_5_text)", config_file,
+           printable(c.model_type));
+    }
+    const Reader r(config_file, sources);
+
+    // ---- sizes ----
+    c.hidden_size = r.req_positive_int("hidden_size");
+    c.num_hidden_layers = r.req_positive_int("num_hidden_layers", kMaxLayers);
+    c.intermediate_size = r.req_positive_int("intermediate_size");
+    c.vocab_size = r.req_positive_int("vocab_size");
+    c.num_attention_heads = r.req_positive_int("num_attention_heads");
+    c.num_key_value_heads = r.req_positive_int("num_key_value_heads");
+    c.head_dim = r.opt_positive_int("head_dim", 256);
+    c.linear_num_key_heads = r.opt_positive_int("linear_num_key_heads", 16);
+    c.linear_key_head_dim = r.opt_positive_int("linear_key_head_dim", 128);
+    c.linear_num_value_heads = r.opt_positive_int("linear_num_value_heads", 32);
+    c.linear_value_head_dim = r.opt_positive_int("linear_value_head_dim", 128);
+    c.linear_conv_kernel_dim = r.opt_positive_int("linear_conv_kernel_dim", 4);
+    c.max_position_embeddings = r.opt_positive_int("max_position_embeddings", 32768);
+    if (auto f = r.find("rms_norm_eps")) c.rms_norm_eps = static_cast<float>(r.positive_number(*f));
+    if (auto f = r.find("tie_word_embeddings")) c.tie_word_embeddings = r.boolean(*f);
+    if (auto f = r.find("attn_output_gate")) {
+      c.attn_output_gate = r.boolean(*f);
+      if (!c.attn_output_gate)
+        r.bad(f->path, "only gated attention (true) is supported");
+    }
+
+    // ---- consistency ----
+    auto path_of = [&](const std::string& key) {
+      auto f = r.find(key);
+      return f ? f->path : r.preferred(key);
+    };
+    if (c.num_attention_heads % c.num_key_value_heads != 0)
+      r.bad(path_of("num_key_value_heads"),
+            fmt::format("{} does not divide num_attention_heads {}", c.num_key_value_heads, c.num_attention_heads));
+    if (c.linear_num_value_heads % c.linear_num_key_heads != 0)
+      r.bad(path_of("linear_num_value_heads"), fmt::format("{} is not a multiple of linear_num_key_heads {}",
+                                                           c.linear_num_value_heads, c.linear_num_key_heads));
+    // Products the model computes in int must fit.
+    auto fits = [&](int64_t v, const std::string& key, const char* what) {
+      if (v > INT_MAX) r.bad(path_of(key), fmt::format("{} = {} does not fit in 32 bits", what, v));
+    };
+    fits(int64_t(c.num_attention_heads) * c.head_dim * 2, "num_attention_heads", "2 * num_attention_heads * head_dim");
+    fits(int64_t(c.num_key_value_heads) * c.head_dim, "num_key_value_heads", "num_key_value_heads * head_dim");
+    fits(2 * int64_t(c.linear_num_key_heads) * c.linear_key_head_dim +
+             int64_t(c.linear_num_value_heads) * c.linear_value_head_dim,
+         "linear_num_value_heads", "conv_dim");
+    fits(int64_t(c.hidden_size) * 2, "hidden_size", "2 * hidden_size");
+
+    // ---- layer schedule ----
+    if (auto lt = r.find("layer_types")) {
+      if (!lt->value->is_array())
+        r.bad(lt->path, fmt::format("expected a list of layer types, got {}", type_word(*lt->value)));
+      if (lt->value->size() != static_cast<size_t>(c.num_hidden_layers))
+        r.bad(lt->path, fmt::format("has {} entries, expected num_hidden_layers = {}", lt->value->size(),
+                                    c.num_hidden_layers));
+      for (size_t i = 0; i < lt->value->size(); ++i) {
+        const json& t = (*lt->value)[i];
+        const std::string p = fmt::format("{}[{}]", lt->path, i);
+        if (!t.is_string()) r.bad(p, fmt::format("expected a string, got {}", type_word(t)));
+        const std::string s = t.get<std::string>();
+        // transformers' remap_legacy_layer_types: attention -> full, mamba/conv -> linear.
+        if (s == "full_attention" || s == "attention") {
+          c.full_attention.push_back(true);
+        } else if (s == "linear_attention" || s == "mamba" || s == "conv") {
+          c.full_attention.push_back(false);
+        } else {
+          r.bad(p, fmt::format("unknown layer type '{}' (expected full_attention or linear_attention)", printable(s)));
+        }
+      }
+    } else {
+      int interval = 4;
+      if (auto f = r.find("full_attention_interval")) interval = r.positive_int(*f);
+      for (int i = 0; i < c.num_hidden_layers; ++i) c.full_attention.push_back((i + 1) % interval == 0);
+    }
+
+    // ---- rope ----
+    {
+      const json* rp = nullptr;
+      std::string rp_path;
+      if (auto f = r.find("rope_parameters")) {
+        if (!f->value->is_object()) r.bad(f->path, fmt::format("expected an object, got {}", type_word(*f->value)));
+        rp = f->value;
+        rp_path = f->path + ".";
+      }
+      std::vector<std::pair<const json*, std::string>> rsrc;
+      if (rp) rsrc.push_back({rp, rp_path});
+      for (const auto& s : sources) rsrc.push_back(s);
+      const Reader rr(config_file, rsrc);
+      if (rp) {
+        auto t = rp->find("rope_type");
+        if (t == rp->end() || t->is_null()) t = rp->find("type");
+        if (t != rp->end() && !t->is_null()) {
+          if (!t->is_string()) r.bad(rp_path + "rope_type", "expected a string");
+          if (t->get<std::string>() != "default")
+            r.bad(rp_path + "rope_type",
+                  fmt::format("unsupported rope type '{}' (supported: default)", printable(t->get<std::string>())));
+        }
+      }
+      if (auto f = rr.find("rope_theta")) c.rope_theta = rr.positive_number(*f);
+      std::string factor_path = rp ? rp_path + "partial_rotary_factor" : r.preferred("partial_rotary_factor");
+      if (auto f = rr.find("partial_rotary_factor")) {
+        c.partial_rotary_factor = rr.positive_number(*f);
+        factor_path = f->path;
+      }
+      if (c.partial_rotary_factor > 1.0)
+        r.bad(factor_path, fmt::format("{} makes the rotary dim exceed head_dim {}", c.partial_rotary_factor, c.head_dim));
+      const int rd = c.rotary_dim();
+      if (rd <= 0 || rd % 2 != 0)
+        r.bad(factor_path, fmt::format("rotary dim int(head_dim {} * {}) = {} must be even and positive", c.head_dim,
+                                       c.partial_rotary_factor, rd));
+      c.mrope_section = {11, 11, 10};
+      if (auto f = rr.find("mrope_section")) {
+        if (!f->value->is_array() || f->value->size() > 16)
+          rr.bad(f->path, "expected a list of at most 16 non-negative integers");
+        c.mrope_section.clear();
+        for (size_t i = 0; i < f->value->size(); ++i)
+          c.mrope_section.push_back(rr.nonneg_int(Found{&(*f->value)[i], fmt::format("{}[{}]", f->path, i)}, 1 << 20));
+      }
+    }
+
+    // ---- MTP ----
+    if (auto f = r.find("mtp_num_hidden_layers")) c.mtp_num_hidden_layers = r.nonneg_int(*f, kMaxLayers);
+
+    // ---- EOS: generation_config.json, then the config ----
+    bool have_eos = false;
+    if (generation_json) {
+      const json g = parse_json(*generation_json, generation_file);
+      if (!g.is_object())
+        fail("{}: expected a JSON object at the top level, got {}", generation_file, type_word(g));
+      const Reader gr(generation_file, {{&g, ""}});
+      if (auto f = gr.find("eos_token_id")) {
+        c.eos_token_ids = parse_eos(gr, *f, c.vocab_size);
+        have_eos = true;
+      }
+    }
+    if (!have_eos) {
+      if (auto f = r.find("eos_token_id")) c.eos_token_ids = parse_eos(r, *f, c.vocab_size);
+    }
+
+    // ---- quantization ----
+    c.quant = parse_quant(config_file, root);
+    return c;
+  } catch (const Error&) {
+    throw;
+  } catch (const json::exception& e) {  // safety net: never let a library exception escape
+    fail("{}: invalid config: {}", config_file, e.what());
+  }
+}
+
+Qwen35Config load_qwen35_config(const std::string& dir) {
+  namespace fs = std::filesystem;
+  auto read = [](const fs::path& p, std::string& out) {
+    std::ifstream f(p, std::ios::binary);
+    if (!f) return false;
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    out = ss.str();
+    return true;
+  };
+  const fs::path cfg = fs::path(dir) / "config.json";
+  std::string text;
+  std::error_code ec;
+  if (!fs::is_regular_file(cfg, ec) || !read(cfg, text)) fail("{}: cannot read config.json", dir);
+  const fs::path gen = fs::path(dir) / "generation_config.json";
+  std::string gtext;
+  if (fs::is_regular_file(gen, ec)) {
+    if (!read(gen, gtext)) fail("{}: cannot read", gen.string());
+    return parse_qwen35_config(text, cfg.string(), &gtext, gen.string());
+  }
+  return parse_qwen35_config(text, cfg.string());
+}
+
+}  // namespace nextn
