@@ -67,6 +67,10 @@ std::optional<std::string> parse_json_strict(const char* begin, const char* end,
     }
     return true;
   };
+  // nlohmann stops at a NUL as if at end of input, which would let bytes
+  // after it go unchecked. Valid JSON never holds a raw NUL.
+  if (const void* nul = std::memchr(begin, 0, size_t(end - begin)))
+    return fmt::format("invalid JSON: NUL byte at offset {}", static_cast<const char*>(nul) - begin);
   try {
     out = json::parse(begin, end, cb, /*allow_exceptions=*/true);
   } catch (const json::exception& e) {
