@@ -1,0 +1,241 @@
+#include "spec/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "model/runtime.h"
+
+namespace nextn {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0, Clock::time_point t1) {
+  return std::chrono::duration<double, std::milli>(t1 - t0).count();
+}
+
+void check_start(const ModelRuntime& rt, std::span<const int32_t> prompt, int max_new_tokens) {
+  if (rt.target_length() != 0) fail("internal: generation needs a fresh runtime (target_length {})", rt.target_length());
+  if (prompt.empty()) fail("the prompt is empty: give at least one token");
+  if (max_new_tokens < 0) fail("-n {} is negative", max_new_tokens);
+  for (int32_t t : prompt)
+    if (t < 0 || t >= rt.vocab()) fail("prompt token id {} is outside the vocabulary [0, {})", t, rt.vocab());
+}
+
+struct Eos {
+  std::vector<int> ids;
+  bool operator()(int32_t t) const { return std::find(ids.begin(), ids.end(), t) != ids.end(); }
+};
+
+Eos eos_of(const ModelRuntime& rt, bool ignore_eos) {
+  Eos e;
+  if (!ignore_eos) e.ids = rt.config().eos_token_ids;
+  return e;
+}
+
+// Prefill: the prompt forward and the first token.
+int32_t prefill(ModelRuntime& rt, std::span<const int32_t> prompt) {
+  rt.target_forward(prompt);
+  int32_t first = 0;
+  rt.head_argmax(int(prompt.size()) - 1, 1, 1, &first);
+  return first;
+}
+
+}  // namespace
+
+const char* draft_kind_name(DraftKind d) {
+  switch (d) {
+    case DraftKind::None: return "none";
+    case DraftKind::Mtp: return "mtp";
+    case DraftKind::Oracle: return "oracle";
+  }
+  return "?";
+}
+
+DraftKind parse_draft_kind(const std::string& name) {
+  for (DraftKind d : {DraftKind::None, DraftKind::Mtp, DraftKind::Oracle})
+    if (name == draft_kind_name(d)) return d;
+  fail("--draft: unknown drafter '{}' (expected none, mtp or oracle)", name);
+}
+
+int default_block_size(int mtp_layers) { return std::clamp(mtp_layers + 2, kMinBlockSize, kMaxBlockSize); }
+
+double GenerateStats::tokens_per_second() const {
+  return generated > 1 && decode_ms > 0 ? double(generated - 1) / (decode_ms / 1000.0) : 0.0;
+}
+
+double GenerateStats::prefill_tokens_per_second() const {
+  return prefill_ms > 0 ? double(prompt_tokens) / (prefill_ms / 1000.0) : 0.0;
+}
+
+GenerateResult greedy_generate(ModelRuntime& rt, std::span<const int32_t> prompt, int max_new_tokens, bool ignore_eos) {
+  check_start(rt, prompt, max_new_tokens);
+  const Eos eos = eos_of(rt, ignore_eos);
+  GenerateResult res;
+  GenerateStats& s = res.stats;
+  s.prompt_tokens = int(prompt.size());
+  s.counters.block_size = 1;
+  s.counters.verify_requested = s.counters.verify_taken = "none";
+  if (max_new_tokens == 0) return res;
+  const auto t0 = Clock::now();
+  int32_t tok = prefill(rt, prompt);
+  const auto t1 = Clock::now();
+  s.prefill_ms = ms_since(t0, t1);
+  res.tokens.push_back(tok);
+  while (!eos(tok) && int(res.tokens.size()) < max_new_tokens) {
+    rt.target_forward({&tok, 1});
+    rt.head_argmax(0, 1, 1, &tok);
+    res.tokens.push_back(tok);
+    ++s.counters.rounds;
+    ++s.counters.rows_projected;
+  }
+  s.decode_ms = s.round_ms = s.verify_ms = ms_since(t1, Clock::now());
+  s.generated = int(res.tokens.size());
+  s.stop = eos(tok) ? "eos" : "budget";
+  return res;
+}
+
+GenerateResult speculative_generate(ModelRuntime& rt, Drafter& drafter, std::span<const int32_t> prompt,
+                                    const GenerateOptions& o) {
+  check_start(rt, prompt, o.max_new_tokens);
+  const int K = o.block_size;
+  check_block_size(K);
+  const int pad = o.verify == VerifyArm::Pad ? resolve_pad_width(K, o.pad_width) : 0;
+  Verifier verifier(o.verify, pad, read_fault_hook());
+  const Eos eos = eos_of(rt, o.ignore_eos);
+  const int n = o.max_new_tokens;
+
+  GenerateResult res;
+  GenerateStats& s = res.stats;
+  VerifyCounters& c = s.counters;
+  s.draft = drafter.name();
+  s.prompt_tokens = int(prompt.size());
+  s.auto_reason = o.auto_reason;
+  c.block_size = K;
+  c.pad_width = pad;
+  c.accepted_at.assign(size_t(K - 1), 0);
+  c.verify_requested = o.chosen_by_auto ? "auto" : verify_arm_name(o.verify);
+  c.verify_taken = verify_arm_name(o.verify);  // overwritten by what the rounds report
+  if (n == 0) return res;
+
+  const auto t0 = Clock::now();
+  int32_t bonus = prefill(rt, prompt);
+  res.tokens.push_back(bonus);
+  bool done = eos(bonus) || n == 1;
+  if (eos(bonus)) s.stop = "eos";
+  if (!done) drafter.begin(prompt, bonus);
+  const auto t1 = Clock::now();
+  s.prefill_ms = ms_since(t0, t1);
+
+  std::vector<int32_t> drafts, block;
+  block.reserve(size_t(K));
+  while (!done) {
+    const int W = std::min(K, n - int(res.tokens.size()));
+    const auto r0 = Clock::now();
+    drafter.propose(W - 1, drafts);
+    if (int(drafts.size()) != W - 1) fail("internal: drafter {} proposed {} of {} tokens", drafter.name(), drafts.size(), W - 1);
+    block.assign(1, bonus);
+    block.insert(block.end(), drafts.begin(), drafts.end());
+    const auto r1 = Clock::now();
+    rt.target_forward(block);
+    const VerifyOutcome v = verifier.verify(rt, drafts);
+    const auto r2 = Clock::now();
+
+    ++c.rounds;
+    c.drafted += W - 1;
+    c.accepted += v.accepted;
+    for (int i = 0; i < v.accepted; ++i) ++c.accepted_at[size_t(i)];
+    c.rows_projected += v.rows_projected;
+    c.walk_steps += v.walk_steps;
+    c.verify_taken = verify_arm_name(v.taken);
+
+    for (int i = 0; i <= v.accepted && !done; ++i) {
+      const int32_t t = i < v.accepted ? drafts[size_t(i)] : v.next;
+      res.tokens.push_back(t);
+      if (eos(t)) {
+        done = true;
+        s.stop = "eos";
+      }
+    }
+    if (int(res.tokens.size()) >= n) done = true;
+    rt.target_rollback(v.accepted + 1);
+    if (!done) drafter.commit(drafts, v.accepted, v.next);
+    const auto r3 = Clock::now();
+    bonus = v.next;
+    s.draft_ms += ms_since(r0, r1);
+    s.verify_ms += ms_since(r1, r2);
+    s.rollback_ms += ms_since(r2, r3);
+    s.round_ms += ms_since(r0, r3);
+  }
+  s.decode_ms = ms_since(t1, Clock::now());
+  s.generated = int(res.tokens.size());
+  return res;
+}
+
+GenerateResult generate(ModelRuntime& rt, std::span<const int32_t> prompt, const GenerateOptions& options,
+                        const std::vector<int32_t>* oracle_truth) {
+  if (options.draft == DraftKind::None) return greedy_generate(rt, prompt, options.max_new_tokens, options.ignore_eos);
+  GenerateOptions o = options;
+  if (o.block_size == 0) {  // -1: not in the config; Qwen3.5 ships one MTP layer
+    const int layers = rt.config().mtp_num_hidden_layers;
+    o.block_size = default_block_size(layers < 0 ? 1 : layers);
+  }
+  if (o.draft == DraftKind::Mtp) {
+    MtpDrafter d(rt);
+    return speculative_generate(rt, d, prompt, o);
+  }
+  if (oracle_truth == nullptr) fail("internal: the oracle drafter needs the greedy output first");
+  OracleDrafter d(*oracle_truth, o.oracle, rt.vocab());
+  return speculative_generate(rt, d, prompt, o);
+}
+
+int runtime_capacity(int prompt_tokens, int max_new_tokens, int block_size) {
+  return prompt_tokens + std::max(0, max_new_tokens) + std::max(1, block_size) + 1;
+}
+
+GenerateResult generate_fresh(const RuntimeFactory& factory, std::span<const int32_t> prompt,
+                              const GenerateOptions& options) {
+  const int cap = runtime_capacity(int(prompt.size()), options.max_new_tokens,
+                                   options.block_size == 0 ? kMaxBlockSize : options.block_size);
+  std::vector<int32_t> truth;
+  if (options.draft == DraftKind::Oracle) {
+    check_oracle_spec(options.oracle);
+    auto rt = factory(cap);
+    truth = greedy_generate(*rt, prompt, options.max_new_tokens, options.ignore_eos).tokens;
+  }  // released before the timed run's runtime exists
+  auto rt = factory(cap);
+  return generate(*rt, prompt, options, options.draft == DraftKind::Oracle ? &truth : nullptr);
+}
+
+nlohmann::ordered_json stats_json(const GenerateStats& s) {
+  const VerifyCounters& c = s.counters;
+  nlohmann::ordered_json j;
+  j["rounds"] = c.rounds;
+  j["drafted"] = c.drafted;
+  j["accepted"] = c.accepted;
+  j["accepted_at"] = c.accepted_at;
+  j["rows_projected"] = c.rows_projected;
+  j["walk_steps"] = c.walk_steps;
+  j["block_size"] = c.block_size;
+  j["verify_requested"] = c.verify_requested;
+  j["verify_taken"] = c.verify_taken;
+  if (c.verify_taken == "pad") j["pad_width"] = c.pad_width;
+  if (!s.auto_reason.empty()) j["auto_reason"] = s.auto_reason;
+  j["tokens_per_second"] = s.tokens_per_second();
+  j["draft"] = s.draft;
+  j["acceptance"] = c.drafted > 0 ? double(c.accepted) / double(c.drafted) : 0.0;
+  j["tokens_per_round"] = c.rounds > 0 ? double(s.generated - 1) / double(c.rounds) : 0.0;
+  j["prompt_tokens"] = s.prompt_tokens;
+  j["generated"] = s.generated;
+  j["stop"] = s.stop;
+  j["prefill_tokens_per_second"] = s.prefill_tokens_per_second();
+  j["prefill_ms"] = s.prefill_ms;
+  j["decode_ms"] = s.decode_ms;
+  j["round_ms"] = c.rounds > 0 ? s.round_ms / double(c.rounds) : 0.0;
+  j["verify_ms"] = c.rounds > 0 ? s.verify_ms / double(c.rounds) : 0.0;
+  j["draft_ms"] = c.rounds > 0 ? s.draft_ms / double(c.rounds) : 0.0;
+  j["rollback_ms"] = c.rounds > 0 ? s.rollback_ms / double(c.rounds) : 0.0;
+  return j;
+}
+
+}  // namespace nextn

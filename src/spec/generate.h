@@ -1,0 +1,104 @@
+// Greedy generation, plain or speculative (docs/speculative.md).
+//
+// Plain: prefill the prompt, take the argmax of its last row, then one
+// single-token target forward per token.
+//
+// Speculative, each round (K = block size, W = min(K, tokens left)):
+//   draft    the drafter proposes W-1 tokens after the bonus token;
+//   verify   one target forward over [bonus, drafts] (W positions), the arm
+//            projects rows to target tokens, the longest matching prefix of
+//            `a` drafts is accepted plus the target's token at row a (the
+//            next bonus);
+//   rollback the target keeps a+1 of the W positions; the drafter commits.
+// Stops on the token budget (the last round shrinks to the tokens left) or
+// when a committed token is an EOS id (kept in the output, as transformers
+// does), unless ignore_eos. The output equals plain greedy, bit for bit, on
+// a runtime that keeps ModelRuntime's exactness contract.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "spec/drafter.h"
+#include "spec/verify.h"
+
+namespace nextn {
+
+class ModelRuntime;
+
+enum class DraftKind { None, Mtp, Oracle };
+const char* draft_kind_name(DraftKind d);
+DraftKind parse_draft_kind(const std::string& name);  // none|mtp|oracle; throws Error
+
+// The default block size: MTP layer count + 2 (3 for Qwen3.5; 2 without MTP).
+int default_block_size(int mtp_layers);
+
+struct GenerateOptions {
+  int max_new_tokens = 32;
+  DraftKind draft = DraftKind::None;
+  int block_size = 0;  // 0: default_block_size(the runtime's MTP layer count)
+  VerifyArm verify = VerifyArm::Batched;  // never Auto here: resolve it first (bench/calibration.h)
+  int pad_width = 0;                      // pad arm; 0: default for K
+  bool ignore_eos = false;
+  OracleSpec oracle;  // draft == Oracle
+  // Set when `verify` and `block_size` were picked by --verify auto: stats then
+  // report verify_requested "auto" and this reason.
+  bool chosen_by_auto = false;
+  std::string auto_reason;
+};
+
+struct GenerateStats {
+  std::string draft = "none";
+  VerifyCounters counters;  // plain greedy: one "round" per decode forward, block_size 1, arm "none"
+  int prompt_tokens = 0;
+  int generated = 0;
+  std::string stop = "budget";  // "budget" or "eos"
+  std::string auto_reason;      // empty unless --verify auto
+  // Wall-clock totals (steady_clock), milliseconds.
+  double prefill_ms = 0;   // prompt forward + first token (+ seeding the drafter)
+  double decode_ms = 0;    // everything after the prefill
+  double draft_ms = 0;     // drafter.propose
+  double verify_ms = 0;    // target forward + projection + accept
+  double rollback_ms = 0;  // target rollback + drafter commit
+  double round_ms = 0;     // draft through rollback
+  // Decode rate: tokens after the first, over decode_ms.
+  double tokens_per_second() const;
+  double prefill_tokens_per_second() const;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // generated ids (prompt excluded)
+  GenerateStats stats;
+};
+
+// Plain greedy decoding on a fresh runtime (target_length() == 0).
+GenerateResult greedy_generate(ModelRuntime& rt, std::span<const int32_t> prompt, int max_new_tokens, bool ignore_eos);
+
+// The speculative round loop with any drafter, on a fresh runtime.
+// options.draft is informational here; options.verify must not be Auto.
+GenerateResult speculative_generate(ModelRuntime& rt, Drafter& drafter, std::span<const int32_t> prompt,
+                                    const GenerateOptions& options);
+
+// Dispatch on options.draft, on a fresh runtime. The oracle drafter needs
+// `oracle_truth`, the plain greedy output for the same prompt and budget.
+GenerateResult generate(ModelRuntime& rt, std::span<const int32_t> prompt, const GenerateOptions& options,
+                        const std::vector<int32_t>* oracle_truth = nullptr);
+
+// ModelRuntime has no reset, so each sequence gets a fresh runtime from here.
+using RuntimeFactory = std::function<std::unique_ptr<ModelRuntime>(int max_tokens)>;
+// Cache capacity one run needs.
+int runtime_capacity(int prompt_tokens, int max_new_tokens, int block_size);
+
+// generate() on fresh runtimes; for the oracle drafter it first runs plain
+// greedy (untimed) on its own runtime to learn the truth.
+GenerateResult generate_fresh(const RuntimeFactory& factory, std::span<const int32_t> prompt,
+                              const GenerateOptions& options);
+
+// {"rounds", "drafted", ..., "tokens_per_second", ...} as `nextn generate --json` prints it.
+nlohmann::ordered_json stats_json(const GenerateStats& stats);
+
+}  // namespace nextn

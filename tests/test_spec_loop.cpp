@@ -1,0 +1,351 @@
+// The speculative round loop against a toy runtime (test_spec_mock.h):
+// exactness for every K, arm, budget and drafter; every acceptance length;
+// budget and EOS edges; counter identities; the fault hook.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "spec/generate.h"
+#include "test_spec_mock.h"
+
+namespace nextn {
+namespace {
+
+using testing::MockOptions;
+using testing::MockRuntime;
+
+const std::vector<int32_t> kPrompt = {3, 1, 4, 1, 5, 9, 2, 6};
+const VerifyArm kArms[] = {VerifyArm::Batched, VerifyArm::Walk, VerifyArm::Pad, VerifyArm::Fused};
+
+std::vector<int> block_sizes() {
+  std::vector<int> ks = {2, 3, 4, 5, 6, 7, 8, 16, 32, 63};
+  return ks;
+}
+
+GenerateResult run(const MockOptions& mo, const GenerateOptions& o) {
+  return generate_fresh(testing::mock_factory(mo), kPrompt, o);
+}
+
+std::vector<int32_t> greedy(const MockOptions& mo, int n, bool ignore_eos = false) {
+  GenerateOptions o;
+  o.max_new_tokens = n;
+  o.ignore_eos = ignore_eos;
+  return run(mo, o).tokens;
+}
+
+void expect_identities(const GenerateStats& s) {
+  const auto v = counter_violations(s.counters);
+  EXPECT_TRUE(v.empty()) << (v.empty() ? "" : v.front());
+}
+
+TEST(SpecLoop, GreedyIsDeterministicAndCounted) {
+  MockOptions mo;
+  const auto a = run(mo, GenerateOptions{});
+  EXPECT_EQ(a.tokens.size(), 32u);
+  EXPECT_EQ(a.stats.counters.rounds, 31);
+  EXPECT_EQ(a.stats.counters.verify_taken, "none");
+  EXPECT_EQ(a.tokens, greedy(mo, 32));
+}
+
+TEST(SpecLoop, MatchesGreedyForEveryBlockSizeArmBudgetAndDrafter) {
+  MockOptions mo;
+  for (int K : block_sizes()) {
+    for (int n : {0, 1, K - 1, K, K + 1, 24, 70}) {
+      const auto want = greedy(mo, n);
+      for (VerifyArm arm : kArms) {
+        if (arm == VerifyArm::Pad && K == 64) continue;
+        for (int d = 0; d < 3; ++d) {
+          GenerateOptions o;
+          o.max_new_tokens = n;
+          o.block_size = K;
+          o.verify = arm;
+          if (d == 0) {
+            o.draft = DraftKind::Mtp;
+          } else {
+            o.draft = DraftKind::Oracle;
+            if (d == 1) o.oracle.accept_rate = 0.6, o.oracle.seed = uint64_t(K * 131 + n);
+            if (d == 2) o.oracle.pattern = "1101110";
+          }
+          const auto got = run(mo, o);
+          SCOPED_TRACE(::testing::Message() << "K=" << K << " n=" << n << " arm=" << verify_arm_name(arm) << " d=" << d);
+          ASSERT_EQ(got.tokens, want);
+          expect_identities(got.stats);
+          EXPECT_EQ(got.stats.counters.verify_taken, verify_arm_name(arm));
+          EXPECT_EQ(got.stats.generated, n);
+        }
+      }
+    }
+  }
+}
+
+TEST(SpecLoop, OnePatternPerAcceptanceLength) {
+  // Pattern 1^a 0^(K-1-a): every round accepts exactly a drafts.
+  MockOptions mo;
+  for (int K : {2, 3, 4, 8, 16}) {
+    for (int a = 0; a <= K - 1; ++a) {
+      const int n = 5 * K + 3;
+      GenerateOptions o;
+      o.max_new_tokens = n;
+      o.block_size = K;
+      o.draft = DraftKind::Oracle;
+      o.oracle.pattern = std::string(size_t(a), '1') + std::string(size_t(K - 1 - a), '0');
+      for (VerifyArm arm : kArms) {
+        o.verify = arm;
+        const auto r = run(mo, o);
+        SCOPED_TRACE(::testing::Message() << "K=" << K << " a=" << a << " arm=" << verify_arm_name(arm));
+        ASSERT_EQ(r.tokens, greedy(mo, n));
+        const auto& c = r.stats.counters;
+        expect_identities(r.stats);
+        // Expected counters, simulated: a round of width W draws W-1 pattern
+        // characters and accepts its leading '1's.
+        std::vector<int64_t> at(size_t(K - 1), 0);
+        int64_t rounds = 0, accepted = 0;
+        size_t pos = 0;
+        for (int left = n - 1; left > 0;) {
+          const int W = std::min(K, left);
+          int acc = 0;
+          while (acc < W - 1 && o.oracle.pattern[(pos + size_t(acc)) % o.oracle.pattern.size()] == '1') ++acc;
+          for (int i = 0; i < acc; ++i) ++at[size_t(i)];
+          pos += size_t(W - 1);
+          ++rounds;
+          accepted += acc;
+          left -= acc + 1;
+        }
+        EXPECT_EQ(c.rounds, rounds);
+        EXPECT_EQ(c.accepted, accepted);
+        EXPECT_EQ(c.accepted_at, at);
+        if (a > 0) {
+          EXPECT_GT(c.accepted_at[size_t(a - 1)], 0);  // acceptance length a occurs
+        }
+        if (a < K - 1) {
+          EXPECT_EQ(c.accepted_at[size_t(a)], 0);
+        }
+        if (arm == VerifyArm::Walk) {
+          EXPECT_EQ(c.walk_steps, c.accepted + c.rounds);
+        }
+      }
+    }
+  }
+}
+
+TEST(SpecLoop, PerfectDraftsUseFullBlocksAndShrinkTheLastRound) {
+  MockOptions mo;
+  mo.mtp_wrong_every = 0;  // the MTP is never wrong
+  for (int K : {2, 3, 5, 8}) {
+    for (int n : {1, 2, K - 1, K, K + 1, 3 * K + 2}) {
+      auto factory = testing::mock_factory(mo);
+      auto rt = factory(runtime_capacity(int(kPrompt.size()), n, K));
+      auto* mock = static_cast<MockRuntime*>(rt.get());
+      GenerateOptions o;
+      o.max_new_tokens = n;
+      o.block_size = K;
+      o.draft = DraftKind::Mtp;
+      const auto r = generate(*rt, kPrompt, o);
+      ASSERT_EQ(r.tokens, greedy(mo, n)) << K << " " << n;
+      // Prefill commits one token, each round min(K, left).
+      std::vector<int> widths = {int(kPrompt.size())};
+      for (int left = n - 1; left > 0; left -= std::min(K, left)) widths.push_back(std::min(K, left));
+      if (n == 0) widths.clear();
+      EXPECT_EQ(mock->forward_widths, widths) << K << " " << n;
+      EXPECT_EQ(r.stats.counters.accepted, r.stats.counters.drafted);
+      // K-1 drafts need K-2 chained steps per round (1 from the MTP forward).
+      int steps = 0;
+      for (size_t i = 1; i < widths.size(); ++i) steps += std::max(0, widths[i] - 2);
+      EXPECT_EQ(mock->mtp_steps, steps);
+    }
+  }
+}
+
+TEST(SpecLoop, OneTargetForwardPerRound) {
+  MockOptions mo;
+  auto rt = testing::mock_factory(mo)(200);
+  auto* mock = static_cast<MockRuntime*>(rt.get());
+  GenerateOptions o;
+  o.max_new_tokens = 60;
+  o.block_size = 4;
+  o.draft = DraftKind::Mtp;
+  o.verify = VerifyArm::Walk;
+  const auto r = generate(*rt, kPrompt, o);
+  EXPECT_EQ(mock->forwards, 1 + r.stats.counters.rounds);  // prefill + one per round: rollback never re-runs the trunk
+  EXPECT_EQ(mock->head_rows, 1 + r.stats.counters.rows_projected);
+  EXPECT_GT(r.stats.counters.accepted, 0);
+  EXPECT_LT(r.stats.counters.accepted, r.stats.counters.drafted);
+}
+
+TEST(SpecLoop, StopsAtEosAnywhereInARound) {
+  MockOptions base;
+  const auto free_run = greedy(base, 40);
+  // An EOS at generated index j: the first token, an accepted draft or a bonus.
+  for (int j : {0, 1, 2, 3, 5, 8, 13}) {
+    MockOptions mo = base;
+    const int32_t eos = free_run[size_t(j)];
+    mo.eos = {eos};
+    // The first occurrence of that id is where greedy stops.
+    const auto want = greedy(mo, 40);
+    ASSERT_EQ(want.back(), eos);
+    ASSERT_LE(want.size(), size_t(j + 1));
+    EXPECT_EQ(greedy(mo, 40, /*ignore_eos=*/true), free_run);
+    for (int K : {2, 3, 4, 8}) {
+      for (VerifyArm arm : kArms) {
+        for (const char* pat : {"1", "0", "10", "110"}) {
+          GenerateOptions o;
+          o.max_new_tokens = 40;
+          o.block_size = K;
+          o.verify = arm;
+          o.draft = DraftKind::Oracle;
+          o.oracle.pattern = pat;
+          const auto r = run(mo, o);
+          ASSERT_EQ(r.tokens, want) << "j=" << j << " K=" << K << " pat=" << pat;
+          EXPECT_EQ(r.stats.stop, "eos");
+          expect_identities(r.stats);
+          o.draft = DraftKind::Mtp;
+          ASSERT_EQ(run(mo, o).tokens, want);
+          o.ignore_eos = true;
+          ASSERT_EQ(run(mo, o).tokens, free_run);
+        }
+      }
+    }
+  }
+}
+
+TEST(SpecLoop, DefaultBlockSizeIsMtpLayersPlusTwo) {
+  EXPECT_EQ(default_block_size(1), 3);
+  EXPECT_EQ(default_block_size(0), 2);
+  EXPECT_EQ(default_block_size(3), 5);
+  MockOptions mo;
+  GenerateOptions o;
+  o.draft = DraftKind::Mtp;
+  EXPECT_EQ(run(mo, o).stats.counters.block_size, 3);
+}
+
+TEST(SpecLoop, RejectsImpossibleOptions) {
+  MockOptions mo;
+  GenerateOptions o;
+  o.draft = DraftKind::Mtp;
+  o.block_size = 1;
+  EXPECT_THROW(run(mo, o), Error);
+  o.block_size = 65;
+  EXPECT_THROW(run(mo, o), Error);
+  o.block_size = 64;
+  o.verify = VerifyArm::Pad;
+  EXPECT_THROW(run(mo, o), Error);  // no pad width above 64
+  o.block_size = 4;
+  o.pad_width = 4;
+  EXPECT_THROW(run(mo, o), Error);
+  o.pad_width = 65;
+  EXPECT_THROW(run(mo, o), Error);
+  o.pad_width = 5;
+  EXPECT_NO_THROW(run(mo, o));
+  o = GenerateOptions{};
+  o.max_new_tokens = -1;
+  EXPECT_THROW(run(mo, o), Error);
+  o.max_new_tokens = 4;
+  EXPECT_THROW(generate_fresh(testing::mock_factory(mo), std::vector<int32_t>{}, o), Error);
+  EXPECT_THROW(generate_fresh(testing::mock_factory(mo), std::vector<int32_t>{1, 50}, o), Error);
+  o.draft = DraftKind::Oracle;
+  EXPECT_THROW(run(mo, o), Error);  // neither rate nor pattern
+  o.oracle.accept_rate = 1.5;
+  EXPECT_THROW(run(mo, o), Error);
+  o.oracle.accept_rate = 0.5;
+  o.oracle.pattern = "10";
+  EXPECT_THROW(run(mo, o), Error);
+  o.oracle.accept_rate = -1;
+  o.oracle.pattern = "12";
+  EXPECT_THROW(run(mo, o), Error);
+  MockOptions no_mtp;
+  no_mtp.mtp_layers = 0;
+  o = GenerateOptions{};
+  o.draft = DraftKind::Mtp;
+  EXPECT_ANY_THROW(run(no_mtp, o));
+}
+
+TEST(SpecVerify, PadWidthDefaults) {
+  EXPECT_EQ(resolve_pad_width(2, 0), 16);
+  EXPECT_EQ(resolve_pad_width(8, 0), 16);
+  EXPECT_EQ(resolve_pad_width(15, 0), 16);
+  EXPECT_EQ(resolve_pad_width(16, 0), 32);
+  EXPECT_EQ(resolve_pad_width(32, 0), 48);
+  EXPECT_EQ(resolve_pad_width(48, 0), 64);
+  EXPECT_EQ(resolve_pad_width(63, 0), 64);
+  EXPECT_THROW(resolve_pad_width(64, 0), Error);
+  EXPECT_EQ(resolve_pad_width(3, 4), 4);
+  EXPECT_THROW(resolve_pad_width(3, 3), Error);
+  EXPECT_THROW(resolve_pad_width(3, 2), Error);
+  EXPECT_THROW(resolve_pad_width(3, 65), Error);
+}
+
+TEST(SpecVerify, ParsesArms) {
+  EXPECT_EQ(parse_verify_arm("walk"), VerifyArm::Walk);
+  EXPECT_EQ(parse_verify_arm("auto"), VerifyArm::Auto);
+  EXPECT_THROW(parse_verify_arm("fast"), Error);
+  EXPECT_EQ(parse_verify_arms("batched,walk,pad,fused").size(), 4u);
+  EXPECT_THROW(parse_verify_arms("batched,,walk"), Error);
+  EXPECT_THROW(parse_verify_arms("batched,auto"), Error);
+  EXPECT_THROW(parse_verify_arms("walk,walk"), Error);
+}
+
+struct FaultEnv {
+  explicit FaultEnv(const char* v) { setenv("NEXTN_FAULT", v, 1); }
+  ~FaultEnv() { unsetenv("NEXTN_FAULT"); }
+};
+
+TEST(SpecVerify, FaultHookMakesTheWalkRunBatchedAndTheCountersShowIt) {
+  MockOptions mo;
+  GenerateOptions o;
+  o.max_new_tokens = 30;
+  o.block_size = 4;
+  o.draft = DraftKind::Mtp;
+  o.verify = VerifyArm::Walk;
+  const auto clean = run(mo, o);
+  EXPECT_TRUE(counter_violations(clean.stats.counters).empty());
+  {
+    FaultEnv f("walk-as-batched");
+    const auto faulty = run(mo, o);
+    EXPECT_EQ(faulty.tokens, clean.tokens);  // silent: same output
+    EXPECT_EQ(faulty.stats.counters.verify_requested, "walk");
+    EXPECT_EQ(faulty.stats.counters.walk_steps, 0);
+    EXPECT_FALSE(counter_violations(faulty.stats.counters).empty());
+    o.verify = VerifyArm::Batched;  // other arms are untouched
+    EXPECT_TRUE(counter_violations(run(mo, o).stats.counters).empty());
+  }
+  {
+    FaultEnv f("bogus");
+    EXPECT_THROW(run(mo, o), Error);
+  }
+}
+
+TEST(SpecVerify, IdentitiesCatchMislabelledCounters) {
+  VerifyCounters c;
+  c.rounds = 10;
+  c.drafted = 30;
+  c.accepted = 12;
+  c.block_size = 4;
+  c.accepted_at = {6, 4, 2};
+  c.verify_requested = c.verify_taken = "batched";
+  c.rows_projected = 40;
+  EXPECT_TRUE(counter_violations(c).empty());
+  c.verify_requested = c.verify_taken = "fused";
+  EXPECT_TRUE(counter_violations(c).empty());
+  c.verify_requested = c.verify_taken = "walk";
+  EXPECT_FALSE(counter_violations(c).empty());
+  c.rows_projected = c.walk_steps = 22;
+  EXPECT_TRUE(counter_violations(c).empty());
+  c.verify_requested = c.verify_taken = "pad";
+  c.walk_steps = 0;
+  c.pad_width = 16;
+  c.rows_projected = 160;
+  EXPECT_TRUE(counter_violations(c).empty());
+  c.accepted_at = {2, 4, 6};
+  EXPECT_FALSE(counter_violations(c).empty());
+  c.accepted_at = {6, 4, 2};
+  c.verify_requested = "auto";
+  EXPECT_TRUE(counter_violations(c).empty());
+  c.verify_taken = "batched";
+  EXPECT_FALSE(counter_violations(c).empty());
+}
+
+}  // namespace
+}  // namespace nextn
