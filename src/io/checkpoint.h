@@ -21,6 +21,18 @@ enum class Layout {
   Mlx,                    // language_model.model.*, language_model.lm_head.*
 };
 const char* layout_name(Layout l);
+// The layout implied by tensor names (model.layers.* / model.language_model.* /
+// language_model.model.*). nullopt when none or more than one matches; *why
+// then says which.
+std::optional<Layout> detect_layout(const std::vector<std::string>& names, std::string* why = nullptr);
+// Text-model prefix ("model.", "model.language_model.", "language_model.model.")
+// and stored LM head module ("lm_head", "lm_head", "language_model.lm_head").
+const char* layout_prefix(Layout l);
+const char* layout_head(Layout l);
+// True for the (1+w) norms, by logical name (with or without ".weight"):
+// input_layernorm, post_attention_layernorm, norm, q_norm, k_norm and every
+// MTP norm; false for linear_attn.norm and everything else.
+bool is_one_plus_norm(const std::string& logical);
 
 // A matrix [rows, cols] (out, in) as stored: dense (F32/F16/BF16), or MLX
 // affine-quantized (U32 packed + scales + biases, any float dtype each).
@@ -62,6 +74,16 @@ class Qwen35Checkpoint {
   std::vector<float> conv1d(const std::string& logical, int64_t channels, int64_t kernel) const;
 
   std::string stored_name(const std::string& logical) const;  // with layout prefix, no suffix
+  // The inverse: the logical name of a stored tensor name (suffix kept:
+  // "model.layers.0.mlp.up_proj.weight" -> "layers.0.mlp.up_proj.weight",
+  // "lm_head.weight" -> "lm_head.weight"); nullopt when the tensor is not part
+  // of the text model, its LM head or its MTP head (e.g. model.visual.*).
+  std::optional<std::string> logical_name(const std::string& stored) const;
+  // "mtp." or "language_model.mtp." (where the MTP tensors are stored).
+  const std::string& mtp_prefix() const { return mtp_prefix_; }
+  // Checks every tensor the model reads (trunk, head, and the MTP head when
+  // mtp_layers() > 0): presence, dtype, shape. Throws the first problem.
+  void validate() const;
 
  private:
   std::string dir_;
@@ -70,9 +92,12 @@ class Qwen35Checkpoint {
   Layout layout_ = Layout::CausalLM;
   bool norms_shifted_ = false;
   int mtp_layers_ = 0;
+  std::string mtp_prefix_ = "mtp.";
 };
 
-// Dequantizes element (r, c) groups: fills out[cols] with row r of a WeightRef (any form).
+// Fills out[cols] with row `row` of a WeightRef in fp32, dense (F32/BF16/F16)
+// or quantized (w = scale * q + bias per element, fp32, no FMA). Throws Error
+// for a row out of range.
 void dequantize_row(const WeightRef& w, int64_t row, float* out);
 
 }  // namespace nextn

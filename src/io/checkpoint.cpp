@@ -1,0 +1,339 @@
+// Qwen3.5 checkpoint: layout detection, logical -> stored names, shape and
+// dtype validation, norm shifting, dense and MLX-affine weights.
+#include "io/checkpoint.h"
+
+#include <set>
+
+#include "core/error.h"
+
+namespace nextn {
+
+namespace {
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+bool ends_with(const std::string& s, const std::string& p) {
+  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::CausalLM: return "causal-lm (model.layers.*)";
+    case Layout::ConditionalGeneration: return "conditional-generation (model.language_model.*)";
+    case Layout::Mlx: return "mlx (language_model.model.*)";
+  }
+  return "?";
+}
+
+const char* layout_prefix(Layout l) {
+  switch (l) {
+    case Layout::CausalLM: return "model.";
+    case Layout::ConditionalGeneration: return "model.language_model.";
+    case Layout::Mlx: return "language_model.model.";
+  }
+  return "";
+}
+
+const char* layout_head(Layout l) { return l == Layout::Mlx ? "language_model.lm_head" : "lm_head"; }
+
+std::optional<Layout> detect_layout(const std::vector<std::string>& names, std::string* why) {
+  bool mlx = false, cond = false, causal = false;
+  for (const auto& n : names) {
+    if (starts_with(n, "language_model.model.")) {
+      mlx = true;
+    } else if (starts_with(n, "model.language_model.")) {
+      cond = true;
+    } else if (starts_with(n, "model.layers.") || starts_with(n, "model.embed_tokens.") ||
+               starts_with(n, "model.norm.")) {
+      causal = true;
+    }
+  }
+  const int count = int(mlx) + int(cond) + int(causal);
+  if (count == 1) return mlx ? Layout::Mlx : cond ? Layout::ConditionalGeneration : Layout::CausalLM;
+  if (why) {
+    if (count == 0) {
+      *why = "no tensor named model.layers.* (ForCausalLM), model.language_model.* (ForConditionalGeneration) or "
+             "language_model.model.* (mlx)";
+    } else {
+      std::string found;
+      if (causal) found += " model.layers.*";
+      if (cond) found += " model.language_model.*";
+      if (mlx) found += " language_model.model.*";
+      *why = "tensors of more than one layout:" + found;
+    }
+  }
+  return std::nullopt;
+}
+
+bool is_one_plus_norm(const std::string& logical_in) {
+  std::string n = logical_in;
+  if (ends_with(n, ".weight")) n.resize(n.size() - 7);
+  if (n == "norm" || n == "mtp.norm" || n == "mtp.pre_fc_norm_embedding" || n == "mtp.pre_fc_norm_hidden") return true;
+  if (!starts_with(n, "layers.") && !starts_with(n, "mtp.layers.")) return false;
+  return ends_with(n, ".input_layernorm") || ends_with(n, ".post_attention_layernorm") ||
+         ends_with(n, ".self_attn.q_norm") || ends_with(n, ".self_attn.k_norm");
+}
+
+Qwen35Checkpoint Qwen35Checkpoint::open(const std::string& dir) {
+  Qwen35Checkpoint ck;
+  ck.dir_ = dir;
+  while (ck.dir_.size() > 1 && ck.dir_.back() == '/') ck.dir_.pop_back();
+  ck.config_ = load_qwen35_config(dir);
+  ck.store_ = TensorStore::open(dir);
+  const std::vector<std::string> names = ck.store_.names();
+
+  std::string why;
+  auto layout = detect_layout(names, &why);
+  if (!layout) fail("{}: cannot detect the checkpoint layout: {}", ck.dir_, why);
+  ck.layout_ = *layout;
+
+  // MTP: top-level mtp.* (all layouts), else language_model.mtp.*.
+  bool top = false, nested = false;
+  std::set<std::string> mtp_layer_ids;
+  for (const auto& n : names) {
+    if (starts_with(n, "mtp.")) top = true;
+    if (starts_with(n, "language_model.mtp.")) nested = true;
+  }
+  ck.mtp_prefix_ = (!top && nested) ? "language_model.mtp." : "mtp.";
+  const std::string layers_prefix = ck.mtp_prefix_ + "layers.";
+  for (const auto& n : names) {
+    if (!starts_with(n, layers_prefix)) continue;
+    std::string rest = n.substr(layers_prefix.size());
+    std::string id = rest.substr(0, rest.find('.'));
+    if (!id.empty() && id.find_first_not_of("0123456789") == std::string::npos) mtp_layer_ids.insert(id);
+  }
+  if (!top && !nested) {
+    ck.mtp_layers_ = 0;  // no MTP tensors at all: no head, whatever the config says
+  } else if (ck.config_.mtp_num_hidden_layers >= 0) {
+    ck.mtp_layers_ = ck.config_.mtp_num_hidden_layers;
+  } else {
+    ck.mtp_layers_ = static_cast<int>(mtp_layer_ids.size());
+  }
+
+  // Norm convention from the first linear-attention layer's conv1d shape.
+  ck.norms_shifted_ = ck.layout_ == Layout::Mlx;
+  const int64_t K = ck.config_.linear_conv_kernel_dim;
+  for (int i = 0; i < ck.config_.num_hidden_layers; ++i) {
+    if (ck.config_.full_attention[size_t(i)]) continue;
+    const TensorView* t =
+        ck.store_.find(ck.stored_name("layers." + std::to_string(i) + ".linear_attn.conv1d") + ".weight");
+    if (t && t->shape.size() == 3 && K != 1) {
+      if (t->shape[1] == 1 && t->shape[2] == K) ck.norms_shifted_ = false;
+      if (t->shape[1] == K && t->shape[2] == 1) ck.norms_shifted_ = true;
+    }
+    break;
+  }
+  return ck;
+}
+
+std::string Qwen35Checkpoint::stored_name(const std::string& logical) const {
+  if (starts_with(logical, "mtp.")) return mtp_prefix_ + logical.substr(4);
+  if (logical == "lm_head" || starts_with(logical, "lm_head.")) return layout_head(layout_) + logical.substr(7);
+  return layout_prefix(layout_) + logical;
+}
+
+std::optional<std::string> Qwen35Checkpoint::logical_name(const std::string& stored) const {
+  if (starts_with(stored, mtp_prefix_)) return "mtp." + stored.substr(mtp_prefix_.size());
+  const std::string head = layout_head(layout_);
+  if (stored == head || starts_with(stored, head + ".")) return "lm_head" + stored.substr(head.size());
+  const std::string prefix = layout_prefix(layout_);
+  if (starts_with(stored, prefix)) {
+    std::string rest = stored.substr(prefix.size());
+    if (layout_ == Layout::CausalLM && starts_with(rest, "language_model.")) return std::nullopt;
+    if (starts_with(rest, "visual.")) return std::nullopt;
+    return rest;
+  }
+  return std::nullopt;
+}
+
+bool Qwen35Checkpoint::has(const std::string& logical) const {
+  const std::string s = stored_name(logical);
+  return store_.find(s + ".weight") != nullptr || store_.find(s) != nullptr;
+}
+
+WeightRef Qwen35Checkpoint::matrix(const std::string& logical, int64_t rows, int64_t cols) const {
+  const std::string mod = stored_name(logical);
+  WeightRef w;
+  w.name = mod + ".weight";
+  w.rows = rows;
+  w.cols = cols;
+  if (rows <= 0 || cols <= 0) fail("{}: tensor '{}': requested shape [{}, {}] is not positive", dir_, w.name, rows, cols);
+  w.weight = store_.find(w.name);
+  if (!w.weight) fail("{}: missing tensor '{}'", dir_, w.name);
+  const TensorView* scales = store_.find(mod + ".scales");
+  if (!scales) {
+    if (!is_float_dtype(w.weight->dtype)) {
+      if (w.weight->dtype == DType::U32)
+        fail("{}: tensor '{}': dtype U32 (quantized?) but there is no '{}.scales'", dir_, w.name, mod);
+      fail("{}: tensor '{}': dtype {}, expected F32, BF16 or F16", dir_, w.name, dtype_name(w.weight->dtype));
+    }
+    const std::vector<int64_t> want{rows, cols};
+    if (w.weight->shape != want)
+      fail("{}: tensor '{}': shape {}, expected {}", dir_, w.name, shape_str(w.weight->shape), shape_str(want));
+    return w;
+  }
+
+  // MLX affine.
+  if (!config_.quant.present)
+    fail("{}: tensor '{}.scales' is stored but config.json has no 'quantization' (bits, group_size)", dir_, mod);
+  auto q = config_.quant.for_module(mod);
+  if (!q) fail("{}: tensor '{}.scales' is stored but config.json's quantization marks '{}' as not quantized", dir_, mod, mod);
+  w.quant = *q;
+  w.scales = scales;
+  w.biases = store_.find(mod + ".biases");
+  if (!w.biases) fail("{}: missing tensor '{}.biases'", dir_, mod);
+  if (w.weight->dtype != DType::U32)
+    fail("{}: tensor '{}': dtype {}, expected U32 (packed {}-bit, '{}.scales' is stored)", dir_, w.name,
+         dtype_name(w.weight->dtype), q->bits, mod);
+  if (cols % q->group_size != 0)
+    fail("{}: tensor '{}': {} input columns are not a multiple of the group size {}", dir_, w.name, cols,
+         q->group_size);
+  const std::vector<int64_t> packed{rows, cols * q->bits / 32};
+  if (w.weight->shape != packed)
+    fail("{}: tensor '{}': shape {}, expected {} ({}-bit packing of [{}, {}])", dir_, w.name,
+         shape_str(w.weight->shape), shape_str(packed), q->bits, rows, cols);
+  const std::vector<int64_t> groups{rows, cols / q->group_size};
+  for (const TensorView* t : {w.scales, w.biases}) {
+    if (!is_float_dtype(t->dtype))
+      fail("{}: tensor '{}': dtype {}, expected F32, BF16 or F16", dir_, t->name, dtype_name(t->dtype));
+    if (t->shape != groups)
+      fail("{}: tensor '{}': shape {}, expected {} (group size {} over [{}, {}])", dir_, t->name,
+           shape_str(t->shape), shape_str(groups), q->group_size, rows, cols);
+  }
+  return w;
+}
+
+WeightRef Qwen35Checkpoint::lm_head() const {
+  const int64_t V = config_.vocab_size, H = config_.hidden_size;
+  if (store_.find(stored_name("lm_head") + ".weight")) return matrix("lm_head", V, H);
+  return matrix("embed_tokens", V, H);
+}
+
+namespace {
+
+// A float tensor of `size` elements with the given shape, as fp32.
+std::vector<float> read_floats(const std::string& dir, const TensorView& t, const std::vector<int64_t>& want) {
+  if (!is_float_dtype(t.dtype))
+    fail("{}: tensor '{}': dtype {}, expected F32, BF16 or F16", dir, t.name, dtype_name(t.dtype));
+  if (t.shape != want) fail("{}: tensor '{}': shape {}, expected {}", dir, t.name, shape_str(t.shape), shape_str(want));
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = load_float(t.dtype, t.data, i);
+  return out;
+}
+
+}  // namespace
+
+std::vector<float> Qwen35Checkpoint::norm(const std::string& logical, int64_t size, bool one_plus) const {
+  const std::string name = stored_name(logical) + ".weight";
+  const TensorView* t = store_.find(name);
+  if (!t) fail("{}: missing tensor '{}'", dir_, name);
+  std::vector<float> g = read_floats(dir_, *t, {size});
+  if (one_plus && !norms_shifted_)
+    for (float& x : g) x = 1.0f + x;
+  return g;
+}
+
+std::vector<float> Qwen35Checkpoint::vector(const std::string& logical, int64_t size) const {
+  const std::string bare = stored_name(logical);
+  const TensorView* t = store_.find(bare);
+  if (!t) t = store_.find(bare + ".weight");
+  if (!t) fail("{}: missing tensor '{}'", dir_, bare);
+  return read_floats(dir_, *t, {size});
+}
+
+std::vector<float> Qwen35Checkpoint::conv1d(const std::string& logical, int64_t channels, int64_t kernel) const {
+  const std::string name = stored_name(logical) + ".weight";
+  const TensorView* t = store_.find(name);
+  if (!t) fail("{}: missing tensor '{}'", dir_, name);
+  // [C, 1, K] and [C, K, 1] hold the same bytes in the same order.
+  const std::vector<int64_t> hf{channels, 1, kernel}, mlx{channels, kernel, 1};
+  if (t->shape != hf && t->shape != mlx)
+    fail("{}: tensor '{}': shape {}, expected {} (HF) or {} (mlx)", dir_, name, shape_str(t->shape), shape_str(hf),
+         shape_str(mlx));
+  return read_floats(dir_, *t, t->shape);
+}
+
+void Qwen35Checkpoint::validate() const {
+  const Qwen35Config& c = config_;
+  const int64_t H = c.hidden_size, I = c.intermediate_size, hd = c.head_dim;
+  const int64_t Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, Hv = c.linear_num_value_heads;
+  auto full_attention = [&](const std::string& p) {
+    matrix(p + ".self_attn.q_proj", Hq * hd * 2, H);
+    matrix(p + ".self_attn.k_proj", Hkv * hd, H);
+    matrix(p + ".self_attn.v_proj", Hkv * hd, H);
+    matrix(p + ".self_attn.o_proj", H, Hq * hd);
+    norm(p + ".self_attn.q_norm", hd, true);
+    norm(p + ".self_attn.k_norm", hd, true);
+  };
+  auto layer = [&](const std::string& p, bool full) {
+    norm(p + ".input_layernorm", H, true);
+    norm(p + ".post_attention_layernorm", H, true);
+    if (full) {
+      full_attention(p);
+    } else {
+      const std::string g = p + ".linear_attn";
+      matrix(g + ".in_proj_qkv", c.conv_dim(), H);
+      matrix(g + ".in_proj_z", c.value_dim(), H);
+      matrix(g + ".in_proj_b", Hv, H);
+      matrix(g + ".in_proj_a", Hv, H);
+      matrix(g + ".out_proj", H, c.value_dim());
+      conv1d(g + ".conv1d", c.conv_dim(), c.linear_conv_kernel_dim);
+      vector(g + ".A_log", Hv);
+      vector(g + ".dt_bias", Hv);
+      norm(g + ".norm", c.linear_value_head_dim, false);
+    }
+    matrix(p + ".mlp.gate_proj", I, H);
+    matrix(p + ".mlp.up_proj", I, H);
+    matrix(p + ".mlp.down_proj", H, I);
+  };
+  matrix("embed_tokens", c.vocab_size, H);
+  for (int i = 0; i < c.num_hidden_layers; ++i) layer("layers." + std::to_string(i), c.full_attention[size_t(i)]);
+  norm("norm", H, true);
+  lm_head();
+  if (mtp_layers_ > 0) {
+    matrix("mtp.fc", H, 2 * H);
+    norm("mtp.pre_fc_norm_embedding", H, true);
+    norm("mtp.pre_fc_norm_hidden", H, true);
+    for (int i = 0; i < mtp_layers_; ++i) layer("mtp.layers." + std::to_string(i), true);
+    norm("mtp.norm", H, true);
+  }
+}
+
+void dequantize_row(const WeightRef& w, int64_t row, float* out) {
+  if (!w.weight) fail("dequantize_row: empty weight");
+  if (row < 0 || row >= w.rows) fail("{}: row {} out of range [0, {})", w.name, row, w.rows);
+  const size_t cols = static_cast<size_t>(w.cols);
+  if (!w.quantized()) {
+    const size_t base = static_cast<size_t>(row) * cols;
+    for (size_t c = 0; c < cols; ++c) out[c] = load_float(w.weight->dtype, w.weight->data, base + c);
+    return;
+  }
+  const int bits = w.quant.bits;
+  const size_t group = static_cast<size_t>(w.quant.group_size);
+  const size_t per_word = 32 / static_cast<size_t>(bits);
+  const uint32_t mask = (1u << bits) - 1u;
+  const size_t words = cols / per_word, groups = cols / group;
+  const uint8_t* packed = w.weight->data + static_cast<size_t>(row) * words * 4;
+  const size_t g0 = static_cast<size_t>(row) * groups;
+  for (size_t g = 0; g < groups; ++g) {
+    const float s = load_float(w.scales->dtype, w.scales->data, g0 + g);
+    const float b = load_float(w.biases->dtype, w.biases->data, g0 + g);
+    for (size_t c = g * group; c < (g + 1) * group; c += per_word) {
+      uint32_t word = load_unaligned<uint32_t>(packed + (c / per_word) * 4);
+      for (size_t j = 0; j < per_word; ++j) {
+        const float q = static_cast<float>((word >> (j * bits)) & mask);
+        const float sq = s * q;
+        out[c + j] = sq + b;
+      }
+    }
+  }
+}
+
+}  // namespace nextn
