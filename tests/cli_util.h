@@ -1,0 +1,64 @@
+// Runs the built `nextn` binary and captures exit code, stdout and stderr.
+#pragma once
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace nextn::test {
+
+struct CliResult {
+  int code = -1;
+  std::string out, err;
+  // stderr lines (without the trailing newline).
+  std::vector<std::string> err_lines() const {
+    std::vector<std::string> lines;
+    std::istringstream s(err);
+    for (std::string l; std::getline(s, l);) lines.push_back(l);
+    return lines;
+  }
+};
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// `args` is appended to the binary path as-is (quote it yourself).
+inline CliResult run_cli(const std::string& args, const std::string& env = "") {
+  static int counter = 0;
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("nextn-cli-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  std::filesystem::create_directories(dir);
+  const std::string out = (dir / "out").string(), err = (dir / "err").string();
+  const std::string cmd = env + " " + NEXTN_BINARY + " " + args + " >" + out + " 2>" + err;
+  const int status = std::system(cmd.c_str());
+  CliResult r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_file(out);
+  r.err = read_file(err);
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+// A fresh temporary directory, removed by the destructor.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    static int n = 0;
+    path = std::filesystem::temp_directory_path() /
+           ("nextn-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string str() const { return path.string(); }
+};
+
+}  // namespace nextn::test
