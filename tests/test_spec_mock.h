@@ -34,6 +34,7 @@ struct MockOptions {
   int mtp_layers = 1;
   uint64_t mtp_salt = 7;      // which MTP entries are corrupted
   int mtp_wrong_every = 3;    // an entry is corrupted when hash(p, salt) % this == 0 (0: never)
+  bool inexact_fused = false;  // a planted backend bug: the fused arm's last row of a 3+ row call is off by one
 };
 
 class MockRuntime final : public ModelRuntime {
@@ -76,6 +77,7 @@ class MockRuntime final : public ModelRuntime {
   void head_argmax_fused(int first, int count, int32_t* out) override {
     need(first >= 0 && count >= 0 && first + count <= last_T_, "head_argmax_fused: rows");
     for (int r = 0; r < count; ++r) out[r] = int32_t(rows_[size_t(first + r)] % uint64_t(o_.vocab));
+    if (o_.inexact_fused && count >= 3) out[count - 1] = (out[count - 1] + 1) % o_.vocab;
     head_rows += count;
   }
   int head_walk(std::span<const int32_t> drafts, int32_t* out) override {

@@ -23,12 +23,11 @@
 #include <string>
 #include <vector>
 
+#include "model/runtime.h"
 #include "spec/drafter.h"
 #include "spec/verify.h"
 
 namespace nextn {
-
-class ModelRuntime;
 
 enum class DraftKind { None, Mtp, Oracle };
 const char* draft_kind_name(DraftKind d);

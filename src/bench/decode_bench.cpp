@@ -1,0 +1,61 @@
+#include "bench/decode_bench.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace nextn::bench {
+
+std::vector<int32_t> synthetic_prompt(int len, int vocab) {
+  std::vector<int32_t> p(size_t(std::max(0, len)));
+  for (int i = 0; i < len; ++i) p[size_t(i)] = int32_t((int64_t(i) * 7919 + 13) % vocab);
+  return p;
+}
+
+DecodeBenchReport run_decode_bench(const RuntimeFactory& factory, int vocab, const DecodeBenchOptions& o) {
+  if (o.prompt_len < 1) fail("--prompt-len {} must be at least 1", o.prompt_len);
+  if (o.max_new_tokens < 2) fail("-n {}: a decode benchmark needs at least 2 tokens", o.max_new_tokens);
+  if (o.repeats < 1) fail("--repeats {} must be at least 1", o.repeats);
+  const auto prompt = synthetic_prompt(o.prompt_len, vocab);
+  const int cap = runtime_capacity(o.prompt_len, o.max_new_tokens, 1);
+  DecodeBenchReport r;
+  for (int rep = -1; rep < o.repeats; ++rep) {  // rep -1: warm-up, discarded
+    GenerateResult g;
+    {
+      auto rt = factory(cap);
+      g = greedy_generate(*rt, prompt, o.max_new_tokens, /*ignore_eos=*/true);
+    }
+    if (rep < 0) continue;
+    r.generated = g.stats.generated;
+    r.prefill_tps.push_back(g.stats.prefill_tokens_per_second());
+    r.decode_tps.push_back(g.stats.tokens_per_second());
+    r.prefill_ms.push_back(g.stats.prefill_ms);
+    r.decode_ms_per_token.push_back(g.stats.decode_ms / double(std::max(1, g.stats.generated - 1)));
+  }
+  r.prefill = summarize(r.prefill_tps);
+  r.decode = summarize(r.decode_tps);
+  r.prefill_time = summarize(r.prefill_ms);
+  r.per_token = summarize(r.decode_ms_per_token);
+  return r;
+}
+
+std::string decode_table_text(const DecodeBenchReport& r, const DecodeBenchOptions& o) {
+  std::string s = fmt::format("median [min, max] over {} repeats (1 warm-up discarded); prompt {} tokens, {} generated\n",
+                              o.repeats, o.prompt_len, r.generated);
+  s += fmt::format("  prefill tokens/s  {:>32}   ({} ms)\n", format_summary(r.prefill, 1), format_summary(r.prefill_time, 3));
+  s += fmt::format("  decode tokens/s   {:>32}   ({} ms/token)\n", format_summary(r.decode, 1),
+                   format_summary(r.per_token, 4));
+  return s;
+}
+
+nlohmann::ordered_json decode_report_json(const DecodeBenchReport& r, const DecodeBenchOptions& o) {
+  nlohmann::ordered_json j;
+  j["settings"] = {{"prompt_len", o.prompt_len}, {"max_new_tokens", o.max_new_tokens}, {"repeats", o.repeats}};
+  j["prefill_tokens_per_second"] = summary_json(r.prefill);
+  j["decode_tokens_per_second"] = summary_json(r.decode);
+  j["prefill_ms"] = summary_json(r.prefill_time);
+  j["decode_ms_per_token"] = summary_json(r.per_token);
+  return j;
+}
+
+}  // namespace nextn::bench

@@ -1,0 +1,33 @@
+// `nextn bench decode`: prefill and plain greedy decode rates through the
+// production generate path, medians [min, max] over repeats (after one
+// discarded warm-up run), each run on a fresh runtime, EOS ignored.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench/stats.h"
+#include "spec/generate.h"
+
+namespace nextn::bench {
+
+struct DecodeBenchOptions {
+  int prompt_len = 64;
+  int max_new_tokens = 64;
+  int repeats = 5;
+};
+
+struct DecodeBenchReport {
+  std::vector<double> prefill_tps, decode_tps, prefill_ms, decode_ms_per_token;
+  Summary prefill, decode, prefill_time, per_token;
+  int generated = 0;
+};
+
+// A deterministic synthetic prompt of `len` ids inside [0, vocab).
+std::vector<int32_t> synthetic_prompt(int len, int vocab);
+
+DecodeBenchReport run_decode_bench(const RuntimeFactory& factory, int vocab, const DecodeBenchOptions& o);
+std::string decode_table_text(const DecodeBenchReport& r, const DecodeBenchOptions& o);
+nlohmann::ordered_json decode_report_json(const DecodeBenchReport& r, const DecodeBenchOptions& o);
+
+}  // namespace nextn::bench
