@@ -1,0 +1,175 @@
+// Gated full attention over the KV cache (model-spec A.5), for 1..64 queries.
+//
+// attn_prepare: per (head, token) RMSNorm of q and k, partial rotate-half
+// RoPE at the token's absolute position, K/V stored into the cache.
+// attention: keys split at fixed 256-key boundaries counted from key 0, one
+// partial (max, sum, weighted values) per split computed in a fixed order,
+// then the splits combined in split order. A query's result depends only on
+// its position and the cache, never on how many queries share the launch.
+#include "backend/cuda/check.h"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace nextn::cuda {
+namespace {
+
+constexpr int kMaxHeadDim = 256;
+constexpr int kAttnThreads = 128;
+
+template <typename TX>
+__global__ void __launch_bounds__(kMaxHeadDim) attn_prepare_kernel(AttnShape a, const float* proj, int ld,
+                                                                   const float* q_norm, const float* k_norm,
+                                                                   const float* inv_freq, const int* pos0,
+                                                                   float* qout, TX* kc, TX* vc) {
+  __shared__ float scratch[32];
+  __shared__ float xn[kMaxHeadDim];
+  const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x, hd = a.hd;
+  const int pos = *pos0 + t;
+  const bool is_q = h < a.Hq;
+  const float* row = proj + size_t(t) * ld;
+  const float* src = is_q ? row + size_t(h) * 2 * hd : row + size_t(a.Hq) * 2 * hd + size_t(h - a.Hq) * hd;
+  const float v = src[d];
+  const float ss = block_sum(mul_rn(v, v), scratch);
+  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(add_rn(__fdiv_rn(ss, float(hd)), a.eps)));
+  xn[d] = mul_rn(mul_rn(v, inv), (is_q ? q_norm : k_norm)[d]);
+  __syncthreads();
+  float out = xn[d];
+  const int half = a.rd / 2;
+  if (d < a.rd) {  // rotate-half inside the first rd dims: pairs (i, i + rd/2)
+    const int i = d < half ? d : d - half;
+    const float angle = mul_rn(inv_freq[i], float(pos));
+    const float c = cosf(angle), s = sinf(angle);
+    out = d < half ? __fsub_rn(mul_rn(xn[d], c), mul_rn(xn[d + half], s))
+                   : add_rn(mul_rn(xn[d], c), mul_rn(xn[d - half], s));
+  }
+  if (is_q) {
+    qout[(size_t(t) * a.Hq + h) * hd + d] = out;
+  } else {
+    const int j = h - a.Hq;
+    const size_t at = (size_t(pos) * a.Hkv + j) * hd + d;
+    kc[at] = from_f32<TX>(out);
+    vc[at] = from_f32<TX>(row[size_t(a.Hq) * 2 * hd + size_t(a.Hkv) * hd + size_t(j) * hd + d]);
+  }
+}
+
+// Block (slot, head, token) handles splits slot, slot + gridDim.x, ... of
+// that query's keys [0, pos + t]. Partial layout: [T][Hq][max_splits][hd + 2]
+// = (max, sum, acc[hd]).
+template <typename TX>
+__global__ void __launch_bounds__(kAttnThreads) attn_split_kernel(AttnShape a, const float* q, const TX* kc,
+                                                                  const TX* vc, const int* pos0, int max_splits,
+                                                                  float scale, float* partial) {
+  __shared__ float qs[kMaxHeadDim];
+  __shared__ float sc[kAttnSplit];
+  __shared__ float scratch[32];
+  const int h = blockIdx.y, t = blockIdx.z, hd = a.hd;
+  const int kvh = h / (a.Hq / a.Hkv);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = kAttnThreads / 32;
+  const int nk = *pos0 + t + 1;
+  const int nsplit = (nk + kAttnSplit - 1) / kAttnSplit;
+  if (int(blockIdx.x) >= nsplit) return;
+  for (int d = threadIdx.x; d < hd; d += kAttnThreads) qs[d] = q[(size_t(t) * a.Hq + h) * hd + d];
+  for (int s = blockIdx.x; s < nsplit; s += gridDim.x) {
+    const int k0 = s * kAttnSplit, n = min(kAttnSplit, nk - k0);
+    __syncthreads();  // qs loaded; sc free from the previous split
+    for (int j = warp; j < n; j += nwarps) {
+      const TX* kr = kc + (size_t(k0 + j) * a.Hkv + kvh) * hd;
+      float acc = 0.0f;
+      for (int d = lane; d < hd; d += 32) acc = add_rn(acc, mul_rn(qs[d], to_f32(kr[d])));
+      acc = warp_sum(acc);
+      if (lane == 0) sc[j] = mul_rn(acc, scale);
+    }
+    __syncthreads();
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < n; j += kAttnThreads) m = fmaxf(m, sc[j]);
+    m = block_max(m, scratch);
+    float l = 0.0f;
+    for (int j = threadIdx.x; j < n; j += kAttnThreads) {
+      const float p = expf(__fsub_rn(sc[j], m));
+      sc[j] = p;
+      l = add_rn(l, p);
+    }
+    l = block_sum(l, scratch);  // its barriers also publish sc
+    float* out = partial + ((size_t(t) * a.Hq + h) * max_splits + s) * (hd + 2);
+    if (threadIdx.x == 0) {
+      out[0] = m;
+      out[1] = l;
+    }
+    for (int d = threadIdx.x; d < hd; d += kAttnThreads) {
+      float acc = 0.0f;
+      const TX* vr = vc + (size_t(k0) * a.Hkv + kvh) * hd + d;
+      for (int j = 0; j < n; ++j) acc = add_rn(acc, mul_rn(sc[j], to_f32(vr[size_t(j) * a.Hkv * hd])));
+      out[2 + d] = acc;
+    }
+  }
+}
+
+// Block (head, token): combine the splits in split order, divide, gate.
+template <typename TX>
+__global__ void __launch_bounds__(kMaxHeadDim) attn_combine_kernel(AttnShape a, const float* partial, int max_splits,
+                                                                   const float* proj, int ld, const int* pos0,
+                                                                   TX* out) {
+  const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x, hd = a.hd;
+  const int nk = *pos0 + t + 1;
+  const int nsplit = (nk + kAttnSplit - 1) / kAttnSplit;
+  const float* base = partial + (size_t(t) * a.Hq + h) * max_splits * (hd + 2);
+  float M = -INFINITY;
+  for (int s = 0; s < nsplit; ++s) M = fmaxf(M, base[size_t(s) * (hd + 2)]);
+  float L = 0.0f, O = 0.0f;
+  for (int s = 0; s < nsplit; ++s) {
+    const float* p = base + size_t(s) * (hd + 2);
+    const float e = expf(__fsub_rn(p[0], M));
+    L = add_rn(L, mul_rn(p[1], e));
+    O = add_rn(O, mul_rn(p[2 + d], e));
+  }
+  const float gate = proj[size_t(t) * ld + size_t(h) * 2 * hd + hd + d];
+  out[size_t(t) * a.Hq * hd + size_t(h) * hd + d] = from_f32<TX>(mul_rn(__fdiv_rn(O, L), sigmoid(gate)));
+}
+
+int max_splits_for(int max_tokens) { return ceil_div(max_tokens, kAttnSplit); }
+
+}  // namespace
+
+int64_t attn_partial_floats(const AttnShape& a, int max_tokens) {
+  return int64_t(kMaxRows) * a.Hq * max_splits_for(max_tokens) * (a.hd + 2);
+}
+
+void attn_prepare(const AttnShape& a, const float* proj, int ld, int T, const float* q_norm, const float* k_norm,
+                  const float* inv_freq, const int* pos, float* qout, void* kcache, void* vcache, Act act,
+                  cudaStream_t s) {
+  const dim3 grid(unsigned(a.Hq + a.Hkv), unsigned(T));
+  if (act == Act::BF16)
+    attn_prepare_kernel<bf16><<<grid, a.hd, 0, s>>>(a, proj, ld, q_norm, k_norm, inv_freq, pos, qout,
+                                                    static_cast<bf16*>(kcache), static_cast<bf16*>(vcache));
+  else
+    attn_prepare_kernel<float><<<grid, a.hd, 0, s>>>(a, proj, ld, q_norm, k_norm, inv_freq, pos, qout,
+                                                     static_cast<float*>(kcache), static_cast<float*>(vcache));
+  CUDA_CHECK_LAUNCH("attn_prepare_kernel");
+}
+
+void attention(const AttnShape& a, const float* q, const void* kcache, const void* vcache, Act act,
+               const float* proj, int ld, int T, const int* pos, int max_tokens, float* partial, void* out,
+               cudaStream_t s) {
+  const int max_splits = max_splits_for(max_tokens);
+  // Slots per (head, token): a function of the cache size only.
+  const dim3 grid(unsigned(std::min(max_splits, 16)), unsigned(a.Hq), unsigned(T));
+  const float scale = 1.0f / sqrtf(float(a.hd));
+  if (act == Act::BF16)
+    attn_split_kernel<bf16><<<grid, kAttnThreads, 0, s>>>(a, q, static_cast<const bf16*>(kcache),
+                                                          static_cast<const bf16*>(vcache), pos, max_splits, scale,
+                                                          partial);
+  else
+    attn_split_kernel<float><<<grid, kAttnThreads, 0, s>>>(a, q, static_cast<const float*>(kcache),
+                                                           static_cast<const float*>(vcache), pos, max_splits, scale,
+                                                           partial);
+  CUDA_CHECK_LAUNCH("attn_split_kernel");
+  const dim3 grid2(unsigned(a.Hq), unsigned(T));
+  if (act == Act::BF16)
+    attn_combine_kernel<bf16><<<grid2, a.hd, 0, s>>>(a, partial, max_splits, proj, ld, pos, static_cast<bf16*>(out));
+  else
+    attn_combine_kernel<float><<<grid2, a.hd, 0, s>>>(a, partial, max_splits, proj, ld, pos,
+                                                      static_cast<float*>(out));
+  CUDA_CHECK_LAUNCH("attn_combine_kernel");
+}
+
+}  // namespace nextn::cuda

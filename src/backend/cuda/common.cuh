@@ -1,0 +1,99 @@
+// Shared device helpers for the CUDA kernels: activation types, fixed-order
+// reductions. Every reduction here has a fixed shape (a butterfly over a
+// warp, then warps in index order), so its result never depends on how many
+// rows or tokens a launch covers.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace nextn::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// Activation element: bf16 (the default mode) or float (fp32-activation mode).
+template <typename T>
+__device__ __forceinline__ float to_f32(T v);
+template <>
+__device__ __forceinline__ float to_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float to_f32<bf16>(bf16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ bf16 from_f32<bf16>(float v) { return __float2bfloat16_rn(v); }
+
+// Plain IEEE operations without contraction, where the CPU reference's
+// rounding is to be mirrored exactly.
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+
+__device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, add_rn(1.0f, expf(-x))); }
+__device__ __forceinline__ float sigmoid(float x) { return __fdiv_rn(1.0f, add_rn(1.0f, expf(-x))); }
+__device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// Butterfly sum over the 32 lanes; every lane gets the same bits.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = add_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Block-wide sum with a fixed shape: butterfly in each warp, then the warp
+// sums in warp order. `scratch` holds at least 32 floats; all threads of
+// the block must call it; every thread gets the result.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float s = 0.0f;
+  for (int w = 0; w < nwarps; ++w) s = add_rn(s, scratch[w]);
+  return s;
+}
+
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float m = scratch[0];
+  for (int w = 1; w < nwarps; ++w) m = fmaxf(m, scratch[w]);
+  return m;
+}
+
+// (value, index) with "greater value, then lower index" as a total order:
+// the result of a reduction does not depend on its order. NaN loses.
+struct ArgMax {
+  float v;
+  int i;
+};
+__device__ __forceinline__ bool argmax_better(float va, int ia, float vb, int ib) {
+  if (va != va) return false;
+  if (vb != vb) return true;
+  return va > vb || (va == vb && ia < ib);
+}
+__device__ __forceinline__ ArgMax warp_argmax(ArgMax a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_xor_sync(0xffffffffu, a.v, o);
+    const int i = __shfl_xor_sync(0xffffffffu, a.i, o);
+    if (argmax_better(v, i, a.v, a.i)) a = {v, i};
+  }
+  return a;
+}
+
+inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+}  // namespace nextn::cuda

@@ -1,0 +1,50 @@
+// Row gathers: the embedding lookup (dense or quantized rows, dequantized
+// to the fp32 residual stream) and copies of hidden rows into a matmul
+// input with zero padding.
+#include "backend/cuda/check.h"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/weights.cuh"
+
+namespace nextn::cuda {
+namespace {
+
+template <WKind WK>
+__global__ void __launch_bounds__(256) embed_kernel(DevMatrix E, const int32_t* tokens, float* x, int ldx) {
+  const int t = blockIdx.x;
+  const int tok = tokens[t];
+  for (int c = threadIdx.x; c < E.cols; c += blockDim.x)
+    x[size_t(t) * ldx + c] = weight_at<WK>(E.w, E.scales, E.biases, E.cols, E.group, tok, c);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) gather_kernel(const T* src, int n, const int* first, const int* n_real, T* dst) {
+  const int r = blockIdx.x;
+  const bool real = r < *n_real;
+  const T* s = src + size_t(*first + (real ? r : 0)) * n;
+  for (int c = threadIdx.x; c < n; c += blockDim.x) dst[size_t(r) * n + c] = real ? s[c] : from_f32<T>(0.0f);
+}
+
+}  // namespace
+
+void embed_rows(const DevMatrix& E, const int32_t* tokens, int T, float* x, int ldx, cudaStream_t s) {
+  switch (E.kind) {
+    case WKind::F32: embed_kernel<WKind::F32><<<T, 256, 0, s>>>(E, tokens, x, ldx); break;
+    case WKind::BF16: embed_kernel<WKind::BF16><<<T, 256, 0, s>>>(E, tokens, x, ldx); break;
+    case WKind::Q4: embed_kernel<WKind::Q4><<<T, 256, 0, s>>>(E, tokens, x, ldx); break;
+    case WKind::Q8: embed_kernel<WKind::Q8><<<T, 256, 0, s>>>(E, tokens, x, ldx); break;
+  }
+  CUDA_CHECK_LAUNCH("embed_kernel");
+}
+
+void gather_rows(const void* src, int n, const int* first, const int* n_real, int width, void* dst, Act act,
+                 cudaStream_t s) {
+  if (act == Act::BF16)
+    gather_kernel<bf16><<<width, 256, 0, s>>>(static_cast<const bf16*>(src), n, first, n_real, static_cast<bf16*>(dst));
+  else
+    gather_kernel<float><<<width, 256, 0, s>>>(static_cast<const float*>(src), n, first, n_real,
+                                                static_cast<float*>(dst));
+  CUDA_CHECK_LAUNCH("gather_kernel");
+}
+
+}  // namespace nextn::cuda

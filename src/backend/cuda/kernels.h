@@ -1,0 +1,155 @@
+// Host-callable launchers for the CUDA kernels (plain C++: the runtime in
+// qwen35.cpp and the tests in tests/test_cuda_*.cpp are compiled by the host
+// compiler and reach the kernels only through these).
+//
+// Conventions: every pointer is device memory; every launch goes to the
+// given stream and is checked; nothing here synchronizes, so each launcher
+// can be captured into a CUDA graph. Values that change from step to step
+// (positions, the GDN buffer parity, row offsets) are read from device
+// memory (`const int*`), never baked into a launch.
+//
+// Activations: `Act::BF16` (the default mode: matmul operands, KV cache and
+// norm outputs in bf16; residual stream, matmul outputs and GDN state fp32)
+// or `Act::F32` (everything fp32, matmuls on CUDA cores).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace nextn::cuda {
+
+enum class Act : int { BF16 = 0, F32 = 1 };
+inline int act_size(Act a) { return a == Act::BF16 ? 2 : 4; }
+
+enum class WKind : int { F32 = 0, BF16 = 1, Q4 = 2, Q8 = 3 };
+
+// A weight matrix [rows][cols] (out features, in features) on the device.
+// F32/BF16: `w` is row-major [rows][cols]. Q4/Q8: `w` is MLX's packed u32
+// [rows][cols*bits/32] (element 32/bits*m+j of a row in bits [bits*j,
+// bits*(j+1)) of word m) and scales/biases are fp32 [rows][cols/group].
+struct DevMatrix {
+  WKind kind = WKind::BF16;
+  int rows = 0, cols = 0, group = 0;
+  const void* w = nullptr;
+  const float* scales = nullptr;
+  const float* biases = nullptr;
+  int splits = 1;  // split-K factor: a function of (rows, cols) only, set by choose_splits
+};
+
+// The matmul family's shape rules (the only inputs are the matrix shape).
+constexpr int kMaxRows = 64;     // tokens per matmul call (padded to 8 inside)
+constexpr int kTileM = 64;       // output features per block
+constexpr int kChunkK = 128;     // k per main-loop step; split boundaries are multiples of it
+int choose_splits(int rows, int cols);
+// fp32 scratch a split-K call needs, in floats (0 when splits == 1).
+int64_t splitk_scratch_floats(const DevMatrix& m);
+// Checks the shape limits of the kernels (cols % 32 == 0, group >= 32); throws Error.
+void check_matrix(const DevMatrix& m, const char* name);
+
+// Y[t][n] (+)= sum_k X[t][k] * W[n][k], for t < T <= kMaxRows, n < rows.
+// X is [T][ldx] of type `act`; Y is fp32 [T][ldy]. With `accumulate` the
+// result is added to Y (the residual stream), once, after the full sum.
+// `scratch` holds splitk_scratch_floats(W) floats (may be null if 0).
+void matmul(const DevMatrix& W, const void* X, Act act, int T, int ldx, float* Y, int ldy, bool accumulate,
+            float* scratch, cudaStream_t s);
+
+// Projection with the argmax fused in: out[t] = argmax_n (X[t] . W[n]),
+// lowest index on ties; logits are never written. Requires W.splits == 1.
+// `pairs` is scratch of argmax_pairs_size(W) (value, index) pairs.
+// If `stop` is non-null and *stop != 0 when the kernels start, they return
+// at once (the walk's device-side early exit).
+int64_t argmax_pairs_bytes(const DevMatrix& W);
+void matmul_argmax(const DevMatrix& W, const void* X, Act act, int T, int ldx, void* pairs, int32_t* out,
+                   const int* stop, cudaStream_t s);
+
+// The walk's compare step for row j: if *stop, nothing; else reduce the
+// pairs of row 0 of the last matmul_argmax into out[j], ++*count, and set
+// *stop when j == n_drafts or out[j] != drafts[j].
+void walk_compare(const DevMatrix& W, Act act, const void* pairs, int j, const int32_t* drafts, int n_drafts,
+                  int32_t* out, int* stop, int* count, cudaStream_t s);
+
+// The second pass of matmul_argmax: out[t] = best of pairs [T][n_blocks]
+// (skipped when *stop); and the walk's compare on row 0 of such pairs.
+void argmax_pairs(const void* pairs, int T, int n_blocks, int32_t* out, const int* stop, cudaStream_t s);
+void walk_compare_pairs(const void* pairs, int n_blocks, int j, const int32_t* drafts, int n_drafts, int32_t* out,
+                        int* stop, int* count, cudaStream_t s);
+
+// out[t] = argmax of logits row t ([T][ld] fp32), lowest index on ties.
+// `scratch` holds argmax_scratch_bytes(V) * T bytes.
+int64_t argmax_scratch_bytes(int V);
+void argmax_rows(const float* logits, int T, int V, int ld, void* scratch, int32_t* out, cudaStream_t s);
+
+// x[t][:] = row tokens[t] of the embedding E (dequantized), fp32, [T][ldx].
+void embed_rows(const DevMatrix& E, const int32_t* tokens, int T, float* x, int ldx, cudaStream_t s);
+
+// y = x / sqrt(mean(x^2) + eps) * gamma over rows of n elements; x of type
+// `in_act` ([rows][ldx]), y of type `out_act` ([rows][ldy]), written from row
+// *out_row0 on when out_row0 is non-null. gamma is the real multiplier.
+void rmsnorm(const void* x, Act in_act, int ldx, const float* gamma, float eps, int rows, int n, void* y,
+             Act out_act, int ldy, const int* out_row0, cudaStream_t s);
+
+// Gated attention, per-token half (model-spec A.5): q/k RMSNorm per head,
+// partial rotate-half RoPE at position *pos + t, K and V stored into the
+// cache rows *pos + t ([max][Hkv][hd] of type `act`), q into qout fp32
+// [T][Hq][hd]. proj is fp32 [T][ld] holding [q|gate interleaved per head
+// (Hq*2*hd) | k (Hkv*hd) | v (Hkv*hd)]. inv_freq: rd/2 floats.
+struct AttnShape {
+  int Hq, Hkv, hd, rd;
+  float eps;
+};
+void attn_prepare(const AttnShape& a, const float* proj, int ld, int T, const float* q_norm, const float* k_norm,
+                  const float* inv_freq, const int* pos, float* qout, void* kcache, void* vcache, Act act,
+                  cudaStream_t s);
+
+// Causal attention of T queries (absolute positions *pos + t) over cache
+// rows [0, *pos + t], keys split at fixed 256-key boundaries, the splits
+// combined in split order; then o * sigmoid(gate) into out ([T][Hq*hd] of
+// type `act`). gate is read from proj as in attn_prepare. `partial` holds
+// attn_partial_floats(a, max_tokens) floats.
+constexpr int kAttnSplit = 256;
+int64_t attn_partial_floats(const AttnShape& a, int max_tokens);
+void attention(const AttnShape& a, const float* q, const void* kcache, const void* vcache, Act act,
+               const float* proj, int ld, int T, const int* pos, int max_tokens, float* partial, void* out,
+               cudaStream_t s);
+
+// out[t][i] = silu(gu[t][i]) * gu[t][I + i], to type `act` ([T][ldo]).
+void swiglu(const float* gu, int ld, int I, int T, void* out, Act act, int ldo, cudaStream_t s);
+
+// ---- Gated DeltaNet (model-spec A.4) ----
+struct GdnShape {
+  int Hk, Hv, dk, dv, K;  // K: conv kernel size
+  float eps;
+  constexpr int conv_dim() const { return 2 * Hk * dk + Hv * dv; }
+};
+// One GDN layer's device pointers (a table of these lives in device memory).
+struct GdnLayer {
+  const float* proj;   // [rows][proj_ld]: mixed qkv (conv_dim) | z (Hv*dv) | b (Hv) | a (Hv), fp32
+  float* conv_out;     // [rows][conv_dim]: post-conv q | k | v (q, k l2-normalised; q scaled)
+  float* conv_state;   // 2 buffers of [K-1][conv_dim] pre-conv rows, oldest first
+  float* S;            // 2 buffers of [Hv][dk][dv] fp32
+  const float* conv_w; // [conv_dim][K]
+  const float* a_log;  // [Hv]
+  const float* dt_bias;
+  const float* norm_w; // [dv]
+  void* y;             // [rows][Hv*dv] of the activation type: gated-norm output
+  int proj_ld;
+};
+// Conv over T tokens: reads conv_state[*parity ^ invert] and proj rows,
+// writes conv_out (unless skip_out) and the new state into the other buffer.
+// With q/k l2norm (+ q scale) fused. One layer: table + layer.
+void gdn_conv(const GdnShape& g, const GdnLayer* table, int layer, int n_layers, int T, const int* parity,
+              int invert, bool skip_out, cudaStream_t s);
+// The recurrence token by token from S[*parity ^ invert] into S[other]; for
+// each token the gated RMSNorm output y (unless replay). Layers
+// [layer, layer + n_layers) of the table, one block per (value head, layer).
+void gdn_recurrence(const GdnShape& g, const GdnLayer* table, int layer, int n_layers, int T, const int* parity,
+                    int invert, bool replay, Act act, cudaStream_t s);
+
+// dst[r][:] = r < *n_real ? src[*first + r][:] : 0 for r < width, elements of `act`.
+void gather_rows(const void* src, int n, const int* first, const int* n_real, int width, void* dst, Act act,
+                 cudaStream_t s);
+
+// Device properties the kernels need (shared memory opt-in); call once per process.
+void init_kernels();
+
+}  // namespace nextn::cuda

@@ -1,0 +1,400 @@
+// The matmul family for 1..64 token rows: Y[t][n] = sum_k X[t][k] W[n][k].
+//
+// One tensor-core kernel (mma.sync m16n8k16, bf16 operands, fp32
+// accumulation) for bf16, MLX q4 and MLX q8 weights, plus a CUDA-core fp32
+// kernel for the fp32-activation mode. Batch invariance by construction
+// (docs/cuda-backend.md):
+//  - output features sit on the MMA's M side, tokens on its N side; a token
+//    occupies one column of one n8 fragment, and every column's sum runs
+//    through the same instructions in the same k order whatever the other
+//    columns hold or how many fragments a launch has (NF = ceil(T/8));
+//  - the tile (64 features x all tokens), the k step (128, tail 32) and the
+//    split-K factor are functions of the matrix shape only;
+//  - split-K partials are reduced in split order by a second kernel, never
+//    with atomics;
+//  - activations are rounded to bf16 by their producer, before the matmul.
+//
+// Operand layout without shuffles: in one 128-wide k step, lane (g, c)
+// (g = lane / 4, c = lane % 4) owns the 32 consecutive k of
+// [k0 + 32c, k0 + 32c + 32) for weight rows g and g + 8 and for each token
+// row g + 8f. Those 32 k are four 8-element pieces j, each feeding two
+// MMAs (h = 0, 1): elements 8j + 4h + {0,1} fill the MMA k-slots {2c, 2c+1}
+// and 8j + 4h + {2,3} the slots {2c+8, 2c+9}, for A and B alike. A fixed
+// permutation of k inside the step, the same for every launch: each lane
+// reads 16-byte runs of weights (or one packed u32 = 8 q4 values) and of
+// activations straight into fragment registers.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/weights.cuh"
+
+namespace nextn::cuda {
+namespace {
+
+struct MMParams {
+  const void* w;
+  const float* scales;
+  const float* biases;
+  int rows, cols, group, splits;
+  const void* x;
+  int ldx, T;
+  float* y;
+  int ldy;
+  float* partial;      // split-K: [splits][T][rows]
+  ArgMax* pairs;       // argmax epilogue: [T][gridDim.x]
+  const int* stop;     // argmax epilogue: early exit flag
+  int mode;            // OutMode for the kOut epilogue
+};
+
+// Epilogues: kOut writes the sums (store, accumulate or split-K partial, by
+// MMParams::mode); kArgmax reduces them to per-block (max, index) pairs.
+enum Epi : int { kOut = 0, kArgmax = 1 };
+enum OutMode : int { kStore = 0, kAccumulate = 1, kPartial = 2 };
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Eight q-bit values (element order = bit order) dequantized to 4 bf16 pairs.
+__device__ __forceinline__ uint4 dequant_q4(uint32_t word, float s, float b) {
+  uint32_t r[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float lo = fmaf(s, float((word >> (8 * e)) & 0xfu), b);
+    const float hi = fmaf(s, float((word >> (8 * e + 4)) & 0xfu), b);
+    r[e] = pack_bf16(lo, hi);
+  }
+  return make_uint4(r[0], r[1], r[2], r[3]);
+}
+__device__ __forceinline__ uint4 dequant_q8(uint32_t w0, uint32_t w1, float s, float b) {
+  uint32_t r[4];
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    r[e] = pack_bf16(fmaf(s, float((w0 >> (16 * e)) & 0xffu), b), fmaf(s, float((w0 >> (16 * e + 8)) & 0xffu), b));
+    r[2 + e] =
+        pack_bf16(fmaf(s, float((w1 >> (16 * e)) & 0xffu), b), fmaf(s, float((w1 >> (16 * e + 8)) & 0xffu), b));
+  }
+  return make_uint4(r[0], r[1], r[2], r[3]);
+}
+
+// Weight row `row`, k in [kspan, kspan + 8U), as U pieces of 8 bf16.
+template <WKind WK, int U>
+__device__ __forceinline__ void load_a(const MMParams& p, int row, int kspan, uint4 (&out)[U]) {
+  if constexpr (WK == WKind::BF16) {
+    const uint4* src = reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.w) + size_t(row) * p.cols + kspan);
+#pragma unroll
+    for (int j = 0; j < U; ++j) out[j] = __ldg(src + j);
+  } else {
+    const int gi = row * (p.cols / p.group) + kspan / p.group;  // the 8U elements lie in one group
+    const float s = __ldg(p.scales + gi), b = __ldg(p.biases + gi);
+    if constexpr (WK == WKind::Q4) {
+      const uint32_t* src = static_cast<const uint32_t*>(p.w) + size_t(row) * (p.cols / 8) + kspan / 8;
+      if constexpr (U == 4) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
+        out[0] = dequant_q4(v.x, s, b);
+        out[1] = dequant_q4(v.y, s, b);
+        out[2] = dequant_q4(v.z, s, b);
+        out[3] = dequant_q4(v.w, s, b);
+      } else {
+#pragma unroll
+        for (int j = 0; j < U; ++j) out[j] = dequant_q4(__ldg(src + j), s, b);
+      }
+    } else {  // Q8
+      const uint32_t* src = static_cast<const uint32_t*>(p.w) + size_t(row) * (p.cols / 4) + kspan / 4;
+#pragma unroll
+      for (int j = 0; j < U; ++j) {
+        const uint2 v = __ldg(reinterpret_cast<const uint2*>(src) + j);
+        out[j] = dequant_q8(v.x, v.y, s, b);
+      }
+    }
+  }
+}
+
+// One k step of 32U: lane (g, c) covers [k0 + 8U c, k0 + 8U c + 8U).
+template <WKind WK, int NF, int U>
+__device__ __forceinline__ void mm_step(const MMParams& p, int r0, int r1, int k0, int g, int c,
+                                        float (&acc)[NF][4]) {
+  const int kspan = k0 + 8 * U * c;
+  uint4 a0[U], a1[U];
+  load_a<WK, U>(p, r0, kspan, a0);
+  load_a<WK, U>(p, r1, kspan, a1);
+  const bf16* x = static_cast<const bf16*>(p.x);
+#pragma unroll
+  for (int j = 0; j < U; ++j) {
+#pragma unroll
+    for (int f = 0; f < NF; ++f) {
+      const int t = 8 * f + g;
+      uint4 b = make_uint4(0, 0, 0, 0);
+      if (t < p.T) b = __ldg(reinterpret_cast<const uint4*>(x + size_t(t) * p.ldx + kspan + 8 * j));
+      mma_bf16(acc[f], a0[j].x, a1[j].x, a0[j].y, a1[j].y, b.x, b.y);
+      mma_bf16(acc[f], a0[j].z, a1[j].z, a0[j].w, a1[j].w, b.z, b.w);
+    }
+  }
+}
+
+template <WKind WK, int NF, int EPI>
+__global__ void __launch_bounds__(128, 1) mm_tc_kernel(MMParams p) {
+  if constexpr (EPI == kArgmax) {
+    if (p.stop != nullptr && *p.stop != 0) return;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int base = blockIdx.x * kTileM + warp * 16;
+  const int r0 = min(base + g, p.rows - 1), r1 = min(base + g + 8, p.rows - 1);
+
+  // This split's k range: whole 128-steps, the 32-steps of the tail go to the last split.
+  const int chunks = p.cols / kChunkK;
+  const int per = (chunks + p.splits - 1) / p.splits;
+  const int s = blockIdx.y;
+  const int c_begin = min(chunks, s * per), c_end = min(chunks, (s + 1) * per);
+
+  float acc[NF][4];
+#pragma unroll
+  for (int f = 0; f < NF; ++f) acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.0f;
+
+  for (int ch = c_begin; ch < c_end; ++ch) mm_step<WK, NF, 4>(p, r0, r1, ch * kChunkK, g, c, acc);
+  if (s == p.splits - 1)
+    for (int k0 = chunks * kChunkK; k0 < p.cols; k0 += 32) mm_step<WK, NF, 1>(p, r0, r1, k0, g, c, acc);
+
+  if constexpr (EPI == kArgmax) {
+    __shared__ ArgMax best[4][kMaxRows];
+#pragma unroll
+    for (int f = 0; f < NF; ++f) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // token column 8f + 2c + h
+        const int ra = base + g, rb = base + g + 8;
+        ArgMax a{ra < p.rows ? acc[f][h] : -INFINITY, ra};
+        if (rb < p.rows && argmax_better(acc[f][2 + h], rb, a.v, a.i)) a = {acc[f][2 + h], rb};
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) {  // across g: lanes with the same c
+          const float v = __shfl_xor_sync(0xffffffffu, a.v, o);
+          const int i = __shfl_xor_sync(0xffffffffu, a.i, o);
+          if (argmax_better(v, i, a.v, a.i)) a = {v, i};
+        }
+        if (g == 0) best[warp][8 * f + 2 * c + h] = a;
+      }
+    }
+    __syncthreads();
+    const int t = threadIdx.x;
+    if (t < p.T) {
+      ArgMax a = best[0][t];
+      for (int w = 1; w < 4; ++w)
+        if (argmax_better(best[w][t].v, best[w][t].i, a.v, a.i)) a = best[w][t];
+      p.pairs[size_t(t) * gridDim.x + blockIdx.x] = a;
+    }
+  } else {
+#pragma unroll
+    for (int f = 0; f < NF; ++f) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = base + g + (i >= 2 ? 8 : 0);
+        const int t = 8 * f + 2 * c + (i & 1);
+        if (row >= p.rows || t >= p.T) continue;
+        if (p.mode == kPartial)
+          p.partial[(size_t(s) * p.T + t) * p.rows + row] = acc[f][i];
+        else if (p.mode == kAccumulate)
+          p.y[size_t(t) * p.ldy + row] = add_rn(p.y[size_t(t) * p.ldy + row], acc[f][i]);
+        else
+          p.y[size_t(t) * p.ldy + row] = acc[f][i];
+      }
+    }
+  }
+}
+
+// Split-K reduction in split order: Y (+)= ((p0 + p1) + p2) + ...
+__global__ void splitk_reduce_kernel(const float* partial, int splits, int T, int rows, float* y, int ldy,
+                                     int accumulate) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= T * rows) return;
+  const int t = i / rows, row = i % rows;
+  float v = partial[i];
+  for (int s = 1; s < splits; ++s) v = add_rn(v, partial[size_t(s) * T * rows + i]);
+  float* dst = y + size_t(t) * ldy + row;
+  *dst = accumulate ? add_rn(*dst, v) : v;
+}
+
+// ---- fp32-activation mode: CUDA cores, the CPU reference's dot order ----
+
+template <WKind WK>
+__device__ __forceinline__ float weight_of(const MMParams& p, int row, int k) {
+  return weight_at<WK>(p.w, p.scales, p.biases, p.cols, p.group, row, k);
+}
+
+// One warp per output feature; lanes 8q..8q+7 handle token t0 + q. Lane l
+// sums k = l, l + 8, ... and the 8 partial sums combine as
+// ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)): cpu::dot's order, bit for bit.
+template <WKind WK, int EPI>
+__global__ void __launch_bounds__(256) mm_fma_kernel(MMParams p) {
+  if constexpr (EPI == kArgmax) {
+    if (p.stop != nullptr && *p.stop != 0) return;
+  }
+  __shared__ float vals[8][kMaxRows];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int q = lane >> 3, l = lane & 7;
+  const int row = blockIdx.x * 8 + warp;
+  const int rr = min(row, p.rows - 1);
+  const float* x = static_cast<const float*>(p.x);
+  for (int t0 = 0; t0 < p.T; t0 += 4) {
+    const int t = t0 + q, tt = min(t, p.T - 1);
+    float acc = 0.0f;
+    for (int k = l; k < p.cols; k += 8) acc = add_rn(acc, mul_rn(x[size_t(tt) * p.ldx + k], weight_of<WK>(p, rr, k)));
+    acc = add_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 1));
+    acc = add_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 2));
+    acc = add_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 4));
+    if (l != 0 || t >= p.T) continue;
+    if constexpr (EPI == kArgmax) {
+      vals[warp][t] = acc;
+    } else if (row < p.rows) {
+      float* dst = p.y + size_t(t) * p.ldy + row;
+      *dst = p.mode == kAccumulate ? add_rn(*dst, acc) : acc;
+    }
+  }
+  if constexpr (EPI == kArgmax) {
+    __syncthreads();
+    const int t = threadIdx.x;
+    if (t < p.T) {
+      ArgMax a{-INFINITY, p.rows};
+      for (int w = 0; w < 8; ++w) {
+        const int r = blockIdx.x * 8 + w;
+        if (r < p.rows && argmax_better(vals[w][t], r, a.v, a.i)) a = {vals[w][t], r};
+      }
+      p.pairs[size_t(t) * gridDim.x + blockIdx.x] = a;
+    }
+  }
+}
+
+template <int EPI, WKind WK>
+void launch_tc_nf(int nf, dim3 grid, cudaStream_t s, const MMParams& p) {
+  switch (nf) {
+    case 1: mm_tc_kernel<WK, 1, EPI><<<grid, 128, 0, s>>>(p); break;
+    case 2: mm_tc_kernel<WK, 2, EPI><<<grid, 128, 0, s>>>(p); break;
+    case 3: mm_tc_kernel<WK, 3, EPI><<<grid, 128, 0, s>>>(p); break;
+    case 4: mm_tc_kernel<WK, 4, EPI><<<grid, 128, 0, s>>>(p); break;
+    case 5: mm_tc_kernel<WK, 5, EPI><<<grid, 128, 0, s>>>(p); break;
+    case 6: mm_tc_kernel<WK, 6, EPI><<<grid, 128, 0, s>>>(p); break;
+    case 7: mm_tc_kernel<WK, 7, EPI><<<grid, 128, 0, s>>>(p); break;
+    default: mm_tc_kernel<WK, 8, EPI><<<grid, 128, 0, s>>>(p); break;
+  }
+}
+
+template <int EPI>
+void launch_mm(const DevMatrix& W, Act act, dim3 grid_tc, cudaStream_t s, const MMParams& p) {
+  if (act == Act::F32) {
+    const dim3 grid(unsigned(ceil_div(W.rows, 8)));
+    switch (W.kind) {
+      case WKind::F32: mm_fma_kernel<WKind::F32, EPI><<<grid, 256, 0, s>>>(p); break;
+      case WKind::BF16: mm_fma_kernel<WKind::BF16, EPI><<<grid, 256, 0, s>>>(p); break;
+      case WKind::Q4: mm_fma_kernel<WKind::Q4, EPI><<<grid, 256, 0, s>>>(p); break;
+      case WKind::Q8: mm_fma_kernel<WKind::Q8, EPI><<<grid, 256, 0, s>>>(p); break;
+    }
+  } else {
+    const int nf = ceil_div(p.T, 8);
+    switch (W.kind) {
+      case WKind::BF16: launch_tc_nf<EPI, WKind::BF16>(nf, grid_tc, s, p); break;
+      case WKind::Q4: launch_tc_nf<EPI, WKind::Q4>(nf, grid_tc, s, p); break;
+      case WKind::Q8: launch_tc_nf<EPI, WKind::Q8>(nf, grid_tc, s, p); break;
+      case WKind::F32: fail("matmul: fp32 weights need the fp32-activation mode");
+    }
+  }
+  CUDA_CHECK_LAUNCH("matmul kernel");
+}
+
+MMParams make_params(const DevMatrix& W, const void* X, int T, int ldx) {
+  if (T < 1 || T > kMaxRows) fail("matmul: {} rows outside [1, {}]", T, kMaxRows);
+  MMParams p{};
+  p.w = W.w;
+  p.scales = W.scales;
+  p.biases = W.biases;
+  p.rows = W.rows;
+  p.cols = W.cols;
+  p.group = W.group;
+  p.splits = W.splits;
+  p.x = X;
+  p.ldx = ldx;
+  p.T = T;
+  return p;
+}
+
+int argmax_blocks(const DevMatrix& W, Act act) {
+  return act == Act::F32 ? ceil_div(W.rows, 8) : ceil_div(W.rows, kTileM);
+}
+
+}  // namespace
+
+int choose_splits(int rows, int cols) {
+  // Enough blocks for two waves of a 132-SM H200. A constant, not a device
+  // query: the same shape gives the same split (and the same bits) anywhere.
+  constexpr int kTargetBlocks = 264;
+  const int mblocks = ceil_div(rows, kTileM);
+  const int chunks = cols / kChunkK;
+  if (mblocks >= kTargetBlocks / 2 || chunks < 4) return 1;
+  const int want = std::min({ceil_div(kTargetBlocks, mblocks), chunks / 2, 16});
+  if (want <= 1) return 1;
+  const int per = ceil_div(chunks, want);
+  return ceil_div(chunks, per);  // every split non-empty
+}
+
+int64_t splitk_scratch_floats(const DevMatrix& m) {
+  return m.splits > 1 ? int64_t(m.splits) * kMaxRows * m.rows : 0;
+}
+
+void check_matrix(const DevMatrix& m, const char* name) {
+  if (m.rows < 1 || m.cols < 32 || m.cols % 32 != 0)
+    fail("CUDA backend: matrix {} is [{}, {}]; the kernels need at least 32 columns, a multiple of 32", name,
+         m.rows, m.cols);
+  if ((m.kind == WKind::Q4 || m.kind == WKind::Q8) && (m.group < 32 || m.group % 32 != 0 || m.cols % m.group != 0))
+    fail("CUDA backend: matrix {} has quantization group {}; the kernels need a multiple of 32", name, m.group);
+  if (m.splits < 1 || (m.splits > 1 && m.splits > m.cols / kChunkK))
+    fail("CUDA backend: matrix {}: bad split-K factor {}", name, m.splits);
+}
+
+void matmul(const DevMatrix& W, const void* X, Act act, int T, int ldx, float* Y, int ldy, bool accumulate,
+            float* scratch, cudaStream_t s) {
+  MMParams p = make_params(W, X, T, ldx);
+  p.y = Y;
+  p.ldy = ldy;
+  const bool split = act == Act::BF16 && W.splits > 1;
+  if (split && scratch == nullptr) fail("matmul: split-K matrix without scratch");
+  p.partial = scratch;
+  p.mode = split ? kPartial : accumulate ? kAccumulate : kStore;
+  launch_mm<kOut>(W, act, dim3(unsigned(ceil_div(W.rows, kTileM)), unsigned(split ? W.splits : 1)), s, p);
+  if (split) {
+    const int n = T * W.rows;
+    splitk_reduce_kernel<<<ceil_div(n, 256), 256, 0, s>>>(scratch, W.splits, T, W.rows, Y, ldy, accumulate ? 1 : 0);
+    CUDA_CHECK_LAUNCH("splitk_reduce_kernel");
+  }
+}
+
+int64_t argmax_pairs_bytes(const DevMatrix& W) { return int64_t(ceil_div(W.rows, 8)) * kMaxRows * sizeof(ArgMax); }
+
+void matmul_argmax(const DevMatrix& W, const void* X, Act act, int T, int ldx, void* pairs, int32_t* out,
+                   const int* stop, cudaStream_t s) {
+  if (act == Act::BF16 && W.splits != 1) fail("matmul_argmax: the head must not be split along k");
+  MMParams p = make_params(W, X, T, ldx);
+  p.pairs = static_cast<ArgMax*>(pairs);
+  p.stop = stop;
+  p.splits = 1;
+  launch_mm<kArgmax>(W, act, dim3(unsigned(ceil_div(W.rows, kTileM))), s, p);
+  if (out != nullptr) argmax_pairs(pairs, T, argmax_blocks(W, act), out, stop, s);
+}
+
+void walk_compare(const DevMatrix& W, Act act, const void* pairs, int j, const int32_t* drafts, int n_drafts,
+                  int32_t* out, int* stop, int* count, cudaStream_t s) {
+  walk_compare_pairs(pairs, argmax_blocks(W, act), j, drafts, n_drafts, out, stop, count, s);
+}
+
+}  // namespace nextn::cuda

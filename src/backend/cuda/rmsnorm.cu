@@ -1,0 +1,48 @@
+// RMSNorm with the real-gamma convention (the checkpoint loader already
+// turned (1+w) norms into their multiplier): y = x / sqrt(mean(x^2) + eps) * gamma,
+// one block per row, sum of squares in a fixed-shape block reduction.
+#include "backend/cuda/check.h"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace nextn::cuda {
+namespace {
+
+template <typename TI, typename TO>
+__global__ void __launch_bounds__(256) rmsnorm_kernel(const TI* x, int ldx, const float* gamma, float eps, int n, TO* y,
+                                                      int ldy, const int* out_row0) {
+  __shared__ float scratch[32];
+  const int row = blockIdx.x;
+  const TI* xr = x + size_t(row) * ldx;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = to_f32(xr[i]);
+    ss = add_rn(ss, mul_rn(v, v));
+  }
+  ss = block_sum(ss, scratch);
+  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(add_rn(__fdiv_rn(ss, float(n)), eps)));
+  TO* yr = y + size_t(row + (out_row0 != nullptr ? *out_row0 : 0)) * ldy;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = from_f32<TO>(mul_rn(mul_rn(to_f32(xr[i]), inv), gamma[i]));
+}
+
+template <typename TI>
+void rmsnorm_in(const TI* x, int ldx, const float* gamma, float eps, int rows, int n, void* y, Act out_act, int ldy,
+                const int* out_row0, cudaStream_t s) {
+  if (out_act == Act::BF16)
+    rmsnorm_kernel<TI, bf16><<<rows, 256, 0, s>>>(x, ldx, gamma, eps, n, static_cast<bf16*>(y), ldy, out_row0);
+  else
+    rmsnorm_kernel<TI, float><<<rows, 256, 0, s>>>(x, ldx, gamma, eps, n, static_cast<float*>(y), ldy, out_row0);
+}
+
+}  // namespace
+
+void rmsnorm(const void* x, Act in_act, int ldx, const float* gamma, float eps, int rows, int n, void* y,
+             Act out_act, int ldy, const int* out_row0, cudaStream_t s) {
+  if (in_act == Act::BF16)
+    rmsnorm_in(static_cast<const bf16*>(x), ldx, gamma, eps, rows, n, y, out_act, ldy, out_row0, s);
+  else
+    rmsnorm_in(static_cast<const float*>(x), ldx, gamma, eps, rows, n, y, out_act, ldy, out_row0, s);
+  CUDA_CHECK_LAUNCH("rmsnorm_kernel");
+}
+
+}  // namespace nextn::cuda
