@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Builds every fuzz/fuzz_X.cpp as a libFuzzer binary (ASan + UBSan, coverage
+# on the library code too) and runs each for N seconds over a copy of its
+# seed corpus fuzz/corpus/X/. Exits non-zero if any target finds a crash.
+#
+#   scripts/fuzz.sh [seconds per target, default 30] [target name ...]
+#
+# The CMake fuzz targets link the uninstrumented nextn_lib, so coverage
+# stops at the harness; here the library sources are compiled with
+# -fsanitize=fuzzer-no-link so libFuzzer sees inside the parsers.
+set -euo pipefail
+
+secs=${1:-30}
+shift || true
+root=$(cd "$(dirname "$0")/.." && pwd)
+out="$root/build-fuzz"
+cxx=${CXX_FUZZ:-clang++}
+flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -I"$root/src"
+       -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined)
+
+command -v "$cxx" >/dev/null || { echo "fuzz.sh: $cxx not found (scripts/install-deps.sh installs clang)" >&2; exit 1; }
+mkdir -p "$out/obj"
+
+# Library: src/core and src/io, compiled once into an archive so each target
+# links only the objects it uses. Rebuilt when a source is newer than its object.
+lib_srcs=("$root"/src/core/*.cpp "$root"/src/io/*.cpp)
+objs=()
+pids=()
+for src in "${lib_srcs[@]}"; do
+  [ -e "$src" ] || continue
+  rel=${src#"$root"/src/}
+  obj="$out/obj/${rel//\//_}.o"
+  objs+=("$obj")
+  if [ ! -e "$obj" ] || [ "$src" -nt "$obj" ] || [ -n "$(find "$root/src" -name '*.h' -newer "$obj" -print -quit)" ]; then
+    echo "fuzz.sh: compiling $rel"
+    "$cxx" "${flags[@]}" -c "$src" -o "$obj" &
+    pids+=($!)
+  fi
+done
+for p in "${pids[@]}"; do wait "$p" || { echo "fuzz.sh: library compile failed" >&2; exit 1; }; done
+rm -f "$out/libnextn_fuzz.a"
+ar rcs "$out/libnextn_fuzz.a" "${objs[@]}"
+
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+  for f in "$root"/fuzz/fuzz_*.cpp; do
+    [ -e "$f" ] || continue
+    n=$(basename "$f" .cpp)
+    targets+=("${n#fuzz_}")
+  done
+fi
+[ ${#targets[@]} -gt 0 ] || { echo "fuzz.sh: no fuzz/fuzz_*.cpp targets" >&2; exit 1; }
+
+failed=()
+for t in "${targets[@]}"; do
+  src="$root/fuzz/fuzz_$t.cpp"
+  [ -e "$src" ] || { echo "fuzz.sh: no such target $src" >&2; exit 1; }
+  bin="$out/fuzz_$t"
+  echo "fuzz.sh: building fuzz_$t"
+  "$cxx" "${flags[@]}" -fsanitize=fuzzer "$src" "$out/libnextn_fuzz.a" -lfmt -o "$bin"
+
+  # Fuzz a scratch copy: new inputs land there, the committed seeds stay small.
+  work="$out/corpus/$t"
+  artifacts="$out/artifacts/$t/"
+  rm -rf "$work"
+  mkdir -p "$work" "$artifacts"
+  if [ -d "$root/fuzz/corpus/$t" ]; then cp -r "$root/fuzz/corpus/$t/." "$work/"; else
+    echo "fuzz.sh: warning: no seed corpus fuzz/corpus/$t/" >&2
+  fi
+
+  echo "fuzz.sh: running fuzz_$t for ${secs}s"
+  if ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      "$bin" -max_len=4096 -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+      -artifact_prefix="$artifacts" "$work" 2>"$out/fuzz_$t.log"; then
+    grep -E '^stat::number_of_executed_units|^#[0-9]+.*DONE' "$out/fuzz_$t.log" | tail -2 || true
+  else
+    echo "fuzz.sh: fuzz_$t FAILED; log: $out/fuzz_$t.log, reproducer(s) in $artifacts" >&2
+    tail -40 "$out/fuzz_$t.log" >&2
+    failed+=("$t")
+  fi
+done
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzz.sh: crashes in: ${failed[*]}" >&2
+  exit 1
+fi
+echo "fuzz.sh: all targets ran ${secs}s without crashes: ${targets[*]}"
