@@ -33,7 +33,7 @@ TEST_P(Fixture, TeacherForcedLogitsMatchTransformers) {
   ASSERT_EQ(ref.vocab, ckpt.config().vocab_size);
   auto rt = make_runtime(ckpt, BackendKind::Cpu, int(ref.sequence.size()) + 4);
   rt->target_forward(ref.sequence);
-  std::vector<float> logits(size_t(ref.vocab));
+  std::vector<float> logits(static_cast<size_t>(ref.vocab));
   for (size_t p = 0; p < ref.sequence.size(); ++p) {
     rt->head_logits(int(p), logits.data());
     EXPECT_LE(rel_row_error(logits.data(), &ref.logits[p * ref.vocab], ref.vocab), 1e-4) << "position " << p;
@@ -45,7 +45,7 @@ TEST_P(Fixture, GreedyTokensMatchTransformers) {
   const auto ckpt = Qwen35Checkpoint::open(GetParam());
   auto rt = make_runtime(ckpt, BackendKind::Cpu, int(ref.sequence.size()) + 4);
   const int V = ckpt.config().vocab_size;
-  std::vector<float> logits(size_t(V));
+  std::vector<float> logits(static_cast<size_t>(V));
   rt->target_forward(ref.prompt);
   int32_t tok = 0;
   rt->head_argmax(int(ref.prompt.size()) - 1, 1, 1, &tok);
@@ -87,7 +87,7 @@ TEST_P(Fixture, VerifyRowsEqualSingleStepDecodeBitForBit) {
   wide->target_forward(ref.prompt);
   step->target_forward(ref.prompt);
   wide->target_forward(std::span<const int32_t>(ref.sequence.data() + n, K));
-  std::vector<float> a(size_t(V)), b(size_t(V));
+  std::vector<float> a(static_cast<size_t>(V)), b(static_cast<size_t>(V));
   for (int j = 0; j < K; ++j) {
     step->target_forward(std::span<const int32_t>(ref.sequence.data() + n + j, 1));
     wide->head_logits(j, a.data());
@@ -113,7 +113,7 @@ TEST_P(Fixture, RollbackRestoresTheExactState) {
   ASSERT_EQ(a->target_length(), b->target_length());
   a->target_forward(std::span<const int32_t>(ref.sequence.data() + n + 2, 3));
   b->target_forward(std::span<const int32_t>(ref.sequence.data() + n + 2, 3));
-  std::vector<float> la(size_t(V)), lb(size_t(V));
+  std::vector<float> la(static_cast<size_t>(V)), lb(static_cast<size_t>(V));
   for (int j = 0; j < 3; ++j) {
     a->head_logits(j, la.data());
     b->head_logits(j, lb.data());
