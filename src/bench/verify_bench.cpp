@@ -20,6 +20,10 @@ std::string join_ints(const std::vector<int64_t>& v) {
   return fmt::format("{}", fmt::join(v, ","));
 }
 
+std::string short_list(const std::string& s, size_t width) {
+  return s.size() <= width ? s : s.substr(0, width - 3) + "...";
+}
+
 std::string arm_label(const ArmResult& a) { return fmt::format("K={} {}", a.block_size, verify_arm_name(a.arm)); }
 
 }  // namespace
@@ -134,7 +138,7 @@ std::string counters_text(const VerifyBenchReport& r) {
     s += fmt::format("  {:>3} {:<8} {:<8} {:>6} {:>7} {:>8} {:>6.3f} {:>14} {:>10} {:>4}  {:<24} {}\n", a.block_size,
                      verify_arm_name(a.arm), c.verify_taken, c.rounds, c.drafted, c.accepted, a.acceptance,
                      c.rows_projected, c.walk_steps, c.pad_width > 0 ? std::to_string(c.pad_width) : "-",
-                     join_ints(c.accepted_at).substr(0, 24), verdict);
+                     short_list(join_ints(c.accepted_at), 24), verdict);
   }
   return s;
 }

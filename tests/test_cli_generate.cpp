@@ -1,0 +1,218 @@
+// `nextn generate` and `nextn bench` as a user runs them: speculative output
+// equals plain greedy with stats; impossible flags are one `error:` line and
+// exit 1; the verify harness refuses the planted walk fault with exit 2 and
+// no table, prints a table otherwise; --verify auto reports what it chose.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
+
+namespace nextn {
+namespace {
+
+namespace fs = std::filesystem;
+using test::run_cli;
+
+const std::string kRoot = NEXTN_FIXTURES;
+const std::string kTied = kRoot + "/qwen35-causal-tied";
+const std::string kQ4 = kRoot + "/qwen35-causal-tied-mlx-q4";
+const std::string kPrompt = "--prompt-ids 764,2009,1185,347,498,393,1093,1155,785,1252";
+
+std::vector<std::string> mtp_fixtures() {
+  std::vector<std::string> out;
+  for (const char* f : {"qwen35-causal-tied", "qwen35-cond-untied", "qwen35-causal-sharded"})
+    if (fs::exists(kRoot + "/" + f + "/config.json")) out.push_back(kRoot + "/" + f);
+  return out;
+}
+
+nlohmann::json parse_json(const test::CliResult& r) {
+  EXPECT_EQ(r.code, 0) << r.err;
+  return nlohmann::json::parse(r.out);
+}
+
+void expect_one_error(const test::CliResult& r, const std::string& needle, int code = 1) {
+  EXPECT_EQ(r.code, code) << r.out << r.err;
+  const auto lines = r.err_lines();
+  ASSERT_EQ(lines.size(), 1u) << r.err;
+  EXPECT_EQ(lines[0].rfind("error: ", 0), 0u) << lines[0];
+  EXPECT_NE(lines[0].find(needle), std::string::npos) << "expected '" << needle << "' in: " << lines[0];
+}
+
+class CliGenerate : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(kTied + "/config.json")) GTEST_SKIP() << "fixtures missing";
+  }
+};
+
+TEST_F(CliGenerate, MtpOutputEqualsPlainGreedyWithStats) {
+  for (const auto& dir : mtp_fixtures()) {
+    const std::string base = "generate -m " + dir + " --prompt-ids 5,6,7,8,9 -n 20 --json";
+    const auto plain = parse_json(run_cli(base + " --draft none"));
+    ASSERT_EQ(plain["tokens"].size(), plain["stats"]["generated"].get<size_t>());
+    EXPECT_TRUE(plain["text"].is_null());
+    for (const char* arm : {"batched", "walk", "pad", "fused"}) {
+      const auto spec = parse_json(run_cli(base + " --draft mtp --block-size 4 --verify " + arm));
+      EXPECT_EQ(spec["tokens"], plain["tokens"]) << dir << " " << arm;
+      const auto& s = spec["stats"];
+      for (const char* k : {"rounds", "drafted", "accepted", "accepted_at", "rows_projected", "walk_steps",
+                            "block_size", "verify_requested", "verify_taken", "tokens_per_second"})
+        EXPECT_TRUE(s.contains(k)) << k;
+      EXPECT_EQ(s["block_size"], 4);
+      EXPECT_EQ(s["verify_requested"], arm);
+      EXPECT_EQ(s["verify_taken"], arm);
+      EXPECT_EQ(s["accepted_at"].size(), 3u);
+      EXPECT_EQ(s["draft"], "mtp");
+    }
+  }
+}
+
+TEST_F(CliGenerate, OracleDraftsAtAFixedRateAndPattern) {
+  const std::string base = "generate -m " + kTied + " " + kPrompt + " -n 24 --json --block-size 5";
+  const auto plain = parse_json(run_cli(base));
+  const auto rate = parse_json(run_cli(base + " --draft oracle --accept-rate 0.7 --seed 3 --verify walk"));
+  EXPECT_EQ(rate["tokens"], plain["tokens"]);
+  const auto all = parse_json(run_cli(base + " --draft oracle --accept-rate 1"));
+  EXPECT_EQ(all["tokens"], plain["tokens"]);
+  EXPECT_EQ(all["stats"]["accepted"], all["stats"]["drafted"]);
+  const auto none = parse_json(run_cli(base + " --draft oracle --accept-pattern 0"));
+  EXPECT_EQ(none["stats"]["accepted"], 0);
+  EXPECT_EQ(none["stats"]["rounds"], 23);
+  const auto pat = parse_json(run_cli(base + " --draft oracle --accept-pattern 1101"));
+  EXPECT_EQ(pat["tokens"], plain["tokens"]);
+}
+
+TEST_F(CliGenerate, DefaultBlockSizeAndModel) {
+  const auto r = parse_json(run_cli("generate " + kPrompt + " -n 8 --draft mtp --json"));
+  EXPECT_EQ(r["stats"]["block_size"], 3);  // one MTP layer + 2
+  EXPECT_EQ(r["tokens"].size(), 8u);
+}
+
+TEST_F(CliGenerate, PlainTextOutputAndStatsLine) {
+  const auto r = run_cli("generate -m " + kTied + " " + kPrompt + " -n 6 --draft mtp");
+  EXPECT_EQ(r.code, 0) << r.err;
+  const auto j = parse_json(run_cli("generate -m " + kTied + " " + kPrompt + " -n 6 --json"));
+  std::string want;
+  for (size_t i = 0; i < j["tokens"].size(); ++i) {
+    if (i > 0) want += ' ';
+    want += std::to_string(j["tokens"][i].get<int>());
+  }
+  EXPECT_EQ(r.out, want + "\n");
+  ASSERT_EQ(r.err_lines().size(), 1u) << r.err;
+  EXPECT_EQ(r.err.rfind("stats: ", 0), 0u) << r.err;
+}
+
+TEST_F(CliGenerate, ImpossibleFlagsAreOneErrorLine) {
+  const std::string g = "generate -m " + kTied + " " + kPrompt + " -n 4 ";
+  expect_one_error(run_cli("generate -m " + kTied + " --prompt hello -n 4"), "tokenizer is not implemented");
+  expect_one_error(run_cli(g + "--draft " + kTied), "separate drafter checkpoints are not supported yet");
+  expect_one_error(run_cli(g + "--draft mtp --block-size 1"), "--block-size 1");
+  expect_one_error(run_cli(g + "--draft mtp --block-size 65"), "--block-size 65");
+  expect_one_error(run_cli(g + "--draft oracle --accept-rate 1.5"), "--accept-rate");
+  expect_one_error(run_cli(g + "--draft oracle --accept-rate -0.1"), "--accept-rate");
+  expect_one_error(run_cli(g + "--draft oracle --accept-rate 0.5 --accept-pattern 10"), "exclusive");
+  expect_one_error(run_cli(g + "--draft oracle --accept-pattern 102"), "--accept-pattern");
+  expect_one_error(run_cli(g + "--draft oracle --accept-pattern ''"), "empty");
+  expect_one_error(run_cli(g + "--draft oracle"), "--accept-rate");
+  expect_one_error(run_cli(g + "--draft mtp --accept-rate 0.5"), "oracle");
+  expect_one_error(run_cli(g + "--draft mtp --block-size 4 --verify pad --pad-width 4"), "--pad-width 4");
+  expect_one_error(run_cli(g + "--draft mtp --block-size 4 --verify pad --pad-width 65"), "--pad-width 65");
+  expect_one_error(run_cli(g + "--draft mtp --block-size 64 --verify pad"), "no pad arm");
+  expect_one_error(run_cli(g + "--draft mtp --pad-width 16"), "--verify pad");
+  expect_one_error(run_cli(g + "--draft mtp --verify fast"), "unknown arm");
+  expect_one_error(run_cli("generate -m " + kTied + " " + kPrompt + " -n -1"), "-n -1");
+  expect_one_error(run_cli("generate -m " + kTied + " --prompt-ids 1,2,99999 -n 4"), "99999");
+  expect_one_error(run_cli("generate -m " + kTied + " -n 4"), "no prompt");
+  expect_one_error(run_cli(g + "--backend tpu"), "tpu");
+  if (fs::exists(kQ4 + "/config.json"))
+    expect_one_error(run_cli("generate -m " + kQ4 + " " + kPrompt + " -n 4 --draft mtp"), "no MTP head");
+}
+
+TEST_F(CliGenerate, AutoWithoutCalibrationFallsBackToBatchedAndSaysSo) {
+  test::TempDir cache;
+  const auto r = parse_json(run_cli("generate -m " + kTied + " " + kPrompt + " -n 10 --draft mtp --verify auto --json",
+                                    "NEXTN_CACHE_DIR=" + cache.str()));
+  EXPECT_EQ(r["stats"]["verify_requested"], "auto");
+  EXPECT_EQ(r["stats"]["verify_taken"], "batched");
+  EXPECT_EQ(r["stats"]["block_size"], 3);
+  EXPECT_NE(r["stats"]["auto_reason"].get<std::string>().find("no calibration"), std::string::npos);
+}
+
+TEST_F(CliGenerate, CalibrationThenAuto) {
+  test::TempDir cache;
+  const std::string env = "NEXTN_CACHE_DIR=" + cache.str();
+  const auto b = run_cli("bench verify -m " + kTied + " --block-sizes 3,4 --verify batched,walk --repeats 1 -n 10 --calibrate", env);
+  ASSERT_EQ(b.code, 0) << b.out << b.err;
+  EXPECT_NE(b.out.find("calibration written"), std::string::npos) << b.out;
+  const auto r = parse_json(run_cli("generate -m " + kTied + " " + kPrompt + " -n 10 --draft mtp --verify auto --json", env));
+  const auto taken = r["stats"]["verify_taken"].get<std::string>();
+  EXPECT_TRUE(taken == "batched" || taken == "walk") << taken;
+  const int K = r["stats"]["block_size"];
+  EXPECT_TRUE(K == 3 || K == 4) << K;
+  EXPECT_NE(r["stats"]["auto_reason"].get<std::string>().find("fastest measured"), std::string::npos);
+  // A calibration taken with the MTP drafter does not speak for the oracle.
+  const auto o = parse_json(run_cli(
+      "generate -m " + kTied + " " + kPrompt + " -n 10 --draft oracle --accept-rate 0.5 --verify auto --json", env));
+  EXPECT_EQ(o["stats"]["verify_taken"], "batched");
+}
+
+TEST_F(CliGenerate, BenchVerifyPrintsCountersThenATable) {
+  const auto r = run_cli("bench verify -m " + kTied + " --block-sizes 3,8 --verify batched,walk,pad,fused --repeats 2 -n 16");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const size_t counters = r.out.find("counters");
+  const size_t timing = r.out.find("timing:");
+  ASSERT_NE(counters, std::string::npos) << r.out;
+  ASSERT_NE(timing, std::string::npos) << r.out;
+  EXPECT_LT(counters, timing);
+  for (const char* s : {"vs batched", "commit:", "load average", "rows_projected", "walk_steps"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s;
+  const auto j = parse_json(run_cli("bench verify -m " + kTied +
+                                    " --block-sizes 4 --verify batched,walk --draft oracle --accept-rate 0.8 --repeats 1 -n 12 --json"));
+  EXPECT_TRUE(j["refused"].is_null());
+  ASSERT_EQ(j["arms"].size(), 2u);
+  EXPECT_TRUE(j["arms"][0].contains("tokens_per_second"));
+  EXPECT_TRUE(j["machine"].contains("commit"));
+}
+
+TEST_F(CliGenerate, BenchVerifyRefusesThePlantedWalkFault) {
+  const std::string cmd = "bench verify -m " + kTied + " --block-sizes 3,4 --verify batched,walk --repeats 1 -n 12";
+  const auto r = run_cli(cmd, "NEXTN_FAULT=walk-as-batched");
+  expect_one_error(r, "cannot be attributed", 2);
+  EXPECT_NE(r.out.find("counters"), std::string::npos) << r.out;  // counters are printed...
+  EXPECT_EQ(r.out.find("timing:"), std::string::npos) << r.out;   // ...and no table
+  EXPECT_NE(r.out.find("walk_steps"), std::string::npos);
+  const auto j = run_cli(cmd + " --json", "NEXTN_FAULT=walk-as-batched");
+  EXPECT_EQ(j.code, 2);
+  const auto jj = nlohmann::json::parse(j.out);
+  EXPECT_FALSE(jj["refused"].is_null());
+  EXPECT_FALSE(jj["arms"][0].contains("tokens_per_second"));
+  // An unknown fault name is a usage error, not a silent no-op.
+  expect_one_error(run_cli(cmd, "NEXTN_FAULT=bogus"), "NEXTN_FAULT");
+}
+
+TEST_F(CliGenerate, BenchFlagsAreChecked) {
+  const std::string v = "bench verify -m " + kTied + " --repeats 1 -n 8 ";
+  expect_one_error(run_cli(v + "--verify batched,auto"), "auto");
+  expect_one_error(run_cli(v + "--verify batched,nope"), "nope");
+  expect_one_error(run_cli(v + "--block-sizes 3,65"), "65");
+  expect_one_error(run_cli(v + "--block-sizes 64 --verify pad"), "no pad arm");
+  expect_one_error(run_cli(v + "--draft none"), "--draft none");
+  expect_one_error(run_cli(v + "--draft oracle"), "--accept-rate");
+  expect_one_error(run_cli(v + "--repeats 0"), "--repeats");
+}
+
+TEST_F(CliGenerate, BenchDecode) {
+  const auto r = run_cli("bench decode -m " + kTied + " --prompt-len 8 -n 8 --repeats 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("prefill tokens/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("decode tokens/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("load average"), std::string::npos) << r.out;
+  const auto j = parse_json(run_cli("bench decode -m " + kTied + " --prompt-len 8 -n 8 --repeats 2 --json"));
+  EXPECT_GT(j["decode_tokens_per_second"]["median"].get<double>(), 0);
+  EXPECT_GT(j["prefill_tokens_per_second"]["median"].get<double>(), 0);
+}
+
+}  // namespace
+}  // namespace nextn

@@ -1,0 +1,185 @@
+// nextn bench decode | verify: measurements through the production path.
+// `verify` prints every arm's counters before any timing and refuses (exit 2,
+// no table) when an arm's counters do not match its identity or the arms
+// disagree on tokens (src/bench/verify_bench.h).
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "bench/calibration.h"
+#include "bench/decode_bench.h"
+#include "bench/machine.h"
+#include "bench/verify_bench.h"
+#include "cli_common.h"
+#include "commands.h"
+#include "core/error.h"
+#include "io/checkpoint.h"
+#include "model/runtime.h"
+
+namespace nextn::cli {
+namespace {
+
+struct DecodeArgs {
+  std::string model, backend = "cpu";
+  bench::DecodeBenchOptions o;
+  bool json = false;
+};
+
+void run_decode(const DecodeArgs& a) {
+  const BackendKind kind = parse_backend(a.backend);
+  if (a.o.prompt_len < 1) fail("--prompt-len {} must be at least 1", a.o.prompt_len);
+  if (a.o.max_new_tokens < 2) fail("-n {}: a decode benchmark needs at least 2 tokens", a.o.max_new_tokens);
+  if (a.o.repeats < 1) fail("--repeats {} must be at least 1", a.o.repeats);
+  const std::string dir = model_dir_or_default(a.model);
+  const auto ckpt = Qwen35Checkpoint::open(dir);
+  auto machine = bench::machine_begin(a.backend);
+  const RuntimeFactory factory = [&ckpt, kind](int cap) { return make_runtime(ckpt, kind, cap); };
+  const auto r = bench::run_decode_bench(factory, ckpt.config().vocab_size, a.o);
+  bench::machine_end(machine, a.backend);
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["model"] = dir;
+    j["backend"] = a.backend;
+    auto body = bench::decode_report_json(r, a.o);
+    for (auto it = body.begin(); it != body.end(); ++it) j[it.key()] = it.value();
+    j["machine"] = bench::machine_json(machine);
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("nextn bench decode: %s (backend %s), plain greedy\n", dir.c_str(), a.backend.c_str());
+  std::printf("%s", bench::decode_table_text(r, a.o).c_str());
+  std::printf("%s", bench::machine_text(machine).c_str());
+}
+
+struct VerifyArgs {
+  std::string model, backend = "cpu", block_sizes = "3,4,8,16,32", arms = "batched,walk,pad,fused", draft = "mtp",
+                     pattern, prompt_ids;
+  double accept_rate = -1;
+  uint64_t seed = 1;
+  int pad_width = 0, repeats = 5, n = 64;
+  bool json = false, calibrate = false;
+  CLI::Option *rate_opt = nullptr, *pattern_opt = nullptr, *seed_opt = nullptr, *ids_opt = nullptr;
+};
+
+void run_verify(const VerifyArgs& a) {
+  bench::VerifyBenchOptions o;
+  std::vector<int> ks;
+  for (int32_t k : parse_id_list(a.block_sizes, "--block-sizes")) ks.push_back(int(k));
+  o.block_sizes = ks;
+  o.arms = parse_verify_arms(a.arms);
+  if (a.draft == "none") fail("--draft none has no verify rounds to measure: use mtp or oracle");
+  if (a.draft != "mtp" && a.draft != "oracle")
+    fail("--draft '{}': separate drafter checkpoints are not supported yet (expected mtp or oracle)", a.draft);
+  o.draft = parse_draft_kind(a.draft);
+  const bool rate = a.rate_opt->count() > 0, pattern = a.pattern_opt->count() > 0;
+  if (o.draft != DraftKind::Oracle && (rate || pattern || a.seed_opt->count() > 0))
+    fail("--accept-rate, --accept-pattern and --seed apply to --draft oracle only");
+  if (rate) o.oracle.accept_rate = a.accept_rate;
+  if (pattern && a.pattern.empty()) fail("--accept-pattern: the pattern is empty (use 0s and 1s, e.g. 1101)");
+  o.oracle.pattern = a.pattern;
+  o.oracle.seed = a.seed;
+  o.pad_width = a.pad_width;
+  o.repeats = a.repeats;
+  o.max_new_tokens = a.n;
+  o.prompt = {0};  // placeholder until the vocabulary is known; checked again below
+  bench::check_verify_bench_options(o);
+  const BackendKind kind = parse_backend(a.backend);
+
+  const std::string dir = model_dir_or_default(a.model);
+  const auto ckpt = Qwen35Checkpoint::open(dir);
+  const int vocab = ckpt.config().vocab_size;
+  if (o.draft == DraftKind::Mtp && ckpt.mtp_layers() == 0)
+    fail("{}: --draft mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
+  o.prompt = a.ids_opt->count() > 0 ? parse_id_list(a.prompt_ids, "--prompt-ids") : bench::synthetic_prompt(16, vocab);
+  for (int32_t t : o.prompt)
+    if (t >= vocab) fail("--prompt-ids: token id {} is outside the vocabulary [0, {})", t, vocab);
+
+  auto machine = bench::machine_begin(a.backend);
+  const RuntimeFactory factory = [&ckpt, kind](int cap) { return make_runtime(ckpt, kind, cap); };
+  bench::VerifyBench b(factory, o);
+  b.attribute();
+  const std::string head = fmt::format(
+      "nextn bench verify: {} (backend {}), drafter {}, prompt {} tokens, -n {}, K {}, arms {}, {} repeats\n", dir,
+      a.backend, bench::drafter_signature(o.draft, o.oracle), o.prompt.size(), o.max_new_tokens, a.block_sizes,
+      a.arms, o.repeats);
+  auto refuse = [&](const bench::VerifyBenchReport& r) {
+    bench::machine_end(machine, a.backend);
+    if (a.json) {
+      auto j = bench::report_json(r, o);
+      j["machine"] = bench::machine_json(machine);
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("refused:\n");
+      for (const auto& msg : r.refusals) std::printf("  %s\n", msg.c_str());
+      std::printf("%s", bench::machine_text(machine).c_str());
+    }
+    std::fflush(stdout);
+    throw RefusedError(fmt::format("bench verify: the arms cannot be attributed ({} problem{}, e.g. {}); no table",
+                                   r.refusals.size(), r.refusals.size() == 1 ? "" : "s", r.refusals.front()));
+  };
+  if (!a.json) {
+    std::printf("%s%s", head.c_str(), bench::counters_text(b.report()).c_str());
+    std::fflush(stdout);
+  }
+  if (!b.report().refusals.empty()) refuse(b.report());
+  if (!a.json) {
+    std::printf("tokens: every arm's output equals plain greedy (%zu tokens)\n", b.report().reference.size());
+    std::fflush(stdout);
+  }
+  b.time();
+  if (!b.report().refusals.empty()) refuse(b.report());
+  bench::machine_end(machine, a.backend);
+  std::string calibration;
+  if (a.calibrate)
+    calibration = bench::write_calibration(bench::calibration_key(dir, a.backend), b.report(), o, machine.commit);
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["model"] = dir;
+    j["backend"] = a.backend;
+    auto body = bench::report_json(b.report(), o);
+    for (auto it = body.begin(); it != body.end(); ++it) j[it.key()] = it.value();
+    j["machine"] = bench::machine_json(machine);
+    if (!calibration.empty()) j["calibration"] = calibration;
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("%s", bench::table_text(b.report(), o).c_str());
+  std::printf("%s", bench::machine_text(machine).c_str());
+  if (!calibration.empty()) std::printf("calibration written: %s\n", calibration.c_str());
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto* bench_cmd = app.add_subcommand("bench", "Benchmarks through the production path");
+  bench_cmd->require_subcommand(1);
+
+  auto d = std::make_shared<DecodeArgs>();
+  auto* dec = bench_cmd->add_subcommand("decode", "Prefill and plain greedy decode tokens/s");
+  dec->add_option("-m,--model", d->model, "Checkpoint directory (default: the shipped model)");
+  dec->add_option("--backend", d->backend, "cpu or cuda (default cpu)");
+  dec->add_option("--prompt-len", d->o.prompt_len, "Synthetic prompt length (default 64)");
+  dec->add_option("-n", d->o.max_new_tokens, "Tokens to generate (default 64)");
+  dec->add_option("--repeats", d->o.repeats, "Timed repeats after one warm-up (default 5)");
+  dec->add_flag("--json", d->json, "Print one JSON object");
+  dec->callback([d] { run_decode(*d); });
+
+  auto v = std::make_shared<VerifyArgs>();
+  auto* ver = bench_cmd->add_subcommand("verify", "Guarded verify-arm benchmark: counters first, then medians");
+  ver->add_option("-m,--model", v->model, "Checkpoint directory (default: the shipped model)");
+  ver->add_option("--block-sizes", v->block_sizes, "Comma-separated K values (default 3,4,8,16,32)");
+  ver->add_option("--verify", v->arms, "Comma-separated arms: batched,walk,pad,fused (default all four)");
+  ver->add_option("--draft", v->draft, "Drafter: mtp (default) or oracle");
+  v->rate_opt = ver->add_option("--accept-rate", v->accept_rate, "Oracle: probability each draft is the true token");
+  v->pattern_opt = ver->add_option("--accept-pattern", v->pattern, "Oracle: 1 = true draft, 0 = wrong, cyclic");
+  v->seed_opt = ver->add_option("--seed", v->seed, "Oracle: RNG seed (default 1)");
+  ver->add_option("--pad-width", v->pad_width, "Pad arm width (default per K: next multiple of 16, at most 64)");
+  ver->add_option("--repeats", v->repeats, "Timed repeats per arm (default 5)");
+  v->ids_opt = ver->add_option("--prompt-ids", v->prompt_ids, "Prompt token ids (default: 16 synthetic ids)");
+  ver->add_option("-n", v->n, "Tokens to generate per run (default 64)");
+  ver->add_option("--backend", v->backend, "cpu or cuda (default cpu)");
+  ver->add_flag("--json", v->json, "Print one JSON object");
+  ver->add_flag("--calibrate", v->calibrate, "Write the measurement --verify auto reads (see docs/speculative.md)");
+  ver->callback([v] { run_verify(*v); });
+}
+
+}  // namespace nextn::cli

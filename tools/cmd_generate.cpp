@@ -1,0 +1,133 @@
+// nextn generate: greedy decoding, plain (--draft none) or speculative
+// (--draft mtp|oracle) with a selectable, counted verify arm. The output is
+// the same token ids either way; --json adds the counters (docs/speculative.md).
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "bench/calibration.h"
+#include "cli_common.h"
+#include "commands.h"
+#include "core/error.h"
+#include "io/checkpoint.h"
+#include "model/runtime.h"
+#include "spec/generate.h"
+
+namespace nextn::cli {
+namespace {
+
+struct GenerateArgs {
+  std::string model, prompt, prompt_ids, draft = "none", pattern, verify = "batched", backend = "cpu";
+  int n = 32;
+  double accept_rate = -1;
+  uint64_t seed = 1;
+  int block_size = 0, pad_width = 0;
+  bool ignore_eos = false, json = false;
+  CLI::Option *rate_opt = nullptr, *pattern_opt = nullptr, *block_opt = nullptr, *pad_opt = nullptr,
+              *seed_opt = nullptr, *prompt_opt = nullptr, *ids_opt = nullptr;
+};
+
+// Drafter name -> kind; anything else would be a separate drafter checkpoint.
+DraftKind parse_draft(const std::string& name) {
+  if (name == "none" || name == "mtp" || name == "oracle") return parse_draft_kind(name);
+  fail("--draft '{}': separate drafter checkpoints are not supported yet (expected none, mtp or oracle)", name);
+}
+
+void run(const GenerateArgs& a) {
+  // Flags first: everything that can be refused without reading the model.
+  if (a.prompt_opt->count() > 0 && a.ids_opt->count() > 0) fail("give --prompt or --prompt-ids, not both");
+  if (a.prompt_opt->count() > 0)
+    fail("--prompt: the tokenizer is not implemented yet; pass token ids with --prompt-ids 1,2,3");
+  if (a.ids_opt->count() == 0) fail("no prompt: pass token ids with --prompt-ids 1,2,3");
+  const std::vector<int32_t> prompt = parse_id_list(a.prompt_ids, "--prompt-ids");
+  if (a.n < 0) fail("-n {} is negative", a.n);
+  GenerateOptions o;
+  o.max_new_tokens = a.n;
+  o.draft = parse_draft(a.draft);
+  o.ignore_eos = a.ignore_eos;
+  const bool rate = a.rate_opt->count() > 0, pattern = a.pattern_opt->count() > 0;
+  if (o.draft != DraftKind::Oracle && (rate || pattern || a.seed_opt->count() > 0))
+    fail("--accept-rate, --accept-pattern and --seed apply to --draft oracle only");
+  if (o.draft == DraftKind::Oracle) {
+    if (rate) o.oracle.accept_rate = a.accept_rate;
+    if (pattern) {
+      if (a.pattern.empty()) fail("--accept-pattern: the pattern is empty (use 0s and 1s, e.g. 1101)");
+      o.oracle.pattern = a.pattern;
+    }
+    o.oracle.seed = a.seed;
+    check_oracle_spec(o.oracle);
+  }
+  o.verify = parse_verify_arm(a.verify);
+  if (a.block_opt->count() > 0) check_block_size(a.block_size);
+  if (a.pad_opt->count() > 0 && o.verify != VerifyArm::Pad) fail("--pad-width applies to --verify pad only");
+  const BackendKind kind = parse_backend(a.backend);
+
+  const std::string dir = model_dir_or_default(a.model);
+  const auto ckpt = Qwen35Checkpoint::open(dir);
+  const int vocab = ckpt.config().vocab_size;
+  for (int32_t t : prompt)
+    if (t >= vocab) fail("--prompt-ids: token id {} is outside the vocabulary [0, {})", t, vocab);
+  if (o.draft == DraftKind::Mtp && ckpt.mtp_layers() == 0)
+    fail("{}: --draft mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
+  o.block_size = a.block_opt->count() > 0 ? a.block_size : default_block_size(ckpt.mtp_layers());
+  o.pad_width = a.pad_width;
+  if (o.draft != DraftKind::None) {
+    if (o.verify == VerifyArm::Auto) {
+      const auto choice = bench::choose_auto(bench::calibration_key(dir, a.backend), o.draft, o.oracle,
+                                             a.block_opt->count() > 0 ? a.block_size : 0);
+      o.verify = choice.arm;
+      if (choice.block_size > 0) o.block_size = choice.block_size;
+      o.pad_width = choice.pad_width;
+      o.chosen_by_auto = true;
+      o.auto_reason = choice.reason;
+    }
+    if (o.verify == VerifyArm::Pad) resolve_pad_width(o.block_size, o.pad_width);  // refuse before loading weights
+  }
+
+  const RuntimeFactory factory = [&ckpt, kind](int cap) { return make_runtime(ckpt, kind, cap); };
+  const GenerateResult r = generate_fresh(factory, prompt, o);
+  const auto stats = stats_json(r.stats);
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["tokens"] = r.tokens;
+    j["text"] = nullptr;
+    j["stats"] = stats;
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  for (size_t i = 0; i < r.tokens.size(); ++i) std::printf("%s%d", i ? " " : "", r.tokens[i]);
+  std::printf("\n");
+  std::fflush(stdout);
+  const auto& c = r.stats.counters;
+  std::fprintf(stderr,
+               "stats: draft %s, block_size %d, verify %s -> %s, rounds %lld, drafted %lld, accepted %lld (%.3f), "
+               "rows_projected %lld, walk_steps %lld, %d tokens, stop %s, %.1f tokens/s decode, prefill %.3f ms%s%s\n",
+               r.stats.draft.c_str(), c.block_size, c.verify_requested.c_str(), c.verify_taken.c_str(),
+               (long long)c.rounds, (long long)c.drafted, (long long)c.accepted, stats["acceptance"].get<double>(),
+               (long long)c.rows_projected, (long long)c.walk_steps, r.stats.generated, r.stats.stop.c_str(),
+               r.stats.tokens_per_second(), r.stats.prefill_ms, r.stats.auto_reason.empty() ? "" : "; auto: ",
+               r.stats.auto_reason.c_str());
+}
+
+}  // namespace
+
+void register_generate(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  auto* cmd = app.add_subcommand("generate", "Greedy decoding, plain or MTP-speculative (exact)");
+  cmd->add_option("-m,--model", a->model, "Checkpoint directory (default: the shipped model)");
+  a->prompt_opt = cmd->add_option("--prompt", a->prompt, "Prompt text (needs the tokenizer: not implemented yet)");
+  a->ids_opt = cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt as comma-separated token ids");
+  cmd->add_option("-n", a->n, "Tokens to generate (default 32)");
+  cmd->add_option("--draft", a->draft, "Drafter: none (plain greedy), mtp (the checkpoint's MTP head), oracle");
+  a->rate_opt = cmd->add_option("--accept-rate", a->accept_rate, "Oracle: probability each draft is the true token");
+  a->pattern_opt = cmd->add_option("--accept-pattern", a->pattern, "Oracle: 1 = true draft, 0 = wrong, cyclic");
+  a->seed_opt = cmd->add_option("--seed", a->seed, "Oracle: RNG seed for --accept-rate (default 1)");
+  a->block_opt = cmd->add_option("--block-size", a->block_size, "Verify width K, 2..64 (default: MTP layers + 2)");
+  cmd->add_option("--verify", a->verify, "Verify arm: batched, walk, pad, fused, auto (default batched)");
+  a->pad_opt = cmd->add_option("--pad-width", a->pad_width, "Pad arm width P, K < P <= 64 (default: next multiple of 16)");
+  cmd->add_option("--backend", a->backend, "cpu or cuda (default cpu)");
+  cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the EOS token");
+  cmd->add_flag("--json", a->json, "Print one JSON object: tokens, text, stats");
+  cmd->callback([a] { run(*a); });
+}
+
+}  // namespace nextn::cli
