@@ -183,6 +183,19 @@ void write_model(const SynthModel& sm, const std::string& dir, const std::string
   write_safetensors(dir + "/" + file, tw);
 }
 
+// For test_quantize.cpp (which declares it): a synthetic model directory.
+void write_synth_model(const std::string& dir, Layout layout, bool tied, bool mtp, DType dtype, bool visual) {
+  SynthOptions o;
+  o.layout = layout;
+  o.tied = tied;
+  o.mtp = mtp;
+  o.dtype = dtype;
+  o.visual = visual;
+  auto sm = make_model(o);
+  write_model(sm, dir);
+  std::ofstream(dir + "/generation_config.json") << R"({"eos_token_id": [5, 6]})";
+}
+
 }  // namespace nextn::synth
 
 namespace nextn {
