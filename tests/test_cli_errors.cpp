@@ -83,19 +83,18 @@ TEST_F(CliErrors, HeaderLengthBeyondFile) {
 
 TEST_F(CliErrors, OverlappingTensors) {
   auto s = split_safetensors(st());
-  // Point one tensor at another's bytes: same size, overlapping span.
+  // Point one tensor at another's bytes: same dtype and shape, overlapping span.
   std::string a, b;
-  for (auto& [name, v] : s.header.items()) {
-    if (name == "__metadata__") continue;
-    if (a.empty()) {
-      a = name;
-      continue;
-    }
-    if (v["dtype"] == s.header[a]["dtype"] && v["shape"] == s.header[a]["shape"]) {
-      b = name;
-      break;
-    }
-  }
+  std::vector<std::string> names;
+  for (auto& [name, v] : s.header.items())
+    if (name != "__metadata__") names.push_back(name);
+  for (size_t i = 0; i < names.size() && b.empty(); ++i)
+    for (size_t k = i + 1; k < names.size() && b.empty(); ++k)
+      if (s.header[names[i]]["dtype"] == s.header[names[k]]["dtype"] &&
+          s.header[names[i]]["shape"] == s.header[names[k]]["shape"]) {
+        a = names[i];
+        b = names[k];
+      }
   ASSERT_FALSE(b.empty());
   s.header[b]["data_offsets"] = s.header[a]["data_offsets"];
   join_safetensors(st(), s);
@@ -166,7 +165,10 @@ TEST(CliDraftTrace, MatchesTheReference) {
   if (!fs::exists(kFixture)) GTEST_SKIP() << "fixture missing";
   const auto ref = nlohmann::json::parse(test::read_file(kFixture + "/reference.json"));
   std::string ids;
-  for (const auto& v : ref["sequence"]) ids += (ids.empty() ? "" : ",") + std::to_string(v.get<int>());
+  for (const auto& v : ref["sequence"]) {
+    if (!ids.empty()) ids += ',';
+    ids += std::to_string(v.get<int>());
+  }
   const auto r = run_cli("draft-trace -m " + kFixture + " --prompt-ids " + ids + " --json");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["drafts"], ref["drafts"]);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <exception>
 #include <new>
+#include <string>
 
 #include "commands.h"
 #include "core/error.h"
@@ -27,6 +28,16 @@ int main(int argc, char** argv) {
   nextn::cli::register_quantize(app);
   nextn::cli::register_bench(app);
   try {
+    std::string known;
+    bool found = false;
+    for (const auto* sub : app.get_subcommands({})) {
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+      found = found || (argc > 1 && sub->get_name() == argv[1]);
+    }
+    if (argc > 1 && argv[1][0] != '-' && !found) {
+      std::fprintf(stderr, "error: unknown command '%s' (expected one of: %s)\n", argv[1], known.c_str());
+      return 1;
+    }
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
