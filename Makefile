@@ -14,7 +14,7 @@ build: deps
 
 # The main job on the shipped default model: MTP speculative greedy decoding.
 run: build
-	$(BUILD)/nextn generate --prompt-ids 1,2,3,4,5,6,7,8 -n 32 --draft mtp --block-size 3 --json
+	$(BUILD)/nextn generate --prompt-ids 764,2009,1185,347,498,393,1093,1155,785,1252 -n 24 --draft mtp --block-size 3 --json
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
