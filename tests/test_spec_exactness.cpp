@@ -51,6 +51,8 @@ struct Case {
   Drafter drafter;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.fixture << "/" << drafter_name(c.drafter); }
+
 class SpecExactness : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SpecExactness, SpeculativeEqualsGreedy) {
