@@ -1,11 +1,36 @@
 // The CUDA runtime for Qwen3.5: host side (weights, buffers, graphs). The
 // kernels live in the .cu files beside this one, behind kernels.h.
+//
+// Same semantics as the CPU runtime (backend/cpu/qwen35.cpp), step by step:
+//  - a target_forward of T <= 64 tokens is one captured graph per T; longer
+//    forwards (prefill) run as consecutive chunks of 64 through the same
+//    graphs, which gives the same bits because every kernel is
+//    batch-invariant;
+//  - everything that changes between steps (positions, the GDN buffer parity,
+//    row offsets, token ids, drafts) is uploaded into one device struct
+//    (StepArgs) before a replay; kernels read it from device memory;
+//  - GDN conv and recurrent state live in buffer pairs: a forward reads one
+//    and writes the other, so rollback replays the accepted prefix from the
+//    untouched state (snapshot + replay without a copy);
+//  - attention KV rollback is the length change;
+//  - the only host syncs are the copies of result tokens (and of logits for
+//    head_logits).
 #ifdef NEXTN_HAVE_CUDA
 #include "backend/cuda/qwen35.h"
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
 #include "backend/cuda/check.h"
+#include "backend/cuda/kernels.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
 
@@ -28,11 +53,853 @@ std::string cuda_device_summary() {
                      double(p.totalGlobalMem) / double(1ull << 30));
 }
 
-std::unique_ptr<ModelRuntime> make_cuda_runtime(const Qwen35Checkpoint& ckpt, int max_tokens) {
+namespace {
+
+using cuda::Act;
+using cuda::DevMatrix;
+using cuda::kMaxRows;
+using cuda::WKind;
+
+constexpr double kGiB = double(1ull << 30);
+
+// Values a step reads from device memory.
+struct StepArgs {
+  int pos;        // first position of the step (target or MTP cache)
+  int parity;     // GDN state buffer to read
+  int out_row;    // first hidden row the final norm writes
+  int first_row;  // gather: first source row
+  int n_real;     // gather: rows before zero padding
+  int pad[3];
+  int32_t tokens[kMaxRows];
+  int32_t drafts[kMaxRows];
+};
+
+// Owns every device allocation; frees them in the destructor.
+class DeviceMemory {
+ public:
+  ~DeviceMemory() {
+    for (void* p : blocks_) cudaFree(p);
+  }
+  template <typename T = void>
+  T* alloc(size_t bytes, const char* what) {
+    void* p = nullptr;
+    if (bytes == 0) bytes = 16;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      fail("--backend cuda: out of device memory allocating {:.1f} MiB for {} ({:.2f} GiB allocated by nextn, "
+           "{:.2f} of {:.2f} GiB free): {}",
+           double(bytes) / double(1 << 20), what, double(total_) / kGiB, double(free_b) / kGiB,
+           double(total_b) / kGiB, cudaGetErrorString(e));
+    }
+    blocks_.push_back(p);
+    total_ += bytes;
+    return static_cast<T*>(p);
+  }
+  size_t total() const { return total_; }
+
+ private:
+  std::vector<void*> blocks_;
+  size_t total_ = 0;
+};
+
+// One projection, possibly fused from several checkpoint matrices (rows
+// concatenated): parts[i] writes output columns [offset, offset + rows).
+struct Linear {
+  struct Part {
+    DevMatrix m;
+    int offset;
+  };
+  std::vector<Part> parts;
+  int rows = 0, cols = 0;
+};
+
+struct AttnWeights {
+  Linear qkv;  // [q|gate interleaved per head (Hq*2*hd) ; k (Hkv*hd) ; v (Hkv*hd)]
+  DevMatrix o;
+  float *q_norm = nullptr, *k_norm = nullptr;
+};
+
+struct LayerWeights {
+  bool full = false;
+  float *input_norm = nullptr, *post_norm = nullptr;
+  AttnWeights attn;
+  Linear gdn_in;  // [qkv (conv_dim) ; z (vd) ; b (Hv) ; a (Hv)]
+  DevMatrix gdn_out;
+  int gdn_index = -1;  // row of the GDN table
+  Linear gate_up;      // [gate (I) ; up (I)]
+  DevMatrix down;
+  void *k_cache = nullptr, *v_cache = nullptr;
+};
+
+enum class GraphKind : int { Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, Rollback };
+
+class CudaQwen35 final : public ModelRuntime {
+ public:
+  CudaQwen35(const Qwen35Checkpoint& ckpt, int max_tokens);
+  ~CudaQwen35() override;
+
+  const Qwen35Config& config() const override { return cfg_; }
+  const char* backend_name() const override { return "cuda"; }
+  int target_length() const override { return length_; }
+  void target_forward(std::span<const int32_t> tokens) override;
+  void target_rollback(int keep) override;
+  void head_argmax(int first, int count, int width, int32_t* out) override;
+  void head_argmax_fused(int first, int count, int32_t* out) override;
+  int head_walk(std::span<const int32_t> drafts, int32_t* out) override;
+  void head_logits(int row, float* out) override;
+  int mtp_length() const override { return mtp_length_; }
+  void mtp_forward(std::span<const int32_t> next_tokens, int first_row) override;
+  void mtp_step(int32_t token) override;
+  void mtp_argmax(int count, int32_t* out) override;
+  void mtp_rollback(int length) override;
+
+ private:
+  // loading
+  float* upload_floats(const std::vector<float>& v, const char* what);
+  DevMatrix upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable);
+  Linear upload_linear(const std::vector<WeightRef>& parts, const char* what);
+  LayerWeights load_layer(const Qwen35Checkpoint& ck, const std::string& p, bool full);
+  void check_shapes() const;
+
+  // steps (capturable: launches only)
+  void forward_chunk(int T);
+  void decoder_layer(const LayerWeights& L, int T, void* k_cache, void* v_cache);
+  void mtp_chunk(int n, bool from_target);
+  void run_linear(const Linear& lin, const void* x, int T, int ldx, float* y, int ldy);
+  void head_project(int width);
+
+  // host side
+  void upload(const StepArgs& a);
+  template <typename F>
+  void replay(GraphKind kind, int a, int b, F&& record);
+  void fetch(const void* src, size_t bytes, void* dst);
+  void check_tokens(std::span<const int32_t> tokens) const;
+  StepArgs args() const;
+
+  Qwen35Config cfg_;
+  int max_tokens_;
+  Act act_ = Act::BF16;
+  bool use_graphs_ = true;
+  int H_ = 0, V_ = 0;
+  cuda::AttnShape attn_shape_{};
+  cuda::GdnShape gdn_shape_{};
+
+  DeviceMemory mem_;
+  cudaStream_t stream_ = nullptr;
+  std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs_;
+
+  // weights
+  DevMatrix embed_, head_;
+  float* final_norm_ = nullptr;
+  std::vector<LayerWeights> layers_;
+  float* inv_freq_ = nullptr;
+  bool has_mtp_ = false;
+  DevMatrix mtp_fc_;
+  float *mtp_norm_emb_ = nullptr, *mtp_norm_hid_ = nullptr, *mtp_norm_ = nullptr;
+  LayerWeights mtp_layer_;
+
+  // GDN state, per layer, in a device table
+  std::vector<cuda::GdnLayer> gdn_host_;
+  cuda::GdnLayer* gdn_table_ = nullptr;
+
+  // workspace
+  StepArgs* d_args_ = nullptr;
+  float* x_ = nullptr;     // [R][H] fp32 residual
+  void* xn_ = nullptr;     // [R][2H] act: norm outputs (the MTP's fc input is [R][2H])
+  float* proj_ = nullptr;  // [R][proj_ld_] fp32 projections
+  int proj_ld_ = 0;
+  void* act_buf_ = nullptr;  // [R][act_ld_] act: inputs of o_proj / out_proj / down
+  int act_ld_ = 0;
+  float* q_ = nullptr;  // [R][Hq*hd]
+  float* attn_partial_ = nullptr;
+  float* splitk_ = nullptr;
+  void* hidden_ = nullptr;      // [hidden_rows_][H] act: post-norm rows of the last target forward
+  void* mtp_hidden_ = nullptr;  // [hidden_rows_][H] act: post mtp.norm rows of the last MTP call
+  void* mtp_src_ = nullptr;     // [R][H] act: hidden rows fed to the MTP
+  void* head_in_ = nullptr;     // [R][H] act
+  float* logits_ = nullptr;     // [R][V]
+  void* pairs_ = nullptr;
+  void* argmax_scratch_ = nullptr;
+  int32_t* d_out_ = nullptr;    // [R] result tokens
+  int* d_walk_ = nullptr;       // [2]: stop flag, rows projected
+  int hidden_rows_ = 0;
+
+  // pinned host side
+  StepArgs* h_args_ = nullptr;  // ring of kArgSlots
+  cudaEvent_t arg_events_[16] = {};
+  static constexpr int kArgSlots = 16;
+  int arg_slot_ = 0;
+  int32_t* h_out_ = nullptr;  // [R + 2]
+
+  // sequence state (host mirror)
+  int length_ = 0;
+  int forward_start_ = 0; // length before the last target_forward
+  int last_T_ = 0;        // rows of the last target_forward
+  int last_chunk_T_ = 0;  // tokens of its last chunk (what rollback can undo)
+  int parity_ = 0;
+  int mtp_length_ = 0;
+  int mtp_last_n_ = 0;
+};
+
+// ---------------------------------------------------------------------------
+// loading
+
+bool same_quant(const WeightRef& a, const WeightRef& b) {
+  return a.quantized() == b.quantized() && a.quant.bits == b.quant.bits && a.quant.group_size == b.quant.group_size &&
+         a.cols == b.cols;
+}
+
+float* CudaQwen35::upload_floats(const std::vector<float>& v, const char* what) {
+  float* d = mem_.alloc<float>(v.size() * sizeof(float), what);
+  CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return d;
+}
+
+// Rows of all parts, concatenated, in the kernels' layout: dense as bf16
+// (fp32 in the fp32-activation mode), MLX packed words as stored with fp32
+// scales and biases.
+DevMatrix CudaQwen35::upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable) {
+  DevMatrix m;
+  const WeightRef& w0 = parts.front();
+  m.cols = int(w0.cols);
+  for (const auto& p : parts) m.rows += int(p.rows);
+  if (w0.quantized()) {
+    if (w0.quant.bits != 4 && w0.quant.bits != 8)
+      fail("--backend cuda: {}: {}-bit quantization is not supported (4 or 8)", w0.name, w0.quant.bits);
+    m.kind = w0.quant.bits == 4 ? WKind::Q4 : WKind::Q8;
+    m.group = w0.quant.group_size;
+  } else {
+    m.kind = act_ == Act::F32 ? WKind::F32 : WKind::BF16;
+  }
+  m.splits = splittable ? cuda::choose_splits(m.rows, m.cols) : 1;
+  cuda::check_matrix(m, w0.name.c_str());
+
+  if (!w0.quantized()) {
+    const size_t esz = m.kind == WKind::F32 ? 4 : 2;
+    auto* dst = mem_.alloc<uint8_t>(size_t(m.rows) * m.cols * esz, what);
+    m.w = dst;
+    std::vector<uint8_t> host;
+    for (const auto& p : parts) {
+      const size_t n = size_t(p.rows) * size_t(p.cols);
+      const DType dt = p.weight->dtype;
+      if ((dt == DType::BF16 && esz == 2) || (dt == DType::F32 && esz == 4)) {
+        CUDA_CHECK(cudaMemcpy(dst, p.weight->data, n * esz, cudaMemcpyHostToDevice));
+      } else {
+        host.resize(n * esz);
+        for (size_t i = 0; i < n; ++i) {
+          const float f = load_float(dt, p.weight->data, i);
+          if (esz == 4) {
+            std::memcpy(&host[i * 4], &f, 4);
+          } else {
+            const uint16_t b = f32_to_bf16(f);
+            std::memcpy(&host[i * 2], &b, 2);
+          }
+        }
+        CUDA_CHECK(cudaMemcpy(dst, host.data(), n * esz, cudaMemcpyHostToDevice));
+      }
+      dst += n * esz;
+    }
+    return m;
+  }
+  const int per_word = 32 / w0.quant.bits;
+  const size_t words = size_t(m.rows) * (m.cols / per_word), groups = size_t(m.rows) * (m.cols / m.group);
+  auto* dw = mem_.alloc<uint8_t>(words * 4, what);
+  auto* ds = mem_.alloc<float>(groups * 4, what);
+  auto* db = mem_.alloc<float>(groups * 4, what);
+  m.w = dw;
+  m.scales = ds;
+  m.biases = db;
+  std::vector<float> s, b;
+  for (const auto& p : parts) {
+    const size_t pw = size_t(p.rows) * (p.cols / per_word), pg = size_t(p.rows) * (p.cols / p.quant.group_size);
+    CUDA_CHECK(cudaMemcpy(dw, p.weight->data, pw * 4, cudaMemcpyHostToDevice));
+    s.resize(pg);
+    b.resize(pg);
+    for (size_t i = 0; i < pg; ++i) {
+      s[i] = load_float(p.scales->dtype, p.scales->data, i);
+      b[i] = load_float(p.biases->dtype, p.biases->data, i);
+    }
+    CUDA_CHECK(cudaMemcpy(ds, s.data(), pg * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(db, b.data(), pg * 4, cudaMemcpyHostToDevice));
+    dw += pw * 4;
+    ds += pg;
+    db += pg;
+  }
+  return m;
+}
+
+// Fuses consecutive parts that share a storage format into one matrix.
+Linear CudaQwen35::upload_linear(const std::vector<WeightRef>& parts, const char* what) {
+  Linear lin;
+  lin.cols = int(parts.front().cols);
+  size_t i = 0;
+  while (i < parts.size()) {
+    size_t j = i + 1;
+    while (j < parts.size() && same_quant(parts[i], parts[j])) ++j;
+    const std::vector<WeightRef> group(parts.begin() + long(i), parts.begin() + long(j));
+    lin.parts.push_back({upload_matrix(group, what, true), lin.rows});
+    lin.rows += lin.parts.back().m.rows;
+    i = j;
+  }
+  return lin;
+}
+
+LayerWeights CudaQwen35::load_layer(const Qwen35Checkpoint& ck, const std::string& p, bool full) {
+  const auto& c = cfg_;
+  const int H = c.hidden_size, hd = c.head_dim;
+  LayerWeights L;
+  L.full = full;
+  L.input_norm = upload_floats(ck.norm(p + ".input_layernorm", H, true), "norms");
+  L.post_norm = upload_floats(ck.norm(p + ".post_attention_layernorm", H, true), "norms");
+  if (full) {
+    const std::string a = p + ".self_attn";
+    L.attn.qkv = upload_linear({ck.matrix(a + ".q_proj", int64_t(c.num_attention_heads) * hd * 2, H),
+                                ck.matrix(a + ".k_proj", int64_t(c.num_key_value_heads) * hd, H),
+                                ck.matrix(a + ".v_proj", int64_t(c.num_key_value_heads) * hd, H)},
+                               "attention q/k/v");
+    L.attn.o = upload_matrix({ck.matrix(a + ".o_proj", H, int64_t(c.num_attention_heads) * hd)}, "attention o", true);
+    L.attn.q_norm = upload_floats(ck.norm(a + ".q_norm", hd, true), "norms");
+    L.attn.k_norm = upload_floats(ck.norm(a + ".k_norm", hd, true), "norms");
+  } else {
+    const std::string g = p + ".linear_attn";
+    const int Hv = c.linear_num_value_heads;
+    L.gdn_in = upload_linear({ck.matrix(g + ".in_proj_qkv", c.conv_dim(), H), ck.matrix(g + ".in_proj_z", c.value_dim(), H),
+                              ck.matrix(g + ".in_proj_b", Hv, H), ck.matrix(g + ".in_proj_a", Hv, H)},
+                             "GDN in-projections");
+    L.gdn_out = upload_matrix({ck.matrix(g + ".out_proj", H, c.value_dim())}, "GDN out_proj", true);
+    cuda::GdnLayer t{};
+    t.conv_w = upload_floats(ck.conv1d(g + ".conv1d", c.conv_dim(), c.linear_conv_kernel_dim), "GDN conv");
+    t.a_log = upload_floats(ck.vector(g + ".A_log", Hv), "GDN A_log");
+    t.dt_bias = upload_floats(ck.vector(g + ".dt_bias", Hv), "GDN dt_bias");
+    t.norm_w = upload_floats(ck.norm(g + ".norm", c.linear_value_head_dim, false), "GDN norm");
+    L.gdn_index = int(gdn_host_.size());
+    gdn_host_.push_back(t);
+  }
+  L.gate_up = upload_linear({ck.matrix(p + ".mlp.gate_proj", c.intermediate_size, H),
+                             ck.matrix(p + ".mlp.up_proj", c.intermediate_size, H)},
+                            "MLP gate/up");
+  L.down = upload_matrix({ck.matrix(p + ".mlp.down_proj", H, c.intermediate_size)}, "MLP down", true);
+  return L;
+}
+
+void CudaQwen35::check_shapes() const {
+  const auto& c = cfg_;
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) fail("--backend cuda: unsupported shape: {}", what);
+  };
+  need(c.head_dim % 32 == 0 && c.head_dim <= 256, fmt::format("head_dim {} (a multiple of 32, at most 256)", c.head_dim));
+  need(c.rotary_dim() <= c.head_dim && c.rotary_dim() % 2 == 0, fmt::format("rotary dim {}", c.rotary_dim()));
+  need(c.num_key_value_heads > 0 && c.num_attention_heads % c.num_key_value_heads == 0,
+       fmt::format("{} query heads over {} KV heads", c.num_attention_heads, c.num_key_value_heads));
+  need(c.linear_key_head_dim <= 128 && c.linear_value_head_dim <= 128,
+       fmt::format("GDN head dims {}x{} (at most 128)", c.linear_key_head_dim, c.linear_value_head_dim));
+  need(c.linear_num_key_heads > 0 && c.linear_num_value_heads % c.linear_num_key_heads == 0,
+       fmt::format("{} GDN value heads over {} key heads", c.linear_num_value_heads, c.linear_num_key_heads));
+  need(c.linear_conv_kernel_dim >= 1, "conv kernel");
+  need(c.hidden_size % 32 == 0, fmt::format("hidden size {} (a multiple of 32)", c.hidden_size));
+}
+
+// Device bytes the weights take in the kernels' layout (for the up-front check).
+size_t weight_bytes(const WeightRef& w, Act act) {
+  if (!w.quantized()) return size_t(w.rows) * size_t(w.cols) * (act == Act::F32 ? 4 : 2);
+  return size_t(w.rows) * size_t(w.cols) * size_t(w.quant.bits) / 8 +
+         size_t(w.rows) * size_t(w.cols / w.quant.group_size) * 8;
+}
+
+size_t estimate_bytes(const Qwen35Checkpoint& ck, int max_tokens, Act act) {
+  const auto& c = ck.config();
+  size_t total = 0;
+  const int H = c.hidden_size, hd = c.head_dim, I = c.intermediate_size;
+  const int64_t V = c.vocab_size;
+  const WeightRef emb = ck.matrix("embed_tokens", V, H), head = ck.lm_head();
+  total += weight_bytes(emb, act);
+  if (head.weight != emb.weight) total += weight_bytes(head, act);
+  auto layer = [&](const std::string& p, bool full) {
+    size_t b = 0;
+    if (full) {
+      for (const char* n : {".q_proj", ".k_proj", ".v_proj"}) {
+        const int64_t rows = std::string(n) == ".q_proj" ? int64_t(c.num_attention_heads) * hd * 2
+                                                          : int64_t(c.num_key_value_heads) * hd;
+        b += weight_bytes(ck.matrix(p + ".self_attn" + n, rows, H), act);
+      }
+      b += weight_bytes(ck.matrix(p + ".self_attn.o_proj", H, int64_t(c.num_attention_heads) * hd), act);
+      b += size_t(max_tokens) * c.num_key_value_heads * hd * size_t(act_size(act)) * 2;
+    } else {
+      const std::string g = p + ".linear_attn";
+      b += weight_bytes(ck.matrix(g + ".in_proj_qkv", c.conv_dim(), H), act);
+      b += weight_bytes(ck.matrix(g + ".in_proj_z", c.value_dim(), H), act);
+      b += weight_bytes(ck.matrix(g + ".out_proj", H, c.value_dim()), act);
+      b += 2 * size_t(c.linear_num_value_heads) * c.linear_key_head_dim * c.linear_value_head_dim * 4;
+      b += size_t(kMaxRows) * (2 * c.conv_dim() + c.value_dim()) * 4;
+    }
+    for (const char* n : {".mlp.gate_proj", ".mlp.up_proj"}) b += weight_bytes(ck.matrix(p + n, I, H), act);
+    b += weight_bytes(ck.matrix(p + ".mlp.down_proj", H, I), act);
+    return b;
+  };
+  for (int i = 0; i < c.num_hidden_layers; ++i)
+    total += layer("layers." + std::to_string(i), c.full_attention[size_t(i)]);
+  if (ck.mtp_layers() > 0) {
+    total += weight_bytes(ck.matrix("mtp.fc", H, 2 * H), act);
+    total += layer("mtp.layers.0", true);
+  }
+  total += size_t(kMaxRows) * size_t(V) * 4;  // logits
+  return total;
+}
+
+CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.config()), max_tokens_(max_tokens) {
   (void)cuda_device_summary();
-  (void)ckpt;
-  (void)max_tokens;
-  fail("--backend cuda: the CUDA runtime is not implemented yet");
+  if (max_tokens < 1) fail("--backend cuda: max_tokens {} must be positive", max_tokens);
+  if (const char* a = std::getenv("NEXTN_CUDA_ACT")) {
+    const std::string s(a);
+    if (s == "fp32") act_ = Act::F32;
+    else if (s == "bf16" || s.empty()) act_ = Act::BF16;
+    else fail("NEXTN_CUDA_ACT='{}': expected bf16 or fp32", s);
+  }
+  if (const char* g = std::getenv("NEXTN_CUDA_GRAPHS")) use_graphs_ = std::string(g) != "0";
+  check_shapes();
+  {
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const size_t need = estimate_bytes(ck, max_tokens, act_);
+    if (need > free_b)
+      fail("--backend cuda: the checkpoint needs about {:.2f} GiB of device memory (weights, caches and {} tokens "
+           "of context), but only {:.2f} of {:.2f} GiB are free",
+           double(need) / kGiB, max_tokens, double(free_b) / kGiB, double(total_b) / kGiB);
+  }
+  cuda::init_kernels();
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  const auto& c = cfg_;
+  H_ = c.hidden_size;
+  V_ = c.vocab_size;
+  const int hd = c.head_dim, Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, I = c.intermediate_size;
+  attn_shape_ = {Hq, Hkv, hd, c.rotary_dim(), c.rms_norm_eps};
+  gdn_shape_ = {c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim,
+                c.linear_conv_kernel_dim, c.rms_norm_eps};
+  const size_t as = size_t(act_size(act_));
+
+  // weights
+  const WeightRef emb = ck.matrix("embed_tokens", V_, H_), head = ck.lm_head();
+  embed_ = upload_matrix({emb}, "embedding", false);
+  head_ = head.weight == emb.weight ? embed_ : upload_matrix({head}, "LM head", false);
+  head_.splits = 1;  // every arm projects with the same kernel and the same bits
+  final_norm_ = upload_floats(ck.norm("norm", H_, true), "norms");
+  for (int i = 0; i < c.num_hidden_layers; ++i)
+    layers_.push_back(load_layer(ck, "layers." + std::to_string(i), c.full_attention[size_t(i)]));
+  has_mtp_ = ck.mtp_layers() > 0;
+  if (has_mtp_) {
+    mtp_fc_ = upload_matrix({ck.matrix("mtp.fc", H_, 2 * H_)}, "MTP fc", true);
+    mtp_norm_emb_ = upload_floats(ck.norm("mtp.pre_fc_norm_embedding", H_, true), "norms");
+    mtp_norm_hid_ = upload_floats(ck.norm("mtp.pre_fc_norm_hidden", H_, true), "norms");
+    mtp_norm_ = upload_floats(ck.norm("mtp.norm", H_, true), "norms");
+    mtp_layer_ = load_layer(ck, "mtp.layers.0", true);
+  }
+  {
+    std::vector<float> inv(size_t(c.rotary_dim() / 2));
+    for (size_t i = 0; i < inv.size(); ++i)  // as transformers and cpu::rope_angles: fp32(1 / theta^(2i/rd))
+      inv[i] = float(1.0 / std::pow(c.rope_theta, double(2 * i) / double(c.rotary_dim())));
+    inv_freq_ = upload_floats(inv, "rope");
+  }
+
+  // caches
+  const size_t kv_bytes = size_t(max_tokens) * Hkv * hd * as;
+  auto alloc_kv = [&](LayerWeights& L) {
+    L.k_cache = mem_.alloc(kv_bytes, "the KV cache");
+    L.v_cache = mem_.alloc(kv_bytes, "the KV cache");
+    CUDA_CHECK(cudaMemset(L.k_cache, 0, kv_bytes));
+    CUDA_CHECK(cudaMemset(L.v_cache, 0, kv_bytes));
+  };
+  for (auto& L : layers_)
+    if (L.full) alloc_kv(L);
+  if (has_mtp_) alloc_kv(mtp_layer_);
+  const int cd = c.conv_dim(), vd = c.value_dim(), Hv = c.linear_num_value_heads;
+  const int gdn_ld = cd + vd + 2 * Hv;
+  for (auto& t : gdn_host_) {
+    const size_t conv_state = size_t(2) * (c.linear_conv_kernel_dim - 1) * cd * 4 + 16;
+    const size_t S = size_t(2) * Hv * c.linear_key_head_dim * c.linear_value_head_dim * 4;
+    t.proj = mem_.alloc<float>(size_t(kMaxRows) * gdn_ld * 4, "GDN projections");
+    t.proj_ld = gdn_ld;
+    t.conv_out = mem_.alloc<float>(size_t(kMaxRows) * cd * 4, "GDN conv outputs");
+    t.conv_state = mem_.alloc<float>(conv_state, "GDN conv state");
+    t.S = mem_.alloc<float>(S, "GDN recurrent state");
+    CUDA_CHECK(cudaMemset(t.conv_state, 0, conv_state));
+    CUDA_CHECK(cudaMemset(t.S, 0, S));
+    CUDA_CHECK(cudaMemset(const_cast<float*>(t.proj), 0, size_t(kMaxRows) * gdn_ld * 4));
+  }
+
+  // workspace
+  const int R = kMaxRows;
+  proj_ld_ = std::max(Hq * hd * 2 + 2 * Hkv * hd, 2 * I);
+  act_ld_ = std::max({I, Hq * hd, vd});
+  hidden_rows_ = std::max(max_tokens, R) + R;
+  d_args_ = mem_.alloc<StepArgs>(sizeof(StepArgs), "step arguments");
+  CUDA_CHECK(cudaMemset(d_args_, 0, sizeof(StepArgs)));
+  x_ = mem_.alloc<float>(size_t(R) * H_ * 4, "activations");
+  xn_ = mem_.alloc(size_t(R) * 2 * H_ * as, "activations");
+  proj_ = mem_.alloc<float>(size_t(R) * proj_ld_ * 4, "activations");
+  act_buf_ = mem_.alloc(size_t(R) * act_ld_ * as, "activations");
+  q_ = mem_.alloc<float>(size_t(R) * Hq * hd * 4, "activations");
+  attn_partial_ = mem_.alloc<float>(size_t(cuda::attn_partial_floats(attn_shape_, max_tokens)) * 4, "attention");
+  int64_t splitk = 0;
+  auto track = [&](const DevMatrix& m) { splitk = std::max(splitk, cuda::splitk_scratch_floats(m)); };
+  auto track_layer = [&](const LayerWeights& L) {
+    for (const auto& p : L.attn.qkv.parts) track(p.m);
+    for (const auto& p : L.gdn_in.parts) track(p.m);
+    for (const auto& p : L.gate_up.parts) track(p.m);
+    track(L.attn.o);
+    track(L.gdn_out);
+    track(L.down);
+  };
+  for (const auto& L : layers_) track_layer(L);
+  if (has_mtp_) {
+    track_layer(mtp_layer_);
+    track(mtp_fc_);
+  }
+  splitk_ = mem_.alloc<float>(size_t(splitk) * 4, "split-K partials");
+  hidden_ = mem_.alloc(size_t(hidden_rows_) * H_ * as, "hidden rows");
+  mtp_hidden_ = mem_.alloc(size_t(hidden_rows_) * H_ * as, "MTP hidden rows");
+  CUDA_CHECK(cudaMemset(hidden_, 0, size_t(hidden_rows_) * H_ * as));
+  CUDA_CHECK(cudaMemset(mtp_hidden_, 0, size_t(hidden_rows_) * H_ * as));
+  mtp_src_ = mem_.alloc(size_t(R) * H_ * as, "MTP inputs");
+  head_in_ = mem_.alloc(size_t(R) * H_ * as, "head inputs");
+  logits_ = mem_.alloc<float>(size_t(R) * V_ * 4, "logits");
+  pairs_ = mem_.alloc(size_t(cuda::argmax_pairs_bytes(head_)), "argmax pairs");
+  argmax_scratch_ = mem_.alloc(size_t(cuda::argmax_scratch_bytes(V_)) * R, "argmax");
+  d_out_ = mem_.alloc<int32_t>(size_t(R + 2) * 4, "tokens");
+  d_walk_ = mem_.alloc<int>(2 * sizeof(int), "walk counters");
+  for (auto& L : layers_)
+    if (!L.full) gdn_host_[size_t(L.gdn_index)].y = act_buf_;
+  gdn_table_ = mem_.alloc<cuda::GdnLayer>(std::max<size_t>(1, gdn_host_.size()) * sizeof(cuda::GdnLayer), "GDN table");
+  if (!gdn_host_.empty())
+    CUDA_CHECK(cudaMemcpy(gdn_table_, gdn_host_.data(), gdn_host_.size() * sizeof(cuda::GdnLayer),
+                          cudaMemcpyHostToDevice));
+
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_args_), sizeof(StepArgs) * kArgSlots));
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_out_), sizeof(int32_t) * (R + 2)));
+  for (auto& e : arg_events_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+CudaQwen35::~CudaQwen35() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
+  for (auto& e : arg_events_)
+    if (e) cudaEventDestroy(e);
+  if (h_args_) cudaFreeHost(h_args_);
+  if (h_out_) cudaFreeHost(h_out_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+// ---------------------------------------------------------------------------
+// host side
+
+StepArgs CudaQwen35::args() const {
+  StepArgs a{};
+  a.parity = parity_;
+  return a;
+}
+
+// Copies `a` to the device struct through a pinned ring slot; waits only if
+// the slot's previous copy has not run yet (16 uploads behind).
+void CudaQwen35::upload(const StepArgs& a) {
+  const int slot = arg_slot_;
+  arg_slot_ = (arg_slot_ + 1) % kArgSlots;
+  CUDA_CHECK(cudaEventSynchronize(arg_events_[slot]));
+  h_args_[slot] = a;
+  CUDA_CHECK(cudaMemcpyAsync(d_args_, &h_args_[slot], sizeof(StepArgs), cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaEventRecord(arg_events_[slot], stream_));
+}
+
+// Replays the graph for (kind, a, b), capturing `record` the first time; or
+// runs `record` directly when graphs are off (NEXTN_CUDA_GRAPHS=0).
+template <typename F>
+void CudaQwen35::replay(GraphKind kind, int a, int b, F&& record) {
+  if (!use_graphs_) {
+    record();
+    return;
+  }
+  const auto key = std::make_tuple(int(kind), a, b);
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      record();
+    } catch (...) {
+      cudaGraph_t g = nullptr;
+      cudaStreamEndCapture(stream_, &g);
+      if (g) cudaGraphDestroy(g);
+      (void)cudaGetLastError();
+      throw;
+    }
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(e);
+    it = graphs_.emplace(key, exec).first;
+  }
+  CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+}
+
+// The one host sync of a call: copy results back.
+void CudaQwen35::fetch(const void* src, size_t bytes, void* dst) {
+  if (bytes <= sizeof(int32_t) * (kMaxRows + 2)) {
+    CUDA_CHECK(cudaMemcpyAsync(h_out_, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::memcpy(dst, h_out_, bytes);
+  } else {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+}
+
+void CudaQwen35::check_tokens(std::span<const int32_t> tokens) const {
+  for (int32_t t : tokens)
+    if (t < 0 || t >= cfg_.vocab_size) fail("token id {} is outside the vocabulary [0, {})", t, cfg_.vocab_size);
+}
+
+// ---------------------------------------------------------------------------
+// steps
+
+void CudaQwen35::run_linear(const Linear& lin, const void* x, int T, int ldx, float* y, int ldy) {
+  for (const auto& p : lin.parts) cuda::matmul(p.m, x, act_, T, ldx, y + p.offset, ldy, false, splitk_, stream_);
+}
+
+void CudaQwen35::decoder_layer(const LayerWeights& L, int T, void* k_cache, void* v_cache) {
+  const auto& c = cfg_;
+  const float eps = c.rms_norm_eps;
+  const int* pos = &d_args_->pos;
+  cuda::rmsnorm(x_, Act::F32, H_, L.input_norm, eps, T, H_, xn_, act_, H_, nullptr, stream_);
+  if (L.full) {
+    const int qd = c.num_attention_heads * c.head_dim;
+    run_linear(L.attn.qkv, xn_, T, H_, proj_, proj_ld_);
+    cuda::attn_prepare(attn_shape_, proj_, proj_ld_, T, L.attn.q_norm, L.attn.k_norm, inv_freq_, pos, q_, k_cache,
+                       v_cache, act_, stream_);
+    cuda::attention(attn_shape_, q_, k_cache, v_cache, act_, proj_, proj_ld_, T, pos, max_tokens_, attn_partial_,
+                    act_buf_, stream_);
+    cuda::matmul(L.attn.o, act_buf_, act_, T, qd, x_, H_, true, splitk_, stream_);
+  } else {
+    const cuda::GdnLayer& g = gdn_host_[size_t(L.gdn_index)];
+    run_linear(L.gdn_in, xn_, T, H_, const_cast<float*>(g.proj), g.proj_ld);
+    cuda::gdn_conv(gdn_shape_, gdn_table_, L.gdn_index, 1, T, &d_args_->parity, 0, false, stream_);
+    cuda::gdn_recurrence(gdn_shape_, gdn_table_, L.gdn_index, 1, T, &d_args_->parity, 0, false, act_, stream_);
+    cuda::matmul(L.gdn_out, act_buf_, act_, T, c.value_dim(), x_, H_, true, splitk_, stream_);
+  }
+  cuda::rmsnorm(x_, Act::F32, H_, L.post_norm, eps, T, H_, xn_, act_, H_, nullptr, stream_);
+  run_linear(L.gate_up, xn_, T, H_, proj_, proj_ld_);
+  cuda::swiglu(proj_, proj_ld_, c.intermediate_size, T, act_buf_, act_, act_ld_, stream_);
+  cuda::matmul(L.down, act_buf_, act_, T, act_ld_, x_, H_, true, splitk_, stream_);
+}
+
+void CudaQwen35::forward_chunk(int T) {
+  cuda::embed_rows(embed_, d_args_->tokens, T, x_, H_, stream_);
+  for (auto& L : layers_) decoder_layer(L, T, L.k_cache, L.v_cache);
+  cuda::rmsnorm(x_, Act::F32, H_, final_norm_, cfg_.rms_norm_eps, T, H_, hidden_, act_, H_, &d_args_->out_row,
+                stream_);
+}
+
+// MTP entries for args.tokens[0..n): embedding of the next token and a hidden
+// row (target rows [first_row, ...) of `hidden_`, or the MTP's own row
+// first_row of `mtp_hidden_` for a chained step).
+void CudaQwen35::mtp_chunk(int n, bool from_target) {
+  const float eps = cfg_.rms_norm_eps;
+  cuda::gather_rows(from_target ? hidden_ : mtp_hidden_, H_, &d_args_->first_row, &d_args_->n_real, n, mtp_src_, act_,
+                    stream_);
+  cuda::embed_rows(embed_, d_args_->tokens, n, x_, H_, stream_);
+  char* xn = static_cast<char*>(xn_);
+  cuda::rmsnorm(x_, Act::F32, H_, mtp_norm_emb_, eps, n, H_, xn, act_, 2 * H_, nullptr, stream_);
+  cuda::rmsnorm(mtp_src_, act_, H_, mtp_norm_hid_, eps, n, H_, xn + size_t(H_) * act_size(act_), act_, 2 * H_,
+                nullptr, stream_);
+  cuda::matmul(mtp_fc_, xn_, act_, n, 2 * H_, x_, H_, false, splitk_, stream_);
+  decoder_layer(mtp_layer_, n, mtp_layer_.k_cache, mtp_layer_.v_cache);
+  cuda::rmsnorm(x_, Act::F32, H_, mtp_norm_, eps, n, H_, mtp_hidden_, act_, H_, &d_args_->out_row, stream_);
+}
+
+void CudaQwen35::target_forward(std::span<const int32_t> tokens) {
+  const int T = int(tokens.size());
+  if (T <= 0) fail("target_forward: no tokens");
+  if (length_ + T > max_tokens_) fail("sequence of {} tokens exceeds the cache capacity {}", length_ + T, max_tokens_);
+  if (T > hidden_rows_ - kMaxRows) fail("target_forward: {} tokens exceed the hidden-row buffer", T);
+  check_tokens(tokens);
+  forward_start_ = length_;
+  for (int done = 0; done < T;) {
+    const int n = std::min(kMaxRows, T - done);
+    StepArgs a = args();
+    a.pos = length_ + done;
+    a.out_row = done;
+    std::copy(tokens.begin() + done, tokens.begin() + done + n, a.tokens);
+    upload(a);
+    replay(GraphKind::Forward, n, 0, [&] { forward_chunk(n); });
+    parity_ ^= 1;
+    done += n;
+    last_chunk_T_ = n;
+  }
+  length_ += T;
+  last_T_ = T;
+}
+
+void CudaQwen35::target_rollback(int keep) {
+  if (keep < 1 || keep > last_T_) fail("target_rollback: keep {} outside [1, {}]", keep, last_T_);
+  if (keep == last_T_) return;
+  const int chunk_start = last_T_ - last_chunk_T_;
+  if (keep < chunk_start)
+    fail("target_rollback: the CUDA backend undoes at most the last {} tokens of a forward ({} of {} to undo)",
+         last_chunk_T_, last_T_ - keep, last_T_);
+  const int replay_n = keep - chunk_start;  // tokens of the last chunk to keep (may be 0)
+  if (!gdn_host_.empty()) {
+    StepArgs a = args();
+    upload(a);
+    const int n_gdn = int(gdn_host_.size());
+    replay(GraphKind::Rollback, replay_n, 0, [&] {
+      cuda::gdn_conv(gdn_shape_, gdn_table_, 0, n_gdn, replay_n, &d_args_->parity, 1, true, stream_);
+      cuda::gdn_recurrence(gdn_shape_, gdn_table_, 0, n_gdn, replay_n, &d_args_->parity, 1, true, act_, stream_);
+    });
+  }
+  length_ = forward_start_ + keep;
+}
+
+void CudaQwen35::head_project(int width) {
+  cuda::gather_rows(hidden_, H_, &d_args_->first_row, &d_args_->n_real, width, head_in_, act_, stream_);
+  cuda::matmul(head_, head_in_, act_, width, H_, logits_, V_, false, nullptr, stream_);
+}
+
+void CudaQwen35::head_argmax(int first, int count, int width, int32_t* out) {
+  if (first < 0 || count < 0 || width < count || first + count > last_T_)
+    fail("head_argmax: rows [{}, {}) of width {} outside the last forward's {} rows", first, first + count, width,
+         last_T_);
+  if (width > kMaxRows) fail("head_argmax: width {} above {}", width, kMaxRows);
+  if (count == 0) return;
+  StepArgs a = args();
+  a.first_row = first;
+  a.n_real = std::min(width, last_T_ - first);
+  upload(a);
+  replay(GraphKind::HeadArgmax, width, 0, [&] {
+    head_project(width);
+    cuda::argmax_rows(logits_, width, V_, V_, argmax_scratch_, d_out_, stream_);
+  });
+  fetch(d_out_, sizeof(int32_t) * size_t(count), out);
+}
+
+void CudaQwen35::head_argmax_fused(int first, int count, int32_t* out) {
+  if (first < 0 || count < 0 || first + count > last_T_) fail("head_argmax_fused: rows outside the last forward");
+  if (count > kMaxRows) fail("head_argmax_fused: {} rows above {}", count, kMaxRows);
+  if (count == 0) return;
+  StepArgs a = args();
+  a.first_row = first;
+  a.n_real = count;
+  upload(a);
+  replay(GraphKind::HeadFused, count, 0, [&] {
+    cuda::gather_rows(hidden_, H_, &d_args_->first_row, &d_args_->n_real, count, head_in_, act_, stream_);
+    cuda::matmul_argmax(head_, head_in_, act_, count, H_, pairs_, d_out_, nullptr, stream_);
+  });
+  fetch(d_out_, sizeof(int32_t) * size_t(count), out);
+}
+
+// Device-side early exit: per row, a projection+argmax whose blocks return at
+// once when the stop flag is set, then a compare that sets it at the first
+// mismatch and counts the rows it took. One graph; one copy back.
+int CudaQwen35::head_walk(std::span<const int32_t> drafts, int32_t* out) {
+  const int nd = int(drafts.size());
+  const int rows = std::min(nd + 1, last_T_);
+  if (rows < 1) fail("head_walk: no rows in the last forward");
+  if (nd > kMaxRows) fail("head_walk: {} drafts above {}", nd, kMaxRows);
+  StepArgs a = args();
+  std::copy(drafts.begin(), drafts.end(), a.drafts);
+  upload(a);
+  replay(GraphKind::Walk, rows, nd, [&] {
+    CUDA_CHECK(cudaMemsetAsync(d_walk_, 0, 2 * sizeof(int), stream_));
+    const size_t row_bytes = size_t(H_) * act_size(act_);
+    for (int j = 0; j < rows; ++j) {
+      const void* x = static_cast<const char*>(hidden_) + size_t(j) * row_bytes;
+      cuda::matmul_argmax(head_, x, act_, 1, H_, pairs_, nullptr, d_walk_, stream_);
+      cuda::walk_compare(head_, act_, pairs_, j, d_args_->drafts, nd, d_out_, d_walk_, d_walk_ + 1, stream_);
+    }
+    CUDA_CHECK(cudaMemcpyAsync(d_out_ + rows, d_walk_ + 1, sizeof(int), cudaMemcpyDeviceToDevice, stream_));
+  });
+  std::vector<int32_t> got(size_t(rows) + 1);
+  fetch(d_out_, sizeof(int32_t) * (size_t(rows) + 1), got.data());
+  const int steps = got[size_t(rows)];
+  if (steps < 1 || steps > rows) fail("internal: the device walk reports {} rows of {}", steps, rows);
+  std::copy(got.begin(), got.begin() + steps, out);
+  return steps;
+}
+
+void CudaQwen35::head_logits(int row, float* out) {
+  if (row < 0 || row >= last_T_) fail("head_logits: row {} outside the last forward's {} rows", row, last_T_);
+  StepArgs a = args();
+  a.first_row = row;
+  a.n_real = 1;
+  upload(a);
+  replay(GraphKind::Logits, 1, 0, [&] { head_project(1); });
+  fetch(logits_, sizeof(float) * size_t(V_), out);
+}
+
+void CudaQwen35::mtp_forward(std::span<const int32_t> next_tokens, int first_row) {
+  if (!has_mtp_) fail("this checkpoint has no MTP head (mtp_num_hidden_layers is 0 and no mtp.layers.* tensors)");
+  const int n = int(next_tokens.size());
+  if (n <= 0 || first_row < 0 || first_row + n > last_T_)
+    fail("mtp_forward: rows [{}, {}) outside the last forward's {} rows", first_row, first_row + n, last_T_);
+  if (mtp_length_ + n > max_tokens_) fail("MTP cache capacity {} exceeded", max_tokens_);
+  check_tokens(next_tokens);
+  for (int done = 0; done < n;) {
+    const int m = std::min(kMaxRows, n - done);
+    StepArgs a = args();
+    a.pos = mtp_length_ + done;
+    a.out_row = done;
+    a.first_row = first_row + done;
+    a.n_real = m;
+    std::copy(next_tokens.begin() + done, next_tokens.begin() + done + m, a.tokens);
+    upload(a);
+    replay(GraphKind::MtpForward, m, 0, [&] { mtp_chunk(m, true); });
+    done += m;
+  }
+  mtp_length_ += n;
+  mtp_last_n_ = n;
+}
+
+void CudaQwen35::mtp_step(int32_t token) {
+  if (mtp_last_n_ == 0) fail("mtp_step before any mtp_forward");
+  check_tokens({&token, 1});
+  if (mtp_length_ + 1 > max_tokens_) fail("MTP cache capacity {} exceeded", max_tokens_);
+  StepArgs a = args();
+  a.pos = mtp_length_;
+  a.out_row = 0;
+  a.first_row = mtp_last_n_ - 1;
+  a.n_real = 1;
+  a.tokens[0] = token;
+  upload(a);
+  replay(GraphKind::MtpStep, 1, 0, [&] { mtp_chunk(1, false); });
+  mtp_length_ += 1;
+  mtp_last_n_ = 1;
+}
+
+void CudaQwen35::mtp_argmax(int count, int32_t* out) {
+  if (count < 0 || count > mtp_last_n_) fail("mtp_argmax: {} entries, last call made {}", count, mtp_last_n_);
+  if (count > kMaxRows) fail("mtp_argmax: {} entries above {}", count, kMaxRows);
+  if (count == 0) return;
+  StepArgs a = args();
+  a.first_row = mtp_last_n_ - count;
+  a.n_real = count;
+  upload(a);
+  replay(GraphKind::MtpArgmax, count, 0, [&] {
+    cuda::gather_rows(mtp_hidden_, H_, &d_args_->first_row, &d_args_->n_real, count, head_in_, act_, stream_);
+    cuda::matmul_argmax(head_, head_in_, act_, count, H_, pairs_, d_out_, nullptr, stream_);
+  });
+  fetch(d_out_, sizeof(int32_t) * size_t(count), out);
+}
+
+void CudaQwen35::mtp_rollback(int length) {
+  if (length < 0 || length > mtp_length_) fail("mtp_rollback: length {} outside [0, {}]", length, mtp_length_);
+  mtp_length_ = length;
+}
+
+}  // namespace
+
+std::unique_ptr<ModelRuntime> make_cuda_runtime(const Qwen35Checkpoint& ckpt, int max_tokens) {
+  return std::make_unique<CudaQwen35>(ckpt, max_tokens);
 }
 
 }  // namespace nextn

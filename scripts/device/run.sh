@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: record the machine, run the CUDA tests and the
+# CLI checks, write logs under $OUT (one tar.gz plus a summary).
+#
+# The GPU machine has nvcc and cmake but not the project's host dependencies
+# (fmt, CLI11, nlohmann-json, GoogleTest), so the binaries are built on the
+# development machine and carried (scripts/device/prepare.sh does that):
+#
+#   scripts/device/prepare.sh            # builds build-cuda/, writes build-cuda/COMMIT
+#   device run, carry [build-cuda/nextn, build-cuda/nextn_tests, build-cuda/lib, build-cuda/COMMIT]:
+#     bash scripts/device/run.sh
+#
+# Environment: NEXTN_BUILD (default build-cuda); NEXTN_DEVICE_BENCH=1 also
+# runs the CUDA benchmarks (DISABLED_ in CI); NEXTN_GTEST_FILTER replaces the
+# test phases by one; NEXTN_T_{OPS,MODEL,SPEC,BENCH} are the phase limits (s).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/out}
+BUILD=${NEXTN_BUILD:-build-cuda}
+LOG=$OUT/logs
+mkdir -p "$LOG"
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+say() { echo "$*" | tee -a "$SUMMARY"; }
+
+gpu_state() {
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,utilization.gpu,power.draw,memory.used,memory.total \
+    --format=csv 2>&1
+}
+
+say "commit: $(cat "$BUILD/COMMIT" 2>/dev/null || cat COMMIT 2>/dev/null || echo unknown)"
+say "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+{
+  uname -a
+  cat /etc/os-release 2>/dev/null | head -2
+  nproc
+  uptime
+  nvcc --version 2>&1 | tail -2
+  nvidia-smi
+} >"$LOG/machine.txt" 2>&1
+gpu_state >"$LOG/gpu_before.csv"
+say "gpu before: $(tail -1 "$LOG/gpu_before.csv")"
+say "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# The test binary has the development machine's absolute paths compiled in
+# (fixtures, the nextn binary): make them resolve here.
+SRC_ROOT=$(grep -a -o -m1 '/[[:alnum:]_./-]*/tests/fixtures' "$BUILD/nextn_tests" 2>/dev/null | head -1 | sed 's#/tests/fixtures$##')
+if [ -n "$SRC_ROOT" ] && [ "$SRC_ROOT" != "$ROOT" ] && [ ! -e "$SRC_ROOT" ]; then
+  mkdir -p "$(dirname "$SRC_ROOT")" && ln -s "$ROOT" "$SRC_ROOT"
+  say "linked $SRC_ROOT -> $ROOT"
+fi
+export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+
+status=0
+if [ ! -x "$BUILD/nextn_tests" ] || [ ! -x "$BUILD/nextn" ]; then
+  say "FAIL: $BUILD/nextn_tests or $BUILD/nextn missing (carry them; see the header of this script)"
+  status=1
+else
+  ldd "$BUILD/nextn_tests" >"$LOG/ldd.txt" 2>&1
+  if grep -q "not found" "$LOG/ldd.txt"; then say "FAIL: missing shared libraries:"; grep "not found" "$LOG/ldd.txt" | tee -a "$SUMMARY"; fi
+
+  # 1. the CUDA tests, in phases (a crash or a sticky CUDA error ends one
+  # phase only): ops, model parity, speculative == greedy, benchmarks.
+  phases=("ops|CudaCli.*:CudaOps.*|${NEXTN_T_OPS:-120}"
+          "model|*CudaModel.TeacherForced*:*CudaModel.Greedy*:*CudaModel.Graphs*|${NEXTN_T_MODEL:-120}"
+          "spec|*CudaModel.Speculative*|${NEXTN_T_SPEC:-300}")
+  [ "${NEXTN_DEVICE_BENCH:-0}" = 1 ] && phases+=("bench|CudaBench.*|${NEXTN_T_BENCH:-90}")
+  [ -n "${NEXTN_GTEST_FILTER:-}" ] && phases=("custom|$NEXTN_GTEST_FILTER|${NEXTN_T_CUSTOM:-480}")
+  for ph in "${phases[@]}"; do
+    IFS='|' read -r name filter limit <<<"$ph"
+    start=$(date +%s)
+    timeout "$limit" "$BUILD/nextn_tests" --gtest_filter="$filter" --gtest_also_run_disabled_tests \
+      --gtest_output="xml:$LOG/gtest_$name.xml" >"$LOG/gtest_$name.txt" 2>&1
+    rc=$?
+    say "gtest $name ($filter): exit $rc in $(( $(date +%s) - start )) s (limit $limit)"
+    grep -E "^\[  PASSED  \] [0-9]|^\[  FAILED  \] |^\[  SKIPPED \] [0-9]|tests ran" "$LOG/gtest_$name.txt" | tail -40 >>"$SUMMARY"
+    grep -E "^\[cuda|^\[bench|Failure|Expected|Which is|error:" "$LOG/gtest_$name.txt" | head -60 >>"$SUMMARY"
+    [ $rc -ne 0 ] && status=1
+  done
+
+  # 2. the CLI on the GPU: plain and speculative generate agree, every arm
+  fx=tests/fixtures/qwen35-causal-tied
+  if [ -d "$fx" ]; then
+    ids=$(python3 -c "import json;print(','.join(map(str,json.load(open('$fx/reference.json'))['prompt_ids'])))")
+    "$BUILD/nextn" generate --backend cuda -m "$fx" --prompt-ids "$ids" -n 24 --ignore-eos >"$LOG/cli_greedy.txt" 2>"$LOG/cli_greedy.err"
+    say "cli greedy: exit $? tokens: $(head -1 "$LOG/cli_greedy.txt")"
+    for arm in batched walk pad fused; do
+      "$BUILD/nextn" generate --backend cuda -m "$fx" --prompt-ids "$ids" -n 24 --ignore-eos --draft mtp --block-size 4 \
+        --verify "$arm" >"$LOG/cli_$arm.txt" 2>"$LOG/cli_$arm.err"
+      rc=$?
+      same=no
+      cmp -s <(head -1 "$LOG/cli_$arm.txt") <(head -1 "$LOG/cli_greedy.txt") && same=yes
+      say "cli mtp K=4 $arm: exit $rc, equals greedy: $same; $(tail -1 "$LOG/cli_$arm.err" | cut -c1-160)"
+      { [ $rc -ne 0 ] || [ $same != yes ]; } && status=1
+    done
+  fi
+fi
+
+gpu_state >"$LOG/gpu_after.csv"
+say "gpu after: $(tail -1 "$LOG/gpu_after.csv")"
+say "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+say "status: $([ $status = 0 ] && echo PASS || echo FAIL)"
+tar czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOG"
+cat "$SUMMARY"
+exit $status

@@ -1,0 +1,627 @@
+// Every CUDA op against the CPU reference ops on fresh random inputs
+// (relative error ||gpu - cpu|| / ||cpu||, bounds per METHOD.md: fp32
+// arithmetic far under 1e-3, bf16 operands between 1e-3 and 1e-2), outputs
+// poisoned with NaN first; and batch invariance: a row computed alone equals
+// the same row inside a larger call, bit for bit. Skipped without a GPU.
+#ifdef NEXTN_HAVE_CUDA
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/kernels.h"
+#include "test_cuda_util.h"
+
+namespace nextn {
+namespace {
+
+using cuda::Act;
+using cuda::WKind;
+using test::DevBuf;
+using test::rel_err;
+using test::TestMatrix;
+
+struct Shape {
+  int rows, cols, group;
+};
+
+const char* kind_name(WKind k) {
+  switch (k) {
+    case WKind::F32: return "f32";
+    case WKind::BF16: return "bf16";
+    case WKind::Q4: return "q4";
+    case WKind::Q8: return "q8";
+  }
+  return "?";
+}
+
+// Weights rounded to bf16 after dequantization bound the quantized kinds.
+double matmul_tol(WKind k) { return k == WKind::BF16 ? 1e-5 : 5e-3; }
+
+std::vector<float> run_matmul(const cuda::DevMatrix& m, const std::vector<float>& x, int T, Act act,
+                              const std::vector<float>* y0 = nullptr) {
+  DevBuf dx(x.size() * 4), dy(size_t(T) * m.rows * 4), scratch(size_t(std::max<int64_t>(1, cuda::splitk_scratch_floats(m))) * 4);
+  if (act == Act::BF16)
+    dx.put(test::to_bf16_bits(x));
+  else
+    dx.put(x);
+  if (y0) dy.put(*y0);
+  cuda::matmul(m, dx.p, act, T, m.cols, dy.as<float>(), m.rows, y0 != nullptr, scratch.as<float>(), nullptr);
+  return dy.get<float>(size_t(T) * m.rows);
+}
+
+std::vector<float> cpu_matmul(TestMatrix& tm, const std::vector<float>& x, int T) {
+  std::vector<float> y(size_t(T) * tm.rows);
+  cpu::matmul(*tm.cpu(), x.data(), T, y.data());
+  return y;
+}
+
+TEST(CudaOps, MatmulMatchesCpu) {
+  NEXTN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const Shape shapes[] = {{200, 4192, 32}, {320, 2048, 64}, {64, 32, 32}, {1000, 512, 64}, {130, 160, 32}, {96, 1024, 128}};
+  for (WKind kind : {WKind::BF16, WKind::Q4, WKind::Q8}) {
+    for (const Shape& sh : shapes) {
+      TestMatrix tm(rng, kind, sh.rows, sh.cols, sh.group);
+      const auto dm = tm.device();
+      for (int T : {1, 5, 8, 13, 64}) {
+        SCOPED_TRACE(testing::Message() << kind_name(kind) << " [" << sh.rows << "x" << sh.cols << "] splits "
+                                        << dm.splits << " T=" << T);
+        const auto x = test::randn(rng, size_t(T) * sh.cols, 1.0f, true);
+        const auto ref = cpu_matmul(tm, x, T);
+        const double e = rel_err(run_matmul(dm, x, T, Act::BF16), ref);
+        EXPECT_LT(e, matmul_tol(kind));
+        EXPECT_GT(e, 0.0) << "suspiciously exact";
+        // accumulate into a residual
+        const auto y0 = test::randn(rng, size_t(T) * sh.rows);
+        auto ref_acc = ref;
+        for (size_t i = 0; i < ref_acc.size(); ++i) ref_acc[i] = y0[i] + ref[i];
+        EXPECT_LT(rel_err(run_matmul(dm, x, T, Act::BF16, &y0), ref_acc), matmul_tol(kind));
+      }
+    }
+  }
+}
+
+// fp32-activation mode: the CUDA-core kernel sums in cpu::dot's order.
+TEST(CudaOps, MatmulFp32ModeIsBitwiseCpu) {
+  NEXTN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  for (WKind kind : {WKind::BF16, WKind::Q4, WKind::Q8}) {
+    for (const Shape& sh : {Shape{200, 4192, 32}, Shape{70, 96, 32}}) {
+      TestMatrix tm(rng, kind, sh.rows, sh.cols, sh.group);
+      const auto dm = tm.device(/*f32=*/true);
+      for (int T : {1, 7, 64}) {
+        SCOPED_TRACE(testing::Message() << kind_name(kind) << " T=" << T);
+        const auto x = test::randn(rng, size_t(T) * sh.cols);
+        const auto got = run_matmul(dm, x, T, Act::F32), ref = cpu_matmul(tm, x, T);
+        ASSERT_EQ(got.size(), ref.size());
+        EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), got.size() * 4)) << "rel err " << rel_err(got, ref);
+      }
+    }
+  }
+}
+
+// Row r alone == row r inside a 64-row call, bit for bit; likewise prefixes.
+TEST(CudaOps, MatmulIsBatchInvariant) {
+  NEXTN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  for (WKind kind : {WKind::BF16, WKind::Q4, WKind::Q8}) {
+    for (const Shape& sh : {Shape{200, 4192, 32}, Shape{320, 2048, 64} /* split-K */, Shape{256, 5120, 64}}) {
+      TestMatrix tm(rng, kind, sh.rows, sh.cols, sh.group);
+      const auto dm = tm.device();
+      SCOPED_TRACE(testing::Message() << kind_name(kind) << " [" << sh.rows << "x" << sh.cols << "] splits "
+                                      << dm.splits);
+      const auto x = test::randn(rng, size_t(64) * sh.cols, 1.0f, true);
+      const auto y64 = run_matmul(dm, x, 64, Act::BF16);
+      for (int r : {0, 1, 7, 8, 9, 31, 63}) {
+        const std::vector<float> xr(x.begin() + long(r) * sh.cols, x.begin() + long(r + 1) * sh.cols);
+        const auto y1 = run_matmul(dm, xr, 1, Act::BF16);
+        EXPECT_EQ(0, std::memcmp(y1.data(), &y64[size_t(r) * sh.rows], size_t(sh.rows) * 4)) << "row " << r;
+      }
+      for (int T : {2, 8, 13, 32}) {
+        const std::vector<float> xt(x.begin(), x.begin() + long(T) * sh.cols);
+        const auto yt = run_matmul(dm, xt, T, Act::BF16);
+        EXPECT_EQ(0, std::memcmp(yt.data(), y64.data(), yt.size() * 4)) << "T=" << T;
+      }
+    }
+  }
+}
+
+std::vector<int32_t> run_argmax_rows(const std::vector<float>& logits, int T, int V) {
+  DevBuf dl(logits.size() * 4), scratch(size_t(cuda::argmax_scratch_bytes(V)) * T), out(size_t(T) * 4);
+  dl.put(logits);
+  cuda::argmax_rows(dl.as<float>(), T, V, V, scratch.p, out.as<int32_t>(), nullptr);
+  return out.get<int32_t>(size_t(T));
+}
+
+TEST(CudaOps, ArgmaxRowsLowestIndexOnTies) {
+  NEXTN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  for (int V : {1, 7, 4096, 4097, 248320}) {
+    const int T = 5;
+    auto logits = test::randn(rng, size_t(T) * V);
+    std::uniform_int_distribution<int> pick(0, V - 1);
+    for (int t = 0; t < T; ++t) {  // plant ties at the max
+      float* row = &logits[size_t(t) * V];
+      const float mx = *std::max_element(row, row + V) + 1.0f;
+      const int a = pick(rng), b = pick(rng);
+      row[a] = mx;
+      row[b] = mx;
+    }
+    const auto got = run_argmax_rows(logits, T, V);
+    for (int t = 0; t < T; ++t) EXPECT_EQ(got[size_t(t)], cpu::argmax(&logits[size_t(t) * V], V)) << "V=" << V;
+  }
+}
+
+// The fused projection+argmax picks what argmax of the unfused logits picks
+// (same bits), ties to the lower index, in both activation modes; and the
+// walk's early exit stops at the first mismatch, counting its rows.
+TEST(CudaOps, FusedArgmaxAndWalk) {
+  NEXTN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  for (Act act : {Act::BF16, Act::F32}) {
+    for (WKind kind : {WKind::BF16, WKind::Q4}) {
+      const int V = 5003, H = 256, T = 6;
+      TestMatrix tm(rng, kind, V, H, 64);
+      // Duplicate a few rows so that exact ties occur.
+      const size_t row_bytes = tm.weight.size() / V;
+      for (int r : {17, 1000, 4000})
+        std::memcpy(&tm.weight[size_t(r + 3) * row_bytes], &tm.weight[size_t(r) * row_bytes], row_bytes);
+      if (!tm.scales.empty()) {
+        const int gpr = H / 64;
+        for (int r : {17, 1000, 4000})
+          for (int g = 0; g < gpr; ++g) {
+            tm.scales[size_t(r + 3) * gpr + g] = tm.scales[size_t(r) * gpr + g];
+            tm.biases[size_t(r + 3) * gpr + g] = tm.biases[size_t(r) * gpr + g];
+          }
+      }
+      auto dm = tm.device(act == Act::F32);
+      dm.splits = 1;
+      auto x = test::randn(rng, size_t(T) * H, 1.0f, true);
+      const auto logits = run_matmul(dm, x, T, act);
+      const auto want = run_argmax_rows(logits, T, V);
+      DevBuf dx(x.size() * 4), pairs(static_cast<size_t>(cuda::argmax_pairs_bytes(dm))), out(size_t(T + 2) * 4);
+      if (act == Act::BF16)
+        dx.put(test::to_bf16_bits(x));
+      else
+        dx.put(x);
+      cuda::matmul_argmax(dm, dx.p, act, T, H, pairs.p, out.as<int32_t>(), nullptr, nullptr);
+      EXPECT_EQ(out.get<int32_t>(size_t(T)), want);
+      // Ties: make row 0 pick between duplicated rows.
+      {
+        std::vector<float> xt(x.begin(), x.begin() + H);
+        const auto l1 = run_matmul(dm, xt, 1, act);
+        cuda::matmul_argmax(dm, dx.p, act, 1, H, pairs.p, out.as<int32_t>(), nullptr, nullptr);
+        EXPECT_EQ(out.get<int32_t>(1)[0], cpu::argmax(l1.data(), V));
+        EXPECT_EQ(l1[17], l1[20]);
+      }
+      // Walk: drafts equal the true tokens up to a planted mismatch.
+      const int esz = act == Act::BF16 ? 2 : 4;
+      for (int mismatch : {0, 2, 5, -1}) {
+        std::vector<int32_t> drafts(want.begin(), want.begin() + (T - 1));
+        if (mismatch >= 0 && mismatch < T - 1) drafts[size_t(mismatch)] = (drafts[size_t(mismatch)] + 1) % V;
+        DevBuf dd(drafts.size() * 4), flags(8);
+        dd.put(drafts);
+        cudaMemset(flags.p, 0, 8);
+        out.poison();
+        for (int j = 0; j < T; ++j) {
+          cuda::matmul_argmax(dm, static_cast<char*>(dx.p) + size_t(j) * H * esz, act, 1, H, pairs.p, nullptr,
+                              flags.as<int>(), nullptr);
+          cuda::walk_compare(dm, act, pairs.p, j, dd.as<int32_t>(), T - 1, out.as<int32_t>(), flags.as<int>(),
+                             flags.as<int>() + 1, nullptr);
+        }
+        const auto f = flags.get<int>(2);
+        const int expect_rows = (mismatch >= 0 && mismatch < T - 1) ? mismatch + 1 : T;
+        EXPECT_EQ(f[1], expect_rows) << "mismatch at " << mismatch;
+        EXPECT_EQ(f[0], 1);
+        const auto o = out.get<int32_t>(size_t(expect_rows));
+        for (int j = 0; j < expect_rows; ++j) EXPECT_EQ(o[size_t(j)], want[size_t(j)]);
+      }
+    }
+  }
+}
+
+TEST(CudaOps, EmbeddingRowsAreCpuRows) {
+  NEXTN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  for (WKind kind : {WKind::BF16, WKind::Q4, WKind::Q8}) {
+    const int V = 1000, H = 320;
+    TestMatrix tm(rng, kind, V, H, 64);
+    const auto dm = tm.device();
+    const auto cm = tm.cpu();
+    const std::vector<int32_t> toks = {0, 999, 17, 17, 512};
+    DevBuf dt(toks.size() * 4), dx(toks.size() * H * 4);
+    dt.put(toks);
+    cuda::embed_rows(dm, dt.as<int32_t>(), int(toks.size()), dx.as<float>(), H, nullptr);
+    const auto got = dx.get<float>(toks.size() * H);
+    std::vector<float> ref(static_cast<size_t>(H));
+    for (size_t t = 0; t < toks.size(); ++t) {
+      cm->row(toks[t], ref.data());
+      EXPECT_EQ(0, std::memcmp(ref.data(), &got[t * H], size_t(H) * 4)) << kind_name(kind) << " token " << toks[t];
+    }
+  }
+}
+
+TEST(CudaOps, RmsNormAndSwiGlu) {
+  NEXTN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  for (int n : {64, 96, 5120}) {
+    const int rows = 7;
+    const auto x = test::randn(rng, size_t(rows) * n, 3.0f);
+    auto gamma = test::randn(rng, size_t(n), 0.3f);
+    for (auto& g : gamma) g += 1.0f;
+    std::vector<float> ref(x.size());
+    for (int r = 0; r < rows; ++r) cpu::rmsnorm(&x[size_t(r) * n], gamma.data(), 1e-6f, n, &ref[size_t(r) * n]);
+    DevBuf dx(x.size() * 4), dg(gamma.size() * 4), dy(x.size() * 4), dyb(x.size() * 2);
+    dx.put(x);
+    dg.put(gamma);
+    cuda::rmsnorm(dx.p, Act::F32, n, dg.as<float>(), 1e-6f, rows, n, dy.p, Act::F32, n, nullptr, nullptr);
+    EXPECT_LT(rel_err(dy.get<float>(x.size()), ref), 1e-6) << "n=" << n;
+    cuda::rmsnorm(dx.p, Act::F32, n, dg.as<float>(), 1e-6f, rows, n, dyb.p, Act::BF16, n, nullptr, nullptr);
+    const auto yb = test::bf16_bits_to_f32(dyb.get<uint16_t>(x.size()));
+    const double eb = rel_err(yb, ref);
+    EXPECT_LT(eb, 4e-3) << "n=" << n;
+    EXPECT_GT(eb, 1e-5);
+    // bf16 input, row offset from device memory
+    DevBuf dxb(x.size() * 2), off(4), dy2(size_t(rows + 3) * n * 4);
+    dxb.put(test::to_bf16_bits(x));
+    off.put(std::vector<int>{3});
+    cuda::rmsnorm(dxb.p, Act::BF16, n, dg.as<float>(), 1e-6f, rows, n, dy2.p, Act::F32, n, off.as<int>(), nullptr);
+    EXPECT_LT(rel_err(dy2.get<float>(x.size(), size_t(3) * n * 4), ref), 4e-3);
+  }
+  // SwiGLU
+  const int I = 300, T = 5;
+  const auto gu = test::randn(rng, size_t(T) * 2 * I, 2.0f);
+  std::vector<float> ref(size_t(T) * I);
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < I; ++i) ref[size_t(t) * I + i] = cpu::silu(gu[size_t(t) * 2 * I + i]) * gu[size_t(t) * 2 * I + I + i];
+  DevBuf dgu(gu.size() * 4), dout(ref.size() * 4);
+  dgu.put(gu);
+  cuda::swiglu(dgu.as<float>(), 2 * I, I, T, dout.p, Act::F32, I, nullptr);
+  EXPECT_LT(rel_err(dout.get<float>(ref.size()), ref), 1e-6);
+}
+
+TEST(CudaOps, GatherRowsPadsWithZeros) {
+  NEXTN_REQUIRE_GPU();
+  std::mt19937_64 rng(test::fresh_seed());
+  const int n = 64, rows = 10;
+  const auto src = test::randn(rng, size_t(rows) * n);
+  DevBuf ds(src.size() * 4), dd(size_t(6) * n * 4), args(8);
+  ds.put(src);
+  args.put(std::vector<int>{7, 2});
+  cuda::gather_rows(ds.p, n, args.as<int>(), args.as<int>() + 1, 6, dd.p, Act::F32, nullptr);
+  const auto got = dd.get<float>(size_t(6) * n);
+  for (int r = 0; r < 6; ++r)
+    for (int c = 0; c < n; ++c) EXPECT_EQ(got[size_t(r) * n + c], r < 2 ? src[size_t(7 + r) * n + c] : 0.0f);
+}
+
+// ---- attention ----
+
+struct AttnCase {
+  cuda::AttnShape a;
+  int max_tokens, pos, T;
+};
+
+// The CPU reference (CpuQwen35::attention) over given q (post norm/rope) and
+// a float cache: softmax(q k / sqrt(hd)) v, gated.
+std::vector<float> cpu_attention(const AttnCase& c, const std::vector<float>& q, const std::vector<float>& kc,
+                                 const std::vector<float>& vc, const std::vector<float>& proj, int ld) {
+  const auto& a = c.a;
+  const int hd = a.hd, group = a.Hq / a.Hkv, kv_row = a.Hkv * hd;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  std::vector<float> out(size_t(c.T) * a.Hq * hd);
+  for (int t = 0; t < c.T; ++t) {
+    const int nk = c.pos + t + 1;
+    for (int h = 0; h < a.Hq; ++h) {
+      const float* qh = &q[(size_t(t) * a.Hq + h) * hd];
+      const int kh = h / group;
+      std::vector<float> s(static_cast<size_t>(nk));
+      float mx = -INFINITY;
+      for (int j = 0; j < nk; ++j) {
+        s[size_t(j)] = cpu::dot(qh, &kc[size_t(j) * kv_row + kh * hd], hd) * scale;
+        mx = std::max(mx, s[size_t(j)]);
+      }
+      float sum = 0;
+      for (auto& v : s) {
+        v = std::exp(v - mx);
+        sum += v;
+      }
+      for (int d = 0; d < hd; ++d) {
+        float acc = 0;
+        for (int j = 0; j < nk; ++j) acc += s[size_t(j)] / sum * vc[size_t(j) * kv_row + kh * hd + d];
+        const float gate = proj[size_t(t) * ld + size_t(h) * 2 * hd + hd + d];
+        out[(size_t(t) * a.Hq + h) * hd + d] = acc * cpu::sigmoid(gate);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<float> as_floats(const DevBuf& b, size_t n, Act act) {
+  return act == Act::F32 ? b.get<float>(n) : test::bf16_bits_to_f32(b.get<uint16_t>(n));
+}
+
+TEST(CudaOps, AttentionMatchesCpuAndIsBatchInvariant) {
+  NEXTN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  for (Act act : {Act::F32, Act::BF16}) {
+    for (const AttnCase& c : {AttnCase{{6, 2, 64, 16, 1e-6f}, 1024, 700, 5}, AttnCase{{4, 1, 32, 8, 1e-6f}, 64, 0, 9},
+                              AttnCase{{24, 4, 256, 64, 1e-6f}, 600, 520, 3}}) {
+      const auto& a = c.a;
+      const int hd = a.hd, kv_row = a.Hkv * hd, ld = a.Hq * 2 * hd + 2 * kv_row;
+      const size_t esz = act == Act::F32 ? 4 : 2;
+      SCOPED_TRACE(testing::Message() << "act " << int(act) << " hd " << hd << " pos " << c.pos << " T " << c.T);
+      // cache rows before pos: random; rows pos.. written by attn_prepare
+      auto cache_k = test::randn(rng, size_t(c.max_tokens) * kv_row, 1.0f, true);
+      auto cache_v = test::randn(rng, size_t(c.max_tokens) * kv_row, 1.0f, true);
+      const auto proj = test::randn(rng, size_t(c.T) * ld, 1.0f);
+      auto qn = test::randn(rng, size_t(hd), 0.2f), kn = test::randn(rng, size_t(hd), 0.2f);
+      for (auto& v : qn) v += 1.0f;
+      for (auto& v : kn) v += 1.0f;
+      std::vector<float> inv(static_cast<size_t>(a.rd / 2));
+      for (size_t i = 0; i < inv.size(); ++i) inv[i] = float(1.0 / std::pow(1e7, double(2 * i) / double(a.rd)));
+      DevBuf dproj(proj.size() * 4), dqn(qn.size() * 4), dkn(kn.size() * 4), dinv(inv.size() * 4), dpos(4),
+          dq(size_t(c.T) * a.Hq * hd * 4), dk(cache_k.size() * esz), dv(cache_v.size() * esz),
+          part(size_t(cuda::attn_partial_floats(a, c.max_tokens)) * 4), dout(size_t(c.T) * a.Hq * hd * esz);
+      dproj.put(proj);
+      dqn.put(qn);
+      dkn.put(kn);
+      dinv.put(inv);
+      dpos.put(std::vector<int>{c.pos});
+      if (act == Act::F32) {
+        dk.put(cache_k);
+        dv.put(cache_v);
+      } else {
+        dk.put(test::to_bf16_bits(cache_k));
+        dv.put(test::to_bf16_bits(cache_v));
+      }
+      cuda::attn_prepare(a, dproj.as<float>(), ld, c.T, dqn.as<float>(), dkn.as<float>(), dinv.as<float>(),
+                         dpos.as<int>(), dq.as<float>(), dk.p, dv.p, act, nullptr);
+      // q, k (norm + rope) and v against the CPU ops
+      const auto q = dq.get<float>(size_t(c.T) * a.Hq * hd);
+      const auto kc = as_floats(dk, cache_k.size(), act), vc = as_floats(dv, cache_v.size(), act);
+      std::vector<float> ref_q(q.size()), ref_k, got_k, ref_v, got_v;
+      std::vector<float> cs(static_cast<size_t>(a.rd / 2)), sn(static_cast<size_t>(a.rd / 2));
+      for (int t = 0; t < c.T; ++t) {
+        cpu::rope_angles(c.pos + t, a.rd, 1e7, cs.data(), sn.data());
+        for (int h = 0; h < a.Hq; ++h) {
+          float* o = &ref_q[(size_t(t) * a.Hq + h) * hd];
+          cpu::rmsnorm(&proj[size_t(t) * ld + size_t(h) * 2 * hd], qn.data(), 1e-6f, hd, o);
+          cpu::rope(o, a.rd, cs.data(), sn.data());
+        }
+        for (int h = 0; h < a.Hkv; ++h) {
+          std::vector<float> o(static_cast<size_t>(hd));
+          cpu::rmsnorm(&proj[size_t(t) * ld + size_t(a.Hq) * 2 * hd + size_t(h) * hd], kn.data(), 1e-6f, hd, o.data());
+          cpu::rope(o.data(), a.rd, cs.data(), sn.data());
+          ref_k.insert(ref_k.end(), o.begin(), o.end());
+          const size_t at = (size_t(c.pos + t) * a.Hkv + h) * hd;
+          got_k.insert(got_k.end(), kc.begin() + long(at), kc.begin() + long(at + hd));
+          const float* vs = &proj[size_t(t) * ld + size_t(a.Hq) * 2 * hd + size_t(kv_row) + size_t(h) * hd];
+          ref_v.insert(ref_v.end(), vs, vs + hd);
+          got_v.insert(got_v.end(), vc.begin() + long(at), vc.begin() + long(at + hd));
+        }
+      }
+      EXPECT_LT(rel_err(q, ref_q), 1e-5);
+      EXPECT_LT(rel_err(got_k, ref_k), act == Act::F32 ? 1e-5 : 4e-3);
+      EXPECT_LT(rel_err(got_v, ref_v), act == Act::F32 ? 1e-7 : 4e-3);
+      // attention over the cache as the GPU holds it
+      cuda::attention(a, dq.as<float>(), dk.p, dv.p, act, dproj.as<float>(), ld, c.T, dpos.as<int>(), c.max_tokens,
+                      part.as<float>(), dout.p, nullptr);
+      const auto out = as_floats(dout, size_t(c.T) * a.Hq * hd, act);
+      const auto ref = cpu_attention(c, q, kc, vc, proj, ld);
+      EXPECT_LT(rel_err(out, ref), act == Act::F32 ? 1e-5 : 4e-3);
+      // query t alone (position pos + t, same cache) == query t inside the T-query call, bit for bit
+      const auto out_raw = dout.get<uint8_t>(size_t(c.T) * a.Hq * hd * esz);
+      for (int t : {0, c.T - 1}) {
+        DevBuf pos1(4), out1(size_t(a.Hq) * hd * esz), q1(size_t(a.Hq) * hd * 4);
+        pos1.put(std::vector<int>{c.pos + t});
+        const float* proj_t = dproj.as<float>() + size_t(t) * ld;
+        cuda::attn_prepare(a, proj_t, ld, 1, dqn.as<float>(), dkn.as<float>(), dinv.as<float>(), pos1.as<int>(),
+                           q1.as<float>(), dk.p, dv.p, act, nullptr);
+        cuda::attention(a, q1.as<float>(), dk.p, dv.p, act, proj_t, ld, 1, pos1.as<int>(), c.max_tokens,
+                        part.as<float>(), out1.p, nullptr);
+        const auto o1 = out1.get<uint8_t>(size_t(a.Hq) * hd * esz);
+        EXPECT_EQ(0, std::memcmp(o1.data(), &out_raw[size_t(t) * a.Hq * hd * esz], o1.size())) << "query " << t;
+      }
+    }
+  }
+}
+
+// ---- Gated DeltaNet ----
+
+struct GdnCpuState {
+  std::vector<float> conv;  // [K-1][cd]
+  std::vector<float> S;     // [Hv][dk][dv]
+};
+
+// CpuQwen35::gdn_mixer from the projections on: conv, l2norm, gates,
+// recurrence, gated norm. Returns y [T][vd]; updates st.
+std::vector<float> cpu_gdn(const cuda::GdnShape& g, const std::vector<float>& proj, int ld, int T,
+                           const std::vector<float>& conv_w, const std::vector<float>& a_log,
+                           const std::vector<float>& dt_bias, const std::vector<float>& norm_w, GdnCpuState& st) {
+  const int cd = g.conv_dim(), K = g.K, kd = g.Hk * g.dk, vd = g.Hv * g.dv, ratio = g.Hv / g.Hk;
+  const int dk = g.dk, dv = g.dv;
+  std::vector<float> y(size_t(T) * vd), c(static_cast<size_t>(cd));
+  const float qscale = 1.0f / std::sqrt(float(dk));
+  for (int t = 0; t < T; ++t) {
+    const float* m = &proj[size_t(t) * ld];
+    for (int ch = 0; ch < cd; ++ch) {
+      float s = 0;
+      for (int i = 0; i < K - 1; ++i) s += conv_w[size_t(ch) * K + i] * st.conv[size_t(i) * cd + ch];
+      s += conv_w[size_t(ch) * K + K - 1] * m[ch];
+      c[size_t(ch)] = cpu::silu(s);
+    }
+    std::memmove(st.conv.data(), st.conv.data() + cd, size_t(K - 2) * cd * 4);
+    std::copy(m, m + cd, st.conv.begin() + long(K - 2) * cd);
+    for (int h = 0; h < g.Hk; ++h) {
+      cpu::l2norm(&c[size_t(h) * dk], dk, 1e-6f);
+      cpu::l2norm(&c[size_t(kd + h * dk)], dk, 1e-6f);
+      for (int d = 0; d < dk; ++d) c[size_t(h * dk + d)] *= qscale;
+    }
+    for (int h = 0; h < g.Hv; ++h) {
+      const float* q = &c[size_t(h / ratio) * dk];
+      const float* k = &c[size_t(kd + (h / ratio) * dk)];
+      const float* v = &c[size_t(2 * kd + h * dv)];
+      const float beta = cpu::sigmoid(m[cd + vd + h]);
+      const float gg = -std::exp(a_log[size_t(h)]) * cpu::softplus(m[cd + vd + g.Hv + h] + dt_bias[size_t(h)]);
+      float* S = &st.S[size_t(h) * dk * dv];
+      const float decay = std::exp(gg);
+      for (int i = 0; i < dk * dv; ++i) S[i] *= decay;
+      std::vector<float> mem(size_t(dv), 0.0f), o(size_t(dv), 0.0f);
+      for (int i = 0; i < dk; ++i)
+        for (int j = 0; j < dv; ++j) mem[size_t(j)] += S[i * dv + j] * k[i];
+      for (int j = 0; j < dv; ++j) mem[size_t(j)] = (v[j] - mem[size_t(j)]) * beta;
+      for (int i = 0; i < dk; ++i)
+        for (int j = 0; j < dv; ++j) S[i * dv + j] += k[i] * mem[size_t(j)];
+      for (int i = 0; i < dk; ++i)
+        for (int j = 0; j < dv; ++j) o[size_t(j)] += S[i * dv + j] * q[i];
+      float* yh = &y[size_t(t) * vd + h * dv];
+      cpu::rmsnorm(o.data(), norm_w.data(), g.eps, dv, yh);
+      for (int j = 0; j < dv; ++j) yh[j] *= cpu::silu(m[cd + h * dv + j]);
+    }
+  }
+  return y;
+}
+
+struct GdnDevice {
+  cuda::GdnShape g;
+  int ld, rows;
+  DevBuf proj, conv_out, conv_state, S, conv_w, a_log, dt_bias, norm_w, y, table, parity;
+  GdnDevice(const cuda::GdnShape& g_, int rows_, Act act)
+      : g(g_),
+        ld(g_.conv_dim() + g_.Hv * g_.dv + 2 * g_.Hv),
+        rows(rows_),
+        proj(size_t(rows_) * ld * 4),
+        conv_out(size_t(rows_) * g_.conv_dim() * 4),
+        conv_state(size_t(2) * (g_.K - 1) * g_.conv_dim() * 4),
+        S(size_t(2) * g_.Hv * g_.dk * g_.dv * 4),
+        conv_w(size_t(g_.conv_dim()) * g_.K * 4),
+        a_log(size_t(g_.Hv) * 4),
+        dt_bias(size_t(g_.Hv) * 4),
+        norm_w(size_t(g_.dv) * 4),
+        y(size_t(rows_) * g_.Hv * g_.dv * (act == Act::F32 ? 4 : 2)),
+        table(sizeof(cuda::GdnLayer)),
+        parity(4) {
+    cuda::GdnLayer t{};
+    t.proj = proj.as<float>();
+    t.conv_out = conv_out.as<float>();
+    t.conv_state = conv_state.as<float>();
+    t.S = S.as<float>();
+    t.conv_w = conv_w.as<float>();
+    t.a_log = a_log.as<float>();
+    t.dt_bias = dt_bias.as<float>();
+    t.norm_w = norm_w.as<float>();
+    t.y = y.p;
+    t.proj_ld = ld;
+    cudaMemcpy(table.p, &t, sizeof(t), cudaMemcpyHostToDevice);
+  }
+  void step(int T, int parity_v, Act act) {
+    parity.put(std::vector<int>{parity_v});
+    const auto* tab = table.as<cuda::GdnLayer>();
+    cuda::gdn_conv(g, tab, 0, 1, T, parity.as<int>(), 0, false, nullptr);
+    cuda::gdn_recurrence(g, tab, 0, 1, T, parity.as<int>(), 0, false, act, nullptr);
+  }
+  void rollback(int keep, int parity_v, Act act) {
+    parity.put(std::vector<int>{parity_v});
+    const auto* tab = table.as<cuda::GdnLayer>();
+    cuda::gdn_conv(g, tab, 0, 1, keep, parity.as<int>(), 1, true, nullptr);
+    cuda::gdn_recurrence(g, tab, 0, 1, keep, parity.as<int>(), 1, true, act, nullptr);
+  }
+};
+
+TEST(CudaOps, GatedDeltaNetMatchesCpuStepsAndRollback) {
+  NEXTN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  for (Act act : {Act::F32, Act::BF16}) {
+    for (const cuda::GdnShape& g : {cuda::GdnShape{2, 4, 32, 16, 4, 1e-6f}, cuda::GdnShape{16, 48, 128, 128, 4, 1e-6f}}) {
+      SCOPED_TRACE(testing::Message() << "act " << int(act) << " Hv " << g.Hv << " dk " << g.dk);
+      const int T = 6, cd = g.conv_dim(), vd = g.Hv * g.dv, ld = cd + vd + 2 * g.Hv;
+      const auto proj = test::randn(rng, size_t(T) * ld, 1.0f);
+      const auto conv_w = test::randn(rng, size_t(cd) * g.K, 0.5f);
+      std::vector<float> a_log(static_cast<size_t>(g.Hv)), dt = test::randn(rng, size_t(g.Hv), 0.5f);
+      std::uniform_real_distribution<float> u(std::log(0.05f), 0.0f);
+      for (auto& v : a_log) v = u(rng);
+      auto norm_w = test::randn(rng, size_t(g.dv), 0.2f);
+      for (auto& v : norm_w) v += 1.0f;
+      GdnCpuState st0{test::randn(rng, size_t(g.K - 1) * cd), test::randn(rng, size_t(g.Hv) * g.dk * g.dv, 0.3f)};
+
+      GdnDevice d(g, T, act);
+      d.proj.put(proj);
+      d.conv_w.put(conv_w);
+      d.a_log.put(a_log);
+      d.dt_bias.put(dt);
+      d.norm_w.put(norm_w);
+      d.conv_state.put(st0.conv);  // buffer 0
+      d.S.put(st0.S);
+      // all T tokens at once: reads buffer 0, writes buffer 1
+      d.step(T, 0, act);
+      const auto y = as_floats(d.y, size_t(T) * vd, act);
+      const size_t Sn = size_t(g.Hv) * g.dk * g.dv, Cn = size_t(g.K - 1) * cd;
+      const auto S_all = d.S.get<float>(Sn, Sn * 4);
+      const auto C_all = d.conv_state.get<float>(Cn, Cn * 4);
+      GdnCpuState st = st0;
+      const auto ref_y = cpu_gdn(g, proj, ld, T, conv_w, a_log, dt, norm_w, st);
+      EXPECT_LT(rel_err(y, ref_y), act == Act::F32 ? 1e-5 : 4e-3);
+      EXPECT_LT(rel_err(S_all, st.S), 1e-5);
+      EXPECT_EQ(C_all, st.conv);
+
+      // Rollback to 3 tokens: replay from buffer 0 into buffer 1 (the current parity is 1).
+      d.rollback(3, 1, act);
+      const auto S_rb = d.S.get<float>(Sn, Sn * 4);
+      const auto C_rb = d.conv_state.get<float>(Cn, Cn * 4);
+
+      // Token by token through a fresh device state: T single steps, parity flipping.
+      GdnDevice e(g, T, act);
+      e.conv_w.put(conv_w);
+      e.a_log.put(a_log);
+      e.dt_bias.put(dt);
+      e.norm_w.put(norm_w);
+      e.conv_state.put(st0.conv);
+      e.S.put(st0.S);
+      int parity = 0;
+      std::vector<uint8_t> y_steps;
+      const size_t esz = act == Act::F32 ? 4 : 2;
+      for (int t = 0; t < T; ++t) {
+        e.proj.put(std::vector<float>(proj.begin() + long(t) * ld, proj.begin() + long(t + 1) * ld));
+        e.step(1, parity, act);
+        parity ^= 1;
+        const auto yt = e.y.get<uint8_t>(size_t(vd) * esz);
+        y_steps.insert(y_steps.end(), yt.begin(), yt.end());
+        if (t == 2) {  // after 3 tokens: the rolled-back state, bit for bit
+          EXPECT_EQ(0, std::memcmp(e.S.get<float>(Sn, parity * Sn * 4).data(), S_rb.data(), Sn * 4)) << "S after rollback";
+          EXPECT_EQ(e.conv_state.get<float>(Cn, parity * Cn * 4), C_rb) << "conv state after rollback";
+        }
+      }
+      const auto y_all_raw = d.y.get<uint8_t>(size_t(T) * vd * esz);
+      // d.y was not touched by the replay (replay writes no output)
+      EXPECT_EQ(0, std::memcmp(y_steps.data(), y_all_raw.data(), y_steps.size())) << "y: T at once vs token by token";
+      EXPECT_EQ(0, std::memcmp(e.S.get<float>(Sn, parity * Sn * 4).data(), S_all.data(), Sn * 4)) << "final S";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace nextn
+#endif  // NEXTN_HAVE_CUDA
