@@ -2,7 +2,9 @@
 // detected layout and, for a model directory, a config summary and a full
 // validation of the tensors the model reads. PATH may also be a single
 // .safetensors file or a directory of safetensors without config.json.
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 
