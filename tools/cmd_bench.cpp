@@ -66,22 +66,13 @@ void run_verify(const VerifyArgs& a) {
   for (int32_t k : parse_id_list(a.block_sizes, "--block-sizes")) ks.push_back(int(k));
   o.block_sizes = ks;
   o.arms = parse_verify_arms(a.arms);
-  if (a.draft == "none") fail("--draft none has no verify rounds to measure: use mtp or oracle");
-  if (a.draft != "mtp" && a.draft != "oracle")
-    fail("--draft '{}': separate drafter checkpoints are not supported yet (expected mtp or oracle)", a.draft);
   o.draft = parse_draft_kind(a.draft);
-  const bool rate = a.rate_opt->count() > 0, pattern = a.pattern_opt->count() > 0;
-  if (o.draft != DraftKind::Oracle && (rate || pattern || a.seed_opt->count() > 0))
-    fail("--accept-rate, --accept-pattern and --seed apply to --draft oracle only");
-  if (rate) o.oracle.accept_rate = a.accept_rate;
-  if (pattern && a.pattern.empty()) fail("--accept-pattern: the pattern is empty (use 0s and 1s, e.g. 1101)");
-  o.oracle.pattern = a.pattern;
-  o.oracle.seed = a.seed;
+  o.oracle = oracle_spec_from_flags(a.draft, a.rate_opt->count() ? &a.accept_rate : nullptr,
+                                    a.pattern_opt->count() ? &a.pattern : nullptr, a.seed_opt->count() ? &a.seed : nullptr);
   o.pad_width = a.pad_width;
   o.repeats = a.repeats;
   o.max_new_tokens = a.n;
-  o.prompt = {0};  // placeholder until the vocabulary is known; checked again below
-  bench::check_verify_bench_options(o);
+  bench::check_verify_bench_options(o);  // everything but the prompt, before the model is read
   const BackendKind kind = parse_backend(a.backend);
 
   const std::string dir = model_dir_or_default(a.model);

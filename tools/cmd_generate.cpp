@@ -26,12 +26,6 @@ struct GenerateArgs {
               *seed_opt = nullptr, *prompt_opt = nullptr, *ids_opt = nullptr;
 };
 
-// Drafter name -> kind; anything else would be a separate drafter checkpoint.
-DraftKind parse_draft(const std::string& name) {
-  if (name == "none" || name == "mtp" || name == "oracle") return parse_draft_kind(name);
-  fail("--draft '{}': separate drafter checkpoints are not supported yet (expected none, mtp or oracle)", name);
-}
-
 void run(const GenerateArgs& a) {
   // Flags first: everything that can be refused without reading the model.
   if (a.prompt_opt->count() > 0 && a.ids_opt->count() > 0) fail("give --prompt or --prompt-ids, not both");
@@ -42,20 +36,10 @@ void run(const GenerateArgs& a) {
   if (a.n < 0) fail("-n {} is negative", a.n);
   GenerateOptions o;
   o.max_new_tokens = a.n;
-  o.draft = parse_draft(a.draft);
+  o.draft = parse_draft_kind(a.draft);
   o.ignore_eos = a.ignore_eos;
-  const bool rate = a.rate_opt->count() > 0, pattern = a.pattern_opt->count() > 0;
-  if (o.draft != DraftKind::Oracle && (rate || pattern || a.seed_opt->count() > 0))
-    fail("--accept-rate, --accept-pattern and --seed apply to --draft oracle only");
-  if (o.draft == DraftKind::Oracle) {
-    if (rate) o.oracle.accept_rate = a.accept_rate;
-    if (pattern) {
-      if (a.pattern.empty()) fail("--accept-pattern: the pattern is empty (use 0s and 1s, e.g. 1101)");
-      o.oracle.pattern = a.pattern;
-    }
-    o.oracle.seed = a.seed;
-    check_oracle_spec(o.oracle);
-  }
+  o.oracle = oracle_spec_from_flags(a.draft, a.rate_opt->count() ? &a.accept_rate : nullptr,
+                                    a.pattern_opt->count() ? &a.pattern : nullptr, a.seed_opt->count() ? &a.seed : nullptr);
   o.verify = parse_verify_arm(a.verify);
   if (a.block_opt->count() > 0) check_block_size(a.block_size);
   if (a.pad_opt->count() > 0 && o.verify != VerifyArm::Pad) fail("--pad-width applies to --verify pad only");

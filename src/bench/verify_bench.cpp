@@ -44,12 +44,12 @@ void check_verify_bench_options(const VerifyBenchOptions& o) {
   if (o.draft == DraftKind::Oracle) check_oracle_spec(o.oracle);
   if (o.repeats < 1) fail("--repeats {} must be at least 1", o.repeats);
   if (o.max_new_tokens < 2) fail("-n {}: a verify benchmark needs at least 2 tokens", o.max_new_tokens);
-  if (o.prompt.empty()) fail("the prompt is empty");
 }
 
 VerifyBench::VerifyBench(RuntimeFactory factory, VerifyBenchOptions options)
     : factory_(std::move(factory)), o_(std::move(options)) {
   check_verify_bench_options(o_);
+  if (o_.prompt.empty()) fail("the prompt is empty");
 }
 
 GenerateOptions VerifyBench::run_options(const ArmResult& a) const {

@@ -31,7 +31,9 @@ struct VerifyBenchOptions {
   std::vector<int32_t> prompt;
   int max_new_tokens = 64;
 };
-void check_verify_bench_options(const VerifyBenchOptions& o);  // throws Error
+// Throws Error for impossible settings (all but the prompt, which the
+// constructor checks).
+void check_verify_bench_options(const VerifyBenchOptions& o);
 
 struct ArmResult {
   int block_size = 0;

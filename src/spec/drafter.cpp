@@ -58,6 +58,23 @@ void check_oracle_spec(const OracleSpec& spec) {
     if (c != '0' && c != '1') fail("--accept-pattern '{}': only the characters 0 and 1 are allowed", spec.pattern);
 }
 
+OracleSpec oracle_spec_from_flags(const std::string& draft, const double* accept_rate, const std::string* pattern,
+                                  const uint64_t* seed) {
+  OracleSpec o;
+  if (draft != "oracle") {
+    if (accept_rate || pattern || seed) fail("--accept-rate, --accept-pattern and --seed apply to --draft oracle only");
+    return o;
+  }
+  if (accept_rate) o.accept_rate = *accept_rate;
+  if (pattern) {
+    if (pattern->empty()) fail("--accept-pattern: the pattern is empty (use 0s and 1s, e.g. 1101)");
+    o.pattern = *pattern;
+  }
+  if (seed) o.seed = *seed;
+  check_oracle_spec(o);
+  return o;
+}
+
 OracleDrafter::OracleDrafter(std::vector<int32_t> truth, const OracleSpec& spec, int vocab)
     : truth_(std::move(truth)), spec_(spec), vocab_(vocab), rng_(spec.seed) {
   check_oracle_spec(spec_);

@@ -66,6 +66,11 @@ struct OracleSpec {
   uint64_t seed = 1;
 };
 void check_oracle_spec(const OracleSpec& spec);  // throws Error
+// The oracle flags as given on a command line (nullptr: flag absent), for
+// the drafter named `draft`: an error when given to another drafter, and
+// checked (check_oracle_spec) for the oracle.
+OracleSpec oracle_spec_from_flags(const std::string& draft, const double* accept_rate, const std::string* pattern,
+                                  const uint64_t* seed);
 
 class OracleDrafter final : public Drafter {
  public:

@@ -55,7 +55,7 @@ const char* draft_kind_name(DraftKind d) {
 DraftKind parse_draft_kind(const std::string& name) {
   for (DraftKind d : {DraftKind::None, DraftKind::Mtp, DraftKind::Oracle})
     if (name == draft_kind_name(d)) return d;
-  fail("--draft: unknown drafter '{}' (expected none, mtp or oracle)", name);
+  fail("--draft '{}': separate drafter checkpoints are not supported yet (expected none, mtp or oracle)", name);
 }
 
 int default_block_size(int mtp_layers) { return std::clamp(mtp_layers + 2, kMinBlockSize, kMaxBlockSize); }

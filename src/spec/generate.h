@@ -31,7 +31,9 @@ namespace nextn {
 
 enum class DraftKind { None, Mtp, Oracle };
 const char* draft_kind_name(DraftKind d);
-DraftKind parse_draft_kind(const std::string& name);  // none|mtp|oracle; throws Error
+// none|mtp|oracle; anything else (a directory: a separate drafter
+// checkpoint) throws Error "separate drafter checkpoints are not supported yet".
+DraftKind parse_draft_kind(const std::string& name);
 
 // The default block size: MTP layer count + 2 (3 for Qwen3.5; 2 without MTP).
 int default_block_size(int mtp_layers);
