@@ -12,7 +12,8 @@
 #
 # Environment: NEXTN_BUILD (default build-cuda); NEXTN_DEVICE_BENCH=1 also
 # runs the CUDA benchmarks (DISABLED_ in CI); NEXTN_GTEST_FILTER replaces the
-# test phases by one; NEXTN_T_{OPS,MODEL,SPEC,BENCH} are the phase limits (s).
+# test phases by one; NEXTN_T_{OPS,MODEL,SPEC,BENCH} are the phase limits (s);
+# NEXTN_DEVICE_SYNTH=1 times decoding on a random 0.8B-shape checkpoint.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -96,6 +97,29 @@ else
     done
   fi
 fi
+
+  # 3. decode speed on a random-weight checkpoint at the Qwen3.5-0.8B shape
+  # (bf16, and MLX q4 g64 made by nextn quantize): plain greedy, and the
+  # verify arms with an oracle drafter at acceptance 0.8, K = 4.
+  if [ "${NEXTN_DEVICE_SYNTH:-0}" = 1 ]; then
+    S=/tmp/nextn-synth-0.8b
+    python3 scripts/device/make_synthetic.py --shape 0.8b --out $S >"$LOG/synth.txt" 2>&1 &&
+      "$BUILD/nextn" quantize -m $S -o $S-q4 >>"$LOG/synth.txt" 2>&1
+    say "synthetic 0.8b: $(grep -h wrote "$LOG/synth.txt" | tr '\n' ' ')"
+    ids=$(seq -s, 1 16)
+    for m in $S $S-q4; do
+      for run in "none" "oracle batched" "oracle walk" "oracle fused" "oracle pad"; do
+        set -- $run
+        args=(generate --backend cuda -m "$m" --prompt-ids "$ids" -n 256 --ignore-eos)
+        [ "$1" = oracle ] && args+=(--draft oracle --accept-rate 0.8 --block-size 4 --verify "$2")
+        for rep in 1 2; do
+          "$BUILD/nextn" "${args[@]}" >/dev/null 2>"$LOG/synth_run.err"
+          rc=$?
+          say "synth $(basename "$m") $run rep $rep: exit $rc; $(tail -1 "$LOG/synth_run.err" | grep -o 'rounds.*' | cut -c1-220)"
+        done
+      done
+    done
+  fi
 
 gpu_state >"$LOG/gpu_after.csv"
 say "gpu after: $(tail -1 "$LOG/gpu_after.csv")"
