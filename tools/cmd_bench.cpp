@@ -7,7 +7,9 @@
 
 #include "bench/calibration.h"
 #include "bench/decode_bench.h"
+#include "bench/decode_roofline.h"
 #include "bench/machine.h"
+#include "bench/projection.h"
 #include "bench/verify_bench.h"
 #include "cli_common.h"
 #include "commands.h"
@@ -32,21 +34,30 @@ void run_decode(const DecodeArgs& a) {
   const std::string dir = model_dir_or_default(a.model);
   const auto ckpt = Qwen35Checkpoint::open(dir);
   auto machine = bench::machine_begin(a.backend);
-  const RuntimeFactory factory = [&ckpt, kind](int cap) { return make_runtime(ckpt, kind, cap); };
+  // CUDA: copy bandwidth and the memory baseline before any runtime exists,
+  // then every runtime is probed for device memory (src/bench/decode_roofline.h).
+  bench::DeviceFigures fig;
+  if (kind == BackendKind::Cuda) bench::measure_device(&fig);
+  RuntimeFactory factory = [&ckpt, kind](int cap) { return make_runtime(ckpt, kind, cap); };
+  if (kind == BackendKind::Cuda) factory = bench::probe_memory(factory, &fig);
   const auto r = bench::run_decode_bench(factory, ckpt.config().vocab_size, a.o);
   bench::machine_end(machine, a.backend);
+  const auto bytes = bench::decode_bytes(ckpt);
+  const auto budget = bench::memory_budget(ckpt, fig.peak_capacity > 0 ? fig.peak_capacity : 1);
   if (a.json) {
     nlohmann::ordered_json j;
     j["model"] = dir;
     j["backend"] = a.backend;
     auto body = bench::decode_report_json(r, a.o);
     for (auto it = body.begin(); it != body.end(); ++it) j[it.key()] = it.value();
+    j["roofline"] = bench::roofline_json(bytes, budget, fig, r.decode.median);
     j["machine"] = bench::machine_json(machine);
     std::printf("%s\n", j.dump().c_str());
     return;
   }
   std::printf("nextn bench decode: %s (backend %s), plain greedy\n", dir.c_str(), a.backend.c_str());
   std::printf("%s", bench::decode_table_text(r, a.o).c_str());
+  std::printf("%s", bench::roofline_text(bytes, budget, fig, r.decode.median, 0).c_str());
   std::printf("%s", bench::machine_text(machine).c_str());
 }
 
@@ -151,6 +162,7 @@ void register_bench(CLI::App& app) {
   dec->add_option("--prompt-len", d->o.prompt_len, "Synthetic prompt length (default 64)");
   dec->add_option("-n", d->o.max_new_tokens, "Tokens to generate (default 64)");
   dec->add_option("--repeats", d->o.repeats, "Timed repeats after one warm-up (default 5)");
+  dec->add_option("--prefill-len", d->o.prefill_len, "Also time prefill of a prompt this long (separate runs)");
   dec->add_flag("--json", d->json, "Print one JSON object");
   dec->callback([d] { run_decode(*d); });
 
@@ -171,6 +183,23 @@ void register_bench(CLI::App& app) {
   ver->add_flag("--json", v->json, "Print one JSON object");
   ver->add_flag("--calibrate", v->calibrate, "Write the measurement --verify auto reads (see docs/speculative.md)");
   ver->callback([v] { run_verify(*v); });
+
+  // nextn bench projection (src/bench/projection.h): issue 5's kernel timing.
+  auto pr = std::make_shared<bench::ProjectionOptions>();
+  auto pw = std::make_shared<std::string>("1,2,3,4,5,6,8,12,16,24,32");
+  auto* proj = bench_cmd->add_subcommand("projection", "Quantized projection per width vs the device copy bandwidth");
+  proj->add_option("--shape", pr->shape, "ROWSxCOLS (default 248320x5120, the 27B LM head)");
+  proj->add_option("--quant", pr->quant, "q4 or q8 (default q4)");
+  proj->add_option("--group-size", pr->group_size, "Quantization group (default 64)");
+  proj->add_option("--widths", *pw, "Comma-separated row counts (default 1,2,3,4,5,6,8,12,16,24,32)");
+  proj->add_flag("--argmax", pr->argmax, "Fused projection + argmax (the head's production path)");
+  proj->add_option("--repeats", pr->repeats, "Timed launches per width (default 30)");
+  proj->add_flag("--json", pr->json, "Print one JSON object");
+  proj->callback([pr, pw] {
+    pr->widths.clear();
+    for (int32_t w : parse_id_list(*pw, "--widths")) pr->widths.push_back(int(w));
+    if (bench::run_projection(*pr) != 0) throw Error("bench projection: batch invariance check failed");
+  });
 }
 
 }  // namespace nextn::cli

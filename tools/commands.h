@@ -11,6 +11,7 @@ void register_draft_trace(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_make_checkpoint(CLI::App& app);
 
 // The checkpoint used when -m is not given: the repo's shipped default model.
 std::string default_model_dir();

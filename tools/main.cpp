@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   nextn::cli::register_inspect(app);
   nextn::cli::register_quantize(app);
   nextn::cli::register_bench(app);
+  nextn::cli::register_make_checkpoint(app);
   try {
     std::string known;
     bool found = false;

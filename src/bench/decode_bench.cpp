@@ -32,6 +32,21 @@ DecodeBenchReport run_decode_bench(const RuntimeFactory& factory, int vocab, con
     r.prefill_ms.push_back(g.stats.prefill_ms);
     r.decode_ms_per_token.push_back(g.stats.decode_ms / double(std::max(1, g.stats.generated - 1)));
   }
+  if (o.prefill_len > 0) {
+    const auto long_prompt = synthetic_prompt(o.prefill_len, vocab);
+    const int long_cap = runtime_capacity(o.prefill_len, 2, 1);
+    for (int rep = 0; rep < o.repeats; ++rep) {
+      GenerateResult g;
+      {
+        auto rt = factory(long_cap);
+        g = greedy_generate(*rt, long_prompt, 2, /*ignore_eos=*/true);
+      }
+      r.long_prefill_tps.push_back(g.stats.prefill_tokens_per_second());
+      r.long_prefill_ms.push_back(g.stats.prefill_ms);
+    }
+    r.long_prefill = summarize(r.long_prefill_tps);
+    r.long_prefill_time = summarize(r.long_prefill_ms);
+  }
   r.prefill = summarize(r.prefill_tps);
   r.decode = summarize(r.decode_tps);
   r.prefill_time = summarize(r.prefill_ms);
@@ -45,6 +60,10 @@ std::string decode_table_text(const DecodeBenchReport& r, const DecodeBenchOptio
   s += fmt::format("  prefill tokens/s  {:>32}   ({} ms)\n", format_summary(r.prefill, 1), format_summary(r.prefill_time, 3));
   s += fmt::format("  decode tokens/s   {:>32}   ({} ms/token)\n", format_summary(r.decode, 1),
                    format_summary(r.per_token, 4));
+  if (o.prefill_len > 0)
+    s += fmt::format("  prefill {} tokens/s {:>{}}   ({} ms; separate runs)\n", o.prefill_len,
+                     format_summary(r.long_prefill, 1), std::max<int>(1, 28 - int(std::to_string(o.prefill_len).size())),
+                     format_summary(r.long_prefill_time, 3));
   return s;
 }
 
@@ -55,6 +74,11 @@ nlohmann::ordered_json decode_report_json(const DecodeBenchReport& r, const Deco
   j["decode_tokens_per_second"] = summary_json(r.decode);
   j["prefill_ms"] = summary_json(r.prefill_time);
   j["decode_ms_per_token"] = summary_json(r.per_token);
+  if (o.prefill_len > 0) {
+    j["settings"]["prefill_len"] = o.prefill_len;
+    j["long_prefill_tokens_per_second"] = summary_json(r.long_prefill);
+    j["long_prefill_ms"] = summary_json(r.long_prefill_time);
+  }
   return j;
 }
 

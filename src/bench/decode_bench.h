@@ -15,12 +15,15 @@ struct DecodeBenchOptions {
   int prompt_len = 64;
   int max_new_tokens = 64;
   int repeats = 5;
+  int prefill_len = 0;  // > 0: also time prefill of a prompt this long (separate runs, 2 tokens each)
 };
 
 struct DecodeBenchReport {
   std::vector<double> prefill_tps, decode_tps, prefill_ms, decode_ms_per_token;
   Summary prefill, decode, prefill_time, per_token;
   int generated = 0;
+  std::vector<double> long_prefill_tps, long_prefill_ms;  // prefill_len runs
+  Summary long_prefill, long_prefill_time;
 };
 
 // A deterministic synthetic prompt of `len` ids inside [0, vocab).

@@ -1,0 +1,356 @@
+#include "io/synthetic.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "io/safetensors.h"
+
+namespace nextn {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// ---- counter-based RNG: value = f(seed, tensor name, index) -----------------
+
+inline uint64_t mix64(uint64_t z) {  // splitmix64 finaliser
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+inline uint64_t stream_key(uint64_t seed, const std::string& name) {
+  uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001B3ull;
+  return mix64(mix64(seed + 0x9E3779B97F4A7C15ull) ^ h);
+}
+inline uint64_t draw(uint64_t key, uint64_t i) { return mix64(key + (i + 1) * 0x9E3779B97F4A7C15ull); }
+inline float unit(uint64_t r) { return float(r >> 40) * (1.0f / 16777216.0f); }  // [0, 1), 24 bits
+
+inline uint16_t to_bf16(float f) {  // round to nearest even (finite inputs)
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+// ---- what a tensor holds ----------------------------------------------------
+
+enum class Fill {
+  Uniform,     // bf16 uniform in [lo, hi)
+  Packed,      // u32 random words (4-bit nibbles uniform in [0, 15])
+  Scales,      // bf16 per-group scale ±std/4.61 (std in hi), key of the module
+  Biases,      // bf16 -7.5 * scale of the same group
+  ALogF32,     // f32 log(U(1, 16))
+  DtBias,      // bf16 log(expm1(dt)), dt = exp(U(log 1e-3, log 1e-1))
+};
+
+struct Spec {
+  std::string name;
+  DType dtype = DType::BF16;
+  std::vector<int64_t> shape;
+  Fill fill = Fill::Uniform;
+  float lo = 0, hi = 0;
+  std::string key_name;  // RNG stream (the tensor's own name, or its module's for scales/biases)
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  uint64_t nbytes() const { return uint64_t(numel()) * dtype_size(dtype); }
+};
+
+constexpr float kProjStd = 0.02f;
+constexpr float kQ4StdOfNibble = 4.6098f;  // sqrt((16^2 - 1) / 12)
+
+float scale_of(uint64_t key, int64_t g, float std_target) {
+  const uint64_t r = draw(key, uint64_t(g));
+  const float mag = std_target / kQ4StdOfNibble * (0.8f + 0.4f * unit(r));
+  return (r & 1u) ? -mag : mag;
+}
+
+void fill_range(const Spec& s, uint64_t seed, int64_t begin, int64_t end, uint8_t* out) {
+  const uint64_t key = stream_key(seed, s.key_name);
+  switch (s.fill) {
+    case Fill::Uniform:
+      for (int64_t i = begin; i < end; ++i) {
+        const uint16_t h = to_bf16(s.lo + (s.hi - s.lo) * unit(draw(key, uint64_t(i))));
+        std::memcpy(out + 2 * i, &h, 2);
+      }
+      break;
+    case Fill::Packed:
+      for (int64_t i = begin; i < end; ++i) {
+        const uint32_t w = uint32_t(draw(key, uint64_t(i)) >> 16);
+        std::memcpy(out + 4 * i, &w, 4);
+      }
+      break;
+    case Fill::Scales:
+    case Fill::Biases:
+      for (int64_t i = begin; i < end; ++i) {
+        const float sc = std::bit_cast<float>(uint32_t(to_bf16(scale_of(key, i, s.hi))) << 16);
+        const uint16_t h = to_bf16(s.fill == Fill::Scales ? sc : -7.5f * sc);
+        std::memcpy(out + 2 * i, &h, 2);
+      }
+      break;
+    case Fill::ALogF32:
+      for (int64_t i = begin; i < end; ++i) {
+        const float v = std::log(1.0f + 15.0f * unit(draw(key, uint64_t(i))));
+        std::memcpy(out + 4 * i, &v, 4);
+      }
+      break;
+    case Fill::DtBias:
+      for (int64_t i = begin; i < end; ++i) {
+        const double dt = std::exp(std::log(1e-3) + (std::log(1e-1) - std::log(1e-3)) * unit(draw(key, uint64_t(i))));
+        const uint16_t h = to_bf16(float(std::log(std::expm1(dt))));
+        std::memcpy(out + 2 * i, &h, 2);
+      }
+      break;
+  }
+}
+
+// Every tensor of the checkpoint, by stored name.
+std::vector<Spec> tensor_specs(const SyntheticPreset& p, bool q4) {
+  std::vector<Spec> v;
+  const std::string pre = q4 ? "language_model.model." : "model.language_model.";
+  const std::string head = q4 ? "language_model.lm_head" : "lm_head";
+  const int64_t H = p.hidden;
+  auto matrix = [&](const std::string& mod, int64_t rows, int64_t cols, float std_ = kProjStd) {
+    if (!q4) {
+      const float a = std_ * std::sqrt(3.0f);
+      v.push_back({mod + ".weight", DType::BF16, {rows, cols}, Fill::Uniform, -a, a, mod + ".weight"});
+      return;
+    }
+    if (cols % 64 != 0) fail("make-checkpoint: {}: input size {} is not a multiple of the group size 64", mod, cols);
+    v.push_back({mod + ".weight", DType::U32, {rows, cols / 8}, Fill::Packed, 0, 0, mod + ".weight"});
+    v.push_back({mod + ".scales", DType::BF16, {rows, cols / 64}, Fill::Scales, 0, std_, mod + ".qparams"});
+    v.push_back({mod + ".biases", DType::BF16, {rows, cols / 64}, Fill::Biases, 0, std_, mod + ".qparams"});
+  };
+  // (1+w) norms: the real gamma (q4, mlx stores it shifted) or gamma - 1 (HF).
+  auto norm1p = [&](const std::string& mod, int64_t n) {
+    const float c = q4 ? 1.0f : 0.0f;
+    v.push_back({mod + ".weight", DType::BF16, {n}, Fill::Uniform, c - 0.1f, c + 0.1f, mod + ".weight"});
+  };
+  auto attention = [&](const std::string& l) {
+    const int64_t hd = p.head_dim;
+    matrix(l + "self_attn.q_proj", int64_t(p.heads) * hd * 2, H);
+    matrix(l + "self_attn.k_proj", int64_t(p.kv_heads) * hd, H);
+    matrix(l + "self_attn.v_proj", int64_t(p.kv_heads) * hd, H);
+    matrix(l + "self_attn.o_proj", H, int64_t(p.heads) * hd);
+    norm1p(l + "self_attn.q_norm", hd);
+    norm1p(l + "self_attn.k_norm", hd);
+  };
+  auto mlp_norms = [&](const std::string& l) {
+    norm1p(l + "input_layernorm", H);
+    norm1p(l + "post_attention_layernorm", H);
+    matrix(l + "mlp.gate_proj", p.intermediate, H);
+    matrix(l + "mlp.up_proj", p.intermediate, H);
+    matrix(l + "mlp.down_proj", H, p.intermediate);
+  };
+
+  matrix(pre + "embed_tokens", p.vocab, H);
+  norm1p(pre + "norm", H);
+  if (!p.tie) matrix(head, p.vocab, H);
+  const int64_t kd = int64_t(p.lin_k_heads) * p.lin_k_dim, vd = int64_t(p.lin_v_heads) * p.lin_v_dim;
+  const int64_t cd = 2 * kd + vd;
+  for (int i = 0; i < p.layers; ++i) {
+    const std::string l = pre + "layers." + std::to_string(i) + ".";
+    mlp_norms(l);
+    if ((i + 1) % 4 == 0) {
+      attention(l);
+      continue;
+    }
+    const std::string g = l + "linear_attn.";
+    matrix(g + "in_proj_qkv", cd, H);
+    matrix(g + "in_proj_z", vd, H);
+    matrix(g + "in_proj_b", p.lin_v_heads, H);
+    matrix(g + "in_proj_a", p.lin_v_heads, H);
+    matrix(g + "out_proj", H, vd);
+    const std::vector<int64_t> conv_shape =
+        q4 ? std::vector<int64_t>{cd, p.conv_kernel, 1} : std::vector<int64_t>{cd, 1, p.conv_kernel};
+    v.push_back({g + "conv1d.weight", DType::BF16, conv_shape, Fill::Uniform, -0.5f, 0.5f, g + "conv1d.weight"});
+    v.push_back({g + "A_log", DType::F32, {p.lin_v_heads}, Fill::ALogF32, 0, 0, g + "A_log"});
+    v.push_back({g + "dt_bias", DType::BF16, {p.lin_v_heads}, Fill::DtBias, 0, 0, g + "dt_bias"});
+    // The gated output norm is an ordinary RMSNorm (w near 1) in both layouts.
+    v.push_back({g + "norm.weight", DType::BF16, {p.lin_v_dim}, Fill::Uniform, 0.9f, 1.1f, g + "norm.weight"});
+  }
+  // MTP head: fc [H, 2H], its norms, one full-attention decoder layer, mtp.norm.
+  matrix("mtp.fc", H, 2 * H);
+  norm1p("mtp.pre_fc_norm_embedding", H);
+  norm1p("mtp.pre_fc_norm_hidden", H);
+  norm1p("mtp.norm", H);
+  mlp_norms("mtp.layers.0.");
+  attention("mtp.layers.0.");
+  std::sort(v.begin(), v.end(), [](const Spec& a, const Spec& b) { return a.name < b.name; });
+  return v;
+}
+
+int thread_count(int requested) {
+  if (requested > 0) return requested;
+  return int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
+std::optional<SyntheticPreset> synthetic_preset(const std::string& name) {
+  //                              H     L   I      Hq  Hkv hd   Hk  dk   Hv  dv   K  V       tie
+  if (name == "qwen3.5-0.8b") return SyntheticPreset{name, 1024, 24, 3584, 8, 2, 256, 16, 128, 16, 128, 4, 248320, true};
+  if (name == "qwen3.5-4b") return SyntheticPreset{name, 2560, 32, 9216, 16, 4, 256, 16, 128, 32, 128, 4, 248320, true};
+  if (name == "qwen3.5-27b")
+    return SyntheticPreset{name, 5120, 64, 17408, 24, 4, 256, 16, 128, 48, 128, 4, 248320, false};
+  if (name == "test-tiny") return SyntheticPreset{name, 64, 4, 128, 2, 1, 32, 2, 16, 4, 16, 4, 512, false};
+  return std::nullopt;
+}
+
+std::vector<std::string> synthetic_preset_names() { return {"qwen3.5-0.8b", "qwen3.5-4b", "qwen3.5-27b", "test-tiny"}; }
+
+std::string synthetic_config_json(const SyntheticPreset& p, const std::string& quant) {
+  using J = nlohmann::ordered_json;
+  J layer_types = J::array();
+  for (int i = 0; i < p.layers; ++i) layer_types.push_back((i + 1) % 4 == 0 ? "full_attention" : "linear_attention");
+  J text = {
+      {"model_type", "qwen3_5_text"},
+      {"hidden_size", p.hidden},
+      {"num_hidden_layers", p.layers},
+      {"intermediate_size", p.intermediate},
+      {"vocab_size", p.vocab},
+      {"num_attention_heads", p.heads},
+      {"num_key_value_heads", p.kv_heads},
+      {"head_dim", p.head_dim},
+      {"linear_num_key_heads", p.lin_k_heads},
+      {"linear_key_head_dim", p.lin_k_dim},
+      {"linear_num_value_heads", p.lin_v_heads},
+      {"linear_value_head_dim", p.lin_v_dim},
+      {"linear_conv_kernel_dim", p.conv_kernel},
+      {"rms_norm_eps", 1e-6},
+      {"hidden_act", "silu"},
+      {"attention_bias", false},
+      {"attn_output_gate", true},
+      {"full_attention_interval", 4},
+      {"layer_types", layer_types},
+      {"max_position_embeddings", 262144},
+      {"rope_parameters",
+       {{"rope_type", "default"},
+        {"rope_theta", 10000000.0},
+        {"partial_rotary_factor", 0.25},
+        {"mrope_section", {11, 11, 10}},
+        {"mrope_interleaved", true}}},
+      {"mamba_ssm_dtype", "float32"},
+      {"mtp_num_hidden_layers", 1},
+      {"mtp_use_dedicated_embeddings", false},
+      {"tie_word_embeddings", p.tie},
+      {"eos_token_id", p.vocab > 248044 ? 248044 : p.vocab - 1},
+      {"dtype", "bfloat16"},
+  };
+  J cfg = {{"architectures", {"Qwen3_5ForConditionalGeneration"}},
+           {"model_type", "qwen3_5"},
+           {"tie_word_embeddings", p.tie},
+           {"text_config", text},
+           {"nextn_synthetic", {{"preset", p.name}, {"quant", quant}, {"note", "random weights at the real shapes"}}}};
+  if (quant == "q4") {
+    const J q = {{"group_size", 64}, {"bits", 4}, {"mode", "affine"}};
+    cfg["quantization"] = q;
+    cfg["quantization_config"] = q;
+  }
+  return cfg.dump(2) + "\n";
+}
+
+MakeCheckpointReport make_checkpoint(const SyntheticPreset& p, const MakeCheckpointOptions& o,
+                                     const std::string& out_dir) {
+  if (o.quant != "q4" && o.quant != "bf16") fail("make-checkpoint: --quant '{}': expected q4 or bf16", o.quant);
+  if (o.shard_bytes == 0) fail("make-checkpoint: the shard size must be positive");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::error_code ec;
+  if (fs::exists(out_dir, ec)) {
+    if (!fs::is_directory(out_dir, ec)) fail("{}: exists and is not a directory", out_dir);
+    for (const auto& e : fs::directory_iterator(out_dir, ec)) {
+      const std::string f = e.path().filename().string();
+      if (f.ends_with(".safetensors") || f == "model.safetensors.index.json")
+        fail("{}: already holds {}; remove it or choose another output directory", out_dir, f);
+    }
+  } else {
+    fs::create_directories(out_dir, ec);
+    if (ec) fail("{}: cannot create directory: {}", out_dir, ec.message());
+  }
+
+  const bool q4 = o.quant == "q4";
+  const std::vector<Spec> specs = tensor_specs(p, q4);
+  // Shard plan: consecutive tensors (name order) until a shard reaches shard_bytes.
+  std::vector<std::pair<size_t, size_t>> shards;  // [begin, end) into specs
+  {
+    size_t b = 0;
+    uint64_t acc = 0;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      acc += specs[i].nbytes();
+      if (acc >= o.shard_bytes || i + 1 == specs.size()) {
+        shards.push_back({b, i + 1});
+        b = i + 1;
+        acc = 0;
+      }
+    }
+  }
+  const int threads = thread_count(o.threads);
+  MakeCheckpointReport rep;
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
+    const auto [b, e] = shards[s];
+    std::vector<std::vector<uint8_t>> bufs(e - b);
+    struct Task {
+      size_t t;
+      int64_t begin, end;
+    };
+    std::vector<Task> tasks;
+    constexpr int64_t kChunk = int64_t(1) << 20;
+    for (size_t i = b; i < e; ++i) {
+      bufs[i - b].resize(specs[i].nbytes());
+      const int64_t n = specs[i].numel();
+      for (int64_t c = 0; c < n; c += kChunk) tasks.push_back({i, c, std::min(n, c + kChunk)});
+    }
+    std::atomic<size_t> next{0};
+    auto worker = [&] {
+      for (size_t k; (k = next.fetch_add(1)) < tasks.size();) {
+        const Task& t = tasks[k];
+        fill_range(specs[t.t], o.seed, t.begin, t.end, bufs[t.t - b].data());
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int i = 1; i < threads; ++i) pool.emplace_back(worker);
+    worker();
+    for (auto& th : pool) th.join();
+
+    std::vector<TensorToWrite> out;
+    for (size_t i = b; i < e; ++i) {
+      out.push_back({specs[i].name, specs[i].dtype, specs[i].shape, bufs[i - b].data(), bufs[i - b].size()});
+      weight_map[specs[i].name] = file;
+      rep.bytes += bufs[i - b].size();
+      ++rep.tensors;
+    }
+    write_safetensors((fs::path(out_dir) / file).string(), out, {{"format", q4 ? "mlx" : "pt"}});
+    rep.files.push_back(file);
+  }
+  nlohmann::ordered_json index = {{"metadata", {{"total_size", rep.bytes}}}, {"weight_map", weight_map}};
+  auto write_text = [&](const std::string& name, const std::string& text) {
+    const fs::path path = fs::path(out_dir) / name;
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << text;
+    f.flush();
+    if (!f) fail("{}: write failed", path.string());
+  };
+  write_text("model.safetensors.index.json", index.dump(2) + "\n");
+  write_text("config.json", synthetic_config_json(p, o.quant));
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rep;
+}
+
+}  // namespace nextn

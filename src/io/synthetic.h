@@ -1,0 +1,70 @@
+// `nextn make-checkpoint`: random-weight Qwen3.5 checkpoints at the real
+// shapes (model-spec §A.1), with the MTP head, for timing. Speed depends on
+// shapes, not values, so these stand in for the real weights, which cannot
+// be downloaded here.
+//
+//  - bf16: Hugging Face Qwen3_5ForConditionalGeneration naming
+//    (model.language_model.*, lm_head.weight when untied, mtp.*), norms stored
+//    as gamma - 1, conv1d [C, 1, K].
+//  - q4: the mlx-community layout `nextn quantize` writes (language_model.model.*,
+//    language_model.lm_head.*, mtp.*; every 2-D weight MLX affine 4-bit g64
+//    with bf16 scales and biases; real-gamma norms; conv1d [C, K, 1]).
+//    The packed words are drawn directly (uniform nibbles) and each group gets
+//    scale s = ±std/4.61 (sign random, as MLX's scales may be negative) and
+//    bias -7.5 s, so the dequantized weights have mean ~0 and the target std.
+//
+// Values: every element is a function of (seed, tensor name, element index)
+// alone (splitmix64 keyed by an FNV-1a hash of the name), so the bytes do not
+// depend on the thread count or the shard size: the command and the seed
+// reproduce the checkpoint. Projections std 0.02 (embedding and LM head
+// included), norms near their real values, A_log/dt_bias as transformers
+// initialises them, conv1d uniform in ±0.5.
+//
+// Tensors are generated and written one shard at a time (shard_bytes each,
+// model-0000i-of-0000N.safetensors + model.safetensors.index.json), so the
+// host holds one shard at most.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace nextn {
+
+struct SyntheticPreset {
+  std::string name;
+  int hidden = 0, layers = 0, intermediate = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int lin_k_heads = 0, lin_k_dim = 0, lin_v_heads = 0, lin_v_dim = 0, conv_kernel = 4;
+  int vocab = 0;
+  bool tie = false;
+};
+
+// qwen3.5-0.8b, qwen3.5-4b, qwen3.5-27b (the real configs), test-tiny (a
+// small shape for the unit tests; not a real model). nullopt for others.
+std::optional<SyntheticPreset> synthetic_preset(const std::string& name);
+std::vector<std::string> synthetic_preset_names();
+
+struct MakeCheckpointOptions {
+  std::string quant = "q4";  // q4 (MLX affine 4-bit, group 64) or bf16
+  uint64_t seed = 0;
+  uint64_t shard_bytes = uint64_t(4) << 30;  // a shard closes once it reaches this size
+  int threads = 0;                            // 0: hardware concurrency
+};
+
+struct MakeCheckpointReport {
+  std::vector<std::string> files;  // shard file names, in order
+  int tensors = 0;
+  uint64_t bytes = 0;  // tensor bytes written
+  double seconds = 0;
+};
+
+// The config.json text (Qwen3_5ForConditionalGeneration, text_config block,
+// mtp_num_hidden_layers 1, quantization blocks for q4).
+std::string synthetic_config_json(const SyntheticPreset& p, const std::string& quant);
+
+// Writes the checkpoint into out_dir (created; must hold no safetensors).
+// Throws Error.
+MakeCheckpointReport make_checkpoint(const SyntheticPreset& p, const MakeCheckpointOptions& o,
+                                     const std::string& out_dir);
+
+}  // namespace nextn

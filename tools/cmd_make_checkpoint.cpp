@@ -1,0 +1,49 @@
+// nextn make-checkpoint: a random-weight Qwen3.5 checkpoint at a real model's
+// shapes (src/io/synthetic.h), for whole-model benchmarks without a download.
+#include <cstdio>
+
+#include "commands.h"
+#include "core/error.h"
+#include "io/synthetic.h"
+
+namespace nextn::cli {
+
+void register_make_checkpoint(CLI::App& app) {
+  struct Opts {
+    std::string preset, quant = "q4", out;
+    uint64_t seed = 0;
+    double shard_gb = 4.0;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("make-checkpoint",
+                                 "Write a random-weight Qwen3.5 checkpoint at real shapes (with the MTP head)");
+  cmd->add_option("--preset", o->preset, "qwen3.5-0.8b, qwen3.5-4b, qwen3.5-27b (test-tiny: tests only)");
+  cmd->add_option("--quant", o->quant, "q4 (MLX affine 4-bit g64, mlx-community layout) or bf16 (HF layout)");
+  cmd->add_option("-o,--out", o->out, "Output directory (created; must not hold safetensors)");
+  cmd->add_option("--seed", o->seed, "RNG seed (default 0); the bytes depend on preset, quant and seed only");
+  cmd->add_option("--shard-gb", o->shard_gb, "Shard size in GiB (default 4)");
+  cmd->add_option("--threads", o->threads, "Generator threads (default: all cores; does not change the bytes)");
+  cmd->callback([o] {
+    if (o->preset.empty()) fail("make-checkpoint: --preset is required");
+    if (o->out.empty()) fail("make-checkpoint: --out is required");
+    const auto p = synthetic_preset(o->preset);
+    if (!p) {
+      std::string known;
+      for (const auto& n : synthetic_preset_names()) known += (known.empty() ? "" : ", ") + n;
+      fail("make-checkpoint: unknown --preset '{}' (expected one of: {})", o->preset, known);
+    }
+    if (!(o->shard_gb > 0)) fail("make-checkpoint: --shard-gb must be positive");
+    MakeCheckpointOptions mo;
+    mo.quant = o->quant;
+    mo.seed = o->seed;
+    mo.shard_bytes = uint64_t(o->shard_gb * double(uint64_t(1) << 30));
+    mo.threads = o->threads;
+    const auto r = make_checkpoint(*p, mo, o->out);
+    std::printf("wrote %s: preset %s, %s, seed %llu: %d tensors, %.3f GiB in %zu shard%s, %.1f s\n", o->out.c_str(),
+                p->name.c_str(), o->quant.c_str(), static_cast<unsigned long long>(o->seed), r.tensors,
+                double(r.bytes) / double(uint64_t(1) << 30), r.files.size(), r.files.size() == 1 ? "" : "s", r.seconds);
+  });
+}
+
+}  // namespace nextn::cli
