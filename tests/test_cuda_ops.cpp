@@ -116,7 +116,8 @@ TEST(CudaOps, MatmulIsBatchInvariant) {
   SCOPED_TRACE(seed);
   std::mt19937_64 rng(seed);
   for (WKind kind : {WKind::BF16, WKind::Q4, WKind::Q8}) {
-    for (const Shape& sh : {Shape{200, 4192, 32}, Shape{320, 2048, 64} /* split-K */, Shape{256, 5120, 64}}) {
+    for (const Shape& sh : {Shape{200, 4192, 32}, Shape{320, 2048, 64} /* split-K */, Shape{256, 5120, 64},
+                             Shape{300, 2560, 128} /* g128, partial q4 tile */}) {
       TestMatrix tm(rng, kind, sh.rows, sh.cols, sh.group);
       const auto dm = tm.device();
       SCOPED_TRACE(testing::Message() << kind_name(kind) << " [" << sh.rows << "x" << sh.cols << "] splits "

@@ -113,7 +113,7 @@ struct TestMatrix {
   std::vector<uint8_t> weight;                 // stored bytes (F32 / BF16 / packed U32)
   std::vector<uint16_t> scales, biases;        // bf16 (quantized)
   TensorView tw, ts, tb;
-  std::unique_ptr<DevBuf> dw, ds, db;
+  std::unique_ptr<DevBuf> dw, ds, db, dsb;
 
   TestMatrix(std::mt19937_64& rng, cuda::WKind k, int r, int c, int g = 64) : kind(k), rows(r), cols(c), group(g) {
     const float scale = 1.0f / std::sqrt(float(c));
@@ -205,7 +205,11 @@ struct TestMatrix {
       m.scales = ds->as<float>();
       m.biases = db->as<float>();
     }
-    m.splits = cuda::choose_splits(rows, cols);
+    m.splits = cuda::choose_splits(rows, cols, m.kind);
+    if (!scales.empty()) {
+      dsb = std::make_unique<DevBuf>(size_t(cuda::pack_quant_bytes(m)));
+      cuda::pack_quant(m, dsb->p, nullptr);
+    }
     return m;
   }
 };

@@ -26,7 +26,10 @@ enum class WKind : int { F32 = 0, BF16 = 1, Q4 = 2, Q8 = 3 };
 // A weight matrix [rows][cols] (out features, in features) on the device.
 // F32/BF16: `w` is row-major [rows][cols]. Q4/Q8: `w` is MLX's packed u32
 // [rows][cols*bits/32] (element 32/bits*m+j of a row in bits [bits*j,
-// bits*(j+1)) of word m) and scales/biases are fp32 [rows][cols/group].
+// bits*(j+1)) of word m) and scales/biases are fp32 [rows][cols/group];
+// pack_quant then puts it into the kernels' layout once, at load: Q4 words
+// repacked in place (element j of a word at bit q4_bit(j)), and `sb` with
+// one u32 per group, bf16 scale in the low half and bf16 bias in the high.
 struct DevMatrix {
   WKind kind = WKind::BF16;
   int rows = 0, cols = 0, group = 0;
@@ -34,13 +37,29 @@ struct DevMatrix {
   const float* scales = nullptr;
   const float* biases = nullptr;
   int splits = 1;  // split-K factor: a function of (rows, cols) only, set by choose_splits
+  const uint32_t* sb = nullptr;  // Q4/Q8 after pack_quant: (bf16 scale | bf16 bias << 16) per group
 };
+
+// Bit position of element j (0..7) of a Q4 word after pack_quant: the even
+// elements in the low half, the odd ones in the high half, so that one
+// `(word >> 4e) & 0x000f000f` holds the pair (2e, 2e+1) as two 16-bit lanes.
+constexpr int q4_bit(int j) { return (j & 1) * 16 + 4 * (j >> 1); }
+
+// Bytes of the `sb` buffer pack_quant needs (0 for dense kinds).
+int64_t pack_quant_bytes(const DevMatrix& m);
+// Repacks a Q4 matrix's words in place into the q4_bit layout, fills `sb`
+// (pack_quant_bytes(m) bytes of device memory) from the fp32 scales and
+// biases rounded to bf16 and sets m.sb. Call once per matrix, before any
+// kernel reads it (m.splits must come from choose_splits(rows, cols, kind));
+// synchronous on `s`.
+void pack_quant(DevMatrix& m, void* sb, cudaStream_t s);
 
 // The matmul family's shape rules (the only inputs are the matrix shape).
 constexpr int kMaxRows = 64;     // tokens per matmul call (padded to 8 inside)
-constexpr int kTileM = 64;       // output features per block
+constexpr int kTileM = 64;       // output features per block (bf16, q8)
+constexpr int kTileMQ4 = 128;    // output features per block (q4: two m16 tiles per warp)
 constexpr int kChunkK = 128;     // k per main-loop step; split boundaries are multiples of it
-int choose_splits(int rows, int cols);
+int choose_splits(int rows, int cols, WKind kind = WKind::BF16);
 // fp32 scratch a split-K call needs, in floats (0 when splits == 1).
 int64_t splitk_scratch_floats(const DevMatrix& m);
 // Checks the shape limits of the kernels (cols % 32 == 0, group >= 32); throws Error.

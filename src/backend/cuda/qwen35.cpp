@@ -274,7 +274,7 @@ DevMatrix CudaQwen35::upload_matrix(const std::vector<WeightRef>& parts, const c
   } else {
     m.kind = act_ == Act::F32 ? WKind::F32 : WKind::BF16;
   }
-  m.splits = splittable ? cuda::choose_splits(m.rows, m.cols) : 1;
+  m.splits = splittable ? cuda::choose_splits(m.rows, m.cols, m.kind) : 1;
   cuda::check_matrix(m, w0.name.c_str());
 
   if (!w0.quantized()) {
@@ -328,6 +328,7 @@ DevMatrix CudaQwen35::upload_matrix(const std::vector<WeightRef>& parts, const c
     ds += pg;
     db += pg;
   }
+  cuda::pack_quant(m, mem_.alloc<uint8_t>(size_t(cuda::pack_quant_bytes(m)), what), nullptr);
   return m;
 }
 

@@ -17,7 +17,9 @@ __device__ __forceinline__ float weight_at(const void* w, const float* scales, c
   } else {
     constexpr int bits = WK == WKind::Q4 ? 4 : 8, per = 32 / bits;
     const uint32_t word = static_cast<const uint32_t*>(w)[size_t(row) * (cols / per) + k / per];
-    const uint32_t q = (word >> (bits * (k % per))) & ((1u << bits) - 1u);
+    // Q4 words are in pack_quant's layout (q4_bit), Q8 words in MLX's.
+    const int bit = WK == WKind::Q4 ? q4_bit(k % per) : bits * (k % per);
+    const uint32_t q = (word >> bit) & ((1u << bits) - 1u);
     const size_t gi = size_t(row) * (cols / group) + k / group;
     return add_rn(mul_rn(scales[gi], float(q)), biases[gi]);  // s * q + b, two roundings
   }

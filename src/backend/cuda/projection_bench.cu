@@ -1,0 +1,211 @@
+// nextn bench projection: see projection_bench.h.
+#include "backend/cuda/projection_bench.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.h"
+#include "core/error.h"
+
+namespace nextn::cuda {
+namespace {
+
+__device__ __forceinline__ uint32_t hash32(uint64_t i, uint32_t seed) {
+  uint64_t x = i * 0x9E3779B97F4A7C15ull + seed * 0xD1B54A32D192ED03ull;
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 29;
+  return uint32_t(x >> 16);
+}
+__global__ void fill_words(uint32_t* w, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    w[i] = hash32(i, seed);
+}
+// MLX-like groups: scale of either sign, bias near -scale * qmax / 2.
+__global__ void fill_scales(float* s, float* b, size_t n, float mag, float qmax, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float u = float(hash32(i, seed) & 0xffffff) / 16777216.0f - 0.5f;
+    const float v = float(hash32(i, seed + 7) & 0xffffff) / 16777216.0f - 0.5f;
+    const float sc = __bfloat162float(__float2bfloat16_rn(2.0f * u * mag));
+    s[i] = sc;
+    b[i] = __bfloat162float(__float2bfloat16_rn(-sc * qmax * 0.5f + 0.2f * v * mag * qmax));
+  }
+}
+__global__ void fill_act(bf16* x, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    x[i] = __float2bfloat16_rn(float(hash32(i, seed) & 0xffff) / 32768.0f - 1.0f);
+}
+
+struct Buf {
+  void* p = nullptr;
+  explicit Buf(size_t n) { CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 16))); }
+  ~Buf() { cudaFree(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+ProjBenchResult bench_projection(const ProjBenchConfig& c) {
+  ProjBenchResult r;
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  r.device = prop.name;
+  init_kernels();
+  if (c.bits != 4 && c.bits != 8) fail("bench projection: --quant must be q4 or q8");
+  for (int W : c.widths)
+    if (W < 1 || W > kMaxRows) fail("bench projection: width {} outside [1, {}]", W, kMaxRows);
+
+  DevMatrix proto;
+  proto.kind = c.bits == 4 ? WKind::Q4 : WKind::Q8;
+  proto.rows = c.rows;
+  proto.cols = c.cols;
+  proto.group = c.group;
+  proto.splits = c.argmax ? 1 : choose_splits(c.rows, c.cols, proto.kind);
+  check_matrix(proto, "bench");
+  r.splits = proto.splits;
+  const size_t words = size_t(c.rows) * c.cols * c.bits / 32, groups = size_t(c.rows) * (c.cols / c.group);
+  r.weight_bytes = double(words) * 4 + double(groups) * 4;
+  // Rotate over enough copies that they total >= 512 MB (L2 is 50 MB).
+  r.copies = std::max(2, int((512e6 + r.weight_bytes - 1) / r.weight_bytes));
+
+  std::vector<std::unique_ptr<Buf>> keep;
+  std::vector<DevMatrix> mats;
+  {
+    Buf s_tmp(groups * 4), b_tmp(groups * 4);
+    for (int i = 0; i < r.copies; ++i) {
+      keep.push_back(std::make_unique<Buf>(words * 4));
+      DevMatrix m = proto;
+      m.w = keep.back()->p;
+      fill_words<<<4096, 256>>>(static_cast<uint32_t*>(keep.back()->p), words, 17u + i);
+      fill_scales<<<1024, 256>>>(static_cast<float*>(s_tmp.p), static_cast<float*>(b_tmp.p), groups,
+                                 1.0f / std::sqrt(float(c.cols)), float((1 << c.bits) - 1), 101u + i);
+      CUDA_CHECK_LAUNCH("bench fill");
+      m.scales = static_cast<const float*>(s_tmp.p);
+      m.biases = static_cast<const float*>(b_tmp.p);
+      keep.push_back(std::make_unique<Buf>(size_t(pack_quant_bytes(m))));
+      pack_quant(m, keep.back()->p, nullptr);
+      if (c.bits == 8) {  // the q8 kernel reads the fp32 scales: give each copy its own
+        keep.push_back(std::make_unique<Buf>(groups * 8));
+        auto* sb = static_cast<float*>(keep.back()->p);
+        CUDA_CHECK(cudaMemcpy(sb, s_tmp.p, groups * 4, cudaMemcpyDeviceToDevice));
+        CUDA_CHECK(cudaMemcpy(sb + groups, b_tmp.p, groups * 4, cudaMemcpyDeviceToDevice));
+        m.scales = sb;
+        m.biases = sb + groups;
+        r.weight_bytes = double(words) * 4 + double(groups) * 8;
+      } else {
+        m.scales = m.biases = nullptr;  // the q4 kernel reads only m.sb
+      }
+      mats.push_back(m);
+    }
+  }
+  const size_t xn = size_t(kMaxRows) * c.cols;
+  Buf x(xn * 2);
+  fill_act<<<1024, 256>>>(static_cast<bf16*>(x.p), xn, 5u);
+  CUDA_CHECK_LAUNCH("bench fill_act");
+  Buf y(size_t(kMaxRows) * c.rows * 4), scratch(size_t(std::max<int64_t>(1, splitk_scratch_floats(proto))) * 4);
+  Buf pairs(size_t(argmax_pairs_bytes(proto))), out(kMaxRows * 4);
+  CUDA_CHECK(cudaDeviceSynchronize());
+
+  auto launch = [&](int i, int W) {
+    const DevMatrix& m = mats[size_t(i) % mats.size()];
+    if (c.argmax)
+      matmul_argmax(m, x.p, Act::BF16, W, c.cols, pairs.p, static_cast<int32_t*>(out.p), nullptr, nullptr);
+    else
+      matmul(m, x.p, Act::BF16, W, c.cols, static_cast<float*>(y.p), c.rows, false, static_cast<float*>(scratch.p),
+             nullptr);
+  };
+
+  // Batch invariance: rows 0, 5, 31 alone == inside the 64-row call.
+  {
+    r.invariant = true;
+    const size_t per = c.argmax ? 4 : size_t(c.rows) * 4;
+    std::vector<uint8_t> full(per * kMaxRows), one(per);
+    launch(0, kMaxRows);
+    CUDA_CHECK(cudaMemcpy(full.data(), c.argmax ? out.p : y.p, full.size(), cudaMemcpyDeviceToHost));
+    for (int row : {0, 5, 31}) {
+      const bf16* xr = static_cast<const bf16*>(x.p) + size_t(row) * c.cols;
+      if (c.argmax)
+        matmul_argmax(mats[0], xr, Act::BF16, 1, c.cols, pairs.p, static_cast<int32_t*>(out.p), nullptr, nullptr);
+      else
+        matmul(mats[0], xr, Act::BF16, 1, c.cols, static_cast<float*>(y.p), c.rows, false,
+               static_cast<float*>(scratch.p), nullptr);
+      CUDA_CHECK(cudaMemcpy(one.data(), c.argmax ? out.p : y.p, per, cudaMemcpyDeviceToHost));
+      if (std::memcmp(one.data(), full.data() + per * row, per) != 0) {
+        r.invariant = false;
+        r.invariant_detail += " row" + std::to_string(row);
+      }
+    }
+  }
+
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  // Copy bandwidth: 1 GiB device to device (read + write counted).
+  {
+    r.copy_bytes = int64_t(1) << 30;
+    Buf a(size_t(r.copy_bytes)), b(size_t(r.copy_bytes));
+    CUDA_CHECK(cudaMemset(a.p, 1, size_t(r.copy_bytes)));
+    std::vector<double> t;
+    for (int i = 0; i < 12; ++i) {
+      CUDA_CHECK(cudaEventRecord(e0));
+      CUDA_CHECK(cudaMemcpyAsync(b.p, a.p, size_t(r.copy_bytes), cudaMemcpyDeviceToDevice));
+      CUDA_CHECK(cudaEventRecord(e1));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      if (i >= 2) t.push_back(ms);
+    }
+    r.copy_ms = median(t);
+    r.copy_gbs = 2.0 * double(r.copy_bytes) / (r.copy_ms * 1e-3) / 1e9;
+  }
+
+  std::vector<std::vector<double>> samples(c.widths.size());
+  int counter = 0;
+  for (int W : c.widths)
+    for (int i = 0; i < 3; ++i) launch(counter++, W);  // warm-up
+  const int per_round = std::max(1, c.repeats / std::max(1, c.rounds));
+  for (int round = 0; round < c.rounds; ++round) {
+    for (size_t wi = 0; wi < c.widths.size(); ++wi) {
+      // ABBA over rounds: odd rounds walk the widths backwards.
+      const size_t k = round % 2 ? c.widths.size() - 1 - wi : wi;
+      const int W = c.widths[k];
+      for (int i = 0; i < per_round; ++i) {
+        CUDA_CHECK(cudaEventRecord(e0));
+        launch(counter++, W);
+        CUDA_CHECK(cudaEventRecord(e1));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        samples[k].push_back(ms);
+      }
+    }
+  }
+  for (size_t k = 0; k < c.widths.size(); ++k) {
+    ProjBenchRow row;
+    row.W = c.widths[k];
+    row.ms_median = median(samples[k]);
+    row.ms_min = *std::min_element(samples[k].begin(), samples[k].end());
+    row.ms_max = *std::max_element(samples[k].begin(), samples[k].end());
+    row.bytes = r.weight_bytes + double(row.W) * c.cols * 2 + (c.argmax ? 0.0 : double(row.W) * c.rows * 4);
+    r.rows.push_back(row);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return r;
+}
+
+}  // namespace nextn::cuda

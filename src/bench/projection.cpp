@@ -1,0 +1,69 @@
+#include "bench/projection.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#ifdef NEXTN_HAVE_CUDA
+#include "backend/cuda/projection_bench.h"
+#endif
+
+namespace nextn::bench {
+
+int run_projection(const ProjectionOptions& o) {
+#ifndef NEXTN_HAVE_CUDA
+  (void)o;
+  fail("bench projection: this build has no CUDA backend");
+#else
+  cuda::ProjBenchConfig c;
+  if (std::sscanf(o.shape.c_str(), "%dx%d", &c.rows, &c.cols) != 2 || c.rows < 1 || c.cols < 1)
+    fail("bench projection: --shape must be ROWSxCOLS, got '{}'", o.shape);
+  if (o.quant != "q4" && o.quant != "q8") fail("bench projection: --quant must be q4 or q8, got '{}'", o.quant);
+  c.bits = o.quant == "q4" ? 4 : 8;
+  c.group = o.group_size;
+  c.widths = o.widths;
+  c.argmax = o.argmax;
+  c.repeats = o.repeats;
+  const auto r = cuda::bench_projection(c);
+  const double copy = r.copy_gbs;
+  if (o.json) {
+    nlohmann::json j;
+    j["device"] = r.device;
+    j["shape"] = o.shape;
+    j["quant"] = o.quant;
+    j["group_size"] = o.group_size;
+    j["argmax"] = o.argmax;
+    j["splits"] = r.splits;
+    j["copies"] = r.copies;
+    j["weight_bytes"] = r.weight_bytes;
+    j["copy_gbs"] = copy;
+    j["batch_invariant"] = r.invariant;
+    for (const auto& row : r.rows)
+      j["rows"].push_back({{"W", row.W},
+                           {"ms", row.ms_median},
+                           {"ms_min", row.ms_min},
+                           {"ms_max", row.ms_max},
+                           {"gbs", row.bytes / (row.ms_median * 1e-3) / 1e9}});
+    fmt::print("{}\n", j.dump());
+  } else {
+    fmt::print("projection {} {} g{}{} on {}: {:.1f} MB per copy, {} copies rotated, split-K {}\n", o.shape, o.quant,
+               o.group_size, o.argmax ? " +argmax" : "", r.device, r.weight_bytes / 1e6, r.copies, r.splits);
+    fmt::print("copy bandwidth (D2D {} MiB, read+write): {:.0f} GB/s; floor at that rate: {:.4f} ms\n",
+               r.copy_bytes >> 20, copy, r.weight_bytes / (copy * 1e9) * 1e3);
+    fmt::print("batch invariance (rows 0,5,31 alone == inside 64): {}{}\n", r.invariant ? "PASS" : "FAIL",
+               r.invariant_detail);
+    fmt::print("{:>4} {:>9} {:>9} {:>9} {:>8} {:>7} {:>8}\n", "W", "ms", "min", "max", "GB/s", "%copy", "t/t(1)");
+    const double t1 = r.rows.empty() ? 1.0 : r.rows.front().ms_median;
+    for (const auto& row : r.rows) {
+      const double gbs = row.bytes / (row.ms_median * 1e-3) / 1e9;
+      fmt::print("{:>4} {:>9.4f} {:>9.4f} {:>9.4f} {:>8.0f} {:>6.1f}% {:>8.3f}\n", row.W, row.ms_median, row.ms_min,
+                 row.ms_max, gbs, 100.0 * gbs / copy, row.ms_median / t1);
+    }
+  }
+  return r.invariant ? 0 : 3;
+#endif
+}
+
+}  // namespace nextn::bench

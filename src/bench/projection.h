@@ -1,0 +1,24 @@
+// nextn bench projection: the quantized projection (optionally with the fused
+// argmax) timed per verify width on synthetic weights, beside the device copy
+// bandwidth of the same run. CUDA builds only; elsewhere it fails cleanly.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace nextn::bench {
+
+struct ProjectionOptions {
+  std::string shape = "248320x5120";  // rows x cols (out features x in features)
+  std::string quant = "q4";           // q4 | q8
+  int group_size = 64;
+  std::vector<int> widths{1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32};
+  bool argmax = false;
+  int repeats = 30;
+  bool json = false;
+};
+
+// Prints the table (or one JSON object); returns the process exit code
+// (non-zero when the batch-invariance check fails).
+int run_projection(const ProjectionOptions& o);
+
+}  // namespace nextn::bench
