@@ -19,11 +19,15 @@ run: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The tests again under AddressSanitizer + UBSan (CPU code; the CUDA backend is compiled but has no GPU to run on).
+# The tests again under AddressSanitizer + UBSan (optimised, with debug info;
+# CPU code only: there is no GPU to run the CUDA backend on). The K = 16 and
+# 32 exactness sweeps are left to `make test`: under the sanitizers they take
+# most of CI's time and cover no code the smaller K do not.
 asan: deps
-	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DNEXTN_SANITIZE=ON -DNEXTN_CUDA=OFF $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEXTN_SANITIZE=ON -DNEXTN_CUDA=OFF $(CMAKE_FLAGS)
 	cmake --build $(BUILD)-asan -j $(JOBS)
-	cd $(BUILD)-asan && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD)-asan && ctest --output-on-failure -j $(JOBS) -E 'SpecExactness.*_K(16|32)$$'
+
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan

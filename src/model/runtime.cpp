@@ -8,6 +8,15 @@
 
 namespace nextn {
 
+void ModelRuntime::mtp_draft(int n, int32_t* out) {
+  if (n <= 0) return;
+  mtp_argmax(1, &out[0]);
+  for (int i = 1; i < n; ++i) {
+    mtp_step(out[i - 1]);
+    mtp_argmax(1, &out[i]);
+  }
+}
+
 BackendKind parse_backend(const std::string& name) {
   if (name == "cpu") return BackendKind::Cpu;
   if (name == "cuda") return BackendKind::Cuda;

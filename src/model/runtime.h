@@ -60,6 +60,11 @@ class ModelRuntime {
   // Argmax of the last `count` entries' logits (most recent call only).
   virtual void mtp_argmax(int count, int32_t* out) = 0;
   virtual void mtp_rollback(int length) = 0;
+  // n chained drafts: out[0] = argmax of the last entry of the most recent
+  // MTP call; out[i] = argmax after mtp_step(out[i-1]). Appends n-1 entries.
+  // The default runs that loop from the host; a backend may chain it on the
+  // device with one copy back.
+  virtual void mtp_draft(int n, int32_t* out);
 };
 
 enum class BackendKind { Cpu, Cuda };

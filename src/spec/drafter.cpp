@@ -24,11 +24,7 @@ void MtpDrafter::begin(std::span<const int32_t> prompt, int32_t first) {
 void MtpDrafter::propose(int n, std::vector<int32_t>& out) {
   out.resize(size_t(n));
   if (n == 0) return;
-  rt_.mtp_argmax(1, &out[0]);  // the last entry of the latest mtp_forward
-  for (int i = 1; i < n; ++i) {
-    rt_.mtp_step(out[size_t(i - 1)]);
-    rt_.mtp_argmax(1, &out[size_t(i)]);
-  }
+  rt_.mtp_draft(n, out.data());  // chained from the last entry of the latest mtp_forward
 }
 
 void MtpDrafter::commit(std::span<const int32_t> drafts, int accepted, int32_t next) {

@@ -134,7 +134,9 @@ struct LayerWeights {
   void *k_cache = nullptr, *v_cache = nullptr;
 };
 
-enum class GraphKind : int { Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, Rollback };
+enum class GraphKind : int {
+  Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, Rollback, MtpDraft
+};
 
 class CudaQwen35 final : public ModelRuntime {
  public:
@@ -155,6 +157,7 @@ class CudaQwen35 final : public ModelRuntime {
   void mtp_step(int32_t token) override;
   void mtp_argmax(int count, int32_t* out) override;
   void mtp_rollback(int length) override;
+  void mtp_draft(int n, int32_t* out) override;
 
  private:
   // loading
@@ -207,6 +210,7 @@ class CudaQwen35 final : public ModelRuntime {
 
   // workspace
   StepArgs* d_args_ = nullptr;
+  StepArgs* d_chain_args_ = nullptr;  // [2R]: per-step arguments of a chained mtp_draft
   float* x_ = nullptr;     // [R][H] fp32 residual
   void* xn_ = nullptr;     // [R][2H] act: norm outputs (the MTP's fc input is [R][2H])
   float* proj_ = nullptr;  // [R][proj_ld_] fp32 projections
@@ -229,6 +233,7 @@ class CudaQwen35 final : public ModelRuntime {
 
   // pinned host side
   StepArgs* h_args_ = nullptr;  // ring of kArgSlots
+  StepArgs* h_chain_args_ = nullptr;  // [2R], staged for d_chain_args_
   cudaEvent_t arg_events_[16] = {};
   static constexpr int kArgSlots = 16;
   int arg_slot_ = 0;
@@ -536,6 +541,7 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
   act_ld_ = std::max({I, Hq * hd, vd});
   hidden_rows_ = std::max(max_tokens, R) + R;
   d_args_ = mem_.alloc<StepArgs>(sizeof(StepArgs), "step arguments");
+  d_chain_args_ = mem_.alloc<StepArgs>(sizeof(StepArgs) * 2 * kMaxRows, "draft chain arguments");
   CUDA_CHECK(cudaMemset(d_args_, 0, sizeof(StepArgs)));
   x_ = mem_.alloc<float>(size_t(R) * H_ * 4, "activations");
   xn_ = mem_.alloc(size_t(R) * 2 * H_ * as, "activations");
@@ -579,6 +585,7 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
 
   CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_args_), sizeof(StepArgs) * kArgSlots));
   CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_out_), sizeof(int32_t) * (R + 2)));
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_chain_args_), sizeof(StepArgs) * 2 * kMaxRows));
   for (auto& e : arg_events_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   CUDA_CHECK(cudaDeviceSynchronize());
 }
@@ -589,6 +596,7 @@ CudaQwen35::~CudaQwen35() {
   for (auto& e : arg_events_)
     if (e) cudaEventDestroy(e);
   if (h_args_) cudaFreeHost(h_args_);
+  if (h_chain_args_) cudaFreeHost(h_chain_args_);
   if (h_out_) cudaFreeHost(h_out_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -890,6 +898,61 @@ void CudaQwen35::mtp_argmax(int count, int32_t* out) {
     cuda::matmul_argmax(head_, head_in_, act_, count, H_, pairs_, d_out_, nullptr, stream_);
   });
   fetch(d_out_, sizeof(int32_t) * size_t(count), out);
+}
+
+// The draft chain on the device: argmax of the latest entry, then per draft
+// one MTP step fed by the previous argmax (a device-to-device copy into the
+// step's token slot) and its argmax. The arguments of every step are staged
+// in one upload; one graph per n; one copy back.
+void CudaQwen35::mtp_draft(int n, int32_t* out) {
+  if (n <= 0) return;
+  if (mtp_last_n_ == 0) fail("mtp_draft before any mtp_forward");
+  if (n > kMaxRows) fail("mtp_draft: {} drafts above {}", n, kMaxRows);
+  if (mtp_length_ + n - 1 > max_tokens_) fail("MTP cache capacity {} exceeded", max_tokens_);
+  // Entry 0: argmax args for the last row of the latest call; then per step
+  // i >= 1: the step's args (2i-1) and the argmax args for its row 0 (2i).
+  StepArgs head = args();
+  head.first_row = mtp_last_n_ - 1;
+  head.n_real = 1;
+  h_chain_args_[0] = head;
+  for (int i = 1; i < n; ++i) {
+    StepArgs step = args();
+    step.pos = mtp_length_ + i - 1;
+    step.out_row = 0;
+    step.first_row = i == 1 ? mtp_last_n_ - 1 : 0;
+    step.n_real = 1;
+    h_chain_args_[2 * i - 1] = step;
+    StepArgs am = args();
+    am.first_row = 0;
+    am.n_real = 1;
+    h_chain_args_[2 * i] = am;
+  }
+  CUDA_CHECK(cudaMemcpyAsync(d_chain_args_, h_chain_args_, sizeof(StepArgs) * size_t(2 * n - 1),
+                             cudaMemcpyHostToDevice, stream_));
+  auto set_args = [&](int k) {
+    CUDA_CHECK(cudaMemcpyAsync(d_args_, d_chain_args_ + k, sizeof(StepArgs), cudaMemcpyDeviceToDevice, stream_));
+  };
+  auto argmax_into = [&](int slot) {
+    cuda::gather_rows(mtp_hidden_, H_, &d_args_->first_row, &d_args_->n_real, 1, head_in_, act_, stream_);
+    cuda::matmul_argmax(head_, head_in_, act_, 1, H_, pairs_, d_out_ + slot, nullptr, stream_);
+  };
+  replay(GraphKind::MtpDraft, n, 0, [&] {
+    set_args(0);
+    argmax_into(0);
+    for (int i = 1; i < n; ++i) {
+      set_args(2 * i - 1);
+      CUDA_CHECK(cudaMemcpyAsync(&d_args_->tokens[0], d_out_ + i - 1, sizeof(int32_t), cudaMemcpyDeviceToDevice,
+                                 stream_));
+      mtp_chunk(1, false);
+      set_args(2 * i);
+      argmax_into(i);
+    }
+  });
+  fetch(d_out_, sizeof(int32_t) * size_t(n), out);  // also orders the staged upload before the next call
+  if (n > 1) {
+    mtp_length_ += n - 1;
+    mtp_last_n_ = 1;
+  }
 }
 
 void CudaQwen35::mtp_rollback(int length) {
