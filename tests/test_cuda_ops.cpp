@@ -69,10 +69,15 @@ TEST(CudaOps, MatmulMatchesCpu) {
   for (WKind kind : {WKind::BF16, WKind::Q4, WKind::Q8}) {
     for (const Shape& sh : shapes) {
       TestMatrix tm(rng, kind, sh.rows, sh.cols, sh.group);
-      const auto dm = tm.device();
-      for (int T : {1, 5, 8, 13, 64}) {
-        SCOPED_TRACE(testing::Message() << kind_name(kind) << " [" << sh.rows << "x" << sh.cols << "] splits "
-                                        << dm.splits << " T=" << T);
+      // q4 twice: the pipelined kernel (bf16 scale/bias pairs) and the
+      // fp32-scale kernel that serves matrices whose pairs are not exact.
+      for (bool exact : {true, false}) {
+        if (!exact && kind != WKind::Q4) continue;
+        auto dm = tm.device();
+        dm.sb_exact = exact;
+        for (int T : {1, 5, 8, 13, 64}) {
+          SCOPED_TRACE(testing::Message() << kind_name(kind) << (exact ? "" : " fp32-scale kernel") << " ["
+                                          << sh.rows << "x" << sh.cols << "] splits " << dm.splits << " T=" << T);
         const auto x = test::randn(rng, size_t(T) * sh.cols, 1.0f, true);
         const auto ref = cpu_matmul(tm, x, T);
         const double e = rel_err(run_matmul(dm, x, T, Act::BF16), ref);
@@ -83,6 +88,7 @@ TEST(CudaOps, MatmulMatchesCpu) {
         auto ref_acc = ref;
         for (size_t i = 0; i < ref_acc.size(); ++i) ref_acc[i] = y0[i] + ref[i];
         EXPECT_LT(rel_err(run_matmul(dm, x, T, Act::BF16, &y0), ref_acc), matmul_tol(kind));
+        }
       }
     }
   }
@@ -119,9 +125,12 @@ TEST(CudaOps, MatmulIsBatchInvariant) {
     for (const Shape& sh : {Shape{200, 4192, 32}, Shape{320, 2048, 64} /* split-K */, Shape{256, 5120, 64},
                              Shape{300, 2560, 128} /* g128, partial q4 tile */}) {
       TestMatrix tm(rng, kind, sh.rows, sh.cols, sh.group);
-      const auto dm = tm.device();
-      SCOPED_TRACE(testing::Message() << kind_name(kind) << " [" << sh.rows << "x" << sh.cols << "] splits "
-                                      << dm.splits);
+      for (bool exact : {true, false}) {
+      if (!exact && kind != WKind::Q4) continue;
+      auto dm = tm.device();
+      dm.sb_exact = exact;
+      SCOPED_TRACE(testing::Message() << kind_name(kind) << (exact ? "" : " fp32-scale kernel") << " ["
+                                      << sh.rows << "x" << sh.cols << "] splits " << dm.splits);
       const auto x = test::randn(rng, size_t(64) * sh.cols, 1.0f, true);
       const auto y64 = run_matmul(dm, x, 64, Act::BF16);
       for (int r : {0, 1, 7, 8, 9, 31, 63}) {
@@ -133,6 +142,7 @@ TEST(CudaOps, MatmulIsBatchInvariant) {
         const std::vector<float> xt(x.begin(), x.begin() + long(T) * sh.cols);
         const auto yt = run_matmul(dm, xt, T, Act::BF16);
         EXPECT_EQ(0, std::memcmp(yt.data(), y64.data(), yt.size() * 4)) << "T=" << T;
+      }
       }
     }
   }

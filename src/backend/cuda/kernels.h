@@ -38,6 +38,11 @@ struct DevMatrix {
   const float* biases = nullptr;
   int splits = 1;  // split-K factor: a function of (rows, cols) only, set by choose_splits
   const uint32_t* sb = nullptr;  // Q4/Q8 after pack_quant: (bf16 scale | bf16 bias << 16) per group
+  // The bf16 pairs in `sb` equal the fp32 scales and biases (MLX checkpoints
+  // store them in bf16). When they do not (e.g. fp32 scales), the pipelined q4
+  // kernel would change the weights, so the fp32-scale tensor-core kernel
+  // serves the matrix instead: chosen by the matrix, never by the row count.
+  bool sb_exact = true;
 };
 
 // Bit position of element j (0..7) of a Q4 word after pack_quant: the even

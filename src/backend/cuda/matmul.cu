@@ -71,12 +71,14 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 }
 
 // Eight q-bit values (element order = bit order) dequantized to 4 bf16 pairs.
+// A q4 word in pack_quant's layout (element j at bit q4_bit(j)) to 8 bf16,
+// with fp32 scale and bias.
 __device__ __forceinline__ uint4 dequant_q4(uint32_t word, float s, float b) {
   uint32_t r[4];
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
-    const float lo = fmaf(s, float((word >> (8 * e)) & 0xfu), b);
-    const float hi = fmaf(s, float((word >> (8 * e + 4)) & 0xfu), b);
+    const float lo = fmaf(s, float((word >> q4_bit(2 * e)) & 0xfu), b);
+    const float hi = fmaf(s, float((word >> q4_bit(2 * e + 1)) & 0xfu), b);
     r[e] = pack_bf16(lo, hi);
   }
   return make_uint4(r[0], r[1], r[2], r[3]);
@@ -540,7 +542,6 @@ void launch_tc_nf(int nf, dim3 grid, cudaStream_t s, const MMParams& p) {
 
 template <int EPI>
 void launch_q4_nf(int nf, dim3 grid, cudaStream_t s, const MMParams& p) {
-  if (p.sb == nullptr) fail("matmul: q4 matrix not packed (call pack_quant at load)");
   switch (nf) {
     case 1: mm_q4_kernel<1, EPI><<<grid, 128, 0, s>>>(p); break;
     case 2: mm_q4_kernel<2, EPI><<<grid, 128, 0, s>>>(p); break;
@@ -567,7 +568,12 @@ void launch_mm(const DevMatrix& W, Act act, dim3 grid_tc, cudaStream_t s, const 
     const int nf = ceil_div(p.T, 8);
     switch (W.kind) {
       case WKind::BF16: launch_tc_nf<EPI, WKind::BF16>(nf, grid_tc, s, p); break;
-      case WKind::Q4: launch_q4_nf<EPI>(nf, grid_tc, s, p); break;
+      case WKind::Q4:
+        if (p.sb != nullptr)
+          launch_q4_nf<EPI>(nf, grid_tc, s, p);
+        else
+          launch_tc_nf<EPI, WKind::Q4>(nf, grid_tc, s, p);
+        break;
       case WKind::Q8: launch_tc_nf<EPI, WKind::Q8>(nf, grid_tc, s, p); break;
       case WKind::F32: fail("matmul: fp32 weights need the fp32-activation mode");
     }
@@ -581,7 +587,8 @@ MMParams make_params(const DevMatrix& W, const void* X, int T, int ldx) {
   p.w = W.w;
   p.scales = W.scales;
   p.biases = W.biases;
-  p.sb = W.sb;
+  if (W.kind == WKind::Q4 && W.sb == nullptr) fail("matmul: q4 matrix not packed (call pack_quant at load)");
+  p.sb = W.sb_exact ? W.sb : nullptr;  // null: the fp32-scale tensor-core kernel
   p.rows = W.rows;
   p.cols = W.cols;
   p.group = W.group;
@@ -593,9 +600,10 @@ MMParams make_params(const DevMatrix& W, const void* X, int T, int ldx) {
 }
 
 int tile_rows(WKind k) { return k == WKind::Q4 ? kTileMQ4 : kTileM; }
+int tile_rows(const DevMatrix& W) { return W.kind == WKind::Q4 && W.sb_exact ? kTileMQ4 : kTileM; }
 
 int argmax_blocks(const DevMatrix& W, Act act) {
-  return act == Act::F32 ? ceil_div(W.rows, 8) : ceil_div(W.rows, tile_rows(W.kind));
+  return act == Act::F32 ? ceil_div(W.rows, 8) : ceil_div(W.rows, tile_rows(W));
 }
 
 }  // namespace
@@ -637,7 +645,7 @@ void matmul(const DevMatrix& W, const void* X, Act act, int T, int ldx, float* Y
   if (split && scratch == nullptr) fail("matmul: split-K matrix without scratch");
   p.partial = scratch;
   p.mode = split ? kPartial : accumulate ? kAccumulate : kStore;
-  launch_mm<kOut>(W, act, dim3(unsigned(ceil_div(W.rows, tile_rows(W.kind))), unsigned(split ? W.splits : 1)), s, p);
+  launch_mm<kOut>(W, act, dim3(unsigned(ceil_div(W.rows, tile_rows(W))), unsigned(split ? W.splits : 1)), s, p);
   if (split) {
     const int n = T * W.rows;
     splitk_reduce_kernel<<<ceil_div(n, 256), 256, 0, s>>>(scratch, W.splits, T, W.rows, Y, ldy, accumulate ? 1 : 0);
@@ -675,7 +683,7 @@ void matmul_argmax(const DevMatrix& W, const void* X, Act act, int T, int ldx, v
   p.pairs = static_cast<ArgMax*>(pairs);
   p.stop = stop;
   p.splits = 1;
-  launch_mm<kArgmax>(W, act, dim3(unsigned(ceil_div(W.rows, tile_rows(W.kind)))), s, p);
+  launch_mm<kArgmax>(W, act, dim3(unsigned(ceil_div(W.rows, tile_rows(W)))), s, p);
   if (out != nullptr) argmax_pairs(pairs, T, argmax_blocks(W, act), out, stop, s);
 }
 

@@ -326,6 +326,8 @@ DevMatrix CudaQwen35::upload_matrix(const std::vector<WeightRef>& parts, const c
     for (size_t i = 0; i < pg; ++i) {
       s[i] = load_float(p.scales->dtype, p.scales->data, i);
       b[i] = load_float(p.biases->dtype, p.biases->data, i);
+      // The fast q4 kernel takes (scale, bias) as bf16: only when that is exact.
+      m.sb_exact = m.sb_exact && bf16_to_f32(f32_to_bf16(s[i])) == s[i] && bf16_to_f32(f32_to_bf16(b[i])) == b[i];
     }
     CUDA_CHECK(cudaMemcpy(ds, s.data(), pg * 4, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(db, b.data(), pg * 4, cudaMemcpyHostToDevice));
