@@ -108,6 +108,7 @@ TEST_P(Fixture, RollbackRestoresTheExactState) {
   b->target_forward(ref.prompt);
   std::vector<int32_t> junk = {ref.sequence[n], ref.sequence[n + 1], 7, 11, 13};
   a->target_forward(junk);
+  a->target_rollback(4);  // two rollbacks of one forward: the second keeps a prefix of the first
   a->target_rollback(2);
   b->target_forward(std::span<const int32_t>(ref.sequence.data() + n, 2));
   ASSERT_EQ(a->target_length(), b->target_length());

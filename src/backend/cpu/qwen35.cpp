@@ -89,7 +89,8 @@ class CpuQwen35 final : public ModelRuntime {
   std::vector<KvCache> kv_;
   std::vector<GdnState> gdn_;
   int length_ = 0;
-  int last_T_ = 0;
+  int forward_start_ = 0;  // length before the last target_forward
+  int last_T_ = 0;         // rows of the last target_forward still in the caches
   std::vector<float> hidden_;  // [last_T][H], post final norm
 
   // MTP head
@@ -205,6 +206,7 @@ void CpuQwen35::target_forward(std::span<const int32_t> tokens) {
   }
   hidden_.resize(size_t(T) * H);
   for (int t = 0; t < T; ++t) cpu::rmsnorm(&x[size_t(t) * H], final_norm_.data(), cfg_.rms_norm_eps, H, &hidden_[size_t(t) * H]);
+  forward_start_ = length_;
   length_ += T;
   last_T_ = T;
 }
@@ -212,7 +214,6 @@ void CpuQwen35::target_forward(std::span<const int32_t> tokens) {
 void CpuQwen35::target_rollback(int keep) {
   if (keep < 1 || keep > last_T_) fail("target_rollback: keep {} outside [1, {}]", keep, last_T_);
   if (keep == last_T_) return;
-  const int start = length_ - last_T_;
   const int cd = cfg_.conv_dim(), km1 = cfg_.linear_conv_kernel_dim - 1;
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (layers_[i].full) continue;  // KV: truncation is the length change below
@@ -230,7 +231,8 @@ void CpuQwen35::target_rollback(int keep) {
       gdn_step(st, &st.q[size_t(t) * Hv * dk], &st.k[size_t(t) * Hv * dk], &st.v[size_t(t) * Hv * dv],
                &st.g[size_t(t) * Hv], &st.beta[size_t(t) * Hv], o.data());
   }
-  length_ = start + keep;
+  length_ = forward_start_ + keep;
+  last_T_ = keep;  // a second rollback of the same forward keeps a prefix of these
 }
 
 void CpuQwen35::decoder_layer(const LayerWeights& L, KvCache& kv, GdnState* gdn, int pos, int T, float* x) {
