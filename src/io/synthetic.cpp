@@ -304,7 +304,7 @@ MakeCheckpointReport make_checkpoint(const SyntheticPreset& p, const MakeCheckpo
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   for (size_t s = 0; s < shards.size(); ++s) {
     const std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
-    const auto [b, e] = shards[s];
+    const size_t b = shards[s].first, e = shards[s].second;  // not a structured binding: clang 14 cannot capture one
     std::vector<std::vector<uint8_t>> bufs(e - b);
     struct Task {
       size_t t;
