@@ -42,9 +42,12 @@ const char* kind_name(WKind k) {
 // Weights rounded to bf16 after dequantization bound the quantized kinds.
 double matmul_tol(WKind k) { return k == WKind::BF16 ? 1e-5 : 5e-3; }
 
+// `shared_scratch`: a split-K scratch kept across calls (else a fresh one).
 std::vector<float> run_matmul(const cuda::DevMatrix& m, const std::vector<float>& x, int T, Act act,
-                              const std::vector<float>* y0 = nullptr) {
-  DevBuf dx(x.size() * 4), dy(size_t(T) * m.rows * 4), scratch(size_t(std::max<int64_t>(1, cuda::splitk_scratch_floats(m))) * 4);
+                              const std::vector<float>* y0 = nullptr, DevBuf* shared_scratch = nullptr) {
+  DevBuf dx(x.size() * 4), dy(size_t(T) * m.rows * 4), fresh(size_t(std::max<int64_t>(1, cuda::splitk_scratch_floats(m))) * 4);
+  cudaMemset(fresh.p, 0, fresh.bytes);  // split-K counters start at zero
+  DevBuf& scratch = shared_scratch ? *shared_scratch : fresh;
   if (act == Act::BF16)
     dx.put(test::to_bf16_bits(x));
   else
@@ -65,16 +68,16 @@ TEST(CudaOps, MatmulMatchesCpu) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(seed);
   std::mt19937_64 rng(seed);
-  const Shape shapes[] = {{200, 4192, 32}, {320, 2048, 64}, {64, 32, 32}, {1000, 512, 64}, {130, 160, 32}, {96, 1024, 128}};
+  const Shape shapes[] = {{200, 4192, 32}, {320, 2048, 64}, {64, 32, 32},  {1000, 512, 64},
+                          {130, 160, 32},  {96, 1024, 128}, {330, 1536, 32}, {640, 4096, 64}};
   for (WKind kind : {WKind::BF16, WKind::Q4, WKind::Q8}) {
     for (const Shape& sh : shapes) {
       TestMatrix tm(rng, kind, sh.rows, sh.cols, sh.group);
-      // q4 twice: the pipelined kernel (bf16 scale/bias pairs) and the
-      // fp32-scale kernel that serves matrices whose pairs are not exact.
+      // Quantized kinds twice: the streamed kernel (bf16 scale/bias pairs)
+      // and the fp32-scale kernel that serves matrices whose pairs are not exact.
       for (bool exact : {true, false}) {
-        if (!exact && kind != WKind::Q4) continue;
-        auto dm = tm.device();
-        dm.sb_exact = exact;
+        if (!exact && kind == WKind::BF16) continue;
+        const auto dm = tm.device(false, exact);
         for (int T : {1, 5, 8, 13, 64}) {
           SCOPED_TRACE(testing::Message() << kind_name(kind) << (exact ? "" : " fp32-scale kernel") << " ["
                                           << sh.rows << "x" << sh.cols << "] splits " << dm.splits << " T=" << T);
@@ -123,14 +126,16 @@ TEST(CudaOps, MatmulIsBatchInvariant) {
   std::mt19937_64 rng(seed);
   for (WKind kind : {WKind::BF16, WKind::Q4, WKind::Q8}) {
     for (const Shape& sh : {Shape{200, 4192, 32}, Shape{320, 2048, 64} /* split-K */, Shape{256, 5120, 64},
-                             Shape{300, 2560, 128} /* g128, partial q4 tile */}) {
+                             Shape{300, 2560, 128} /* g128, partial tile */, Shape{330, 1536, 32} /* g32 */,
+                             Shape{640, 4096, 64} /* 32 splits */}) {
       TestMatrix tm(rng, kind, sh.rows, sh.cols, sh.group);
       for (bool exact : {true, false}) {
-      if (!exact && kind != WKind::Q4) continue;
-      auto dm = tm.device();
-      dm.sb_exact = exact;
+      if (!exact && kind == WKind::BF16) continue;
+      const auto dm = tm.device(false, exact);
       SCOPED_TRACE(testing::Message() << kind_name(kind) << (exact ? "" : " fp32-scale kernel") << " ["
                                       << sh.rows << "x" << sh.cols << "] splits " << dm.splits);
+      // The streamed kernel serves exactly the quantized matrices it can.
+      EXPECT_EQ(dm.packed != nullptr, kind != WKind::BF16 && exact && sh.cols % cuda::kChunkK == 0);
       const auto x = test::randn(rng, size_t(64) * sh.cols, 1.0f, true);
       const auto y64 = run_matmul(dm, x, 64, Act::BF16);
       for (int r : {0, 1, 7, 8, 9, 31, 63}) {
@@ -144,6 +149,32 @@ TEST(CudaOps, MatmulIsBatchInvariant) {
         EXPECT_EQ(0, std::memcmp(yt.data(), y64.data(), yt.size() * 4)) << "T=" << T;
       }
       }
+    }
+  }
+}
+
+// The streamed kernel's split-K tile counters return to zero after every
+// call: a scratch reused across calls (as the runtime does) gives the bits
+// of a fresh one, for every width.
+TEST(CudaOps, StreamedSplitKReusesScratch) {
+  NEXTN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  for (WKind kind : {WKind::Q4, WKind::Q8}) {
+    TestMatrix tm(rng, kind, 640, 4096, 64);
+    const auto dm = tm.device();
+    ASSERT_GT(dm.splits, 1);
+    ASSERT_NE(dm.packed, nullptr);
+    DevBuf scratch(size_t(cuda::splitk_scratch_floats(dm)) * 4);
+    cudaMemset(scratch.p, 0, scratch.bytes);
+    const auto x = test::randn(rng, size_t(64) * 4096, 1.0f, true);
+    for (int T : {1, 64, 7, 33, 1}) {
+      SCOPED_TRACE(testing::Message() << kind_name(kind) << " T=" << T);
+      const std::vector<float> xt(x.begin(), x.begin() + long(T) * 4096);
+      const auto fresh = run_matmul(dm, xt, T, Act::BF16);
+      const auto reused = run_matmul(dm, xt, T, Act::BF16, nullptr, &scratch);
+      EXPECT_EQ(0, std::memcmp(fresh.data(), reused.data(), fresh.size() * 4));
     }
   }
 }

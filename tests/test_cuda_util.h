@@ -178,7 +178,7 @@ struct TestMatrix {
   std::shared_ptr<cpu::Matrix> cpu() { return cpu::Matrix::load(ref()); }
 
   // The device copy; `as` F32 converts dense storage to fp32 (the fp32 mode).
-  cuda::DevMatrix device(bool f32 = false) {
+  cuda::DevMatrix device(bool f32 = false, bool sb_exact = true) {
     cuda::DevMatrix m;
     m.rows = rows;
     m.cols = cols;
@@ -206,6 +206,7 @@ struct TestMatrix {
       m.biases = db->as<float>();
     }
     m.splits = cuda::choose_splits(rows, cols, m.kind);
+    m.sb_exact = sb_exact;  // false: the generic fp32-scale kernel, as for a checkpoint with fp32 scales
     if (!scales.empty()) {
       dsb = std::make_unique<DevBuf>(size_t(cuda::pack_quant_bytes(m)));
       cuda::pack_quant(m, dsb->p, nullptr);

@@ -11,7 +11,7 @@ export LD_LIBRARY_PATH="$PWD/$B/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 Q='--query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,utilization.gpu,power.draw,memory.used'
 { echo "commit: $(cat $B/COMMIT 2>/dev/null | tr '\n' ' ')"; date -u; uptime; nvidia-smi $Q --format=csv; } >"$OUT/before.txt" 2>&1
 cat "$OUT/before.txt"
-timeout ${T_TESTS:-150} $B/nextn_tests --gtest_filter='CudaOps.Matmul*:CudaOps.FusedArgmax*:CudaOps.Embedding*' 2>&1 | tail -${TAIL_TESTS:-25} | tee "$OUT/tests.txt"
+timeout ${T_TESTS:-150} $B/nextn_tests --gtest_filter='CudaOps.Matmul*:CudaOps.Streamed*:CudaOps.FusedArgmax*:CudaOps.Embedding*' 2>&1 | tail -${TAIL_TESTS:-25} | tee "$OUT/tests.txt"
 N=$B/nextn
 {
 for W in "--argmax" ""; do

@@ -36,6 +36,7 @@ int run_projection(const ProjectionOptions& o) {
     j["group_size"] = o.group_size;
     j["argmax"] = o.argmax;
     j["splits"] = r.splits;
+    j["kernel"] = r.streamed ? "streamed" : "generic";
     j["copies"] = r.copies;
     j["weight_bytes"] = r.weight_bytes;
     j["copy_gbs"] = copy;
@@ -48,8 +49,9 @@ int run_projection(const ProjectionOptions& o) {
                            {"gbs", row.bytes / (row.ms_median * 1e-3) / 1e9}});
     fmt::print("{}\n", j.dump());
   } else {
-    fmt::print("projection {} {} g{}{} on {}: {:.1f} MB per copy, {} copies rotated, split-K {}\n", o.shape, o.quant,
-               o.group_size, o.argmax ? " +argmax" : "", r.device, r.weight_bytes / 1e6, r.copies, r.splits);
+    fmt::print("projection {} {} g{}{} on {}: {:.1f} MB per copy, {} copies rotated, split-K {}, {} kernel\n", o.shape,
+               o.quant, o.group_size, o.argmax ? " +argmax" : "", r.device, r.weight_bytes / 1e6, r.copies, r.splits,
+               r.streamed ? "streamed" : "generic");
     fmt::print("copy bandwidth (D2D {} MiB, read+write): {:.0f} GB/s; floor at that rate: {:.4f} ms\n",
                r.copy_bytes >> 20, copy, r.weight_bytes / (copy * 1e9) * 1e3);
     fmt::print("batch invariance (rows 0,5,31 alone == inside 64): {}{}\n", r.invariant ? "PASS" : "FAIL",

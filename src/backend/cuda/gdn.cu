@@ -172,6 +172,4 @@ void gdn_recurrence(const GdnShape& g, const GdnLayer* table, int layer, int n_l
   CUDA_CHECK_LAUNCH("gdn_recurrence_kernel");
 }
 
-void init_kernels() {}
-
 }  // namespace nextn::cuda

@@ -26,10 +26,11 @@ enum class WKind : int { F32 = 0, BF16 = 1, Q4 = 2, Q8 = 3 };
 // A weight matrix [rows][cols] (out features, in features) on the device.
 // F32/BF16: `w` is row-major [rows][cols]. Q4/Q8: `w` is MLX's packed u32
 // [rows][cols*bits/32] (element 32/bits*m+j of a row in bits [bits*j,
-// bits*(j+1)) of word m) and scales/biases are fp32 [rows][cols/group];
-// pack_quant then puts it into the kernels' layout once, at load: Q4 words
-// repacked in place (element j of a word at bit q4_bit(j)), and `sb` with
-// one u32 per group, bf16 scale in the low half and bf16 bias in the high.
+// bits*(j+1)) of word m) and scales/biases are fp32 [rows][cols/group].
+// pack_quant then, once, at load: Q4 words repacked in place (element j of
+// a word at bit q4_bit(j)) for the generic kernels, and, for matrices the
+// streamed kernel takes (stream_eligible in matmul_stream.h), a copy in its
+// stage-unit layout (`packed`), which is all the bf16 mode then reads.
 struct DevMatrix {
   WKind kind = WKind::BF16;
   int rows = 0, cols = 0, group = 0;
@@ -37,11 +38,12 @@ struct DevMatrix {
   const float* scales = nullptr;
   const float* biases = nullptr;
   int splits = 1;  // split-K factor: a function of (rows, cols) only, set by choose_splits
-  const uint32_t* sb = nullptr;  // Q4/Q8 after pack_quant: (bf16 scale | bf16 bias << 16) per group
-  // The bf16 pairs in `sb` equal the fp32 scales and biases (MLX checkpoints
-  // store them in bf16). When they do not (e.g. fp32 scales), the pipelined q4
-  // kernel would change the weights, so the fp32-scale tensor-core kernel
-  // serves the matrix instead: chosen by the matrix, never by the row count.
+  const void* packed = nullptr;  // the streamed kernel's layout (after pack_quant), or null
+  bool quant_packed = false;     // pack_quant has run
+  // The scales and biases are exact in bf16 (MLX checkpoints store them so).
+  // The streamed kernel reads them as bf16 pairs, so it takes only such
+  // matrices; others (e.g. fp32 scales) use the generic fp32-scale kernel:
+  // chosen by the matrix, never by the row count.
   bool sb_exact = true;
 };
 
@@ -50,22 +52,23 @@ struct DevMatrix {
 // `(word >> 4e) & 0x000f000f` holds the pair (2e, 2e+1) as two 16-bit lanes.
 constexpr int q4_bit(int j) { return (j & 1) * 16 + 4 * (j >> 1); }
 
-// Bytes of the `sb` buffer pack_quant needs (0 for dense kinds).
+// Bytes of the streamed layout pack_quant writes (0 when the matrix does
+// not take the streamed kernel, or is dense).
 int64_t pack_quant_bytes(const DevMatrix& m);
-// Repacks a Q4 matrix's words in place into the q4_bit layout, fills `sb`
-// (pack_quant_bytes(m) bytes of device memory) from the fp32 scales and
-// biases rounded to bf16 and sets m.sb. Call once per matrix, before any
-// kernel reads it (m.splits must come from choose_splits(rows, cols, kind));
+// Puts a Q4/Q8 matrix into the kernels' layouts (above); `dst` holds
+// pack_quant_bytes(m) bytes of device memory. Call once per matrix, before
+// any kernel reads it, with m.sb_exact and m.splits (choose_splits) set;
 // synchronous on `s`.
-void pack_quant(DevMatrix& m, void* sb, cudaStream_t s);
+void pack_quant(DevMatrix& m, void* dst, cudaStream_t s);
 
 // The matmul family's shape rules (the only inputs are the matrix shape).
 constexpr int kMaxRows = 64;     // tokens per matmul call (padded to 8 inside)
-constexpr int kTileM = 64;       // output features per block (bf16, q8)
-constexpr int kTileMQ4 = 128;    // output features per block (q4: two m16 tiles per warp)
+constexpr int kTileM = 64;       // output features per block of the generic kernel (the streamed one: 128)
 constexpr int kChunkK = 128;     // k per main-loop step; split boundaries are multiples of it
 int choose_splits(int rows, int cols, WKind kind = WKind::BF16);
-// fp32 scratch a split-K call needs, in floats (0 when splits == 1).
+// fp32 scratch a split-K call needs, in floats (0 when splits == 1). The
+// caller zeroes it once, when it allocates it: its first floats are the
+// streamed kernel's per-tile counters, which every call leaves at zero.
 int64_t splitk_scratch_floats(const DevMatrix& m);
 // Checks the shape limits of the kernels (cols % 32 == 0, group >= 32); throws Error.
 void check_matrix(const DevMatrix& m, const char* name);
@@ -173,7 +176,8 @@ void gdn_recurrence(const GdnShape& g, const GdnLayer* table, int layer, int n_l
 void gather_rows(const void* src, int n, const int* first, const int* n_real, int width, void* dst, Act act,
                  cudaStream_t s);
 
-// Device properties the kernels need (shared memory opt-in); call once per process.
+// Device properties the kernels need (multiprocessor count, shared memory
+// opt-in); call once per process, before capturing graphs.
 void init_kernels();
 
 }  // namespace nextn::cuda

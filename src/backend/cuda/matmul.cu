@@ -30,6 +30,8 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/matmul_stream.h"
+#include "backend/cuda/mma.cuh"
 #include "backend/cuda/weights.cuh"
 
 namespace nextn::cuda {
@@ -39,7 +41,6 @@ struct MMParams {
   const void* w;
   const float* scales;
   const float* biases;
-  const uint32_t* sb;  // q4: (bf16 scale | bf16 bias << 16) per group
   int rows, cols, group, splits;
   const void* x;
   int ldx, T;
@@ -55,20 +56,6 @@ struct MMParams {
 // MMParams::mode); kArgmax reduces them to per-block (max, index) pairs.
 enum Epi : int { kOut = 0, kArgmax = 1 };
 enum OutMode : int { kStore = 0, kAccumulate = 1, kPartial = 2 };
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 // Eight q-bit values (element order = bit order) dequantized to 4 bf16 pairs.
 // A q4 word in pack_quant's layout (element j at bit q4_bit(j)) to 8 bf16,
@@ -218,235 +205,6 @@ __global__ void __launch_bounds__(128, 1) mm_tc_kernel(MMParams p) {
   }
 }
 
-// ---- q4: the pipelined kernel (pack_quant's layout) ----
-//
-// Same operand layout and k order as mm_tc_kernel (lane (g, c) owns 32
-// consecutive k of each 128-step: one 16-byte run of packed words per weight
-// row), with what keeps HBM busy:
-//  - two m16 tiles per warp (128 features per block), so each activation
-//    fragment read from L1 feeds two MMAs;
-//  - a ring of kStagesQ4 steps of raw weight words and (scale, bias) pairs in
-//    registers: step i + kStagesQ4 is loaded before step i is computed;
-//  - dequantization by bit operations: (word >> 4e) & 0x000f000f | 0x43004300
-//    is the bf16 pair (128 + q_2e, 128 + q_2e+1); one bf16x2 subtract makes
-//    it exact integers and one bf16x2 fma gives round_bf16(s * q + b).
-// Every token column still runs through the same instructions in the same k
-// order for any NF: batch invariant by construction.
-constexpr int kStagesQ4 = 3;
-
-__device__ __forceinline__ uint4 ld_stream(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint32_t ld_stream32(const void* p) {
-  uint32_t v;
-  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ uint32_t bf2_sub(uint32_t a, uint32_t b) {
-  __nv_bfloat162 r = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
-  return *reinterpret_cast<const uint32_t*>(&r);
-}
-__device__ __forceinline__ uint32_t bf2_fma(uint32_t a, uint32_t b, uint32_t c) {
-  __nv_bfloat162 r = __hfma2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b),
-                             *reinterpret_cast<const __nv_bfloat162*>(&c));
-  return *reinterpret_cast<const uint32_t*>(&r);
-}
-__device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));  // (a & b) | c
-  return r;
-}
-
-// Eight q4 values of a repacked word -> 4 bf16 pairs (elements 2e, 2e+1).
-__device__ __forceinline__ uint4 dequant_q4p(uint32_t w, uint32_t s2, uint32_t b2) {
-  constexpr uint32_t kMagic = 0x43004300u;  // bf16 pair (128, 128)
-  uint32_t r[4];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) r[e] = bf2_fma(bf2_sub(lop3_and_or(w >> (4 * e), 0x000f000fu, kMagic), kMagic), s2, b2);
-  return make_uint4(r[0], r[1], r[2], r[3]);
-}
-
-struct Q4Stage {
-  uint4 w[2][2];       // [tile][row half]
-  uint32_t sb[2][2];
-};
-
-__device__ __forceinline__ void q4_load(const MMParams& p, const int (&row)[2][2], int kspan, Q4Stage& st) {
-  const uint32_t* w = static_cast<const uint32_t*>(p.w);
-  const int gpr = p.cols / p.group;
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      st.w[m][h] = ld_stream(w + size_t(row[m][h]) * (p.cols / 8) + kspan / 8);
-      st.sb[m][h] = ld_stream32(p.sb + size_t(row[m][h]) * gpr + kspan / p.group);
-    }
-}
-
-template <int NF>
-__device__ __forceinline__ void q4_compute(const MMParams& p, const Q4Stage& st, int kspan, int g,
-                                           float (&acc)[2][NF][4]) {
-  uint32_t s2[2][2], b2[2][2];
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      s2[m][h] = __byte_perm(st.sb[m][h], 0, 0x1010);
-      b2[m][h] = __byte_perm(st.sb[m][h], 0, 0x3232);
-    }
-  const bf16* x = static_cast<const bf16*>(p.x);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    uint4 a[2][2];
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint32_t word = j == 0 ? st.w[m][h].x : j == 1 ? st.w[m][h].y : j == 2 ? st.w[m][h].z : st.w[m][h].w;
-        a[m][h] = dequant_q4p(word, s2[m][h], b2[m][h]);
-      }
-#pragma unroll
-    for (int f = 0; f < NF; ++f) {
-      const int t = 8 * f + g;
-      uint4 b = make_uint4(0, 0, 0, 0);
-      if (t < p.T) b = __ldg(reinterpret_cast<const uint4*>(x + size_t(t) * p.ldx + kspan + 8 * j));
-#pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        mma_bf16(acc[m][f], a[m][0].x, a[m][1].x, a[m][0].y, a[m][1].y, b.x, b.y);
-        mma_bf16(acc[m][f], a[m][0].z, a[m][1].z, a[m][0].w, a[m][1].w, b.z, b.w);
-      }
-    }
-  }
-}
-
-// The 32-wide tail step (cols % 128): lane (g, c) covers [k0 + 8c, k0 + 8c + 8).
-template <int NF>
-__device__ __forceinline__ void q4_tail(const MMParams& p, const int (&row)[2][2], int k0, int g, int c,
-                                        float (&acc)[2][NF][4]) {
-  const int kspan = k0 + 8 * c;
-  const uint32_t* w = static_cast<const uint32_t*>(p.w);
-  const int gpr = p.cols / p.group;
-  uint4 a[2][2];
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint32_t sb = __ldg(p.sb + size_t(row[m][h]) * gpr + kspan / p.group);
-      a[m][h] = dequant_q4p(__ldg(w + size_t(row[m][h]) * (p.cols / 8) + kspan / 8), __byte_perm(sb, 0, 0x1010),
-                            __byte_perm(sb, 0, 0x3232));
-    }
-  const bf16* x = static_cast<const bf16*>(p.x);
-#pragma unroll
-  for (int f = 0; f < NF; ++f) {
-    const int t = 8 * f + g;
-    uint4 b = make_uint4(0, 0, 0, 0);
-    if (t < p.T) b = __ldg(reinterpret_cast<const uint4*>(x + size_t(t) * p.ldx + kspan));
-#pragma unroll
-    for (int m = 0; m < 2; ++m) {
-      mma_bf16(acc[m][f], a[m][0].x, a[m][1].x, a[m][0].y, a[m][1].y, b.x, b.y);
-      mma_bf16(acc[m][f], a[m][0].z, a[m][1].z, a[m][0].w, a[m][1].w, b.z, b.w);
-    }
-  }
-}
-
-template <int NF, int EPI>
-__global__ void __launch_bounds__(128, 2) mm_q4_kernel(MMParams p) {
-  if constexpr (EPI == kArgmax) {
-    if (p.stop != nullptr && *p.stop != 0) return;
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, c = lane & 3;
-  const int base = blockIdx.x * kTileMQ4 + warp * 32;
-  int row[2][2];
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) row[m][h] = min(base + 16 * m + 8 * h + g, p.rows - 1);
-
-  const int chunks = p.cols / kChunkK;
-  const int per = (chunks + p.splits - 1) / p.splits;
-  const int s = blockIdx.y;
-  const int c_begin = min(chunks, s * per), c_end = min(chunks, (s + 1) * per);
-
-  float acc[2][NF][4];
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int f = 0; f < NF; ++f) acc[m][f][0] = acc[m][f][1] = acc[m][f][2] = acc[m][f][3] = 0.0f;
-
-  Q4Stage ring[kStagesQ4];
-#pragma unroll
-  for (int i = 0; i < kStagesQ4; ++i)
-    if (c_begin + i < c_end) q4_load(p, row, (c_begin + i) * kChunkK + 32 * c, ring[i]);
-  for (int ch = c_begin; ch < c_end; ch += kStagesQ4) {
-#pragma unroll
-    for (int i = 0; i < kStagesQ4; ++i) {
-      if (ch + i < c_end) {
-        const Q4Stage cur = ring[i];
-        if (ch + i + kStagesQ4 < c_end) q4_load(p, row, (ch + i + kStagesQ4) * kChunkK + 32 * c, ring[i]);
-        q4_compute<NF>(p, cur, (ch + i) * kChunkK + 32 * c, g, acc);
-      }
-    }
-  }
-  if (s == p.splits - 1)
-    for (int k0 = chunks * kChunkK; k0 < p.cols; k0 += 32) q4_tail<NF>(p, row, k0, g, c, acc);
-
-  if constexpr (EPI == kArgmax) {
-    __shared__ ArgMax best[4][kMaxRows];
-#pragma unroll
-    for (int f = 0; f < NF; ++f) {
-#pragma unroll
-      for (int hc = 0; hc < 2; ++hc) {  // token column 8f + 2c + hc
-        ArgMax a{-INFINITY, p.rows};
-#pragma unroll
-        for (int m = 0; m < 2; ++m) {
-          const int ra = base + 16 * m + g, rb = ra + 8;
-          if (ra < p.rows && argmax_better(acc[m][f][hc], ra, a.v, a.i)) a = {acc[m][f][hc], ra};
-          if (rb < p.rows && argmax_better(acc[m][f][2 + hc], rb, a.v, a.i)) a = {acc[m][f][2 + hc], rb};
-        }
-#pragma unroll
-        for (int o = 4; o < 32; o <<= 1) {  // across g: lanes with the same c
-          const float v = __shfl_xor_sync(0xffffffffu, a.v, o);
-          const int i = __shfl_xor_sync(0xffffffffu, a.i, o);
-          if (argmax_better(v, i, a.v, a.i)) a = {v, i};
-        }
-        if (g == 0) best[warp][8 * f + 2 * c + hc] = a;
-      }
-    }
-    __syncthreads();
-    const int t = threadIdx.x;
-    if (t < p.T) {
-      ArgMax a = best[0][t];
-      for (int w = 1; w < 4; ++w)
-        if (argmax_better(best[w][t].v, best[w][t].i, a.v, a.i)) a = best[w][t];
-      p.pairs[size_t(t) * gridDim.x + blockIdx.x] = a;
-    }
-  } else {
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-      for (int f = 0; f < NF; ++f) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r = base + 16 * m + g + (i >= 2 ? 8 : 0);
-          const int t = 8 * f + 2 * c + (i & 1);
-          if (r >= p.rows || t >= p.T) continue;
-          if (p.mode == kPartial)
-            p.partial[(size_t(s) * p.T + t) * p.rows + r] = acc[m][f][i];
-          else if (p.mode == kAccumulate)
-            p.y[size_t(t) * p.ldy + r] = add_rn(p.y[size_t(t) * p.ldy + r], acc[m][f][i]);
-          else
-            p.y[size_t(t) * p.ldy + r] = acc[m][f][i];
-        }
-      }
-  }
-}
-
 // Repack each Q4 word: element j (bits [4j, 4j+4)) to bit q4_bit(j).
 __global__ void repack_q4_kernel(uint32_t* w, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
@@ -455,12 +213,6 @@ __global__ void repack_q4_kernel(uint32_t* w, size_t n) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) r |= ((v >> (4 * j)) & 0xfu) << q4_bit(j);
     w[i] = r;
-  }
-}
-__global__ void pack_sb_kernel(const float* s, const float* b, uint32_t* sb, size_t n) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const bf16 sv = __float2bfloat16_rn(s[i]), bv = __float2bfloat16_rn(b[i]);
-    sb[i] = uint32_t(*reinterpret_cast<const uint16_t*>(&sv)) | (uint32_t(*reinterpret_cast<const uint16_t*>(&bv)) << 16);
   }
 }
 
@@ -541,20 +293,6 @@ void launch_tc_nf(int nf, dim3 grid, cudaStream_t s, const MMParams& p) {
 }
 
 template <int EPI>
-void launch_q4_nf(int nf, dim3 grid, cudaStream_t s, const MMParams& p) {
-  switch (nf) {
-    case 1: mm_q4_kernel<1, EPI><<<grid, 128, 0, s>>>(p); break;
-    case 2: mm_q4_kernel<2, EPI><<<grid, 128, 0, s>>>(p); break;
-    case 3: mm_q4_kernel<3, EPI><<<grid, 128, 0, s>>>(p); break;
-    case 4: mm_q4_kernel<4, EPI><<<grid, 128, 0, s>>>(p); break;
-    case 5: mm_q4_kernel<5, EPI><<<grid, 128, 0, s>>>(p); break;
-    case 6: mm_q4_kernel<6, EPI><<<grid, 128, 0, s>>>(p); break;
-    case 7: mm_q4_kernel<7, EPI><<<grid, 128, 0, s>>>(p); break;
-    default: mm_q4_kernel<8, EPI><<<grid, 128, 0, s>>>(p); break;
-  }
-}
-
-template <int EPI>
 void launch_mm(const DevMatrix& W, Act act, dim3 grid_tc, cudaStream_t s, const MMParams& p) {
   if (act == Act::F32) {
     const dim3 grid(unsigned(ceil_div(W.rows, 8)));
@@ -568,12 +306,7 @@ void launch_mm(const DevMatrix& W, Act act, dim3 grid_tc, cudaStream_t s, const 
     const int nf = ceil_div(p.T, 8);
     switch (W.kind) {
       case WKind::BF16: launch_tc_nf<EPI, WKind::BF16>(nf, grid_tc, s, p); break;
-      case WKind::Q4:
-        if (p.sb != nullptr)
-          launch_q4_nf<EPI>(nf, grid_tc, s, p);
-        else
-          launch_tc_nf<EPI, WKind::Q4>(nf, grid_tc, s, p);
-        break;
+      case WKind::Q4: launch_tc_nf<EPI, WKind::Q4>(nf, grid_tc, s, p); break;
       case WKind::Q8: launch_tc_nf<EPI, WKind::Q8>(nf, grid_tc, s, p); break;
       case WKind::F32: fail("matmul: fp32 weights need the fp32-activation mode");
     }
@@ -587,8 +320,8 @@ MMParams make_params(const DevMatrix& W, const void* X, int T, int ldx) {
   p.w = W.w;
   p.scales = W.scales;
   p.biases = W.biases;
-  if (W.kind == WKind::Q4 && W.sb == nullptr) fail("matmul: q4 matrix not packed (call pack_quant at load)");
-  p.sb = W.sb_exact ? W.sb : nullptr;  // null: the fp32-scale tensor-core kernel
+  if ((W.kind == WKind::Q4 || W.kind == WKind::Q8) && !W.quant_packed)
+    fail("matmul: quantized matrix not packed (call pack_quant at load)");
   p.rows = W.rows;
   p.cols = W.cols;
   p.group = W.group;
@@ -599,21 +332,22 @@ MMParams make_params(const DevMatrix& W, const void* X, int T, int ldx) {
   return p;
 }
 
-int tile_rows(WKind k) { return k == WKind::Q4 ? kTileMQ4 : kTileM; }
-int tile_rows(const DevMatrix& W) { return W.kind == WKind::Q4 && W.sb_exact ? kTileMQ4 : kTileM; }
+// The streamed kernel serves packed matrices in the bf16 mode: chosen by
+// the matrix, never by the token count.
+bool streamed(const DevMatrix& W, Act act) { return act == Act::BF16 && W.packed != nullptr; }
 
 int argmax_blocks(const DevMatrix& W, Act act) {
-  return act == Act::F32 ? ceil_div(W.rows, 8) : ceil_div(W.rows, tile_rows(W));
+  return act == Act::F32 ? ceil_div(W.rows, 8) : streamed(W, act) ? stream_tiles(W) : ceil_div(W.rows, kTileM);
 }
 
 }  // namespace
 
 int choose_splits(int rows, int cols, WKind kind) {
-  // Enough blocks for two waves of a 132-SM H200 (three resident q4 blocks
-  // per SM). A constant, not a device query: the same shape gives the same
-  // split (and the same bits) anywhere.
-  const int kTargetBlocks = kind == WKind::Q4 ? 396 : 264;
-  const int mblocks = ceil_div(rows, tile_rows(kind));
+  if ((kind == WKind::Q4 || kind == WKind::Q8) && cols % kChunkK == 0) return stream_splits(rows, cols);
+  // Enough blocks for two waves of a 132-SM H200. A constant, not a device
+  // query: the same shape gives the same split (and the same bits) anywhere.
+  const int kTargetBlocks = 264;
+  const int mblocks = ceil_div(rows, kTileM);
   const int chunks = cols / kChunkK;
   if (mblocks >= kTargetBlocks / 2 || chunks < 4) return 1;
   const int want = std::min({ceil_div(kTargetBlocks, mblocks), chunks / 2, 16});
@@ -623,7 +357,7 @@ int choose_splits(int rows, int cols, WKind kind) {
 }
 
 int64_t splitk_scratch_floats(const DevMatrix& m) {
-  return m.splits > 1 ? int64_t(m.splits) * kMaxRows * m.rows : 0;
+  return m.splits > 1 ? stream_counter_floats() + int64_t(m.splits) * kMaxRows * m.rows : 0;
 }
 
 void check_matrix(const DevMatrix& m, const char* name) {
@@ -639,38 +373,38 @@ void check_matrix(const DevMatrix& m, const char* name) {
 void matmul(const DevMatrix& W, const void* X, Act act, int T, int ldx, float* Y, int ldy, bool accumulate,
             float* scratch, cudaStream_t s) {
   MMParams p = make_params(W, X, T, ldx);
+  if (streamed(W, act)) return stream_matmul(W, X, T, ldx, Y, ldy, accumulate, scratch, s);
   p.y = Y;
   p.ldy = ldy;
   const bool split = act == Act::BF16 && W.splits > 1;
   if (split && scratch == nullptr) fail("matmul: split-K matrix without scratch");
-  p.partial = scratch;
+  // The generic kernel's partials go after the streamed kernel's counters.
+  p.partial = split ? scratch + stream_counter_floats() : nullptr;
   p.mode = split ? kPartial : accumulate ? kAccumulate : kStore;
-  launch_mm<kOut>(W, act, dim3(unsigned(ceil_div(W.rows, tile_rows(W))), unsigned(split ? W.splits : 1)), s, p);
+  launch_mm<kOut>(W, act, dim3(unsigned(ceil_div(W.rows, kTileM)), unsigned(split ? W.splits : 1)), s, p);
   if (split) {
     const int n = T * W.rows;
-    splitk_reduce_kernel<<<ceil_div(n, 256), 256, 0, s>>>(scratch, W.splits, T, W.rows, Y, ldy, accumulate ? 1 : 0);
+    splitk_reduce_kernel<<<ceil_div(n, 256), 256, 0, s>>>(p.partial, W.splits, T, W.rows, Y, ldy, accumulate ? 1 : 0);
     CUDA_CHECK_LAUNCH("splitk_reduce_kernel");
   }
 }
 
-int64_t pack_quant_bytes(const DevMatrix& m) {
-  return (m.kind == WKind::Q4 || m.kind == WKind::Q8) ? int64_t(m.rows) * (m.cols / m.group) * 4 : 0;
-}
+int64_t pack_quant_bytes(const DevMatrix& m) { return stream_layout_bytes(m); }
 
-void pack_quant(DevMatrix& m, void* sb, cudaStream_t s) {
+void pack_quant(DevMatrix& m, void* dst, cudaStream_t s) {
   if (m.kind != WKind::Q4 && m.kind != WKind::Q8) return;
-  if (m.sb != nullptr) fail("pack_quant: matrix already packed");
-  const size_t groups = size_t(m.rows) * (m.cols / m.group);
-  pack_sb_kernel<<<unsigned(std::min<size_t>(4096, (groups + 255) / 256)), 256, 0, s>>>(m.scales, m.biases,
-                                                                                         static_cast<uint32_t*>(sb), groups);
-  CUDA_CHECK_LAUNCH("pack_sb_kernel");
+  if (m.quant_packed) fail("pack_quant: matrix already packed");
+  if (stream_eligible(m)) {  // from MLX's word order: before the in-place repack below
+    stream_pack(m, dst, s);
+    m.packed = dst;
+  }
   if (m.kind == WKind::Q4) {
     const size_t words = size_t(m.rows) * (m.cols / 8);
     repack_q4_kernel<<<unsigned(std::min<size_t>(8192, (words + 255) / 256)), 256, 0, s>>>(
         static_cast<uint32_t*>(const_cast<void*>(m.w)), words);
     CUDA_CHECK_LAUNCH("repack_q4_kernel");
   }
-  m.sb = static_cast<const uint32_t*>(sb);
+  m.quant_packed = true;
   CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
@@ -680,10 +414,14 @@ void matmul_argmax(const DevMatrix& W, const void* X, Act act, int T, int ldx, v
                    const int* stop, cudaStream_t s) {
   if (act == Act::BF16 && W.splits != 1) fail("matmul_argmax: the head must not be split along k");
   MMParams p = make_params(W, X, T, ldx);
-  p.pairs = static_cast<ArgMax*>(pairs);
-  p.stop = stop;
-  p.splits = 1;
-  launch_mm<kArgmax>(W, act, dim3(unsigned(ceil_div(W.rows, tile_rows(W)))), s, p);
+  if (streamed(W, act)) {
+    stream_matmul_argmax(W, X, T, ldx, pairs, stop, s);
+  } else {
+    p.pairs = static_cast<ArgMax*>(pairs);
+    p.stop = stop;
+    p.splits = 1;
+    launch_mm<kArgmax>(W, act, dim3(unsigned(ceil_div(W.rows, kTileM))), s, p);
+  }
   if (out != nullptr) argmax_pairs(pairs, T, argmax_blocks(W, act), out, stop, s);
 }
 

@@ -78,45 +78,46 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
   check_matrix(proto, "bench");
   r.splits = proto.splits;
   const size_t words = size_t(c.rows) * c.cols * c.bits / 32, groups = size_t(c.rows) * (c.cols / c.group);
+  // Bytes a projection must read: the packed weights and one bf16 (scale, bias) pair per group.
   r.weight_bytes = double(words) * 4 + double(groups) * 4;
   // Rotate over enough copies that they total >= 512 MB (L2 is 50 MB).
   r.copies = std::max(2, int((512e6 + r.weight_bytes - 1) / r.weight_bytes));
 
+  // Each copy keeps only what its kernel reads: the streamed layout when the
+  // shape takes the streamed kernel, else MLX words with fp32 scales.
   std::vector<std::unique_ptr<Buf>> keep;
   std::vector<DevMatrix> mats;
-  {
-    Buf s_tmp(groups * 4), b_tmp(groups * 4);
-    for (int i = 0; i < r.copies; ++i) {
-      keep.push_back(std::make_unique<Buf>(words * 4));
-      DevMatrix m = proto;
-      m.w = keep.back()->p;
-      fill_words<<<4096, 256>>>(static_cast<uint32_t*>(keep.back()->p), words, 17u + i);
-      fill_scales<<<1024, 256>>>(static_cast<float*>(s_tmp.p), static_cast<float*>(b_tmp.p), groups,
-                                 1.0f / std::sqrt(float(c.cols)), float((1 << c.bits) - 1), 101u + i);
-      CUDA_CHECK_LAUNCH("bench fill");
-      m.scales = static_cast<const float*>(s_tmp.p);
-      m.biases = static_cast<const float*>(b_tmp.p);
-      keep.push_back(std::make_unique<Buf>(size_t(pack_quant_bytes(m))));
-      pack_quant(m, keep.back()->p, nullptr);
-      if (c.bits == 8) {  // the q8 kernel reads the fp32 scales: give each copy its own
-        keep.push_back(std::make_unique<Buf>(groups * 8));
-        auto* sb = static_cast<float*>(keep.back()->p);
-        CUDA_CHECK(cudaMemcpy(sb, s_tmp.p, groups * 4, cudaMemcpyDeviceToDevice));
-        CUDA_CHECK(cudaMemcpy(sb + groups, b_tmp.p, groups * 4, cudaMemcpyDeviceToDevice));
-        m.scales = sb;
-        m.biases = sb + groups;
-        r.weight_bytes = double(words) * 4 + double(groups) * 8;
-      } else {
-        m.scales = m.biases = nullptr;  // the q4 kernel reads only m.sb
-      }
-      mats.push_back(m);
+  for (int i = 0; i < r.copies; ++i) {
+    auto w = std::make_unique<Buf>(words * 4), sc = std::make_unique<Buf>(groups * 4),
+         bi = std::make_unique<Buf>(groups * 4);
+    DevMatrix m = proto;
+    m.w = w->p;
+    m.scales = static_cast<const float*>(sc->p);
+    m.biases = static_cast<const float*>(bi->p);
+    fill_words<<<4096, 256>>>(static_cast<uint32_t*>(w->p), words, 17u + i);
+    fill_scales<<<1024, 256>>>(static_cast<float*>(sc->p), static_cast<float*>(bi->p), groups,
+                               1.0f / std::sqrt(float(c.cols)), float((1 << c.bits) - 1), 101u + i);
+    CUDA_CHECK_LAUNCH("bench fill");
+    auto packed = std::make_unique<Buf>(size_t(pack_quant_bytes(m)));
+    pack_quant(m, packed->p, nullptr);
+    if (m.packed != nullptr) {
+      m.w = nullptr;
+      m.scales = m.biases = nullptr;
+      keep.push_back(std::move(packed));
+    } else {
+      keep.push_back(std::move(w));
+      keep.push_back(std::move(sc));
+      keep.push_back(std::move(bi));
     }
+    mats.push_back(m);
   }
+  r.streamed = mats[0].packed != nullptr;
   const size_t xn = size_t(kMaxRows) * c.cols;
   Buf x(xn * 2);
   fill_act<<<1024, 256>>>(static_cast<bf16*>(x.p), xn, 5u);
   CUDA_CHECK_LAUNCH("bench fill_act");
   Buf y(size_t(kMaxRows) * c.rows * 4), scratch(size_t(std::max<int64_t>(1, splitk_scratch_floats(proto))) * 4);
+  CUDA_CHECK(cudaMemset(scratch.p, 0, size_t(std::max<int64_t>(1, splitk_scratch_floats(proto))) * 4));
   Buf pairs(size_t(argmax_pairs_bytes(proto))), out(kMaxRows * 4);
   CUDA_CHECK(cudaDeviceSynchronize());
 

@@ -31,6 +31,7 @@ struct ProjBenchResult {
   int copies = 0;           // weight copies rotated
   double weight_bytes = 0;  // one copy as the kernel reads it
   int splits = 1;
+  bool streamed = false;    // served by the streamed kernel (else the generic one)
   bool invariant = false;   // row r alone == row r inside the 64-row call, bitwise
   std::string invariant_detail;
   std::vector<ProjBenchRow> rows;

@@ -567,6 +567,7 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
     track(mtp_fc_);
   }
   splitk_ = mem_.alloc<float>(size_t(splitk) * 4, "split-K partials");
+  CUDA_CHECK(cudaMemset(splitk_, 0, size_t(splitk) * 4));  // the streamed kernel's tile counters start at zero
   hidden_ = mem_.alloc(size_t(hidden_rows_) * H_ * as, "hidden rows");
   mtp_hidden_ = mem_.alloc(size_t(hidden_rows_) * H_ * as, "MTP hidden rows");
   CUDA_CHECK(cudaMemset(hidden_, 0, size_t(hidden_rows_) * H_ * as));

@@ -1,0 +1,556 @@
+// The streamed quantized matmul: MLX affine q4 / q8 weights (groups of 32,
+// 64 or 128, scales and biases exact in bf16) times 1..64 bf16 token rows,
+// on the HBM floor (docs/kernels.md, docs/cuda-backend.md).
+//
+// What keeps the weight stream at copy speed:
+//  - the weights are repacked once, at load, into tiles of 128 rows x 128 k
+//    ("stage units"): each unit is one contiguous run of bytes (the packed
+//    weights in the order the lanes read them, then the bf16 (scale, bias)
+//    pairs), so one bulk copy (`cp.async.bulk`, Hopper's copy engine) moves
+//    a unit into shared memory with no registers held;
+//  - a producer warp keeps up to kMaxStages units in flight per block on a
+//    ring of mbarrier-guarded stages; the activations of the unit's k range
+//    ride along (one 256-byte bulk copy per token row);
+//  - persistent blocks walk a fixed list of (tile, split) items, so the
+//    stream does not drain between tiles;
+//  - 8 consumer warps: 4 row groups of 32 rows x 2 k halves of each unit;
+//    dequantization by bit operations straight into mma.sync fragments
+//    (q4: (w >> 4e) & 0x000f000f | 0x43004300 is the bf16 pair 128 + q,
+//    one bf16x2 subtract and one bf16x2 fma give round_bf16(s * q + b);
+//    q8: the byte under an fp32 exponent, fma in fp32, one rounding to bf16);
+//  - split-K partials are reduced in split order by the last block to finish
+//    a tile (a counter per tile), not by a second launch.
+//
+// Batch invariance by construction: tokens sit on the MMA's N side; every
+// token column runs through the same instructions in the same k order for
+// any token count (the units, the k halves, the split boundaries and the
+// order of the final sums depend on the matrix shape only); the pipeline
+// depth and the grid, which do depend on the token count, change only which
+// block computes an item and when, never how.
+//
+// In-unit k order: lane (g, c) of a consumer warp with k half kh reads the
+// 8-element pieces j = 2kh, 2kh + 1 at k = 32j + 8c; elements 4h + {0, 1}
+// of a piece fill MMA k slots {2c, 2c + 1} and 4h + {2, 3} the slots
+// {2c + 8, 2c + 9} of MMA (j, h), for weights and activations alike.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/matmul_stream.h"
+#include "backend/cuda/mma.cuh"
+
+namespace nextn::cuda {
+namespace {
+
+constexpr int kRows = 128;          // rows per tile
+constexpr int kK = kChunkK;         // k per stage unit
+constexpr int kWarps = 8;           // consumer warps
+constexpr int kThreads = (kWarps + 1) * 32;
+constexpr int kXStride = 320;       // bytes per activation row in a stage: 256 + 64, conflict-free 16-byte reads
+constexpr int kMaxStages = 8;
+constexpr int kCounterSlots = 4096; // split-K tile counters at the start of the scratch
+constexpr int kWorkers = 132;       // H200 multiprocessors: the split choice's model (a constant: same bits anywhere)
+
+enum Epi : int { kOut = 0, kArgmax = 1 };
+
+// Bytes of packed weights per unit and per lane (of one (m, h) fragment pair).
+constexpr int unit_weight_bytes(int bits) { return kRows * kK * bits / 8; }
+constexpr int lane_bytes(int bits) { return bits == 4 ? 8 : 16; }
+
+struct StreamParams {
+  const uint8_t* packed;
+  int rows, cols, splits, per;   // per: chunks per split
+  int tiles, chunks, gpc, gshift, unit_bytes;
+  int stages, stage_smem;
+  const bf16* x;
+  int ldx, T;
+  float* y;
+  int ldy, accumulate;
+  float* partial;                // [splits][T][rows]
+  int* counters;                 // [tiles], zero between calls
+  ArgMax* pairs;                 // [T][tiles]
+  const int* stop;
+};
+
+// ---- mbarrier and bulk copy (sm_90) ----
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void mbar_init(uint64_t* b, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* b, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* b) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* b, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred P1;\n"
+      "LAB_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@P1 bra DONE;\n"
+      "bra LAB_WAIT;\n"
+      "DONE:\n"
+      "}\n" ::"r"(smem_u32(b)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_u32(dst)),
+               "l"(src), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
+}
+// Barrier of the 256 consumer threads only (the producer warp never joins).
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
+
+// ---- dequantization ----
+// A q4 piece (8 nibbles, element e at bit q4_bit(e)) -> 4 bf16 pairs.
+__device__ __forceinline__ uint4 dequant_q4(uint32_t w, uint32_t sb) {
+  constexpr uint32_t kMagic = 0x43004300u;  // bf16 pair (128, 128)
+  const uint32_t s2 = __byte_perm(sb, 0, 0x1010), b2 = __byte_perm(sb, 0, 0x3232);
+  uint32_t r[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) r[e] = bf2_fma(bf2_sub(lop3_and_or(w >> (4 * e), 0x000f000fu, kMagic), kMagic), s2, b2);
+  return make_uint4(r[0], r[1], r[2], r[3]);
+}
+// Byte k of w as an exact float: under the exponent of 2^23, minus 2^23.
+template <int K>
+__device__ __forceinline__ float q8_byte(uint32_t w) {
+  return __uint_as_float(__byte_perm(w, 0x4B00u, 0x5440u + K)) - 8388608.0f;
+}
+// A q8 piece (8 bytes in element order) -> 4 bf16 pairs of round_bf16(s * q + b).
+__device__ __forceinline__ uint4 dequant_q8(uint32_t w0, uint32_t w1, uint32_t sb) {
+  const float s = __uint_as_float(sb << 16), b = __uint_as_float(sb & 0xffff0000u);
+  return make_uint4(pack_bf16(fmaf(s, q8_byte<0>(w0), b), fmaf(s, q8_byte<1>(w0), b)),
+                    pack_bf16(fmaf(s, q8_byte<2>(w0), b), fmaf(s, q8_byte<3>(w0), b)),
+                    pack_bf16(fmaf(s, q8_byte<0>(w1), b), fmaf(s, q8_byte<1>(w1), b)),
+                    pack_bf16(fmaf(s, q8_byte<2>(w1), b), fmaf(s, q8_byte<3>(w1), b)));
+}
+
+// One stage unit for one consumer warp: pieces 2kh, 2kh + 1 of rows
+// rg * 32 + 16m + 8h + g, all token fragments.
+template <int BITS, int NF>
+__device__ __forceinline__ void unit_compute(const StreamParams& p, const uint8_t* st, int kh, int rg, int lane,
+                                             float (&acc)[2][NF][4]) {
+  constexpr int LB = lane_bytes(BITS);
+  const int g = lane >> 2, c = lane & 3;
+  const uint8_t* wb = st + (kh * 4 + rg) * 4 * 32 * LB + lane * LB;
+  const uint32_t* sb = reinterpret_cast<const uint32_t*>(st + unit_weight_bytes(BITS));
+  const uint8_t* xs = st + p.unit_bytes;
+  uint32_t wq[2][2][LB / 4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if constexpr (BITS == 4) {
+        const uint2 v = *reinterpret_cast<const uint2*>(wb + (m * 2 + h) * 32 * LB);
+        wq[m][h][0] = v.x;
+        wq[m][h][1] = v.y;
+      } else {
+        const uint4 v = *reinterpret_cast<const uint4*>(wb + (m * 2 + h) * 32 * LB);
+        wq[m][h][0] = v.x;
+        wq[m][h][1] = v.y;
+        wq[m][h][2] = v.z;
+        wq[m][h][3] = v.w;
+      }
+    }
+#pragma unroll
+  for (int jj = 0; jj < 2; ++jj) {
+    const int j = 2 * kh + jj;
+    const int gi = (32 * j) >> p.gshift;
+    uint4 a[2][2];
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t s = sb[(rg * 32 + 16 * m + 8 * h + g) * p.gpc + gi];
+        if constexpr (BITS == 4)
+          a[m][h] = dequant_q4(wq[m][h][jj], s);
+        else
+          a[m][h] = dequant_q8(wq[m][h][2 * jj], wq[m][h][2 * jj + 1], s);
+      }
+#pragma unroll
+    for (int f = 0; f < NF; ++f) {
+      const int t = 8 * f + g;
+      uint4 b = make_uint4(0, 0, 0, 0);
+      if (t < p.T) b = *reinterpret_cast<const uint4*>(xs + t * kXStride + 64 * j + 16 * c);
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        mma_bf16(acc[m][f], a[m][0].x, a[m][1].x, a[m][0].y, a[m][1].y, b.x, b.y);
+        mma_bf16(acc[m][f], a[m][0].z, a[m][1].z, a[m][0].w, a[m][1].w, b.z, b.w);
+      }
+    }
+  }
+}
+
+template <int BITS, int NF, int EPI, int MINB>
+__global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamParams p) {
+  if constexpr (EPI == kArgmax) {
+    if (p.stop != nullptr && *p.stop != 0) return;
+  }
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
+  __shared__ ArgMax best[4][kMaxRows];
+  __shared__ int last;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < p.stages; ++i) {
+      mbar_init(&full[i], 1);
+      mbar_init(&empty[i], kWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int items = p.tiles * p.splits;
+
+  if (warp == kWarps) {  // producer: the ring of stage units
+    int stage = 0;
+    uint32_t phase = 0;
+    const uint32_t bytes = uint32_t(p.unit_bytes) + uint32_t(p.T) * 256u;
+    for (int item = blockIdx.x; item < items; item += gridDim.x) {
+      const int tile = item / p.splits, s = item % p.splits;
+      const int c0 = s * p.per, c1 = min(p.chunks, c0 + p.per);
+      for (int ch = c0; ch < c1; ++ch) {
+        mbar_wait(&empty[stage], phase ^ 1u);
+        uint8_t* dst = smem + stage * p.stage_smem;
+        if (lane == 0) {
+          mbar_expect_tx(&full[stage], bytes);
+          bulk_copy(dst, p.packed + (size_t(tile) * p.chunks + ch) * p.unit_bytes, uint32_t(p.unit_bytes),
+                    &full[stage]);
+        }
+        for (int t = lane; t < p.T; t += 32)
+          bulk_copy(dst + p.unit_bytes + t * kXStride, p.x + size_t(t) * p.ldx + size_t(ch) * kK, 256u, &full[stage]);
+        if (++stage == p.stages) {
+          stage = 0;
+          phase ^= 1u;
+        }
+      }
+    }
+    return;
+  }
+
+  // Consumers: 4 row groups (rg) x 2 k halves (kh).
+  const int kh = warp >> 2, rg = warp & 3, g = lane >> 2, c = lane & 3;
+  float* red = reinterpret_cast<float*>(smem + p.stages * p.stage_smem);  // [rg][2 * NF * 4][32]
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    const int tile = item / p.splits, s = item % p.splits;
+    const int c0 = s * p.per, c1 = min(p.chunks, c0 + p.per);
+    float acc[2][NF][4];
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int f = 0; f < NF; ++f) acc[m][f][0] = acc[m][f][1] = acc[m][f][2] = acc[m][f][3] = 0.0f;
+    for (int ch = c0; ch < c1; ++ch) {
+      mbar_wait(&full[stage], phase);
+      unit_compute<BITS, NF>(p, smem + stage * p.stage_smem, kh, rg, lane, acc);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[stage]);
+      if (++stage == p.stages) {
+        stage = 0;
+        phase ^= 1u;
+      }
+    }
+
+    // The two k halves: sum = half 0 + half 1.
+    float* my_red = red + rg * (2 * NF * 4) * 32;
+    if (kh == 1) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int f = 0; f < NF; ++f)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) my_red[((m * NF + f) * 4 + i) * 32 + lane] = acc[m][f][i];
+    }
+    consumers_sync();
+    const int row0 = tile * kRows + rg * 32;
+    if (kh == 0) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int f = 0; f < NF; ++f)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[m][f][i] = add_rn(acc[m][f][i], my_red[((m * NF + f) * 4 + i) * 32 + lane]);
+      if constexpr (EPI == kArgmax) {
+#pragma unroll
+        for (int f = 0; f < NF; ++f)
+#pragma unroll
+          for (int hc = 0; hc < 2; ++hc) {  // token column 8f + 2c + hc
+            ArgMax a{-INFINITY, p.rows};
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {
+              const int ra = row0 + 16 * m + g, rb = ra + 8;
+              if (ra < p.rows && argmax_better(acc[m][f][hc], ra, a.v, a.i)) a = {acc[m][f][hc], ra};
+              if (rb < p.rows && argmax_better(acc[m][f][2 + hc], rb, a.v, a.i)) a = {acc[m][f][2 + hc], rb};
+            }
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1) {  // across g: lanes with the same c
+              const float v = __shfl_xor_sync(0xffffffffu, a.v, o);
+              const int i = __shfl_xor_sync(0xffffffffu, a.i, o);
+              if (argmax_better(v, i, a.v, a.i)) a = {v, i};
+            }
+            if (g == 0) best[rg][8 * f + 2 * c + hc] = a;
+          }
+      } else {
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+          for (int f = 0; f < NF; ++f)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int r = row0 + 16 * m + g + (i >= 2 ? 8 : 0);
+              const int t = 8 * f + 2 * c + (i & 1);
+              if (r >= p.rows || t >= p.T) continue;
+              if (p.splits > 1) {
+                p.partial[(size_t(s) * p.T + t) * p.rows + r] = acc[m][f][i];
+              } else {
+                float* dst = p.y + size_t(t) * p.ldy + r;
+                *dst = p.accumulate ? add_rn(*dst, acc[m][f][i]) : acc[m][f][i];
+              }
+            }
+        if (p.splits > 1) __threadfence();
+      }
+    }
+    consumers_sync();  // red and best are free again; best is complete
+
+    if constexpr (EPI == kArgmax) {
+      const int t = threadIdx.x;
+      if (t < p.T) {
+        ArgMax a = best[0][t];
+        for (int w = 1; w < 4; ++w)
+          if (argmax_better(best[w][t].v, best[w][t].i, a.v, a.i)) a = best[w][t];
+        p.pairs[size_t(t) * p.tiles + tile] = a;
+      }
+    } else if (p.splits > 1) {
+      // The last of the tile's splits to finish sums the partials in split order.
+      if (threadIdx.x == 0) last = atomicAdd(&p.counters[tile], 1) == p.splits - 1;
+      consumers_sync();
+      if (last) {
+        __threadfence();
+        for (int idx = threadIdx.x; idx < p.T * kRows; idx += kWarps * 32) {
+          const int t = idx / kRows, r = tile * kRows + idx % kRows;
+          if (r >= p.rows) continue;
+          float v = __ldcg(p.partial + size_t(t) * p.rows + r);
+          for (int k = 1; k < p.splits; ++k) v = add_rn(v, __ldcg(p.partial + (size_t(k) * p.T + t) * p.rows + r));
+          float* dst = p.y + size_t(t) * p.ldy + r;
+          *dst = p.accumulate ? add_rn(*dst, v) : v;
+        }
+        if (threadIdx.x == 0) p.counters[tile] = 0;
+      }
+    }
+  }
+}
+
+// ---- load-time repacking into stage units ----
+// Unit (tile, chunk): [kh][rg][m][h][lane] pieces of lane_bytes, then the
+// (scale, bias) pairs [row][gpc]. Rows past the matrix are zero.
+template <int BITS>
+__global__ void stream_pack_kernel(const uint32_t* w, const float* scales, const float* biases, int rows, int cols,
+                                   int group, int tiles, int chunks, int unit_bytes, uint8_t* out) {
+  constexpr int LB = lane_bytes(BITS), kUnits = 8 * 4 * 32;
+  const int gpc = kK / group, per_unit = kUnits + kRows * gpc;
+  const size_t total = size_t(tiles) * chunks * per_unit;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
+    const size_t tc = i / per_unit;
+    const int u = int(i % per_unit);
+    const int tile = int(tc / chunks), ch = int(tc % chunks);
+    uint8_t* base = out + tc * unit_bytes;
+    if (u < kUnits) {
+      const int lane = u & 31, mh = (u >> 5) & 3, wg = u >> 7;
+      const int kh = wg >> 2, rg = wg & 3, g = lane >> 2, c = lane & 3;
+      const int row = tile * kRows + rg * 32 + 16 * (mh >> 1) + 8 * (mh & 1) + g;
+      uint32_t v[LB / 4] = {};
+      if (row < rows) {
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj) {
+          const int k = ch * kK + 32 * (2 * kh + jj) + 8 * c;
+          if constexpr (BITS == 4) {
+            const uint32_t word = w[size_t(row) * (cols / 8) + k / 8];  // MLX: element e at bits [4e, 4e + 4)
+            uint32_t r = 0;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) r |= ((word >> (4 * e)) & 0xfu) << q4_bit(e);
+            v[jj] = r;
+          } else {
+            v[2 * jj] = w[size_t(row) * (cols / 4) + k / 4];
+            v[2 * jj + 1] = w[size_t(row) * (cols / 4) + k / 4 + 1];
+          }
+        }
+      }
+      uint32_t* dst = reinterpret_cast<uint32_t*>(base + size_t(u) * LB);
+#pragma unroll
+      for (int q = 0; q < LB / 4; ++q) dst[q] = v[q];
+    } else {
+      const int e = u - kUnits, r = e / gpc, gi = e % gpc;
+      const int row = tile * kRows + r;
+      uint32_t sb = 0;
+      if (row < rows) {
+        const size_t gidx = size_t(row) * (cols / group) + size_t(ch) * kK / group + gi;
+        const bf16 sv = __float2bfloat16_rn(scales[gidx]), bv = __float2bfloat16_rn(biases[gidx]);
+        sb = uint32_t(*reinterpret_cast<const uint16_t*>(&sv)) | (uint32_t(*reinterpret_cast<const uint16_t*>(&bv)) << 16);
+      }
+      reinterpret_cast<uint32_t*>(base + unit_weight_bytes(BITS))[r * gpc + gi] = sb;
+    }
+  }
+}
+
+// ---- host side ----
+int g_sms = 0;
+
+int unit_bytes_of(const DevMatrix& m) {
+  const int bits = m.kind == WKind::Q4 ? 4 : 8;
+  return unit_weight_bytes(bits) + kRows * (kK / m.group) * 4;
+}
+
+using KernelFn = void (*)(StreamParams);
+
+template <int BITS, int EPI>
+KernelFn kernel_for(int nf) {
+  switch (nf) {
+    case 1: return stream_kernel<BITS, 1, EPI, 2>;
+    case 2: return stream_kernel<BITS, 2, EPI, 2>;
+    case 3: return stream_kernel<BITS, 3, EPI, 2>;
+    case 4: return stream_kernel<BITS, 4, EPI, 2>;
+    case 5: return stream_kernel<BITS, 5, EPI, 1>;
+    case 6: return stream_kernel<BITS, 6, EPI, 1>;
+    case 7: return stream_kernel<BITS, 7, EPI, 1>;
+    default: return stream_kernel<BITS, 8, EPI, 1>;
+  }
+}
+KernelFn kernel_for(int bits, int epi, int nf) {
+  if (bits == 4) return epi == kArgmax ? kernel_for<4, kArgmax>(nf) : kernel_for<4, kOut>(nf);
+  return epi == kArgmax ? kernel_for<8, kArgmax>(nf) : kernel_for<8, kOut>(nf);
+}
+
+constexpr int kSmemOne = 220 * 1024;  // dynamic shared memory: one block per SM
+constexpr int kSmemTwo = 108 * 1024;  // two blocks per SM
+
+void launch(const DevMatrix& W, int epi, StreamParams p, cudaStream_t s) {
+  if (g_sms == 0) init_kernels();
+  const uintptr_t xa = reinterpret_cast<uintptr_t>(p.x);
+  if (xa % 16 != 0 || p.ldx % 8 != 0)
+    fail("matmul: activations must be 16-byte aligned with a row stride that is a multiple of 8 (got stride {})",
+         p.ldx);
+  const int bits = W.kind == WKind::Q4 ? 4 : 8, nf = ceil_div(p.T, 8);
+  p.tiles = ceil_div(W.rows, kRows);
+  p.chunks = W.cols / kK;
+  p.gpc = kK / W.group;
+  p.gshift = W.group == 32 ? 5 : W.group == 64 ? 6 : 7;
+  p.unit_bytes = unit_bytes_of(W);
+  p.per = ceil_div(p.chunks, p.splits);
+  p.stage_smem = (p.unit_bytes + p.T * kXStride + 127) / 128 * 128;
+  const int red = 4 * 2 * nf * 4 * 32 * 4;
+  // Two blocks per SM when four stages fit in half of its shared memory
+  // (more warps to dequantize); else one block with a deeper ring.
+  int per_sm = nf <= 4 && 4 * p.stage_smem + red <= kSmemTwo ? 2 : 1;
+  const int budget = per_sm == 2 ? kSmemTwo : kSmemOne;
+  p.stages = std::min(kMaxStages, (budget - red) / p.stage_smem);
+  if (p.stages < 2) fail("matmul: stage of {} bytes does not fit in shared memory", p.stage_smem);
+  const int smem = p.stages * p.stage_smem + red;
+  const int items = p.tiles * p.splits;
+  const int grid = std::min(items, g_sms * per_sm);
+  kernel_for(bits, epi, nf)<<<grid, kThreads, smem, s>>>(p);
+  CUDA_CHECK_LAUNCH("stream_kernel");
+}
+
+StreamParams base_params(const DevMatrix& W, const void* x, int T, int ldx) {
+  if (T < 1 || T > kMaxRows) fail("matmul: {} rows outside [1, {}]", T, kMaxRows);
+  StreamParams p{};
+  p.packed = static_cast<const uint8_t*>(W.packed);
+  p.rows = W.rows;
+  p.cols = W.cols;
+  p.splits = W.splits;
+  p.x = static_cast<const bf16*>(x);
+  p.ldx = ldx;
+  p.T = T;
+  return p;
+}
+
+}  // namespace
+
+void init_kernels() {
+  if (g_sms != 0) return;
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
+  for (int bits : {4, 8})
+    for (int epi : {int(kOut), int(kArgmax)})
+      for (int nf = 1; nf <= 8; ++nf)
+        CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel_for(bits, epi, nf)),
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemOne));
+}
+
+bool stream_eligible(const DevMatrix& m) {
+  return (m.kind == WKind::Q4 || m.kind == WKind::Q8) && m.sb_exact && m.cols % kK == 0 &&
+         (m.group == 32 || m.group == 64 || m.group == 128);
+}
+
+int stream_tiles(const DevMatrix& m) { return ceil_div(m.rows, kRows); }
+
+int64_t stream_layout_bytes(const DevMatrix& m) {
+  return stream_eligible(m) ? int64_t(stream_tiles(m)) * (m.cols / kK) * unit_bytes_of(m) : 0;
+}
+
+void stream_pack(const DevMatrix& m, void* dst, cudaStream_t s) {
+  const int tiles = stream_tiles(m), chunks = m.cols / kK, ub = unit_bytes_of(m);
+  const size_t total = size_t(tiles) * chunks * (8 * 4 * 32 + kRows * (kK / m.group));
+  const unsigned blocks = unsigned(std::min<size_t>(16384, (total + 255) / 256));
+  auto* w = static_cast<const uint32_t*>(m.w);
+  auto* out = static_cast<uint8_t*>(dst);
+  if (m.kind == WKind::Q4)
+    stream_pack_kernel<4><<<blocks, 256, 0, s>>>(w, m.scales, m.biases, m.rows, m.cols, m.group, tiles, chunks, ub, out);
+  else
+    stream_pack_kernel<8><<<blocks, 256, 0, s>>>(w, m.scales, m.biases, m.rows, m.cols, m.group, tiles, chunks, ub, out);
+  CUDA_CHECK_LAUNCH("stream_pack_kernel");
+}
+
+int stream_splits(int rows, int cols) {
+  // Minimise the chunks the busiest multiprocessor streams (items are dealt
+  // round robin), plus one chunk's worth for a split's reduction.
+  const int tiles = ceil_div(rows, kRows), chunks = cols / kK;
+  int best = 1;
+  double best_cost = double(ceil_div(tiles, kWorkers)) * chunks;
+  for (int s = 2; s <= std::min(32, chunks); ++s) {
+    const int per = ceil_div(chunks, s);
+    if (ceil_div(chunks, per) != s) continue;  // every split non-empty, no duplicate shapes
+    const double cost = double(ceil_div(tiles * s, kWorkers)) * per + 1.0;
+    if (cost < best_cost) {
+      best = s;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+int64_t stream_counter_floats() { return kCounterSlots; }
+
+void stream_matmul(const DevMatrix& W, const void* x, int T, int ldx, float* y, int ldy, bool accumulate,
+                   float* scratch, cudaStream_t s) {
+  StreamParams p = base_params(W, x, T, ldx);
+  p.y = y;
+  p.ldy = ldy;
+  p.accumulate = accumulate ? 1 : 0;
+  if (p.splits > 1) {
+    if (scratch == nullptr) fail("matmul: split-K matrix without scratch");
+    if (stream_tiles(W) > kCounterSlots) fail("matmul: {} tiles exceed the split-K counters", stream_tiles(W));
+    p.counters = reinterpret_cast<int*>(scratch);
+    p.partial = scratch + kCounterSlots;
+  }
+  launch(W, kOut, p, s);
+}
+
+void stream_matmul_argmax(const DevMatrix& W, const void* x, int T, int ldx, void* pairs, const int* stop,
+                          cudaStream_t s) {
+  StreamParams p = base_params(W, x, T, ldx);
+  p.splits = 1;
+  p.pairs = static_cast<ArgMax*>(pairs);
+  p.stop = stop;
+  launch(W, kArgmax, p, s);
+}
+
+}  // namespace nextn::cuda

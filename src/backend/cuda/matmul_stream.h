@@ -1,0 +1,32 @@
+// The streamed quantized matmul (matmul_stream.cu), reached through
+// matmul() / matmul_argmax() in matmul.cu for matrices pack_quant put into
+// its layout (DevMatrix::packed). Host-callable.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+
+namespace nextn::cuda {
+
+// Q4/Q8, (scale, bias) exact in bf16, cols % 128 == 0, group 32/64/128:
+// a function of the matrix only, never of the token count.
+bool stream_eligible(const DevMatrix& m);
+// Bytes of the stage-unit layout (0 when not eligible); tiles of 128 rows.
+int64_t stream_layout_bytes(const DevMatrix& m);
+int stream_tiles(const DevMatrix& m);
+// Fills the layout from m.w (MLX word order) and the fp32 scales/biases.
+void stream_pack(const DevMatrix& m, void* dst, cudaStream_t s);
+// The split-K factor for an eligible shape (rows, cols).
+int stream_splits(int rows, int cols);
+// Floats at the start of a split-K scratch that hold the tile counters.
+int64_t stream_counter_floats();
+
+void stream_matmul(const DevMatrix& W, const void* x, int T, int ldx, float* y, int ldy, bool accumulate,
+                   float* scratch, cudaStream_t s);
+// Writes (max, index) pairs [T][stream_tiles(W)].
+void stream_matmul_argmax(const DevMatrix& W, const void* x, int T, int ldx, void* pairs, const int* stop,
+                          cudaStream_t s);
+
+}  // namespace nextn::cuda
