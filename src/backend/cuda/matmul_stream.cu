@@ -10,7 +10,8 @@
 //    a unit into shared memory with no registers held;
 //  - a producer warp keeps up to kMaxStages units in flight per block on a
 //    ring of mbarrier-guarded stages; the activations of the unit's k range
-//    ride along (one 256-byte bulk copy per token row);
+//    ride along as 16-byte cp.async copies into padded rows (many small
+//    bulk copies would queue on the copy engine: measured, 2.5x at W = 32);
 //  - persistent blocks walk a fixed list of (tile, split) items, so the
 //    stream does not drain between tiles;
 //  - 8 consumer warps: 4 row groups of 32 rows x 2 k halves of each unit;
@@ -35,6 +36,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
@@ -50,7 +52,7 @@ constexpr int kK = kChunkK;         // k per stage unit
 constexpr int kWarps = 8;           // consumer warps
 constexpr int kThreads = (kWarps + 1) * 32;
 constexpr int kXStride = 320;       // bytes per activation row in a stage: 256 + 64, conflict-free 16-byte reads
-constexpr int kMaxStages = 8;
+constexpr int kMaxStages = 12;
 constexpr int kCounterSlots = 4096; // split-K tile counters at the start of the scratch
 constexpr int kWorkers = 132;       // H200 multiprocessors: the split choice's model (a constant: same bits anywhere)
 
@@ -99,6 +101,14 @@ __device__ __forceinline__ void mbar_wait(uint64_t* b, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
+// 16 bytes global -> shared without registers; cp_async_arrive makes `bar`
+// count one arrival once all of this thread's earlier cp.async have landed.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
                    smem_u32(dst)),
@@ -109,13 +119,20 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 
 // ---- dequantization ----
-// A q4 piece (8 nibbles, element e at bit q4_bit(e)) -> 4 bf16 pairs.
+// A q4 piece (8 nibbles, element e at bit q4_bit(e)) -> 4 bf16 pairs of
+// round_bf16(s * q + b); sb = bf16 scale | bf16 bias << 16. The scale and
+// bias reach the bf16x2 fma as half-broadcast operands (no byte permutes).
 __device__ __forceinline__ uint4 dequant_q4(uint32_t w, uint32_t sb) {
   constexpr uint32_t kMagic = 0x43004300u;  // bf16 pair (128, 128)
-  const uint32_t s2 = __byte_perm(sb, 0, 0x1010), b2 = __byte_perm(sb, 0, 0x3232);
+  const __nv_bfloat162 sbv = *reinterpret_cast<const __nv_bfloat162*>(&sb);
+  const __nv_bfloat162 s2 = __low2bfloat162(sbv), b2 = __high2bfloat162(sbv);
   uint32_t r[4];
 #pragma unroll
-  for (int e = 0; e < 4; ++e) r[e] = bf2_fma(bf2_sub(lop3_and_or(w >> (4 * e), 0x000f000fu, kMagic), kMagic), s2, b2);
+  for (int e = 0; e < 4; ++e) {
+    const uint32_t v = bf2_sub(lop3_and_or(w >> (4 * e), 0x000f000fu, kMagic), kMagic);
+    const __nv_bfloat162 d = __hfma2(*reinterpret_cast<const __nv_bfloat162*>(&v), s2, b2);
+    r[e] = *reinterpret_cast<const uint32_t*>(&d);
+  }
   return make_uint4(r[0], r[1], r[2], r[3]);
 }
 // Byte k of w as an exact float: under the exponent of 2^23, minus 2^23.
@@ -132,53 +149,66 @@ __device__ __forceinline__ uint4 dequant_q8(uint32_t w0, uint32_t w1, uint32_t s
                     pack_bf16(fmaf(s, q8_byte<2>(w1), b), fmaf(s, q8_byte<3>(w1), b)));
 }
 
+// A consumer lane's byte offsets inside a stage, fixed for the whole
+// kernel, so that the loop over stages adds only immediates.
+struct LaneOffsets {
+  int w, sb, x;
+};
+template <int BITS>
+__device__ __forceinline__ LaneOffsets lane_offsets(const StreamParams& p, int kh, int rg, int lane) {
+  const int g = lane >> 2, c = lane & 3;
+  LaneOffsets o;
+  o.w = (kh * 4 + rg) * 4 * 32 * lane_bytes(BITS) + lane * lane_bytes(BITS);
+  // (scale, bias) word of row rg*32 + g, group of piece 2kh
+  o.sb = unit_weight_bytes(BITS) + ((rg * 32 + g) * p.gpc + ((64 * kh) >> p.gshift)) * 4;
+  o.x = p.unit_bytes + g * kXStride + 16 * c + 128 * kh;  // token g, piece 2kh
+  return o;
+}
+
 // One stage unit for one consumer warp: pieces 2kh, 2kh + 1 of rows
-// rg * 32 + 16m + 8h + g, all token fragments.
-template <int BITS, int NF>
-__device__ __forceinline__ void unit_compute(const StreamParams& p, const uint8_t* st, int kh, int rg, int lane,
+// rg * 32 + 16m + 8h + g, all token fragments. GPC: groups per unit row
+// (4: g32, the two pieces in different groups; 2: g64; 1: g128).
+template <int BITS, int NF, int GPC>
+__device__ __forceinline__ void unit_compute(const uint8_t* st, const LaneOffsets& o, const bool (&tok)[NF],
                                              float (&acc)[2][NF][4]) {
   constexpr int LB = lane_bytes(BITS);
-  const int g = lane >> 2, c = lane & 3;
-  const uint8_t* wb = st + (kh * 4 + rg) * 4 * 32 * LB + lane * LB;
-  const uint32_t* sb = reinterpret_cast<const uint32_t*>(st + unit_weight_bytes(BITS));
-  const uint8_t* xs = st + p.unit_bytes;
-  uint32_t wq[2][2][LB / 4];
+  uint32_t wq[2][2][LB / 4], sbw[2][2][2];
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
+      const uint8_t* wp = st + o.w + (m * 2 + h) * 32 * LB;
       if constexpr (BITS == 4) {
-        const uint2 v = *reinterpret_cast<const uint2*>(wb + (m * 2 + h) * 32 * LB);
+        const uint2 v = *reinterpret_cast<const uint2*>(wp);
         wq[m][h][0] = v.x;
         wq[m][h][1] = v.y;
       } else {
-        const uint4 v = *reinterpret_cast<const uint4*>(wb + (m * 2 + h) * 32 * LB);
+        const uint4 v = *reinterpret_cast<const uint4*>(wp);
         wq[m][h][0] = v.x;
         wq[m][h][1] = v.y;
         wq[m][h][2] = v.z;
         wq[m][h][3] = v.w;
       }
+      const uint32_t* sp = reinterpret_cast<const uint32_t*>(st + o.sb + (16 * m + 8 * h) * GPC * 4);
+      sbw[m][h][0] = sp[0];
+      sbw[m][h][1] = GPC == 4 ? sp[1] : sbw[m][h][0];
     }
 #pragma unroll
   for (int jj = 0; jj < 2; ++jj) {
-    const int j = 2 * kh + jj;
-    const int gi = (32 * j) >> p.gshift;
     uint4 a[2][2];
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const uint32_t s = sb[(rg * 32 + 16 * m + 8 * h + g) * p.gpc + gi];
         if constexpr (BITS == 4)
-          a[m][h] = dequant_q4(wq[m][h][jj], s);
+          a[m][h] = dequant_q4(wq[m][h][jj], sbw[m][h][jj]);
         else
-          a[m][h] = dequant_q8(wq[m][h][2 * jj], wq[m][h][2 * jj + 1], s);
+          a[m][h] = dequant_q8(wq[m][h][2 * jj], wq[m][h][2 * jj + 1], sbw[m][h][jj]);
       }
 #pragma unroll
     for (int f = 0; f < NF; ++f) {
-      const int t = 8 * f + g;
       uint4 b = make_uint4(0, 0, 0, 0);
-      if (t < p.T) b = *reinterpret_cast<const uint4*>(xs + t * kXStride + 64 * j + 16 * c);
+      if (tok[f]) b = *reinterpret_cast<const uint4*>(st + o.x + 8 * f * kXStride + 64 * jj);
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
         mma_bf16(acc[m][f], a[m][0].x, a[m][1].x, a[m][0].y, a[m][1].y, b.x, b.y);
@@ -200,7 +230,7 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     for (int i = 0; i < p.stages; ++i) {
-      mbar_init(&full[i], 1);
+      mbar_init(&full[i], 1 + 32);  // the weights' expect_tx + each producer lane's cp.async arrival
       mbar_init(&empty[i], kWarps);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -211,7 +241,6 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
   if (warp == kWarps) {  // producer: the ring of stage units
     int stage = 0;
     uint32_t phase = 0;
-    const uint32_t bytes = uint32_t(p.unit_bytes) + uint32_t(p.T) * 256u;
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
       const int tile = item / p.splits, s = item % p.splits;
       const int c0 = s * p.per, c1 = min(p.chunks, c0 + p.per);
@@ -219,12 +248,15 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
         mbar_wait(&empty[stage], phase ^ 1u);
         uint8_t* dst = smem + stage * p.stage_smem;
         if (lane == 0) {
-          mbar_expect_tx(&full[stage], bytes);
+          mbar_expect_tx(&full[stage], uint32_t(p.unit_bytes));
           bulk_copy(dst, p.packed + (size_t(tile) * p.chunks + ch) * p.unit_bytes, uint32_t(p.unit_bytes),
                     &full[stage]);
         }
-        for (int t = lane; t < p.T; t += 32)
-          bulk_copy(dst + p.unit_bytes + t * kXStride, p.x + size_t(t) * p.ldx + size_t(ch) * kK, 256u, &full[stage]);
+        for (int i = lane; i < p.T * 16; i += 32) {  // 16 pieces of 16 bytes per token row
+          const int t = i >> 4, q = i & 15;
+          cp_async16(dst + p.unit_bytes + t * kXStride + 16 * q, p.x + size_t(t) * p.ldx + size_t(ch) * kK + 8 * q);
+        }
+        cp_async_arrive(&full[stage]);
         if (++stage == p.stages) {
           stage = 0;
           phase ^= 1u;
@@ -237,6 +269,11 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
   // Consumers: 4 row groups (rg) x 2 k halves (kh).
   const int kh = warp >> 2, rg = warp & 3, g = lane >> 2, c = lane & 3;
   float* red = reinterpret_cast<float*>(smem + p.stages * p.stage_smem);  // [rg][2 * NF * 4][32]
+  const LaneOffsets off = lane_offsets<BITS>(p, kh, rg, lane);
+  bool tok[NF];  // this lane's token row of fragment f exists
+#pragma unroll
+  for (int f = 0; f < NF; ++f) tok[f] = 8 * f + g < p.T;
+  const int gpc = p.gpc, stage_smem = p.stage_smem, stages = p.stages;
   int stage = 0;
   uint32_t phase = 0;
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
@@ -249,10 +286,16 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
       for (int f = 0; f < NF; ++f) acc[m][f][0] = acc[m][f][1] = acc[m][f][2] = acc[m][f][3] = 0.0f;
     for (int ch = c0; ch < c1; ++ch) {
       mbar_wait(&full[stage], phase);
-      unit_compute<BITS, NF>(p, smem + stage * p.stage_smem, kh, rg, lane, acc);
+      const uint8_t* st = smem + stage * stage_smem;
+      if (gpc == 2)
+        unit_compute<BITS, NF, 2>(st, off, tok, acc);
+      else if (gpc == 1)
+        unit_compute<BITS, NF, 1>(st, off, tok, acc);
+      else
+        unit_compute<BITS, NF, 4>(st, off, tok, acc);
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[stage]);
-      if (++stage == p.stages) {
+      if (++stage == stages) {
         stage = 0;
         phase ^= 1u;
       }
@@ -409,10 +452,13 @@ int unit_bytes_of(const DevMatrix& m) {
 
 using KernelFn = void (*)(StreamParams);
 
+// Blocks per SM the register budget allows (launch bounds), by fragment count.
+constexpr int max_per_sm(int nf) { return nf == 1 ? 3 : nf <= 4 ? 2 : 1; }
+
 template <int BITS, int EPI>
 KernelFn kernel_for(int nf) {
   switch (nf) {
-    case 1: return stream_kernel<BITS, 1, EPI, 2>;
+    case 1: return stream_kernel<BITS, 1, EPI, 3>;
     case 2: return stream_kernel<BITS, 2, EPI, 2>;
     case 3: return stream_kernel<BITS, 3, EPI, 2>;
     case 4: return stream_kernel<BITS, 4, EPI, 2>;
@@ -427,8 +473,13 @@ KernelFn kernel_for(int bits, int epi, int nf) {
   return epi == kArgmax ? kernel_for<8, kArgmax>(nf) : kernel_for<8, kOut>(nf);
 }
 
-constexpr int kSmemOne = 220 * 1024;  // dynamic shared memory: one block per SM
-constexpr int kSmemTwo = 108 * 1024;  // two blocks per SM
+// Dynamic shared memory per SM for the blocks it hosts (228 KB less each
+// block's static part and reserve).
+constexpr int kSmemPerSM = 222 * 1024;
+constexpr int kSmemMaxBlock = 220 * 1024;
+// Tuning knobs for `nextn bench projection` (speed only: the bits do not
+// depend on them): NEXTN_STREAM_PER_SM caps blocks per SM, NEXTN_STREAM_STAGES the ring.
+int g_cap_per_sm = 3, g_cap_stages = kMaxStages;
 
 void launch(const DevMatrix& W, int epi, StreamParams p, cudaStream_t s) {
   if (g_sms == 0) init_kernels();
@@ -445,11 +496,13 @@ void launch(const DevMatrix& W, int epi, StreamParams p, cudaStream_t s) {
   p.per = ceil_div(p.chunks, p.splits);
   p.stage_smem = (p.unit_bytes + p.T * kXStride + 127) / 128 * 128;
   const int red = 4 * 2 * nf * 4 * 32 * 4;
-  // Two blocks per SM when four stages fit in half of its shared memory
-  // (more warps to dequantize); else one block with a deeper ring.
-  int per_sm = nf <= 4 && 4 * p.stage_smem + red <= kSmemTwo ? 2 : 1;
-  const int budget = per_sm == 2 ? kSmemTwo : kSmemOne;
-  p.stages = std::min(kMaxStages, (budget - red) / p.stage_smem);
+  // As many blocks per SM as registers allow while each keeps four stages
+  // (more warps to dequantize); else fewer blocks with deeper rings.
+  int per_sm = std::min(max_per_sm(nf), g_cap_per_sm), budget = 0;
+  for (; per_sm > 1; --per_sm)
+    if (4 * p.stage_smem + red <= kSmemPerSM / per_sm - 2048) break;
+  budget = per_sm == 1 ? kSmemMaxBlock : kSmemPerSM / per_sm - 2048;
+  p.stages = std::min(g_cap_stages, (budget - red) / p.stage_smem);
   if (p.stages < 2) fail("matmul: stage of {} bytes does not fit in shared memory", p.stage_smem);
   const int smem = p.stages * p.stage_smem + red;
   const int items = p.tiles * p.splits;
@@ -478,11 +531,13 @@ void init_kernels() {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
+  if (const char* e = std::getenv("NEXTN_STREAM_PER_SM")) g_cap_per_sm = std::clamp(std::atoi(e), 1, 3);
+  if (const char* e = std::getenv("NEXTN_STREAM_STAGES")) g_cap_stages = std::clamp(std::atoi(e), 2, kMaxStages);
   for (int bits : {4, 8})
     for (int epi : {int(kOut), int(kArgmax)})
       for (int nf = 1; nf <= 8; ++nf)
         CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel_for(bits, epi, nf)),
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemOne));
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMaxBlock));
 }
 
 bool stream_eligible(const DevMatrix& m) {
@@ -511,14 +566,15 @@ void stream_pack(const DevMatrix& m, void* dst, cudaStream_t s) {
 
 int stream_splits(int rows, int cols) {
   // Minimise the chunks the busiest multiprocessor streams (items are dealt
-  // round robin), plus one chunk's worth for a split's reduction.
+  // round robin); a split item also writes and re-reads its partial sums
+  // (about one chunk's bytes at 8 tokens).
   const int tiles = ceil_div(rows, kRows), chunks = cols / kK;
   int best = 1;
   double best_cost = double(ceil_div(tiles, kWorkers)) * chunks;
   for (int s = 2; s <= std::min(32, chunks); ++s) {
     const int per = ceil_div(chunks, s);
     if (ceil_div(chunks, per) != s) continue;  // every split non-empty, no duplicate shapes
-    const double cost = double(ceil_div(tiles * s, kWorkers)) * per + 1.0;
+    const double cost = double(ceil_div(tiles * s, kWorkers)) * (per + 1.0);
     if (cost < best_cost) {
       best = s;
       best_cost = cost;

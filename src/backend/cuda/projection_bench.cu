@@ -174,27 +174,49 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
     r.copy_gbs = 2.0 * double(r.copy_bytes) / (r.copy_ms * 1e-3) / 1e9;
   }
 
+  // Timing: as the runtime runs them, inside CUDA graphs. A sample is one
+  // replay of a graph of kGraphLaunches launches (rotating the copies),
+  // divided by kGraphLaunches; the widths interleave ABBA over rounds.
+  constexpr int kGraphLaunches = 10;
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  auto launch_on = [&](int i, int W) {
+    const DevMatrix& m = mats[size_t(i) % mats.size()];
+    if (c.argmax)
+      matmul_argmax(m, x.p, Act::BF16, W, c.cols, pairs.p, static_cast<int32_t*>(out.p), nullptr, stream);
+    else
+      matmul(m, x.p, Act::BF16, W, c.cols, static_cast<float*>(y.p), c.rows, false, static_cast<float*>(scratch.p),
+             stream);
+  };
+  std::vector<cudaGraphExec_t> graphs(c.widths.size());
+  for (size_t k = 0; k < c.widths.size(); ++k) {
+    cudaGraph_t g;
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < kGraphLaunches; ++i) launch_on(i, c.widths[k]);
+    CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+    CUDA_CHECK(cudaGraphInstantiate(&graphs[k], g, 0));
+    CUDA_CHECK(cudaGraphDestroy(g));
+    CUDA_CHECK(cudaGraphLaunch(graphs[k], stream));  // warm-up
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<std::vector<double>> samples(c.widths.size());
-  int counter = 0;
-  for (int W : c.widths)
-    for (int i = 0; i < 3; ++i) launch(counter++, W);  // warm-up
   const int per_round = std::max(1, c.repeats / std::max(1, c.rounds));
   for (int round = 0; round < c.rounds; ++round) {
     for (size_t wi = 0; wi < c.widths.size(); ++wi) {
-      // ABBA over rounds: odd rounds walk the widths backwards.
       const size_t k = round % 2 ? c.widths.size() - 1 - wi : wi;
-      const int W = c.widths[k];
       for (int i = 0; i < per_round; ++i) {
-        CUDA_CHECK(cudaEventRecord(e0));
-        launch(counter++, W);
-        CUDA_CHECK(cudaEventRecord(e1));
+        CUDA_CHECK(cudaEventRecord(e0, stream));
+        CUDA_CHECK(cudaGraphLaunch(graphs[k], stream));
+        CUDA_CHECK(cudaEventRecord(e1, stream));
         CUDA_CHECK(cudaEventSynchronize(e1));
         float ms = 0;
         CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        samples[k].push_back(ms);
+        samples[k].push_back(ms / kGraphLaunches);
       }
     }
   }
+  for (auto& ge : graphs) cudaGraphExecDestroy(ge);
+  cudaStreamDestroy(stream);
   for (size_t k = 0; k < c.widths.size(); ++k) {
     ProjBenchRow row;
     row.W = c.widths[k];
