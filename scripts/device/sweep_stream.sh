@@ -12,7 +12,8 @@ row() { grep -E "^ +[0-9]+ " | awk '{printf "W=%s %s ms %s%%  ", $1, $2, $6} END
 for cfg in ${CFGS:-3:12 2:12 1:12 2:6}; do
   set -- ${cfg//:/ }
   echo "per_sm<=$1 stages<=$2"
-  for shape in ${SHAPES:-"248320x5120 --argmax" "10240x5120" "5120x17408"}; do
+  for shape0 in ${SHAPES:-248320x5120_--argmax 10240x5120 5120x17408}; do
+    shape=${shape0//_/ }
     NEXTN_STREAM_PER_SM=$1 NEXTN_STREAM_STAGES=$2 timeout 60 $B/nextn bench projection --shape $shape --quant q4 \
       --group-size 64 --widths ${WIDTHS:-1,4,8,16,32} 2>&1 | { read -r h; echo "  $h" | cut -c1-110; row; }
   done

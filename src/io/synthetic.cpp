@@ -209,10 +209,12 @@ std::optional<SyntheticPreset> synthetic_preset(const std::string& name) {
   if (name == "qwen3.5-27b")
     return SyntheticPreset{name, 5120, 64, 17408, 24, 4, 256, 16, 128, 48, 128, 4, 248320, false};
   if (name == "test-tiny") return SyntheticPreset{name, 64, 4, 128, 2, 1, 32, 2, 16, 4, 16, 4, 512, false};
+  // Every matrix with a multiple of 128 columns: the CUDA streamed kernel's shapes.
+  if (name == "test-stream") return SyntheticPreset{name, 128, 4, 384, 2, 1, 64, 2, 32, 4, 32, 4, 1024, false};
   return std::nullopt;
 }
 
-std::vector<std::string> synthetic_preset_names() { return {"qwen3.5-0.8b", "qwen3.5-4b", "qwen3.5-27b", "test-tiny"}; }
+std::vector<std::string> synthetic_preset_names() { return {"qwen3.5-0.8b", "qwen3.5-4b", "qwen3.5-27b", "test-tiny", "test-stream"}; }
 
 std::string synthetic_config_json(const SyntheticPreset& p, const std::string& quant) {
   using J = nlohmann::ordered_json;

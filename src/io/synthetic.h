@@ -39,8 +39,9 @@ struct SyntheticPreset {
   bool tie = false;
 };
 
-// qwen3.5-0.8b, qwen3.5-4b, qwen3.5-27b (the real configs), test-tiny (a
-// small shape for the unit tests; not a real model). nullopt for others.
+// qwen3.5-0.8b, qwen3.5-4b, qwen3.5-27b (the real configs), test-tiny and
+// test-stream (small shapes for the unit tests, the second with every matrix
+// a multiple of 128 columns wide; not real models). nullopt for others.
 std::optional<SyntheticPreset> synthetic_preset(const std::string& name);
 std::vector<std::string> synthetic_preset_names();
 

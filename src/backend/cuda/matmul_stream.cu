@@ -115,8 +115,13 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
                "l"(src), "r"(bytes), "r"(smem_u32(bar))
                : "memory");
 }
-// Barrier of the 256 consumer threads only (the producer warp never joins).
+// Named barriers of the consumer warps (the producer warp never joins):
+// 1: all 256 consumer threads; 2: the 128 of k half 0; 3: "the k-half
+// buffer is read" (k half 0 arrives, k half 1 waits before refilling it).
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
+__device__ __forceinline__ void half0_sync() { asm volatile("bar.sync 2, 128;\n" ::: "memory"); }
+__device__ __forceinline__ void red_read_arrive() { asm volatile("bar.arrive 3, 256;\n" ::: "memory"); }
+__device__ __forceinline__ void red_read_wait() { asm volatile("bar.sync 3, 256;\n" ::: "memory"); }
 
 // ---- dequantization ----
 // A q4 piece (8 nibbles, element e at bit q4_bit(e)) -> 4 bf16 pairs of
@@ -205,16 +210,23 @@ __device__ __forceinline__ void unit_compute(const uint8_t* st, const LaneOffset
         else
           a[m][h] = dequant_q8(wq[m][h][2 * jj], wq[m][h][2 * jj + 1], sbw[m][h][jj]);
       }
+    uint4 b[NF];
 #pragma unroll
     for (int f = 0; f < NF; ++f) {
-      uint4 b = make_uint4(0, 0, 0, 0);
-      if (tok[f]) b = *reinterpret_cast<const uint4*>(st + o.x + 8 * f * kXStride + 64 * jj);
-#pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        mma_bf16(acc[m][f], a[m][0].x, a[m][1].x, a[m][0].y, a[m][1].y, b.x, b.y);
-        mma_bf16(acc[m][f], a[m][0].z, a[m][1].z, a[m][0].w, a[m][1].w, b.z, b.w);
-      }
+      b[f] = make_uint4(0, 0, 0, 0);
+      if (tok[f]) b[f] = *reinterpret_cast<const uint4*>(st + o.x + 8 * f * kXStride + 64 * jj);
     }
+    // Both k halves of the piece, each over every (m, f): 2 NF independent
+    // MMAs between two that share an accumulator. Per accumulator the order
+    // is fixed: piece 2kh, then 2kh + 1; first half, then second.
+#pragma unroll
+    for (int f = 0; f < NF; ++f)
+#pragma unroll
+      for (int m = 0; m < 2; ++m) mma_bf16(acc[m][f], a[m][0].x, a[m][1].x, a[m][0].y, a[m][1].y, b[f].x, b[f].y);
+#pragma unroll
+    for (int f = 0; f < NF; ++f)
+#pragma unroll
+      for (int m = 0; m < 2; ++m) mma_bf16(acc[m][f], a[m][0].z, a[m][1].z, a[m][0].w, a[m][1].w, b[f].z, b[f].w);
   }
 }
 
@@ -302,8 +314,10 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
     }
 
     // The two k halves: sum = half 0 + half 1.
+    const bool first_item = item == int(blockIdx.x), last_item = item + int(gridDim.x) >= items;
     float* my_red = red + rg * (2 * NF * 4) * 32;
     if (kh == 1) {
+      if (!first_item) red_read_wait();  // half 0 has read the previous item's sums
 #pragma unroll
       for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -320,6 +334,7 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
         for (int f = 0; f < NF; ++f)
 #pragma unroll
           for (int i = 0; i < 4; ++i) acc[m][f][i] = add_rn(acc[m][f][i], my_red[((m * NF + f) * 4 + i) * 32 + lane]);
+      if (!last_item) red_read_arrive();
       if constexpr (EPI == kArgmax) {
 #pragma unroll
         for (int f = 0; f < NF; ++f)
@@ -359,19 +374,21 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
             }
         if (p.splits > 1) __threadfence();
       }
-    }
-    consumers_sync();  // red and best are free again; best is complete
-
-    if constexpr (EPI == kArgmax) {
-      const int t = threadIdx.x;
-      if (t < p.T) {
-        ArgMax a = best[0][t];
-        for (int w = 1; w < 4; ++w)
-          if (argmax_better(best[w][t].v, best[w][t].i, a.v, a.i)) a = best[w][t];
-        p.pairs[size_t(t) * p.tiles + tile] = a;
+      if constexpr (EPI == kArgmax) {
+        half0_sync();  // best is complete (its readers are k-half-0 threads: no later writer passes them)
+        const int t = threadIdx.x;
+        if (t < p.T) {
+          ArgMax a = best[0][t];
+          for (int w = 1; w < 4; ++w)
+            if (argmax_better(best[w][t].v, best[w][t].i, a.v, a.i)) a = best[w][t];
+          p.pairs[size_t(t) * p.tiles + tile] = a;
+        }
       }
-    } else if (p.splits > 1) {
+    }
+
+    if (EPI == kOut && p.splits > 1) {
       // The last of the tile's splits to finish sums the partials in split order.
+      consumers_sync();  // this item's partials are written
       if (threadIdx.x == 0) last = atomicAdd(&p.counters[tile], 1) == p.splits - 1;
       consumers_sync();
       if (last) {
@@ -453,14 +470,14 @@ int unit_bytes_of(const DevMatrix& m) {
 using KernelFn = void (*)(StreamParams);
 
 // Blocks per SM the register budget allows (launch bounds), by fragment count.
-constexpr int max_per_sm(int nf) { return nf == 1 ? 3 : nf <= 4 ? 2 : 1; }
+constexpr int max_per_sm(int nf) { return nf <= 3 ? 3 : nf == 4 ? 2 : 1; }
 
 template <int BITS, int EPI>
 KernelFn kernel_for(int nf) {
   switch (nf) {
     case 1: return stream_kernel<BITS, 1, EPI, 3>;
-    case 2: return stream_kernel<BITS, 2, EPI, 2>;
-    case 3: return stream_kernel<BITS, 3, EPI, 2>;
+    case 2: return stream_kernel<BITS, 2, EPI, 3>;
+    case 3: return stream_kernel<BITS, 3, EPI, 3>;
     case 4: return stream_kernel<BITS, 4, EPI, 2>;
     case 5: return stream_kernel<BITS, 5, EPI, 1>;
     case 6: return stream_kernel<BITS, 6, EPI, 1>;
