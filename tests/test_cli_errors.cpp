@@ -159,6 +159,10 @@ TEST(CliFlags, ImpossibleFlags) {
   expect_one_error(run_cli("generate " + m + "--prompt-ids 999999"), "999999");
   expect_one_error(run_cli("draft-trace " + m + "--prompt-ids 1"), "prompt-ids");
   expect_one_error(run_cli("frobnicate"), "frobnicate");
+  // checked before any device work, with or without the CUDA backend
+  expect_one_error(run_cli("bench projection --shape 248320x5120junk"), "248320x5120junk");
+  expect_one_error(run_cli("bench projection --shape 0x5120"), "0x5120");
+  expect_one_error(run_cli("bench projection --quant q3"), "q3");
 }
 
 TEST(CliDraftTrace, MatchesTheReference) {

@@ -2,7 +2,9 @@
 """Anchors for `nextn bench projection`, timed in the same GPU run: PyTorch's
 int4 tinygemm (_weight_int4pack_mm, group 128) and cuBLAS bf16 (torch.matmul)
 on the LM head shape, weights rotated over copies so L2 never serves a
-repeat; medians over CUDA-event timings. Prints one JSON object."""
+repeat; timed as nextn's bench times its own kernel: a CUDA graph of 10
+calls (rotating the copies) replayed, CUDA events around each replay, the
+median replay time / 10. Prints one JSON object."""
 import argparse, json, statistics, sys
 import torch
 
@@ -16,14 +18,25 @@ widths = [int(w) for w in a.widths.split(",")]
 dev = "cuda"
 torch.manual_seed(0)
 
+GRAPH_CALLS = 10
+
 def timeit(fn, n_copies):
     for i in range(3):
         fn(i % n_copies)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        with torch.cuda.graph(g, stream=s):
+            for i in range(GRAPH_CALLS):
+                fn(i % n_copies)
+    g.replay()
+    torch.cuda.synchronize()
     ts = []
-    for i in range(a.repeats):
+    for _ in range(a.repeats):
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record(); fn(i % n_copies); e1.record(); e1.synchronize()
-        ts.append(e0.elapsed_time(e1))
+        e0.record(); g.replay(); e1.record(); e1.synchronize()
+        ts.append(e0.elapsed_time(e1) / GRAPH_CALLS)
     return statistics.median(ts)
 
 out = {"shape": a.shape, "torch": torch.__version__, "tinygemm_ms": {}, "bf16_ms": {}}

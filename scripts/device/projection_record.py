@@ -23,7 +23,7 @@ except Exception:
 tg, bf = anc.get("tinygemm_ms", {}), anc.get("bf16_ms", {})
 for r in res:
     print(f"\n### {r['head']}\n\ncopy bandwidth {r['copy']:.0f} GB/s; floor {r['floor']:.4f} ms; batch invariance {r['inv']}\n")
-    lm = r['head'].startswith("248320x5120 q4")
+    lm = r["head"].startswith("248320x5120 q4 g64")
     print("| W | ms (median) | min | max | GB/s | % of copy | t/t(1) |" + (" tinygemm int4 ms | cuBLAS bf16 ms |" if lm else ""))
     print("|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if lm else ""))
     for W, ms, mn, mx, gbs, pct, rel in r["rows"]:
@@ -36,7 +36,7 @@ try:
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in res:
-        if r["head"].startswith("248320x5120 q4"):
+        if r["head"].startswith("248320x5120 q4 g64"):
             ax.plot([x[0] for x in r["rows"]], [x[1] for x in r["rows"]], "o-", label="nextn q4 g64" + (" + argmax" if "argmax" in r["head"] else ""))
             floor = r["floor"]
     if tg: ax.plot([int(k) for k in tg], list(tg.values()), "s--", label="PyTorch tinygemm int4 g128")

@@ -13,14 +13,18 @@
 namespace nextn::bench {
 
 int run_projection(const ProjectionOptions& o) {
+  // Options first, so that bad input reads the same with or without CUDA.
+  int rows = 0, cols = 0, used = 0;
+  if (std::sscanf(o.shape.c_str(), "%dx%d%n", &rows, &cols, &used) != 2 || used != int(o.shape.size()) || rows < 1 ||
+      cols < 1)
+    fail("bench projection: --shape must be ROWSxCOLS, got '{}'", o.shape);
+  if (o.quant != "q4" && o.quant != "q8") fail("bench projection: --quant must be q4 or q8, got '{}'", o.quant);
 #ifndef NEXTN_HAVE_CUDA
-  (void)o;
   fail("bench projection: this build has no CUDA backend");
 #else
   cuda::ProjBenchConfig c;
-  if (std::sscanf(o.shape.c_str(), "%dx%d", &c.rows, &c.cols) != 2 || c.rows < 1 || c.cols < 1)
-    fail("bench projection: --shape must be ROWSxCOLS, got '{}'", o.shape);
-  if (o.quant != "q4" && o.quant != "q8") fail("bench projection: --quant must be q4 or q8, got '{}'", o.quant);
+  c.rows = rows;
+  c.cols = cols;
   c.bits = o.quant == "q4" ? 4 : 8;
   c.group = o.group_size;
   c.widths = o.widths;
