@@ -74,11 +74,12 @@ struct StepArgs {
   int32_t drafts[kMaxRows];
 };
 
-// Owns every device allocation; frees them in the destructor.
+// Owns every device allocation; frees them in the destructor (or earlier,
+// through release, for load-time copies the kernels no longer read).
 class DeviceMemory {
  public:
   ~DeviceMemory() {
-    for (void* p : blocks_) cudaFree(p);
+    for (const auto& b : blocks_) cudaFree(b.first);
   }
   template <typename T = void>
   T* alloc(size_t bytes, const char* what) {
@@ -94,14 +95,23 @@ class DeviceMemory {
            double(bytes) / double(1 << 20), what, double(total_) / kGiB, double(free_b) / kGiB,
            double(total_b) / kGiB, cudaGetErrorString(e));
     }
-    blocks_.push_back(p);
+    blocks_.emplace_back(p, bytes);
     total_ += bytes;
     return static_cast<T*>(p);
+  }
+  void release(const void* p) {
+    for (size_t i = 0; i < blocks_.size(); ++i)
+      if (blocks_[i].first == p) {
+        CUDA_CHECK(cudaFree(blocks_[i].first));
+        total_ -= blocks_[i].second;
+        blocks_.erase(blocks_.begin() + long(i));
+        return;
+      }
   }
   size_t total() const { return total_; }
 
  private:
-  std::vector<void*> blocks_;
+  std::vector<std::pair<void*, size_t>> blocks_;
   size_t total_ = 0;
 };
 
@@ -162,7 +172,10 @@ class CudaQwen35 final : public ModelRuntime {
  private:
   // loading
   float* upload_floats(const std::vector<float>& v, const char* what);
-  DevMatrix upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable);
+  // KeepRows::Yes: embed_rows reads the matrix row by row (the embedding).
+  enum class KeepRows { No, Yes };
+  DevMatrix upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable,
+                          KeepRows keep_rows = KeepRows::No);
   Linear upload_linear(const std::vector<WeightRef>& parts, const char* what);
   LayerWeights load_layer(const Qwen35Checkpoint& ck, const std::string& p, bool full);
   void check_shapes() const;
@@ -266,7 +279,8 @@ float* CudaQwen35::upload_floats(const std::vector<float>& v, const char* what) 
 // Rows of all parts, concatenated, in the kernels' layout: dense as bf16
 // (fp32 in the fp32-activation mode), MLX packed words as stored with fp32
 // scales and biases.
-DevMatrix CudaQwen35::upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable) {
+DevMatrix CudaQwen35::upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable,
+                                    KeepRows keep_rows) {
   DevMatrix m;
   const WeightRef& w0 = parts.front();
   m.cols = int(w0.cols);
@@ -335,7 +349,17 @@ DevMatrix CudaQwen35::upload_matrix(const std::vector<WeightRef>& parts, const c
     ds += pg;
     db += pg;
   }
-  cuda::pack_quant(m, mem_.alloc<uint8_t>(size_t(cuda::pack_quant_bytes(m)), what), nullptr);
+  const int64_t packed_bytes = cuda::pack_quant_bytes(m);
+  cuda::pack_quant(m, packed_bytes > 0 ? mem_.alloc<uint8_t>(size_t(packed_bytes), what) : nullptr, nullptr);
+  // The bf16 mode reads a streamed matrix only through its packed copy: the
+  // MLX words and fp32 scales go (the embedding keeps them for row lookups).
+  if (m.packed != nullptr && act_ == Act::BF16 && keep_rows == KeepRows::No) {
+    mem_.release(m.w);
+    mem_.release(m.scales);
+    mem_.release(m.biases);
+    m.w = nullptr;
+    m.scales = m.biases = nullptr;
+  }
   return m;
 }
 
@@ -490,7 +514,7 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
 
   // weights
   const WeightRef emb = ck.matrix("embed_tokens", V_, H_), head = ck.lm_head();
-  embed_ = upload_matrix({emb}, "embedding", false);
+  embed_ = upload_matrix({emb}, "embedding", false, KeepRows::Yes);
   head_ = head.weight == emb.weight ? embed_ : upload_matrix({head}, "LM head", false);
   head_.splits = 1;  // every arm projects with the same kernel and the same bits
   final_norm_ = upload_floats(ck.norm("norm", H_, true), "norms");
