@@ -1,5 +1,6 @@
-// The CUDA runtime for Qwen3.5: host side (weights, buffers, graphs). The
-// kernels live in the .cu files beside this one, behind kernels.h.
+// The CUDA runtime for Qwen3.5: host side (buffers, graphs, steps). The class is
+// in qwen35_runtime.h, weight loading in qwen35_load.cpp; the kernels live in
+// the .cu files beside this one, behind kernels.h.
 //
 // Same semantics as the CPU runtime (backend/cpu/qwen35.cpp), step by step:
 //  - a target_forward of T <= 64 tokens is one captured graph per T; longer
@@ -17,6 +18,7 @@
 //    head_logits).
 #ifdef NEXTN_HAVE_CUDA
 #include "backend/cuda/qwen35.h"
+#include "backend/cuda/qwen35_runtime.h"
 
 #include <cuda_runtime_api.h>
 
@@ -53,369 +55,10 @@ std::string cuda_device_summary() {
                      double(p.totalGlobalMem) / double(1ull << 30));
 }
 
-namespace {
-
-using cuda::Act;
-using cuda::DevMatrix;
-using cuda::kMaxRows;
-using cuda::WKind;
-
-constexpr double kGiB = double(1ull << 30);
-
-// Values a step reads from device memory.
-struct StepArgs {
-  int pos;        // first position of the step (target or MTP cache)
-  int parity;     // GDN state buffer to read
-  int out_row;    // first hidden row the final norm writes
-  int first_row;  // gather: first source row
-  int n_real;     // gather: rows before zero padding
-  int pad[3];
-  int32_t tokens[kMaxRows];
-  int32_t drafts[kMaxRows];
-};
-
-// Owns every device allocation; frees them in the destructor (or earlier,
-// through release, for load-time copies the kernels no longer read).
-class DeviceMemory {
- public:
-  ~DeviceMemory() {
-    for (const auto& b : blocks_) cudaFree(b.first);
-  }
-  template <typename T = void>
-  T* alloc(size_t bytes, const char* what) {
-    void* p = nullptr;
-    if (bytes == 0) bytes = 16;
-    const cudaError_t e = cudaMalloc(&p, bytes);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      size_t free_b = 0, total_b = 0;
-      cudaMemGetInfo(&free_b, &total_b);
-      fail("--backend cuda: out of device memory allocating {:.1f} MiB for {} ({:.2f} GiB allocated by nextn, "
-           "{:.2f} of {:.2f} GiB free): {}",
-           double(bytes) / double(1 << 20), what, double(total_) / kGiB, double(free_b) / kGiB,
-           double(total_b) / kGiB, cudaGetErrorString(e));
-    }
-    blocks_.emplace_back(p, bytes);
-    total_ += bytes;
-    return static_cast<T*>(p);
-  }
-  void release(const void* p) {
-    for (size_t i = 0; i < blocks_.size(); ++i)
-      if (blocks_[i].first == p) {
-        CUDA_CHECK(cudaFree(blocks_[i].first));
-        total_ -= blocks_[i].second;
-        blocks_.erase(blocks_.begin() + long(i));
-        return;
-      }
-  }
-  size_t total() const { return total_; }
-
- private:
-  std::vector<std::pair<void*, size_t>> blocks_;
-  size_t total_ = 0;
-};
-
-// One projection, possibly fused from several checkpoint matrices (rows
-// concatenated): parts[i] writes output columns [offset, offset + rows).
-struct Linear {
-  struct Part {
-    DevMatrix m;
-    int offset;
-  };
-  std::vector<Part> parts;
-  int rows = 0, cols = 0;
-};
-
-struct AttnWeights {
-  Linear qkv;  // [q|gate interleaved per head (Hq*2*hd) ; k (Hkv*hd) ; v (Hkv*hd)]
-  DevMatrix o;
-  float *q_norm = nullptr, *k_norm = nullptr;
-};
-
-struct LayerWeights {
-  bool full = false;
-  float *input_norm = nullptr, *post_norm = nullptr;
-  AttnWeights attn;
-  Linear gdn_in;  // [qkv (conv_dim) ; z (vd) ; b (Hv) ; a (Hv)]
-  DevMatrix gdn_out;
-  int gdn_index = -1;  // row of the GDN table
-  Linear gate_up;      // [gate (I) ; up (I)]
-  DevMatrix down;
-  void *k_cache = nullptr, *v_cache = nullptr;
-};
-
-enum class GraphKind : int {
-  Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, Rollback, MtpDraft
-};
-
-class CudaQwen35 final : public ModelRuntime {
- public:
-  CudaQwen35(const Qwen35Checkpoint& ckpt, int max_tokens);
-  ~CudaQwen35() override;
-
-  const Qwen35Config& config() const override { return cfg_; }
-  const char* backend_name() const override { return "cuda"; }
-  int target_length() const override { return length_; }
-  void target_forward(std::span<const int32_t> tokens) override;
-  void target_rollback(int keep) override;
-  void head_argmax(int first, int count, int width, int32_t* out) override;
-  void head_argmax_fused(int first, int count, int32_t* out) override;
-  int head_walk(std::span<const int32_t> drafts, int32_t* out) override;
-  void head_logits(int row, float* out) override;
-  int mtp_length() const override { return mtp_length_; }
-  void mtp_forward(std::span<const int32_t> next_tokens, int first_row) override;
-  void mtp_step(int32_t token) override;
-  void mtp_argmax(int count, int32_t* out) override;
-  void mtp_rollback(int length) override;
-  void mtp_draft(int n, int32_t* out) override;
-
- private:
-  // loading
-  float* upload_floats(const std::vector<float>& v, const char* what);
-  // KeepRows::Yes: embed_rows reads the matrix row by row (the embedding).
-  enum class KeepRows { No, Yes };
-  DevMatrix upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable,
-                          KeepRows keep_rows = KeepRows::No);
-  Linear upload_linear(const std::vector<WeightRef>& parts, const char* what);
-  LayerWeights load_layer(const Qwen35Checkpoint& ck, const std::string& p, bool full);
-  void check_shapes() const;
-
-  // steps (capturable: launches only)
-  void forward_chunk(int T);
-  void decoder_layer(const LayerWeights& L, int T, void* k_cache, void* v_cache);
-  void mtp_chunk(int n, bool from_target);
-  void run_linear(const Linear& lin, const void* x, int T, int ldx, float* y, int ldy);
-  void head_project(int width);
-
-  // host side
-  void upload(const StepArgs& a);
-  template <typename F>
-  void replay(GraphKind kind, int a, int b, F&& record);
-  void fetch(const void* src, size_t bytes, void* dst);
-  void check_tokens(std::span<const int32_t> tokens) const;
-  StepArgs args() const;
-
-  Qwen35Config cfg_;
-  int max_tokens_;
-  Act act_ = Act::BF16;
-  bool use_graphs_ = true;
-  int H_ = 0, V_ = 0;
-  cuda::AttnShape attn_shape_{};
-  cuda::GdnShape gdn_shape_{};
-
-  DeviceMemory mem_;
-  cudaStream_t stream_ = nullptr;
-  std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs_;
-
-  // weights
-  DevMatrix embed_, head_;
-  float* final_norm_ = nullptr;
-  std::vector<LayerWeights> layers_;
-  float* inv_freq_ = nullptr;
-  bool has_mtp_ = false;
-  DevMatrix mtp_fc_;
-  float *mtp_norm_emb_ = nullptr, *mtp_norm_hid_ = nullptr, *mtp_norm_ = nullptr;
-  LayerWeights mtp_layer_;
-
-  // GDN state, per layer, in a device table
-  std::vector<cuda::GdnLayer> gdn_host_;
-  cuda::GdnLayer* gdn_table_ = nullptr;
-
-  // workspace
-  StepArgs* d_args_ = nullptr;
-  StepArgs* d_chain_args_ = nullptr;  // [2R]: per-step arguments of a chained mtp_draft
-  float* x_ = nullptr;     // [R][H] fp32 residual
-  void* xn_ = nullptr;     // [R][2H] act: norm outputs (the MTP's fc input is [R][2H])
-  float* proj_ = nullptr;  // [R][proj_ld_] fp32 projections
-  int proj_ld_ = 0;
-  void* act_buf_ = nullptr;  // [R][act_ld_] act: inputs of o_proj / out_proj / down
-  int act_ld_ = 0;
-  float* q_ = nullptr;  // [R][Hq*hd]
-  float* attn_partial_ = nullptr;
-  float* splitk_ = nullptr;
-  void* hidden_ = nullptr;      // [hidden_rows_][H] act: post-norm rows of the last target forward
-  void* mtp_hidden_ = nullptr;  // [hidden_rows_][H] act: post mtp.norm rows of the last MTP call
-  void* mtp_src_ = nullptr;     // [R][H] act: hidden rows fed to the MTP
-  void* head_in_ = nullptr;     // [R][H] act
-  float* logits_ = nullptr;     // [R][V]
-  void* pairs_ = nullptr;
-  void* argmax_scratch_ = nullptr;
-  int32_t* d_out_ = nullptr;    // [R] result tokens
-  int* d_walk_ = nullptr;       // [2]: stop flag, rows projected
-  int hidden_rows_ = 0;
-
-  // pinned host side
-  StepArgs* h_args_ = nullptr;  // ring of kArgSlots
-  StepArgs* h_chain_args_ = nullptr;  // [2R], staged for d_chain_args_
-  cudaEvent_t arg_events_[16] = {};
-  static constexpr int kArgSlots = 16;
-  int arg_slot_ = 0;
-  int32_t* h_out_ = nullptr;  // [R + 2]
-
-  // sequence state (host mirror)
-  int length_ = 0;
-  int forward_start_ = 0; // length before the last target_forward
-  int last_T_ = 0;        // rows of the last target_forward
-  int last_chunk_T_ = 0;  // tokens of its last chunk (what rollback can undo)
-  int parity_ = 0;
-  int mtp_length_ = 0;
-  int mtp_last_n_ = 0;
-};
+namespace cuda {
 
 // ---------------------------------------------------------------------------
-// loading
-
-bool same_quant(const WeightRef& a, const WeightRef& b) {
-  return a.quantized() == b.quantized() && a.quant.bits == b.quant.bits && a.quant.group_size == b.quant.group_size &&
-         a.cols == b.cols;
-}
-
-float* CudaQwen35::upload_floats(const std::vector<float>& v, const char* what) {
-  float* d = mem_.alloc<float>(v.size() * sizeof(float), what);
-  CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
-  return d;
-}
-
-// Rows of all parts, concatenated, in the kernels' layout: dense as bf16
-// (fp32 in the fp32-activation mode), MLX packed words as stored with fp32
-// scales and biases.
-DevMatrix CudaQwen35::upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable,
-                                    KeepRows keep_rows) {
-  DevMatrix m;
-  const WeightRef& w0 = parts.front();
-  m.cols = int(w0.cols);
-  for (const auto& p : parts) m.rows += int(p.rows);
-  if (w0.quantized()) {
-    if (w0.quant.bits != 4 && w0.quant.bits != 8)
-      fail("--backend cuda: {}: {}-bit quantization is not supported (4 or 8)", w0.name, w0.quant.bits);
-    m.kind = w0.quant.bits == 4 ? WKind::Q4 : WKind::Q8;
-    m.group = w0.quant.group_size;
-  } else {
-    m.kind = act_ == Act::F32 ? WKind::F32 : WKind::BF16;
-  }
-  m.splits = splittable ? cuda::choose_splits(m.rows, m.cols, m.kind) : 1;
-  cuda::check_matrix(m, w0.name.c_str());
-
-  if (!w0.quantized()) {
-    const size_t esz = m.kind == WKind::F32 ? 4 : 2;
-    auto* dst = mem_.alloc<uint8_t>(size_t(m.rows) * m.cols * esz, what);
-    m.w = dst;
-    std::vector<uint8_t> host;
-    for (const auto& p : parts) {
-      const size_t n = size_t(p.rows) * size_t(p.cols);
-      const DType dt = p.weight->dtype;
-      if ((dt == DType::BF16 && esz == 2) || (dt == DType::F32 && esz == 4)) {
-        CUDA_CHECK(cudaMemcpy(dst, p.weight->data, n * esz, cudaMemcpyHostToDevice));
-      } else {
-        host.resize(n * esz);
-        for (size_t i = 0; i < n; ++i) {
-          const float f = load_float(dt, p.weight->data, i);
-          if (esz == 4) {
-            std::memcpy(&host[i * 4], &f, 4);
-          } else {
-            const uint16_t b = f32_to_bf16(f);
-            std::memcpy(&host[i * 2], &b, 2);
-          }
-        }
-        CUDA_CHECK(cudaMemcpy(dst, host.data(), n * esz, cudaMemcpyHostToDevice));
-      }
-      dst += n * esz;
-    }
-    return m;
-  }
-  const int per_word = 32 / w0.quant.bits;
-  const size_t words = size_t(m.rows) * (m.cols / per_word), groups = size_t(m.rows) * (m.cols / m.group);
-  auto* dw = mem_.alloc<uint8_t>(words * 4, what);
-  auto* ds = mem_.alloc<float>(groups * 4, what);
-  auto* db = mem_.alloc<float>(groups * 4, what);
-  m.w = dw;
-  m.scales = ds;
-  m.biases = db;
-  std::vector<float> s, b;
-  for (const auto& p : parts) {
-    const size_t pw = size_t(p.rows) * (p.cols / per_word), pg = size_t(p.rows) * (p.cols / p.quant.group_size);
-    CUDA_CHECK(cudaMemcpy(dw, p.weight->data, pw * 4, cudaMemcpyHostToDevice));
-    s.resize(pg);
-    b.resize(pg);
-    for (size_t i = 0; i < pg; ++i) {
-      s[i] = load_float(p.scales->dtype, p.scales->data, i);
-      b[i] = load_float(p.biases->dtype, p.biases->data, i);
-      // The fast q4 kernel takes (scale, bias) as bf16: only when that is exact.
-      m.sb_exact = m.sb_exact && bf16_to_f32(f32_to_bf16(s[i])) == s[i] && bf16_to_f32(f32_to_bf16(b[i])) == b[i];
-    }
-    CUDA_CHECK(cudaMemcpy(ds, s.data(), pg * 4, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(db, b.data(), pg * 4, cudaMemcpyHostToDevice));
-    dw += pw * 4;
-    ds += pg;
-    db += pg;
-  }
-  const int64_t packed_bytes = cuda::pack_quant_bytes(m);
-  cuda::pack_quant(m, packed_bytes > 0 ? mem_.alloc<uint8_t>(size_t(packed_bytes), what) : nullptr, nullptr);
-  // The bf16 mode reads a streamed matrix only through its packed copy: the
-  // MLX words and fp32 scales go (the embedding keeps them for row lookups).
-  if (m.packed != nullptr && act_ == Act::BF16 && keep_rows == KeepRows::No) {
-    mem_.release(m.w);
-    mem_.release(m.scales);
-    mem_.release(m.biases);
-    m.w = nullptr;
-    m.scales = m.biases = nullptr;
-  }
-  return m;
-}
-
-// Fuses consecutive parts that share a storage format into one matrix.
-Linear CudaQwen35::upload_linear(const std::vector<WeightRef>& parts, const char* what) {
-  Linear lin;
-  lin.cols = int(parts.front().cols);
-  size_t i = 0;
-  while (i < parts.size()) {
-    size_t j = i + 1;
-    while (j < parts.size() && same_quant(parts[i], parts[j])) ++j;
-    const std::vector<WeightRef> group(parts.begin() + long(i), parts.begin() + long(j));
-    lin.parts.push_back({upload_matrix(group, what, true), lin.rows});
-    lin.rows += lin.parts.back().m.rows;
-    i = j;
-  }
-  return lin;
-}
-
-LayerWeights CudaQwen35::load_layer(const Qwen35Checkpoint& ck, const std::string& p, bool full) {
-  const auto& c = cfg_;
-  const int H = c.hidden_size, hd = c.head_dim;
-  LayerWeights L;
-  L.full = full;
-  L.input_norm = upload_floats(ck.norm(p + ".input_layernorm", H, true), "norms");
-  L.post_norm = upload_floats(ck.norm(p + ".post_attention_layernorm", H, true), "norms");
-  if (full) {
-    const std::string a = p + ".self_attn";
-    L.attn.qkv = upload_linear({ck.matrix(a + ".q_proj", int64_t(c.num_attention_heads) * hd * 2, H),
-                                ck.matrix(a + ".k_proj", int64_t(c.num_key_value_heads) * hd, H),
-                                ck.matrix(a + ".v_proj", int64_t(c.num_key_value_heads) * hd, H)},
-                               "attention q/k/v");
-    L.attn.o = upload_matrix({ck.matrix(a + ".o_proj", H, int64_t(c.num_attention_heads) * hd)}, "attention o", true);
-    L.attn.q_norm = upload_floats(ck.norm(a + ".q_norm", hd, true), "norms");
-    L.attn.k_norm = upload_floats(ck.norm(a + ".k_norm", hd, true), "norms");
-  } else {
-    const std::string g = p + ".linear_attn";
-    const int Hv = c.linear_num_value_heads;
-    L.gdn_in = upload_linear({ck.matrix(g + ".in_proj_qkv", c.conv_dim(), H), ck.matrix(g + ".in_proj_z", c.value_dim(), H),
-                              ck.matrix(g + ".in_proj_b", Hv, H), ck.matrix(g + ".in_proj_a", Hv, H)},
-                             "GDN in-projections");
-    L.gdn_out = upload_matrix({ck.matrix(g + ".out_proj", H, c.value_dim())}, "GDN out_proj", true);
-    cuda::GdnLayer t{};
-    t.conv_w = upload_floats(ck.conv1d(g + ".conv1d", c.conv_dim(), c.linear_conv_kernel_dim), "GDN conv");
-    t.a_log = upload_floats(ck.vector(g + ".A_log", Hv), "GDN A_log");
-    t.dt_bias = upload_floats(ck.vector(g + ".dt_bias", Hv), "GDN dt_bias");
-    t.norm_w = upload_floats(ck.norm(g + ".norm", c.linear_value_head_dim, false), "GDN norm");
-    L.gdn_index = int(gdn_host_.size());
-    gdn_host_.push_back(t);
-  }
-  L.gate_up = upload_linear({ck.matrix(p + ".mlp.gate_proj", c.intermediate_size, H),
-                             ck.matrix(p + ".mlp.up_proj", c.intermediate_size, H)},
-                            "MLP gate/up");
-  L.down = upload_matrix({ck.matrix(p + ".mlp.down_proj", H, c.intermediate_size)}, "MLP down", true);
-  return L;
-}
+// construction (the weight uploads are in qwen35_load.cpp)
 
 void CudaQwen35::check_shapes() const {
   const auto& c = cfg_;
@@ -433,6 +76,8 @@ void CudaQwen35::check_shapes() const {
   need(c.linear_conv_kernel_dim >= 1, "conv kernel");
   need(c.hidden_size % 32 == 0, fmt::format("hidden size {} (a multiple of 32)", c.hidden_size));
 }
+
+namespace {
 
 // Device bytes the weights take in the kernels' layout (for the up-front check).
 size_t weight_bytes(const WeightRef& w, Act act) {
@@ -480,6 +125,8 @@ size_t estimate_bytes(const Qwen35Checkpoint& ck, int max_tokens, Act act) {
   total += size_t(kMaxRows) * size_t(V) * 4;  // logits
   return total;
 }
+
+}  // namespace
 
 CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.config()), max_tokens_(max_tokens) {
   (void)cuda_device_summary();
@@ -987,10 +634,10 @@ void CudaQwen35::mtp_rollback(int length) {
   mtp_length_ = length;
 }
 
-}  // namespace
+}  // namespace cuda
 
 std::unique_ptr<ModelRuntime> make_cuda_runtime(const Qwen35Checkpoint& ckpt, int max_tokens) {
-  return std::make_unique<CudaQwen35>(ckpt, max_tokens);
+  return std::make_unique<cuda::CudaQwen35>(ckpt, max_tokens);
 }
 
 }  // namespace nextn

@@ -1,0 +1,225 @@
+// Private to the CUDA runtime (qwen35.cpp, qwen35_load.cpp): the CudaQwen35 class
+// and the structs it holds (step arguments, device memory, weights).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/qwen35.h"
+#include "core/error.h"
+#include "io/checkpoint.h"
+
+namespace nextn::cuda {
+
+inline constexpr double kGiB = double(1ull << 30);
+
+// Values a step reads from device memory.
+struct StepArgs {
+  int pos;        // first position of the step (target or MTP cache)
+  int parity;     // GDN state buffer to read
+  int out_row;    // first hidden row the final norm writes
+  int first_row;  // gather: first source row
+  int n_real;     // gather: rows before zero padding
+  int pad[3];
+  int32_t tokens[kMaxRows];
+  int32_t drafts[kMaxRows];
+};
+
+// Owns every device allocation; frees them in the destructor (or earlier,
+// through release, for load-time copies the kernels no longer read).
+class DeviceMemory {
+ public:
+  ~DeviceMemory() {
+    for (const auto& b : blocks_) cudaFree(b.first);
+  }
+  template <typename T = void>
+  T* alloc(size_t bytes, const char* what) {
+    void* p = nullptr;
+    if (bytes == 0) bytes = 16;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      fail("--backend cuda: out of device memory allocating {:.1f} MiB for {} ({:.2f} GiB allocated by nextn, "
+           "{:.2f} of {:.2f} GiB free): {}",
+           double(bytes) / double(1 << 20), what, double(total_) / kGiB, double(free_b) / kGiB,
+           double(total_b) / kGiB, cudaGetErrorString(e));
+    }
+    blocks_.emplace_back(p, bytes);
+    total_ += bytes;
+    return static_cast<T*>(p);
+  }
+  void release(const void* p) {
+    for (size_t i = 0; i < blocks_.size(); ++i)
+      if (blocks_[i].first == p) {
+        CUDA_CHECK(cudaFree(blocks_[i].first));
+        total_ -= blocks_[i].second;
+        blocks_.erase(blocks_.begin() + long(i));
+        return;
+      }
+  }
+  size_t total() const { return total_; }
+
+ private:
+  std::vector<std::pair<void*, size_t>> blocks_;
+  size_t total_ = 0;
+};
+
+// One projection, possibly fused from several checkpoint matrices (rows
+// concatenated): parts[i] writes output columns [offset, offset + rows).
+struct Linear {
+  struct Part {
+    DevMatrix m;
+    int offset;
+  };
+  std::vector<Part> parts;
+  int rows = 0, cols = 0;
+};
+
+struct AttnWeights {
+  Linear qkv;  // [q|gate interleaved per head (Hq*2*hd) ; k (Hkv*hd) ; v (Hkv*hd)]
+  DevMatrix o;
+  float *q_norm = nullptr, *k_norm = nullptr;
+};
+
+struct LayerWeights {
+  bool full = false;
+  float *input_norm = nullptr, *post_norm = nullptr;
+  AttnWeights attn;
+  Linear gdn_in;  // [qkv (conv_dim) ; z (vd) ; b (Hv) ; a (Hv)]
+  DevMatrix gdn_out;
+  int gdn_index = -1;  // row of the GDN table
+  Linear gate_up;      // [gate (I) ; up (I)]
+  DevMatrix down;
+  void *k_cache = nullptr, *v_cache = nullptr;
+};
+
+enum class GraphKind : int {
+  Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, Rollback, MtpDraft
+};
+
+class CudaQwen35 final : public ModelRuntime {
+ public:
+  CudaQwen35(const Qwen35Checkpoint& ckpt, int max_tokens);
+  ~CudaQwen35() override;
+
+  const Qwen35Config& config() const override { return cfg_; }
+  const char* backend_name() const override { return "cuda"; }
+  int target_length() const override { return length_; }
+  void target_forward(std::span<const int32_t> tokens) override;
+  void target_rollback(int keep) override;
+  void head_argmax(int first, int count, int width, int32_t* out) override;
+  void head_argmax_fused(int first, int count, int32_t* out) override;
+  int head_walk(std::span<const int32_t> drafts, int32_t* out) override;
+  void head_logits(int row, float* out) override;
+  int mtp_length() const override { return mtp_length_; }
+  void mtp_forward(std::span<const int32_t> next_tokens, int first_row) override;
+  void mtp_step(int32_t token) override;
+  void mtp_argmax(int count, int32_t* out) override;
+  void mtp_rollback(int length) override;
+  void mtp_draft(int n, int32_t* out) override;
+
+ private:
+  // loading
+  float* upload_floats(const std::vector<float>& v, const char* what);
+  // KeepRows::Yes: embed_rows reads the matrix row by row (the embedding).
+  enum class KeepRows { No, Yes };
+  DevMatrix upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable,
+                          KeepRows keep_rows = KeepRows::No);
+  Linear upload_linear(const std::vector<WeightRef>& parts, const char* what);
+  LayerWeights load_layer(const Qwen35Checkpoint& ck, const std::string& p, bool full);
+  void check_shapes() const;
+
+  // steps (capturable: launches only)
+  void forward_chunk(int T);
+  void decoder_layer(const LayerWeights& L, int T, void* k_cache, void* v_cache);
+  void mtp_chunk(int n, bool from_target);
+  void run_linear(const Linear& lin, const void* x, int T, int ldx, float* y, int ldy);
+  void head_project(int width);
+
+  // host side
+  void upload(const StepArgs& a);
+  template <typename F>
+  void replay(GraphKind kind, int a, int b, F&& record);
+  void fetch(const void* src, size_t bytes, void* dst);
+  void check_tokens(std::span<const int32_t> tokens) const;
+  StepArgs args() const;
+
+  Qwen35Config cfg_;
+  int max_tokens_;
+  Act act_ = Act::BF16;
+  bool use_graphs_ = true;
+  int H_ = 0, V_ = 0;
+  cuda::AttnShape attn_shape_{};
+  cuda::GdnShape gdn_shape_{};
+
+  DeviceMemory mem_;
+  cudaStream_t stream_ = nullptr;
+  std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs_;
+
+  // weights
+  DevMatrix embed_, head_;
+  float* final_norm_ = nullptr;
+  std::vector<LayerWeights> layers_;
+  float* inv_freq_ = nullptr;
+  bool has_mtp_ = false;
+  DevMatrix mtp_fc_;
+  float *mtp_norm_emb_ = nullptr, *mtp_norm_hid_ = nullptr, *mtp_norm_ = nullptr;
+  LayerWeights mtp_layer_;
+
+  // GDN state, per layer, in a device table
+  std::vector<cuda::GdnLayer> gdn_host_;
+  cuda::GdnLayer* gdn_table_ = nullptr;
+
+  // workspace
+  StepArgs* d_args_ = nullptr;
+  StepArgs* d_chain_args_ = nullptr;  // [2R]: per-step arguments of a chained mtp_draft
+  float* x_ = nullptr;     // [R][H] fp32 residual
+  void* xn_ = nullptr;     // [R][2H] act: norm outputs (the MTP's fc input is [R][2H])
+  float* proj_ = nullptr;  // [R][proj_ld_] fp32 projections
+  int proj_ld_ = 0;
+  void* act_buf_ = nullptr;  // [R][act_ld_] act: inputs of o_proj / out_proj / down
+  int act_ld_ = 0;
+  float* q_ = nullptr;  // [R][Hq*hd]
+  float* attn_partial_ = nullptr;
+  float* splitk_ = nullptr;
+  void* hidden_ = nullptr;      // [hidden_rows_][H] act: post-norm rows of the last target forward
+  void* mtp_hidden_ = nullptr;  // [hidden_rows_][H] act: post mtp.norm rows of the last MTP call
+  void* mtp_src_ = nullptr;     // [R][H] act: hidden rows fed to the MTP
+  void* head_in_ = nullptr;     // [R][H] act
+  float* logits_ = nullptr;     // [R][V]
+  void* pairs_ = nullptr;
+  void* argmax_scratch_ = nullptr;
+  int32_t* d_out_ = nullptr;    // [R] result tokens
+  int* d_walk_ = nullptr;       // [2]: stop flag, rows projected
+  int hidden_rows_ = 0;
+
+  // pinned host side
+  StepArgs* h_args_ = nullptr;  // ring of kArgSlots
+  StepArgs* h_chain_args_ = nullptr;  // [2R], staged for d_chain_args_
+  cudaEvent_t arg_events_[16] = {};
+  static constexpr int kArgSlots = 16;
+  int arg_slot_ = 0;
+  int32_t* h_out_ = nullptr;  // [R + 2]
+
+  // sequence state (host mirror)
+  int length_ = 0;
+  int forward_start_ = 0; // length before the last target_forward
+  int last_T_ = 0;        // rows of the last target_forward
+  int last_chunk_T_ = 0;  // tokens of its last chunk (what rollback can undo)
+  int parity_ = 0;
+  int mtp_length_ = 0;
+  int mtp_last_n_ = 0;
+};
+
+}  // namespace nextn::cuda
