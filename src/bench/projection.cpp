@@ -19,6 +19,8 @@ int run_projection(const ProjectionOptions& o) {
       cols < 1)
     fail("bench projection: --shape must be ROWSxCOLS, got '{}'", o.shape);
   if (o.quant != "q4" && o.quant != "q8") fail("bench projection: --quant must be q4 or q8, got '{}'", o.quant);
+  if (o.splits < 0 || (o.splits > 0 && (o.argmax || o.splits > cols / 128)))
+    fail("bench projection: --splits {} must be 0 (automatic) or 1..{} without --argmax", o.splits, cols / 128);
 #ifndef NEXTN_HAVE_CUDA
   fail("bench projection: this build has no CUDA backend");
 #else
@@ -30,6 +32,7 @@ int run_projection(const ProjectionOptions& o) {
   c.widths = o.widths;
   c.argmax = o.argmax;
   c.repeats = o.repeats;
+  c.splits = o.splits;
   const auto r = cuda::bench_projection(c);
   const double copy = r.copy_gbs;
   if (o.json) {

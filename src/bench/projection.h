@@ -14,6 +14,7 @@ struct ProjectionOptions {
   std::vector<int> widths{1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32};
   bool argmax = false;
   int repeats = 30;
+  int splits = 0;  // split-K override (0: the production choice, choose_splits)
   bool json = false;
 };
 

@@ -10,8 +10,8 @@
 //    a unit into shared memory with no registers held;
 //  - a producer warp keeps up to kMaxStages units in flight per block on a
 //    ring of mbarrier-guarded stages; the activations of the unit's k range
-//    ride along as 16-byte cp.async copies into padded rows (many small
-//    bulk copies would queue on the copy engine: measured, 2.5x at W = 32);
+//    ride along as 16-byte cp.async copies into padded rows (one 256-byte
+//    bulk copy per token row was measured slower: t(32)/t(1) 2.5 vs 1.9);
 //  - persistent blocks walk a fixed list of (tile, split) items, so the
 //    stream does not drain between tiles;
 //  - 8 consumer warps: 4 row groups of 32 rows x 2 k halves of each unit;
@@ -583,15 +583,16 @@ void stream_pack(const DevMatrix& m, void* dst, cudaStream_t s) {
 
 int stream_splits(int rows, int cols) {
   // Minimise the chunks the busiest multiprocessor streams (items are dealt
-  // round robin); a split item also writes and re-reads its partial sums
-  // (about one chunk's bytes at 8 tokens).
+  // round robin), charging each item two chunks for its partial sums, the
+  // reduction and the barriers: fitted to measured trunk shapes, where fewer
+  // splits won (docs/benchmark_results/q4-projection-h200-2026-11-29.md).
   const int tiles = ceil_div(rows, kRows), chunks = cols / kK;
   int best = 1;
   double best_cost = double(ceil_div(tiles, kWorkers)) * chunks;
   for (int s = 2; s <= std::min(32, chunks); ++s) {
     const int per = ceil_div(chunks, s);
     if (ceil_div(chunks, per) != s) continue;  // every split non-empty, no duplicate shapes
-    const double cost = double(ceil_div(tiles * s, kWorkers)) * (per + 1.0);
+    const double cost = double(ceil_div(tiles * s, kWorkers)) * (per + 2.0);
     if (cost < best_cost) {
       best = s;
       best_cost = cost;

@@ -74,7 +74,7 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
   proto.rows = c.rows;
   proto.cols = c.cols;
   proto.group = c.group;
-  proto.splits = c.argmax ? 1 : choose_splits(c.rows, c.cols, proto.kind);
+  proto.splits = c.argmax ? 1 : c.splits > 0 ? c.splits : choose_splits(c.rows, c.cols, proto.kind);
   check_matrix(proto, "bench");
   r.splits = proto.splits;
   const size_t words = size_t(c.rows) * c.cols * c.bits / 32, groups = size_t(c.rows) * (c.cols / c.group);

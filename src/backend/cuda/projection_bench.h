@@ -15,6 +15,7 @@ struct ProjBenchConfig {
   bool argmax = false;
   int repeats = 30;  // timed launches per width, spread over interleaved rounds
   int rounds = 3;
+  int splits = 0;    // split-K override; 0: choose_splits (the production choice)
 };
 
 struct ProjBenchRow {
