@@ -11,7 +11,7 @@
 //  - a producer warp keeps up to kMaxStages units in flight per block on a
 //    ring of mbarrier-guarded stages; the activations of the unit's k range
 //    ride along as 16-byte cp.async copies into padded rows (one 256-byte
-//    bulk copy per token row was measured slower: t(32)/t(1) 2.5 vs 1.9);
+//    bulk copy per token row measured 0.59 against 0.45 ms at W = 32);
 //  - persistent blocks walk a fixed list of (tile, split) items, so the
 //    stream does not drain between tiles;
 //  - 8 consumer warps: 4 row groups of 32 rows x 2 k halves of each unit;
