@@ -121,13 +121,13 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
   Buf pairs(size_t(argmax_pairs_bytes(proto))), out(kMaxRows * 4);
   CUDA_CHECK(cudaDeviceSynchronize());
 
-  auto launch = [&](int i, int W) {
+  // One production call: copy i of the weights, W rows of activations from xp.
+  auto launch = [&](int i, const void* xp, int W, cudaStream_t s) {
     const DevMatrix& m = mats[size_t(i) % mats.size()];
     if (c.argmax)
-      matmul_argmax(m, x.p, Act::BF16, W, c.cols, pairs.p, static_cast<int32_t*>(out.p), nullptr, nullptr);
+      matmul_argmax(m, xp, Act::BF16, W, c.cols, pairs.p, static_cast<int32_t*>(out.p), nullptr, s);
     else
-      matmul(m, x.p, Act::BF16, W, c.cols, static_cast<float*>(y.p), c.rows, false, static_cast<float*>(scratch.p),
-             nullptr);
+      matmul(m, xp, Act::BF16, W, c.cols, static_cast<float*>(y.p), c.rows, false, static_cast<float*>(scratch.p), s);
   };
 
   // Batch invariance: rows 0, 5, 31 alone == inside the 64-row call.
@@ -135,15 +135,10 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
     r.invariant = true;
     const size_t per = c.argmax ? 4 : size_t(c.rows) * 4;
     std::vector<uint8_t> full(per * kMaxRows), one(per);
-    launch(0, kMaxRows);
+    launch(0, x.p, kMaxRows, nullptr);
     CUDA_CHECK(cudaMemcpy(full.data(), c.argmax ? out.p : y.p, full.size(), cudaMemcpyDeviceToHost));
     for (int row : {0, 5, 31}) {
-      const bf16* xr = static_cast<const bf16*>(x.p) + size_t(row) * c.cols;
-      if (c.argmax)
-        matmul_argmax(mats[0], xr, Act::BF16, 1, c.cols, pairs.p, static_cast<int32_t*>(out.p), nullptr, nullptr);
-      else
-        matmul(mats[0], xr, Act::BF16, 1, c.cols, static_cast<float*>(y.p), c.rows, false,
-               static_cast<float*>(scratch.p), nullptr);
+      launch(0, static_cast<const bf16*>(x.p) + size_t(row) * c.cols, 1, nullptr);
       CUDA_CHECK(cudaMemcpy(one.data(), c.argmax ? out.p : y.p, per, cudaMemcpyDeviceToHost));
       if (std::memcmp(one.data(), full.data() + per * row, per) != 0) {
         r.invariant = false;
@@ -180,19 +175,11 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
   constexpr int kGraphLaunches = 10;
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  auto launch_on = [&](int i, int W) {
-    const DevMatrix& m = mats[size_t(i) % mats.size()];
-    if (c.argmax)
-      matmul_argmax(m, x.p, Act::BF16, W, c.cols, pairs.p, static_cast<int32_t*>(out.p), nullptr, stream);
-    else
-      matmul(m, x.p, Act::BF16, W, c.cols, static_cast<float*>(y.p), c.rows, false, static_cast<float*>(scratch.p),
-             stream);
-  };
   std::vector<cudaGraphExec_t> graphs(c.widths.size());
   for (size_t k = 0; k < c.widths.size(); ++k) {
     cudaGraph_t g;
     CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < kGraphLaunches; ++i) launch_on(i, c.widths[k]);
+    for (int i = 0; i < kGraphLaunches; ++i) launch(i, x.p, c.widths[k], stream);
     CUDA_CHECK(cudaStreamEndCapture(stream, &g));
     CUDA_CHECK(cudaGraphInstantiate(&graphs[k], g, 0));
     CUDA_CHECK(cudaGraphDestroy(g));
