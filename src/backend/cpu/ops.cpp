@@ -111,10 +111,12 @@ void rope(float* head, int rotary_dim, const float* cos, const float* sin) {
 }
 
 int32_t argmax(const float* x, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i)
-    if (x[i] > x[best]) best = i;
-  return int32_t(best);
+  // Greater value, then lower index; NaN never wins (as the fused head pass
+  // and the CUDA kernels): the first non-NaN value seeds the running best.
+  int64_t best = -1;
+  for (int64_t i = 0; i < n; ++i)
+    if (x[i] == x[i] && (best < 0 || x[i] > x[best])) best = i;
+  return int32_t(best < 0 ? 0 : best);
 }
 
 }  // namespace nextn::cpu

@@ -53,7 +53,7 @@ void rope(float* head, int rotary_dim, const float* cos, const float* sin);
 // cos/sin tables for one position: rotary_dim/2 frequencies each.
 void rope_angles(int64_t pos, int rotary_dim, double theta, float* cos, float* sin);
 
-// Index of the max (lowest index among ties).
+// Index of the max (lowest index among ties; NaN never wins; 0 for an all-NaN row).
 int32_t argmax(const float* x, int64_t n);
 
 }  // namespace nextn::cpu
