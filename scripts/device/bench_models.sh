@@ -23,25 +23,15 @@ BUDGET=${NEXTN_BENCH_BUDGET:-330}
 CK=${NEXTN_CK_DIR:-/tmp/nextn-ck}
 SEED=${NEXTN_SEED:-0}
 LOG=$OUT/logs
-mkdir -p "$LOG" "$CK"
+mkdir -p "$CK"
 SUMMARY=$OUT/summary.txt
-: >"$SUMMARY"
 START=$(date +%s)
-say() { echo "$*" | tee -a "$SUMMARY"; }
+. scripts/device/lib.sh
 left() { echo $((BUDGET - ($(date +%s) - START))); }
-gpu_state() {
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,utilization.gpu,power.draw,memory.used,memory.total \
-    --format=csv 2>&1
-}
 export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 N=$BUILD/nextn
 
-say "commit: $(cat "$BUILD/COMMIT" 2>/dev/null | tr '\n' ' ')"
-say "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-{ uname -a; nproc; uptime; free -g; df -h /tmp; nvidia-smi; } >"$LOG/machine.txt" 2>&1
-gpu_state >"$LOG/gpu_before.csv"
-say "gpu before: $(tail -1 "$LOG/gpu_before.csv")"
-say "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+record_start
 
 for item in ${NEXTN_BENCH_PRESETS:-0.8b:q4 4b:q4 27b:q4 0.8b:bf16 4b:bf16}; do
   size=${item%%:*}
@@ -78,8 +68,5 @@ for item in ${NEXTN_BENCH_PRESETS:-0.8b:q4 4b:q4 27b:q4 0.8b:bf16 4b:bf16}; do
   rm -rf "$dir"
 done
 
-gpu_state >"$LOG/gpu_after.csv"
-say "gpu after: $(tail -1 "$LOG/gpu_after.csv")"
-say "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 say "elapsed: $(( $(date +%s) - START )) s"
-tar czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOG"
+record_finish

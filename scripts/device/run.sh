@@ -20,29 +20,9 @@ ROOT=$PWD
 OUT=${OUT:-$ROOT/out}
 BUILD=${NEXTN_BUILD:-build-cuda}
 LOG=$OUT/logs
-mkdir -p "$LOG"
 SUMMARY=$OUT/summary.txt
-: >"$SUMMARY"
-say() { echo "$*" | tee -a "$SUMMARY"; }
-
-gpu_state() {
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,utilization.gpu,power.draw,memory.used,memory.total \
-    --format=csv 2>&1
-}
-
-say "commit: $(cat "$BUILD/COMMIT" 2>/dev/null || cat COMMIT 2>/dev/null || echo unknown)"
-say "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-{
-  uname -a
-  cat /etc/os-release 2>/dev/null | head -2
-  nproc
-  uptime
-  nvcc --version 2>&1 | tail -2
-  nvidia-smi
-} >"$LOG/machine.txt" 2>&1
-gpu_state >"$LOG/gpu_before.csv"
-say "gpu before: $(tail -1 "$LOG/gpu_before.csv")"
-say "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+. scripts/device/lib.sh
+record_start
 
 # The test binary has the development machine's absolute paths compiled in
 # (fixtures, the nextn binary): make them resolve here.
@@ -121,10 +101,7 @@ fi
     done
   fi
 
-gpu_state >"$LOG/gpu_after.csv"
-say "gpu after: $(tail -1 "$LOG/gpu_after.csv")"
-say "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 say "status: $([ $status = 0 ] && echo PASS || echo FAIL)"
-tar czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOG"
+record_finish
 cat "$SUMMARY"
 exit $status

@@ -1,0 +1,29 @@
+# Shared by the device scripts (sourced, not run): the summary line writer and
+# the machine record before and after a run. Expects BUILD, OUT, LOG, SUMMARY.
+say() { echo "$*" | tee -a "$SUMMARY"; }
+
+gpu_state() {
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,utilization.gpu,power.draw,memory.used,memory.total \
+    --format=csv 2>&1
+}
+
+# Commit, date, machine (logs/machine.txt), GPU state and host load before the run.
+record_start() {
+  mkdir -p "$LOG"
+  : >"$SUMMARY"
+  say "commit: $(cat "$BUILD/COMMIT" 2>/dev/null | tr '\n' ' ' || echo unknown)"
+  say "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  { uname -a; cat /etc/os-release 2>/dev/null | head -2; nproc; uptime; free -g; df -h /tmp; nvcc --version 2>&1 | tail -2
+    nvidia-smi; } >"$LOG/machine.txt" 2>&1
+  gpu_state >"$LOG/gpu_before.csv"
+  say "gpu before: $(tail -1 "$LOG/gpu_before.csv")"
+  say "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+# GPU state and host load after the run; packs logs/ into logs.tar.gz.
+record_finish() {
+  gpu_state >"$LOG/gpu_after.csv"
+  say "gpu after: $(tail -1 "$LOG/gpu_after.csv")"
+  say "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  tar czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOG"
+}
