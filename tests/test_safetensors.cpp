@@ -212,6 +212,22 @@ TEST_F(Safetensors, ShardedIndex) {
   EXPECT_EQ(s.path(), dir_.string());
 }
 
+// The index decides what the checkpoint holds: a tensor a shard has but the
+// index does not list is not loaded, and a tensor present in two shards is
+// taken from the shard the index names (no "in both" error).
+TEST_F(Safetensors, IndexIsAuthoritative) {
+  std::vector<float> a1 = {1}, a2 = {2}, extra = {9};
+  write_safetensors((dir_ / "s1.safetensors").string(),
+                    {{"a", DType::F32, {1}, a1.data(), 4}, {"unlisted", DType::F32, {1}, extra.data(), 4}});
+  write_safetensors((dir_ / "s2.safetensors").string(), {{"a", DType::F32, {1}, a2.data(), 4}});
+  write_file(dir_ / "model.safetensors.index.json", R"({"weight_map":{"a":"s2.safetensors"}})");
+  TensorStore s = TensorStore::open(dir_.string());
+  EXPECT_EQ(s.names(), (std::vector<std::string>{"a"}));
+  EXPECT_EQ(s.find("unlisted"), nullptr);
+  EXPECT_EQ(load_float(DType::F32, s.get("a").data, 0), 2.0f);
+  EXPECT_NE(s.get("a").file->find("s2.safetensors"), std::string::npos);
+}
+
 TEST_F(Safetensors, DirectoryWithModelSafetensors) {
   float x = 1;
   write_safetensors((dir_ / "model.safetensors").string(), {{"x", DType::F32, {1}, &x, 4}});

@@ -240,8 +240,12 @@ SafetensorsFile::~SafetensorsFile() {
 
 namespace {
 
-// Reads model.safetensors.index.json and opens the shards it names.
-void open_indexed(const fs::path& dir, const fs::path& index_path, std::vector<std::unique_ptr<SafetensorsFile>>& files) {
+// Reads model.safetensors.index.json, opens the shards it names and maps
+// each listed tensor to its view in the listed shard. The index is
+// authoritative (as in transformers): a tensor a shard holds but the index
+// does not list is not part of the checkpoint.
+void open_indexed(const fs::path& dir, const fs::path& index_path, std::vector<std::unique_ptr<SafetensorsFile>>& files,
+                  std::map<std::string, const TensorView*>& index) {
   const std::string ip = index_path.string();
   std::ifstream in(index_path, std::ios::binary);
   if (!in) fail("{}: cannot open", ip);
@@ -273,8 +277,10 @@ void open_indexed(const fs::path& dir, const fs::path& index_path, std::vector<s
       files.push_back(SafetensorsFile::open(sp.string()));
       found = shards.emplace(shard, files.back().get()).first;
     }
-    if (!found->second->tensors().count(it.key()))
+    auto view = found->second->tensors().find(it.key());
+    if (view == found->second->tensors().end())
       fail("{}: tensor '{}' is mapped to '{}', which does not contain it", ip, tensor, printable(shard));
+    index.emplace(it.key(), &view->second);
   }
 }
 
@@ -289,7 +295,8 @@ TensorStore TensorStore::open(const std::string& path) {
     fs::path index = p / "model.safetensors.index.json";
     fs::path single = p / "model.safetensors";
     if (fs::exists(index, ec)) {
-      open_indexed(p, index, s.files_);
+      open_indexed(p, index, s.files_, s.index_);
+      return s;
     } else if (fs::exists(single, ec)) {
       s.files_.push_back(SafetensorsFile::open(single.string()));
     } else {
