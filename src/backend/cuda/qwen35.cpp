@@ -469,13 +469,19 @@ void CudaQwen35::head_argmax(int first, int count, int width, int32_t* out) {
 void CudaQwen35::head_argmax_fused(int first, int count, int32_t* out) {
   if (first < 0 || count < 0 || first + count > last_T_) fail("head_argmax_fused: rows outside the last forward");
   if (count > kMaxRows) fail("head_argmax_fused: {} rows above {}", count, kMaxRows);
+  fused_argmax_rows(GraphKind::HeadFused, hidden_, first, count, out);
+}
+
+// Rows [first, first + count) of `rows` (hidden_ or mtp_hidden_) through the
+// head with the argmax fused in; one graph per (kind, count).
+void CudaQwen35::fused_argmax_rows(GraphKind kind, const void* rows, int first, int count, int32_t* out) {
   if (count == 0) return;
   StepArgs a = args();
   a.first_row = first;
   a.n_real = count;
   upload(a);
-  replay(GraphKind::HeadFused, count, 0, [&] {
-    cuda::gather_rows(hidden_, H_, &d_args_->first_row, &d_args_->n_real, count, head_in_, act_, stream_);
+  replay(kind, count, 0, [&] {
+    cuda::gather_rows(rows, H_, &d_args_->first_row, &d_args_->n_real, count, head_in_, act_, stream_);
     cuda::matmul_argmax(head_, head_in_, act_, count, H_, pairs_, d_out_, nullptr, stream_);
   });
   fetch(d_out_, sizeof(int32_t) * size_t(count), out);
@@ -562,16 +568,7 @@ void CudaQwen35::mtp_step(int32_t token) {
 void CudaQwen35::mtp_argmax(int count, int32_t* out) {
   if (count < 0 || count > mtp_last_n_) fail("mtp_argmax: {} entries, last call made {}", count, mtp_last_n_);
   if (count > kMaxRows) fail("mtp_argmax: {} entries above {}", count, kMaxRows);
-  if (count == 0) return;
-  StepArgs a = args();
-  a.first_row = mtp_last_n_ - count;
-  a.n_real = count;
-  upload(a);
-  replay(GraphKind::MtpArgmax, count, 0, [&] {
-    cuda::gather_rows(mtp_hidden_, H_, &d_args_->first_row, &d_args_->n_real, count, head_in_, act_, stream_);
-    cuda::matmul_argmax(head_, head_in_, act_, count, H_, pairs_, d_out_, nullptr, stream_);
-  });
-  fetch(d_out_, sizeof(int32_t) * size_t(count), out);
+  fused_argmax_rows(GraphKind::MtpArgmax, mtp_hidden_, mtp_last_n_ - count, count, out);
 }
 
 // The draft chain on the device: argmax of the latest entry, then per draft

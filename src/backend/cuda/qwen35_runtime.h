@@ -146,6 +146,7 @@ class CudaQwen35 final : public ModelRuntime {
   void mtp_chunk(int n, bool from_target);
   void run_linear(const Linear& lin, const void* x, int T, int ldx, float* y, int ldy);
   void head_project(int width);
+  void fused_argmax_rows(GraphKind kind, const void* rows, int first, int count, int32_t* out);
 
   // host side
   void upload(const StepArgs& a);
