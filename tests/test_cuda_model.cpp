@@ -25,7 +25,7 @@
 #include "backend/cuda/qwen35.h"
 #include "io/checkpoint.h"
 #include "io/synthetic.h"
-#include "spec/generate.h"
+#include "speculative/generate.h"
 #include "test_cuda_util.h"
 #endif
 

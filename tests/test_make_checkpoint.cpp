@@ -14,7 +14,7 @@
 #include "io/config.h"
 #include "io/synthetic.h"
 #include "model/runtime.h"
-#include "spec/generate.h"
+#include "speculative/generate.h"
 
 namespace nextn {
 namespace {

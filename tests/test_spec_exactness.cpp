@@ -13,7 +13,7 @@
 
 #include "io/checkpoint.h"
 #include "model/runtime.h"
-#include "spec/generate.h"
+#include "speculative/generate.h"
 
 namespace nextn {
 namespace {

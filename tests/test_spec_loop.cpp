@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "spec/generate.h"
+#include "speculative/generate.h"
 #include "test_spec_mock.h"
 
 namespace nextn {

@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "model/runtime.h"
-#include "spec/generate.h"
+#include "speculative/generate.h"
 
 namespace nextn::cli {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "bench/stats.h"
-#include "spec/generate.h"
+#include "speculative/generate.h"
 
 namespace nextn::bench {
 

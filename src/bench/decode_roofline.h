@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "spec/generate.h"
+#include "speculative/generate.h"
 
 namespace nextn {
 class Qwen35Checkpoint;

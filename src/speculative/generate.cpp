@@ -1,4 +1,4 @@
-#include "spec/generate.h"
+#include "speculative/generate.h"
 
 #include <algorithm>
 #include <chrono>

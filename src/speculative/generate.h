@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "model/runtime.h"
-#include "spec/drafter.h"
-#include "spec/verify.h"
+#include "speculative/drafter.h"
+#include "speculative/verify.h"
 
 namespace nextn {
 
