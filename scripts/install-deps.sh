@@ -12,5 +12,5 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
-  echo "note: nvcc not found; configure with -DNEXTN_CUDA=OFF to build without the CUDA backend" >&2
+  echo "note: nvcc not found: the build goes on without the CUDA backend" >&2
 fi

@@ -28,7 +28,7 @@ std::unique_ptr<ModelRuntime> make_runtime(const Qwen35Checkpoint& ckpt, Backend
 #ifdef NEXTN_HAVE_CUDA
   return make_cuda_runtime(ckpt, max_tokens);
 #else
-  fail("--backend cuda: this nextn was built without the CUDA backend (configure with -DNEXTN_CUDA=ON)");
+  fail("--backend cuda: this nextn was built without the CUDA backend (no nvcc at build time, or -DNEXTN_CUDA=OFF)");
 #endif
 }
 
