@@ -56,7 +56,7 @@ DIST_ALLOWLIST = {
     "six.py": "MIT",
     "yaml": "MIT",
     "distro": "Apache-2.0",
-    "httplib2": "MIT",
+    "httplib2": "MIT AND BSD-3-Clause",  # socks.py is BSD-3-Clause
     "jwt": "MIT",
     "oauthlib": "BSD-3-Clause",
     "blinker": "MIT",
