@@ -1,4 +1,5 @@
-// The oracle: nextn's CPU backend against transformers on every fixture.
+// The oracle: nextn's CPU backend against transformers on every fixture and on the shipped
+// trained model (models/nextn-code-15m).
 // Greedy tokens identical; per position max|dlogit| / max|ref logit| <= 1e-4;
 // teacher-forced MTP drafts identical at every position.
 #include <gtest/gtest.h>
@@ -129,6 +130,15 @@ INSTANTIATE_TEST_SUITE_P(Transformers, Fixture, ::testing::ValuesIn(fixture_dirs
                            return s;
                          });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Fixture);
+
+// The shipped trained model carries a transformers reference too (scripts/train/make_model_reference.py).
+INSTANTIATE_TEST_SUITE_P(ShippedModel, Fixture,
+                         ::testing::Values(std::string(NEXTN_SOURCE_DIR) + "/models/nextn-code-15m"),
+                         [](const auto& info) {
+                           std::string s = test::fixture_name(info.param);
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
 
 TEST(Fixtures, ArePresent) { EXPECT_GE(fixture_dirs().size(), 3u) << "tests/fixtures should hold the transformers fixtures"; }
 
