@@ -38,6 +38,7 @@ struct Expr {
   std::vector<std::string> ops;          // Compare
   bool negated = false;                  // Test: `is not`
   size_t positional = 0;                 // Call/Filter/Test: number of positional args (after the subject)
+  int depth = 1;                         // height of this subtree (bounded by the parser)
 };
 
 struct Stmt;

@@ -244,7 +244,7 @@ Value detail::attribute_path(Interpreter& in, Value v, const std::string& path, 
   while (true) {
     const size_t dot = path.find('.', pos);
     const std::string part = path.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
-    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
+    const bool digits = !part.empty() && part.size() < 18 && std::all_of(part.begin(), part.end(), ::isdigit);
     v = digits && v.is_list() ? get_item(in, v, Value::from_int(std::stoll(part)), line)
                               : get_item(in, v, Value::from_string(part), line);
     if (dot == std::string::npos) return v;

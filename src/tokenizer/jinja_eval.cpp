@@ -26,12 +26,6 @@ bool is_int_like(const Value& v) { return v.kind == Value::Kind::Int || v.kind =
 int64_t int_of(const Value& v) { return v.kind == Value::Kind::Bool ? int64_t(v.boolean) : v.integer; }
 double float_of(const Value& v) { return v.kind == Value::Kind::Float ? v.number : double(int_of(v)); }
 
-// Normalizes a Python index against `n`; false when out of range.
-bool normalize_index(int64_t& i, size_t n) {
-  if (i < 0) i += int64_t(n);
-  return i >= 0 && i < int64_t(n);
-}
-
 // True if `v` reaches the dict `target` (a namespace stored into itself
 // would form a reference cycle).
 bool holds_dict(const Value& v, const ValueDict* target, int depth) {
@@ -48,6 +42,15 @@ bool holds_dict(const Value& v, const ValueDict* target, int depth) {
 }
 
 }  // namespace
+
+// Bounds the C++ stack: every template construct recurses through exec/eval.
+Interpreter::RecursionGuard::RecursionGuard(Interpreter& interp, int line) : in(interp) {
+  constexpr int kMaxRecursion = 1000;
+  if (++in.recursion_ > kMaxRecursion) {
+    --in.recursion_;
+    fail_at(line, fmt::format("template recursion deeper than {} levels", kMaxRecursion));
+  }
+}
 
 void Interpreter::step(int line) {
   if (++steps_ > limits_.max_steps) fail_at(line, fmt::format("template exceeded {} steps", limits_.max_steps));
@@ -101,6 +104,7 @@ Interpreter::Flow Interpreter::exec_body(const Body& body, std::string& out) {
 
 Interpreter::Flow Interpreter::exec(const Stmt& s, std::string& out) {
   step(s.line);
+  RecursionGuard guard(*this, s.line);
   switch (s.kind) {
     case Stmt::Kind::Text: append(out, s.text, s.line); break;
     case Stmt::Kind::Output: append(out, to_str(eval(*s.expr)), s.line); break;
@@ -285,6 +289,7 @@ Value Interpreter::call(const Value& fn, CallArgs& args, int line) {
 }
 
 Value Interpreter::eval(const Expr& e) {
+  RecursionGuard guard(*this, e.line);
   Value result;
   switch (e.kind) {
     case Expr::Kind::Literal: return e.literal;

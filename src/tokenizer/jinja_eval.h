@@ -71,6 +71,7 @@ class Interpreter {
   Limits limits_;
   uint64_t steps_ = 0;
   int call_depth_ = 0;
+  int recursion_ = 0;  // nested exec/eval frames, all templates and macros together
   Scope* scope_ = nullptr;
   Scope* root_ = nullptr;
   std::unordered_map<std::string, Value> globals_;
@@ -87,6 +88,11 @@ class Interpreter {
   Value eval_slice(const Value& obj, const Expr& e);
   CallArgs eval_args(const Expr& e, size_t first_arg);
   void check_nesting(const Value& v, int line);
+  struct RecursionGuard {
+    Interpreter& in;
+    RecursionGuard(Interpreter& interp, int line);
+    ~RecursionGuard() { --in.recursion_; }
+  };
   void append(std::string& out, const std::string& s, int line);
 };
 

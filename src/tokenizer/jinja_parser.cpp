@@ -1,6 +1,7 @@
 // Recursive-descent parser for the Jinja subset chat templates use. The
 // expression grammar follows Jinja's precedence: conditional < or < and <
 // not < comparison < + - < ~ < * / // % < ** < unary < postfix/filter/test.
+#include <algorithm>
 #include <charconv>
 
 #include "core/error.h"
@@ -228,6 +229,18 @@ class Parser {
     return s;
   }
 
+  // Records the subtree height; long operator or attribute chains would
+  // otherwise make evaluation recurse without bound.
+  ExprPtr seal(ExprPtr e) {
+    int d = 0;
+    for (const auto& c : e->children)
+      if (c) d = std::max(d, c->depth);
+    e->depth = d + 1;
+    if (e->depth > max_depth_)
+      throw Error(fmt::format("line {}: expression nested too deeply (limit {})", e->line, max_depth_));
+    return e;
+  }
+
   ExprPtr make(Expr::Kind k, int line) {
     auto e = std::make_unique<Expr>();
     e->kind = k;
@@ -247,7 +260,7 @@ class Parser {
       if (peek().kind == TK::BlockEnd || peek().kind == TK::VarEnd) break;
       t->children.push_back(parse_expression());
     }
-    return t;
+    return seal(std::move(t));
   }
 
   ExprPtr parse_expression() {
@@ -266,7 +279,7 @@ class Parser {
       c->children.push_back(std::move(cond));
       c->children.push_back(std::move(e));
       c->children.push_back(std::move(other));
-      return c;
+      return seal(std::move(c));
     }
     return e;
   }
@@ -281,7 +294,7 @@ class Parser {
       auto e = make(Expr::Kind::Or, line);
       e->children.push_back(std::move(left));
       e->children.push_back(parse_and());
-      left = std::move(e);
+      left = seal(std::move(e));
     }
     return left;
   }
@@ -293,7 +306,7 @@ class Parser {
       auto e = make(Expr::Kind::And, line);
       e->children.push_back(std::move(left));
       e->children.push_back(parse_not());
-      left = std::move(e);
+      left = seal(std::move(e));
     }
     return left;
   }
@@ -304,7 +317,7 @@ class Parser {
       const int line = next().line;
       auto e = make(Expr::Kind::Not, line);
       e->children.push_back(parse_not());
-      return e;
+      return seal(std::move(e));
     }
     return parse_compare();
   }
@@ -336,7 +349,7 @@ class Parser {
       cmp->ops.push_back(op);
       cmp->children.push_back(parse_math1());
     }
-    return cmp ? std::move(cmp) : std::move(first);
+    return cmp ? seal(std::move(cmp)) : std::move(first);
   }
 
   ExprPtr binary(const std::string& op, ExprPtr a, ExprPtr b, int line) {
@@ -344,7 +357,7 @@ class Parser {
     e->name = op;
     e->children.push_back(std::move(a));
     e->children.push_back(std::move(b));
-    return e;
+    return seal(std::move(e));
   }
 
   ExprPtr parse_math1() {
@@ -390,6 +403,7 @@ class Parser {
       const Token& t = next();
       node = make(t.text == "-" ? Expr::Kind::Neg : Expr::Kind::Pos, t.line);
       node->children.push_back(parse_unary(false));
+      node = seal(std::move(node));
     } else {
       node = parse_primary();
     }
@@ -456,7 +470,7 @@ class Parser {
             tup->children.push_back(parse_expression());
           }
           expect_op(")");
-          return tup;
+          return seal(std::move(tup));
         }
         if (t.text == "[") {
           next();
@@ -467,7 +481,7 @@ class Parser {
             next();
           }
           expect_op("]");
-          return list;
+          return seal(std::move(list));
         }
         if (t.text == "{") {
           next();
@@ -480,7 +494,7 @@ class Parser {
             next();
           }
           expect_op("}");
-          return dict;
+          return seal(std::move(dict));
         }
         break;
       default: break;
@@ -516,7 +530,7 @@ class Parser {
         if (peek().kind == TK::Int) e->name = next().text;  // `x.0`
         else e->name = expect_name();
         e->children.push_back(std::move(node));
-        node = std::move(e);
+        node = seal(std::move(e));
       } else if (is_op("[")) {
         const int line = next().line;
         ExprPtr parts[3];
@@ -536,19 +550,19 @@ class Parser {
           auto e = make(Expr::Kind::Index, line);
           e->children.push_back(std::move(node));
           e->children.push_back(std::move(parts[0]));
-          node = std::move(e);
+          node = seal(std::move(e));
         } else {
           auto e = make(Expr::Kind::Slice, line);
           e->children.push_back(std::move(node));
           for (auto& p : parts) e->children.push_back(std::move(p));
-          node = std::move(e);
+          node = seal(std::move(e));
         }
       } else if (is_op("(")) {
         const int line = next().line;
         auto e = make(Expr::Kind::Call, line);
         e->children.push_back(std::move(node));
         parse_call_args(*e);
-        node = std::move(e);
+        node = seal(std::move(e));
       } else {
         return node;
       }
@@ -566,7 +580,7 @@ class Parser {
           next();
           parse_call_args(*e);
         }
-        node = parse_postfix(std::move(e));
+        node = parse_postfix(seal(std::move(e)));
       } else if (is_name("is")) {
         const int line = next().line;
         auto e = make(Expr::Kind::Test, line);
@@ -587,7 +601,7 @@ class Parser {
           e->children.back() = parse_postfix(std::move(e->children.back()));
           ++e->positional;
         }
-        node = std::move(e);
+        node = seal(std::move(e));
       } else {
         return node;
       }
