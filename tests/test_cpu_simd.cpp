@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "backend/cpu/simd.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 
@@ -48,6 +49,30 @@ TEST(CpuSimd, DotRowsEqualsTheScalarDefinition) {
     }
   }
   EXPECT_NE(std::string(cpu::simd_target_name()), "");
+}
+
+TEST(CpuSimd, DotRowsBf16EqualsTheScalarDefinitionOnWidenedRows) {
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<uint32_t> any(0, 0xffff);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (int64_t n : {0, 1, 7, 8, 9, 17, 64, 100, 257}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = normal(rng);
+    std::vector<uint16_t> w(size_t(4 * n));
+    for (auto& v : w) {
+      v = uint16_t(any(rng));
+      if ((v & 0x7f80) == 0x7f80) v &= 0xbfff;  // finite values only (no inf/NaN exponent)
+    }
+    std::vector<float> wide(w.size());
+    for (size_t i = 0; i < w.size(); ++i) wide[i] = bf16_to_f32(w[i]);
+    for (int rows = 1; rows <= 4; ++rows) {
+      const uint16_t* ptr[4] = {w.data(), w.data() + n, w.data() + 2 * n, w.data() + 3 * n};
+      float out[4];
+      cpu::dot_rows_bf16(x.data(), ptr, rows, n, out);
+      for (int r = 0; r < rows; ++r)
+        EXPECT_EQ(bits_of(out[r]), bits_of(scalar_dot(x.data(), wide.data() + r * n, n))) << "n " << n << " r " << r;
+    }
+  }
 }
 
 TEST(CpuSimd, DequantizeRowEqualsTheScalarDefinition) {

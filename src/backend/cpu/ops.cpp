@@ -14,6 +14,11 @@ std::shared_ptr<Matrix> Matrix::load(const WeightRef& w) {
   auto m = std::make_shared<Matrix>();
   m->rows_ = w.rows;
   m->cols_ = w.cols;
+  if (!w.quantized() && w.weight->dtype == DType::BF16) {
+    m->bf16_.resize(size_t(w.rows) * size_t(w.cols));
+    for (size_t i = 0; i < m->bf16_.size(); ++i) m->bf16_[i] = load_unaligned<uint16_t>(w.weight->data + 2 * i);
+    return m;
+  }
   if (!w.quantized()) {
     m->dense_.resize(size_t(w.rows) * size_t(w.cols));
     for (int64_t r = 0; r < w.rows; ++r) dequantize_row(w, r, m->dense_.data() + r * w.cols);
@@ -35,6 +40,11 @@ std::shared_ptr<Matrix> Matrix::load(const WeightRef& w) {
 }
 
 void Matrix::row(int64_t r, float* out) const {
+  if (!bf16_.empty()) {
+    const uint16_t* src = bf16_.data() + r * cols_;
+    for (int64_t c = 0; c < cols_; ++c) out[c] = bf16_to_f32(src[c]);
+    return;
+  }
   if (!quantized()) {
     const float* src = dense_.data() + r * cols_;
     for (int64_t c = 0; c < cols_; ++c) out[c] = src[c];
@@ -61,9 +71,18 @@ void matmul(const Matrix& w, const float* x, int T, float* y, int64_t first, int
   auto rows = [&](int64_t begin, int64_t end) {
     std::vector<float> deq(w.quantized() ? size_t(kBlock) * size_t(cols) : 0);
     const float* ptr[kBlock];
+    const uint16_t* ptr16[kBlock];
     float out[kBlock];
     for (int64_t o = begin; o < end; o += kBlock) {
       const int n = int(std::min<int64_t>(kBlock, end - o));
+      if (!w.bf16_.empty()) {
+        for (int r = 0; r < n; ++r) ptr16[r] = w.bf16_.data() + (first + o + r) * cols;
+        for (int t = 0; t < T; ++t) {
+          dot_rows_bf16(x + int64_t(t) * cols, ptr16, n, cols, out);
+          for (int r = 0; r < n; ++r) y[int64_t(t) * count + o + r] = out[r];
+        }
+        continue;
+      }
       for (int r = 0; r < n; ++r) {
         if (w.quantized()) {
           w.row(first + o + r, deq.data() + size_t(r) * size_t(cols));

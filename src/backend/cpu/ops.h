@@ -14,8 +14,9 @@ class ThreadPool;
 
 namespace nextn::cpu {
 
-// A [rows, cols] weight (out, in): dense fp32, or MLX affine packed
-// (bits 4/8, per-group scale and bias) dequantized row by row on use.
+// A [rows, cols] weight (out, in): dense fp32, dense bf16 (kept as stored,
+// widened on use: half the memory traffic, the same values), or MLX affine
+// packed (bits 4/8, per-group scale and bias) dequantized row by row on use.
 class Matrix {
  public:
   static std::shared_ptr<Matrix> load(const WeightRef& w);  // throws Error
@@ -27,7 +28,8 @@ class Matrix {
  private:
   int64_t rows_ = 0, cols_ = 0;
   int bits_ = 0, group_ = 0;
-  std::vector<float> dense_;
+  std::vector<float> dense_;      // fp32 and f16 weights
+  std::vector<uint16_t> bf16_;    // bf16 weights
   std::vector<uint32_t> packed_;
   std::vector<float> scales_, biases_;
   friend void matmul(const Matrix&, const float*, int, float*, int64_t, int64_t, ThreadPool*, int64_t);

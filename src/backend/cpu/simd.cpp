@@ -43,6 +43,50 @@ void DotRowsN(const float* x, const float* const* rows, int64_t n, float* out) {
   }
 }
 
+// bf16 weights: 8 lanes widened (u16 << 16 is the fp32 with the same value).
+template <int R>
+void DotRowsBf16N(const float* x, const uint16_t* const* rows, int64_t n, float* out) {
+  const hn::CappedTag<float, 8> d;
+  const hn::RebindToUnsigned<decltype(d)> du;
+  const hn::Rebind<uint16_t, decltype(d)> d16;
+  constexpr int N = int(hn::MaxLanes(d));
+  constexpr int V = 8 / N;
+  static_assert(N * V == 8, "lane count must divide 8");
+  using Vec = hn::Vec<decltype(d)>;
+  Vec acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int v = 0; v < V; ++v) {
+      const Vec xv = hn::LoadU(d, x + i + v * N);
+      for (int r = 0; r < R; ++r) {
+        const Vec wv = hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, rows[r] + i + v * N))));
+        acc[r][v] = hn::Add(acc[r][v], hn::Mul(xv, wv));
+      }
+    }
+  for (int r = 0; r < R; ++r) {
+    HWY_ALIGN float a[8];
+    for (int v = 0; v < V; ++v) hn::Store(acc[r][v], d, a + v * N);
+    for (int64_t j = i, l = 0; j < n; ++j, ++l) {
+      const uint32_t u = uint32_t(rows[r][j]) << 16;
+      float w;
+      hwy::CopyBytes<4>(&u, &w);
+      a[l] += x[j] * w;
+    }
+    out[r] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+  }
+}
+
+void DotRowsBf16(const float* x, const uint16_t* const* rows, int nrows, int64_t n, float* out) {
+  switch (nrows) {
+    case 1: return DotRowsBf16N<1>(x, rows, n, out);
+    case 2: return DotRowsBf16N<2>(x, rows, n, out);
+    case 3: return DotRowsBf16N<3>(x, rows, n, out);
+    default: return DotRowsBf16N<4>(x, rows, n, out);
+  }
+}
+
 void DotRows(const float* x, const float* const* rows, int nrows, int64_t n, float* out) {
   switch (nrows) {
     case 1: return DotRowsN<1>(x, rows, n, out);
@@ -89,10 +133,15 @@ HWY_AFTER_NAMESPACE();
 namespace nextn::cpu {
 
 HWY_EXPORT(DotRows);
+HWY_EXPORT(DotRowsBf16);
 HWY_EXPORT(DequantizeRow);
 
 void dot_rows(const float* x, const float* const* rows, int nrows, int64_t n, float* out) {
   HWY_DYNAMIC_DISPATCH(DotRows)(x, rows, nrows, n, out);
+}
+
+void dot_rows_bf16(const float* x, const uint16_t* const* rows, int nrows, int64_t n, float* out) {
+  HWY_DYNAMIC_DISPATCH(DotRowsBf16)(x, rows, nrows, n, out);
 }
 
 void dequantize_row(const uint32_t* words, const float* scales, const float* biases, int bits, int group,

@@ -12,6 +12,10 @@ namespace nextn::cpu {
 // Several rows per call keep independent add chains in flight.
 void dot_rows(const float* x, const float* const* rows, int nrows, int64_t n, float* out);
 
+// As dot_rows with bf16 rows (widened exactly to fp32 in registers): half
+// the bytes of fp32 weights for the same values and the same sums.
+void dot_rows_bf16(const float* x, const uint16_t* const* rows, int nrows, int64_t n, float* out);
+
 // One MLX affine row: out[c] = scales[c / group] * float(q[c]) + biases[c / group],
 // q[c] the c-th `bits`-wide field of `words` (little end first). bits 4 or 8;
 // group a multiple of 32 / bits.
