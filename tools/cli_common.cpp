@@ -30,4 +30,10 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& f
 
 std::string model_dir_or_default(const std::string& dir) { return dir.empty() ? default_model_dir() : dir; }
 
+void add_threads_option(CLI::App* cmd, int* threads) {
+  cmd->add_option("--threads", *threads,
+                  "CPU backend threads (default: NEXTN_THREADS, else all cores; results do not depend on it)")
+      ->check(CLI::Range(1, 1024));
+}
+
 }  // namespace nextn::cli

@@ -14,6 +14,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "io/checkpoint.h"
 #include "model/runtime.h"
 
@@ -21,7 +22,9 @@ namespace nextn::cli {
 namespace {
 
 struct DecodeArgs {
-  std::string model, backend = "cpu";
+  std::string model, backend = "cpu", draft = "none";
+  int threads = 0;
+  CLI::Option* block_opt = nullptr;
   bench::DecodeBenchOptions o;
   bool json = false;
 };
@@ -31,16 +34,27 @@ void run_decode(const DecodeArgs& a) {
   if (a.o.prompt_len < 1) fail("--prompt-len {} must be at least 1", a.o.prompt_len);
   if (a.o.max_new_tokens < 2) fail("-n {}: a decode benchmark needs at least 2 tokens", a.o.max_new_tokens);
   if (a.o.repeats < 1) fail("--repeats {} must be at least 1", a.o.repeats);
+  bench::DecodeBenchOptions o = a.o;
+  o.draft = parse_draft_kind(a.draft);
+  if (o.draft == DraftKind::Oracle) fail("--draft oracle: bench decode measures none or mtp (see bench verify)");
+  if (a.block_opt->count() > 0) {
+    if (o.draft == DraftKind::None) fail("--block-size applies to --draft mtp only");
+    check_block_size(o.block_size);
+  }
   const std::string dir = model_dir_or_default(a.model);
   const auto ckpt = Qwen35Checkpoint::open(dir);
+  if (o.draft == DraftKind::Mtp && ckpt.mtp_layers() == 0)
+    fail("{}: --draft mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
+  if (o.draft == DraftKind::Mtp && a.block_opt->count() == 0) o.block_size = default_block_size(ckpt.mtp_layers());
   auto machine = bench::machine_begin(a.backend);
   // CUDA: copy bandwidth and the memory baseline before any runtime exists,
   // then every runtime is probed for device memory (src/bench/decode_roofline.h).
   bench::DeviceFigures fig;
   if (kind == BackendKind::Cuda) bench::measure_device(&fig);
-  RuntimeFactory factory = [&ckpt, kind](int cap) { return make_runtime(ckpt, kind, cap); };
+  const int threads = a.threads;
+  RuntimeFactory factory = [&ckpt, kind, threads](int cap) { return make_runtime(ckpt, kind, cap, threads); };
   if (kind == BackendKind::Cuda) factory = bench::probe_memory(factory, &fig);
-  const auto r = bench::run_decode_bench(factory, ckpt.config().vocab_size, a.o);
+  const auto r = bench::run_decode_bench(factory, ckpt.config().vocab_size, o);
   bench::machine_end(machine, a.backend);
   const auto bytes = bench::decode_bytes(ckpt);
   const auto budget = bench::memory_budget(ckpt, fig.peak_capacity > 0 ? fig.peak_capacity : 1);
@@ -48,15 +62,19 @@ void run_decode(const DecodeArgs& a) {
     nlohmann::ordered_json j;
     j["model"] = dir;
     j["backend"] = a.backend;
-    auto body = bench::decode_report_json(r, a.o);
+    if (kind == BackendKind::Cpu) j["cpu_threads"] = threads > 0 ? threads : default_thread_count();
+    auto body = bench::decode_report_json(r, o);
     for (auto it = body.begin(); it != body.end(); ++it) j[it.key()] = it.value();
     j["roofline"] = bench::roofline_json(bytes, budget, fig, r.decode.median);
     j["machine"] = bench::machine_json(machine);
     std::printf("%s\n", j.dump().c_str());
     return;
   }
-  std::printf("nextn bench decode: %s (backend %s), plain greedy\n", dir.c_str(), a.backend.c_str());
-  std::printf("%s", bench::decode_table_text(r, a.o).c_str());
+  const std::string threads_note =
+      kind == BackendKind::Cpu ? fmt::format(", {} threads", threads > 0 ? threads : default_thread_count()) : "";
+  std::printf("nextn bench decode: %s (backend %s%s), %s\n", dir.c_str(), a.backend.c_str(), threads_note.c_str(),
+              o.draft == DraftKind::None ? "plain greedy" : "speculative, MTP drafts");
+  std::printf("%s", bench::decode_table_text(r, o).c_str());
   std::printf("%s", bench::roofline_text(bytes, budget, fig, r.decode.median, 0).c_str());
   std::printf("%s", bench::machine_text(machine).c_str());
 }
@@ -66,7 +84,7 @@ struct VerifyArgs {
                      pattern, prompt_ids;
   double accept_rate = -1;
   uint64_t seed = 1;
-  int pad_width = 0, repeats = 5, n = 64;
+  int pad_width = 0, repeats = 5, n = 64, threads = 0;
   bool json = false, calibrate = false;
   CLI::Option *rate_opt = nullptr, *pattern_opt = nullptr, *seed_opt = nullptr, *ids_opt = nullptr;
 };
@@ -96,7 +114,8 @@ void run_verify(const VerifyArgs& a) {
     if (t >= vocab) fail("--prompt-ids: token id {} is outside the vocabulary [0, {})", t, vocab);
 
   auto machine = bench::machine_begin(a.backend);
-  const RuntimeFactory factory = [&ckpt, kind](int cap) { return make_runtime(ckpt, kind, cap); };
+  const int threads = a.threads;
+  const RuntimeFactory factory = [&ckpt, kind, threads](int cap) { return make_runtime(ckpt, kind, cap, threads); };
   bench::VerifyBench b(factory, o);
   b.attribute();
   const std::string head = fmt::format(
@@ -163,6 +182,9 @@ void register_bench(CLI::App& app) {
   dec->add_option("-n", d->o.max_new_tokens, "Tokens to generate (default 64)");
   dec->add_option("--repeats", d->o.repeats, "Timed repeats after one warm-up (default 5)");
   dec->add_option("--prefill-len", d->o.prefill_len, "Also time prefill of a prompt this long (separate runs)");
+  dec->add_option("--draft", d->draft, "none (plain greedy, default) or mtp (speculative with the MTP head)");
+  d->block_opt = dec->add_option("--block-size", d->o.block_size, "--draft mtp: verify width K (default: MTP layers + 2)");
+  add_threads_option(dec, &d->threads);
   dec->add_flag("--json", d->json, "Print one JSON object");
   dec->callback([d] { run_decode(*d); });
 
@@ -180,6 +202,7 @@ void register_bench(CLI::App& app) {
   v->ids_opt = ver->add_option("--prompt-ids", v->prompt_ids, "Prompt token ids (default: 16 synthetic ids)");
   ver->add_option("-n", v->n, "Tokens to generate per run (default 64)");
   ver->add_option("--backend", v->backend, "cpu or cuda (default cpu)");
+  add_threads_option(ver, &v->threads);
   ver->add_flag("--json", v->json, "Print one JSON object");
   ver->add_flag("--calibrate", v->calibrate, "Write the measurement --verify auto reads (see docs/speculative.md)");
   ver->callback([v] { run_verify(*v); });

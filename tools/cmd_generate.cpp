@@ -20,7 +20,7 @@ struct GenerateArgs {
   int n = 32;
   double accept_rate = -1;
   uint64_t seed = 1;
-  int block_size = 0, pad_width = 0;
+  int block_size = 0, pad_width = 0, threads = 0;
   bool ignore_eos = false, json = false;
   CLI::Option *rate_opt = nullptr, *pattern_opt = nullptr, *block_opt = nullptr, *pad_opt = nullptr,
               *seed_opt = nullptr, *prompt_opt = nullptr, *ids_opt = nullptr;
@@ -67,7 +67,7 @@ void run(const GenerateArgs& a) {
     if (o.verify == VerifyArm::Pad) resolve_pad_width(o.block_size, o.pad_width);  // refuse before loading weights
   }
 
-  const RuntimeFactory factory = [&ckpt, kind](int cap) { return make_runtime(ckpt, kind, cap); };
+  const RuntimeFactory factory = [&ckpt, kind, &a](int cap) { return make_runtime(ckpt, kind, cap, a.threads); };
   const GenerateResult r = generate_fresh(factory, prompt, o);
   const auto stats = stats_json(r.stats);
   if (a.json) {
@@ -109,6 +109,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--verify", a->verify, "Verify arm: batched, walk, pad, fused, auto (default batched)");
   a->pad_opt = cmd->add_option("--pad-width", a->pad_width, "Pad arm width P, K < P <= 64 (default: next multiple of 16)");
   cmd->add_option("--backend", a->backend, "cpu or cuda (default cpu)");
+  add_threads_option(cmd, &a->threads);
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the EOS token");
   cmd->add_flag("--json", a->json, "Print one JSON object: tokens, text, stats");
   cmd->callback([a] { run(*a); });

@@ -18,7 +18,7 @@ void register_make_checkpoint(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("make-checkpoint",
                                  "Write a random-weight Qwen3.5 checkpoint at real shapes (with the MTP head)");
-  cmd->add_option("--preset", o->preset, "qwen3.5-0.8b, qwen3.5-4b, qwen3.5-27b (test-tiny: tests only)");
+  cmd->add_option("--preset", o->preset, "qwen3.5-0.8b, qwen3.5-4b, qwen3.5-27b, small-19m (test-tiny, test-stream: tests only)");
   cmd->add_option("--quant", o->quant, "q4 (MLX affine 4-bit g64, mlx-community layout) or bf16 (HF layout)");
   cmd->add_option("-o,--out", o->out, "Output directory (created; must not hold safetensors)");
   cmd->add_option("--seed", o->seed, "RNG seed (default 0); the bytes depend on preset, quant and seed only");

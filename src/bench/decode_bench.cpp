@@ -16,17 +16,27 @@ DecodeBenchReport run_decode_bench(const RuntimeFactory& factory, int vocab, con
   if (o.prompt_len < 1) fail("--prompt-len {} must be at least 1", o.prompt_len);
   if (o.max_new_tokens < 2) fail("-n {}: a decode benchmark needs at least 2 tokens", o.max_new_tokens);
   if (o.repeats < 1) fail("--repeats {} must be at least 1", o.repeats);
+  if (o.draft == DraftKind::Oracle) fail("--draft oracle: bench decode measures none or mtp");
+  if (o.draft == DraftKind::Mtp && o.block_size < 2) fail("--block-size {} must be at least 2", o.block_size);
   const auto prompt = synthetic_prompt(o.prompt_len, vocab);
-  const int cap = runtime_capacity(o.prompt_len, o.max_new_tokens, 1);
+  const int cap = runtime_capacity(o.prompt_len, o.max_new_tokens, o.draft == DraftKind::None ? 1 : o.block_size);
+  GenerateOptions spec;
+  spec.max_new_tokens = o.max_new_tokens;
+  spec.draft = o.draft;
+  spec.block_size = o.block_size;
+  spec.ignore_eos = true;
   DecodeBenchReport r;
   for (int rep = -1; rep < o.repeats; ++rep) {  // rep -1: warm-up, discarded
     GenerateResult g;
     {
       auto rt = factory(cap);
-      g = greedy_generate(*rt, prompt, o.max_new_tokens, /*ignore_eos=*/true);
+      g = o.draft == DraftKind::None ? greedy_generate(*rt, prompt, o.max_new_tokens, /*ignore_eos=*/true)
+                                     : generate(*rt, prompt, spec);
     }
     if (rep < 0) continue;
     r.generated = g.stats.generated;
+    r.drafted += g.stats.counters.drafted;
+    r.accepted += g.stats.counters.accepted;
     r.prefill_tps.push_back(g.stats.prefill_tokens_per_second());
     r.decode_tps.push_back(g.stats.tokens_per_second());
     r.prefill_ms.push_back(g.stats.prefill_ms);
@@ -60,6 +70,9 @@ std::string decode_table_text(const DecodeBenchReport& r, const DecodeBenchOptio
   s += fmt::format("  prefill tokens/s  {:>32}   ({} ms)\n", format_summary(r.prefill, 1), format_summary(r.prefill_time, 3));
   s += fmt::format("  decode tokens/s   {:>32}   ({} ms/token)\n", format_summary(r.decode, 1),
                    format_summary(r.per_token, 4));
+  if (o.draft != DraftKind::None)
+    s += fmt::format("  draft {}, block size {}: accepted {} of {} drafts ({:.3f})\n", draft_kind_name(o.draft),
+                     o.block_size, r.accepted, r.drafted, r.drafted ? double(r.accepted) / double(r.drafted) : 0.0);
   if (o.prefill_len > 0)
     s += fmt::format("  prefill {} tokens/s {:>{}}   ({} ms; separate runs)\n", o.prefill_len,
                      format_summary(r.long_prefill, 1), std::max<int>(1, 28 - int(std::to_string(o.prefill_len).size())),
@@ -69,7 +82,14 @@ std::string decode_table_text(const DecodeBenchReport& r, const DecodeBenchOptio
 
 nlohmann::ordered_json decode_report_json(const DecodeBenchReport& r, const DecodeBenchOptions& o) {
   nlohmann::ordered_json j;
-  j["settings"] = {{"prompt_len", o.prompt_len}, {"max_new_tokens", o.max_new_tokens}, {"repeats", o.repeats}};
+  j["settings"] = {{"prompt_len", o.prompt_len}, {"max_new_tokens", o.max_new_tokens}, {"repeats", o.repeats},
+                   {"draft", draft_kind_name(o.draft)}};
+  if (o.draft != DraftKind::None) {
+    j["settings"]["block_size"] = o.block_size;
+    j["drafted"] = r.drafted;
+    j["accepted"] = r.accepted;
+    j["acceptance"] = r.drafted ? double(r.accepted) / double(r.drafted) : 0.0;
+  }
   j["prefill_tokens_per_second"] = summary_json(r.prefill);
   j["decode_tokens_per_second"] = summary_json(r.decode);
   j["prefill_ms"] = summary_json(r.prefill_time);

@@ -1,6 +1,7 @@
-// `nextn bench decode`: prefill and plain greedy decode rates through the
-// production generate path, medians [min, max] over repeats (after one
-// discarded warm-up run), each run on a fresh runtime, EOS ignored.
+// `nextn bench decode`: prefill and decode rates through the production
+// generate path, plain greedy or MTP-speculative (--draft mtp), medians
+// [min, max] over repeats (after one discarded warm-up run), each run on a
+// fresh runtime, EOS ignored.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -16,12 +17,15 @@ struct DecodeBenchOptions {
   int max_new_tokens = 64;
   int repeats = 5;
   int prefill_len = 0;  // > 0: also time prefill of a prompt this long (separate runs, 2 tokens each)
+  DraftKind draft = DraftKind::None;  // None or Mtp
+  int block_size = 0;                 // Mtp: verify width K (resolved by the caller, >= 2)
 };
 
 struct DecodeBenchReport {
   std::vector<double> prefill_tps, decode_tps, prefill_ms, decode_ms_per_token;
   Summary prefill, decode, prefill_time, per_token;
   int generated = 0;
+  int64_t drafted = 0, accepted = 0;  // Mtp: totals over the timed repeats
   std::vector<double> long_prefill_tps, long_prefill_ms;  // prefill_len runs
   Summary long_prefill, long_prefill_time;
 };

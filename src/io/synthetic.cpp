@@ -211,10 +211,12 @@ std::optional<SyntheticPreset> synthetic_preset(const std::string& name) {
   if (name == "test-tiny") return SyntheticPreset{name, 64, 4, 128, 2, 1, 32, 2, 16, 4, 16, 4, 512, false};
   // Every matrix with a multiple of 128 columns: the CUDA streamed kernel's shapes.
   if (name == "test-stream") return SyntheticPreset{name, 128, 4, 384, 2, 1, 64, 2, 32, 4, 32, 4, 1024, false};
+  // About 19M parameters (MTP included): the size of nextn's own default model, for CPU benchmarks.
+  if (name == "small-19m") return SyntheticPreset{name, 384, 8, 1024, 4, 2, 64, 4, 64, 4, 96, 4, 8192, true};
   return std::nullopt;
 }
 
-std::vector<std::string> synthetic_preset_names() { return {"qwen3.5-0.8b", "qwen3.5-4b", "qwen3.5-27b", "test-tiny", "test-stream"}; }
+std::vector<std::string> synthetic_preset_names() { return {"qwen3.5-0.8b", "qwen3.5-4b", "qwen3.5-27b", "test-tiny", "test-stream", "small-19m"}; }
 
 std::string synthetic_config_json(const SyntheticPreset& p, const std::string& quant) {
   using J = nlohmann::ordered_json;

@@ -41,7 +41,8 @@ struct SyntheticPreset {
 
 // qwen3.5-0.8b, qwen3.5-4b, qwen3.5-27b (the real configs), test-tiny and
 // test-stream (small shapes for the unit tests, the second with every matrix
-// a multiple of 128 columns wide; not real models). nullopt for others.
+// a multiple of 128 columns wide; not real models), small-19m (the size of a
+// small default model: CPU benchmarks). nullopt for others.
 std::optional<SyntheticPreset> synthetic_preset(const std::string& name);
 std::vector<std::string> synthetic_preset_names();
 

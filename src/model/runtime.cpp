@@ -23,8 +23,9 @@ BackendKind parse_backend(const std::string& name) {
   fail("--backend: unknown backend '{}' (expected cpu or cuda)", name);
 }
 
-std::unique_ptr<ModelRuntime> make_runtime(const Qwen35Checkpoint& ckpt, BackendKind kind, int max_tokens) {
-  if (kind == BackendKind::Cpu) return make_cpu_runtime(ckpt, max_tokens);
+std::unique_ptr<ModelRuntime> make_runtime(const Qwen35Checkpoint& ckpt, BackendKind kind, int max_tokens,
+                                           int cpu_threads) {
+  if (kind == BackendKind::Cpu) return make_cpu_runtime(ckpt, max_tokens, CpuRuntimeOptions{.threads = cpu_threads});
 #ifdef NEXTN_HAVE_CUDA
   return make_cuda_runtime(ckpt, max_tokens);
 #else

@@ -71,6 +71,9 @@ enum class BackendKind { Cpu, Cuda };
 BackendKind parse_backend(const std::string& name);  // throws Error
 
 // max_tokens bounds the caches (prompt + generated + block size).
-std::unique_ptr<ModelRuntime> make_runtime(const Qwen35Checkpoint& ckpt, BackendKind kind, int max_tokens);
+// cpu_threads: the CPU backend's thread count (0: default_thread_count(),
+// i.e. NEXTN_THREADS or all cores); results do not depend on it.
+std::unique_ptr<ModelRuntime> make_runtime(const Qwen35Checkpoint& ckpt, BackendKind kind, int max_tokens,
+                                           int cpu_threads = 0);
 
 }  // namespace nextn

@@ -1,8 +1,11 @@
 #include "backend/cpu/ops.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/simd.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "io/checkpoint.h"
 
 namespace nextn::cpu {
@@ -11,6 +14,11 @@ std::shared_ptr<Matrix> Matrix::load(const WeightRef& w) {
   auto m = std::make_shared<Matrix>();
   m->rows_ = w.rows;
   m->cols_ = w.cols;
+  if (!w.quantized() && w.weight->dtype == DType::BF16) {
+    m->bf16_.resize(size_t(w.rows) * size_t(w.cols));
+    for (size_t i = 0; i < m->bf16_.size(); ++i) m->bf16_[i] = load_unaligned<uint16_t>(w.weight->data + 2 * i);
+    return m;
+  }
   if (!w.quantized()) {
     m->dense_.resize(size_t(w.rows) * size_t(w.cols));
     for (int64_t r = 0; r < w.rows; ++r) dequantize_row(w, r, m->dense_.data() + r * w.cols);
@@ -32,47 +40,68 @@ std::shared_ptr<Matrix> Matrix::load(const WeightRef& w) {
 }
 
 void Matrix::row(int64_t r, float* out) const {
+  if (!bf16_.empty()) {
+    const uint16_t* src = bf16_.data() + r * cols_;
+    for (int64_t c = 0; c < cols_; ++c) out[c] = bf16_to_f32(src[c]);
+    return;
+  }
   if (!quantized()) {
     const float* src = dense_.data() + r * cols_;
     for (int64_t c = 0; c < cols_; ++c) out[c] = src[c];
     return;
   }
-  const int per_word = 32 / bits_;
-  const uint32_t mask = (1u << bits_) - 1u;
-  const uint32_t* words = packed_.data() + r * (cols_ / per_word);
-  const float* s = scales_.data() + r * (cols_ / group_);
-  const float* b = biases_.data() + r * (cols_ / group_);
-  for (int64_t c = 0; c < cols_; ++c) {
-    const uint32_t q = (words[c / per_word] >> (bits_ * (c % per_word))) & mask;
-    const int64_t g = c / group_;
-    out[c] = s[g] * float(q) + b[g];
-  }
+  const int64_t groups = cols_ / group_;
+  dequantize_row(packed_.data() + r * (cols_ * bits_ / 32), scales_.data() + r * groups, biases_.data() + r * groups,
+                 bits_, group_, cols_, out);
 }
 
 float dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
-  for (int l = 0; i < n; ++i, ++l) acc[l] += a[i] * b[i];
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  float out = 0.0f;
+  dot_rows(a, &b, 1, n, &out);
+  return out;
 }
 
-void matmul(const Matrix& w, const float* x, int T, float* y, int64_t first, int64_t count) {
+void matmul(const Matrix& w, const float* x, int T, float* y, int64_t first, int64_t count, ThreadPool* pool,
+            int64_t min_chunk_work) {
   if (count < 0) count = w.rows() - first;
   const int64_t cols = w.cols();
-  if (!w.quantized()) {
-    for (int64_t o = 0; o < count; ++o) {
-      const float* wr = w.dense_.data() + (first + o) * cols;
-      for (int t = 0; t < T; ++t) y[t * count + o] = dot(x + t * cols, wr, cols);
+  constexpr int kBlock = 4;  // weight rows per dot_rows call
+  // Output rows [begin, end): blocks of 4 weight rows, each (dequantized once)
+  // dotted with all T input rows.
+  auto rows = [&](int64_t begin, int64_t end) {
+    std::vector<float> deq(w.quantized() ? size_t(kBlock) * size_t(cols) : 0);
+    const float* ptr[kBlock];
+    const uint16_t* ptr16[kBlock];
+    float out[kBlock];
+    for (int64_t o = begin; o < end; o += kBlock) {
+      const int n = int(std::min<int64_t>(kBlock, end - o));
+      if (!w.bf16_.empty()) {
+        for (int r = 0; r < n; ++r) ptr16[r] = w.bf16_.data() + (first + o + r) * cols;
+        for (int t = 0; t < T; ++t) {
+          dot_rows_bf16(x + int64_t(t) * cols, ptr16, n, cols, out);
+          for (int r = 0; r < n; ++r) y[int64_t(t) * count + o + r] = out[r];
+        }
+        continue;
+      }
+      for (int r = 0; r < n; ++r) {
+        if (w.quantized()) {
+          w.row(first + o + r, deq.data() + size_t(r) * size_t(cols));
+          ptr[r] = deq.data() + size_t(r) * size_t(cols);
+        } else {
+          ptr[r] = w.dense_.data() + (first + o + r) * cols;
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        dot_rows(x + int64_t(t) * cols, ptr, n, cols, out);
+        for (int r = 0; r < n; ++r) y[int64_t(t) * count + o + r] = out[r];
+      }
     }
-    return;
-  }
-  std::vector<float> wr(static_cast<size_t>(cols));
-  for (int64_t o = 0; o < count; ++o) {
-    w.row(first + o, wr.data());  // dequantize once, use for all T rows
-    for (int t = 0; t < T; ++t) y[t * count + o] = dot(x + t * cols, wr.data(), cols);
-  }
+  };
+  const int64_t grain = std::max<int64_t>(1, min_chunk_work / std::max<int64_t>(1, cols * T));
+  if (pool)
+    pool->parallel_for(count, grain, rows);
+  else
+    rows(0, count);
 }
 
 void rmsnorm(const float* x, const float* gamma, float eps, int64_t n, float* y) {

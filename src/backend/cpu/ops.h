@@ -9,12 +9,14 @@
 
 namespace nextn {
 struct WeightRef;
+class ThreadPool;
 }
 
 namespace nextn::cpu {
 
-// A [rows, cols] weight (out, in): dense fp32, or MLX affine packed
-// (bits 4/8, per-group scale and bias) dequantized row by row on use.
+// A [rows, cols] weight (out, in): dense fp32, dense bf16 (kept as stored,
+// widened on use: half the memory traffic, the same values), or MLX affine
+// packed (bits 4/8, per-group scale and bias) dequantized row by row on use.
 class Matrix {
  public:
   static std::shared_ptr<Matrix> load(const WeightRef& w);  // throws Error
@@ -26,18 +28,24 @@ class Matrix {
  private:
   int64_t rows_ = 0, cols_ = 0;
   int bits_ = 0, group_ = 0;
-  std::vector<float> dense_;
+  std::vector<float> dense_;      // fp32 and f16 weights
+  std::vector<uint16_t> bf16_;    // bf16 weights
   std::vector<uint32_t> packed_;
   std::vector<float> scales_, biases_;
-  friend void matmul(const Matrix&, const float*, int, float*, int64_t, int64_t);
+  friend void matmul(const Matrix&, const float*, int, float*, int64_t, int64_t, ThreadPool*, int64_t);
 };
 
-// Fixed-order dot product (8 interleaved partial sums, combined pairwise).
+// Fixed-order dot product (8 interleaved partial sums, combined pairwise),
+// vectorized in simd.cpp with the same arithmetic.
 float dot(const float* a, const float* b, int64_t n);
 
 // y[t][o - first] = x[t] . W[o] for t < T and o in [first, first + count).
-// x is [T, cols], y is [T, count] (count defaults to all rows).
-void matmul(const Matrix& w, const float* x, int T, float* y, int64_t first = 0, int64_t count = -1);
+// x is [T, cols], y is [T, count] (count defaults to all rows). With a pool,
+// output rows o are split across its threads in chunks of at least
+// min_chunk_work multiply-adds; each y element is one dot(), so the result
+// does not depend on T, the pool, its size or the chunking.
+void matmul(const Matrix& w, const float* x, int T, float* y, int64_t first = 0, int64_t count = -1,
+            ThreadPool* pool = nullptr, int64_t min_chunk_work = int64_t(1) << 16);
 
 // y = x / sqrt(mean(x^2) + eps) * gamma (gamma is the real multiplier).
 void rmsnorm(const float* x, const float* gamma, float eps, int64_t n, float* y);

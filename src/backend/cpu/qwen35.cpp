@@ -2,6 +2,9 @@
 // rollback of §B: attention KV truncated; GDN conv state rebuilt from the
 // verify rows; GDN recurrent state restored from a snapshot taken before the
 // forward and replayed over the accepted prefix from the recorded inputs.
+// Threads split independent outputs only (matrix rows, attention heads, GDN
+// heads, vocabulary chunks of the fused argmax), never one reduction, so every
+// value is the same at any thread count.
 #include "backend/cpu/qwen35.h"
 
 #include <algorithm>
@@ -11,6 +14,7 @@
 
 #include "backend/cpu/ops.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "io/checkpoint.h"
 
 namespace nextn {
@@ -45,7 +49,9 @@ struct KvCache {
 struct GdnState {
   std::vector<float> conv;  // [kernel-1][conv_dim]: pre-conv rows, oldest first
   std::vector<float> S;     // [v_heads][dk][dv]
-  // What rollback needs from the last forward:
+  // What rollback needs from the last forward. The snapshot is taken only
+  // for forwards of more than one token: rollback of a one-token forward
+  // keeps it whole.
   std::vector<float> conv_before, S_before;  // snapshot
   std::vector<float> mixed;                  // [T][conv_dim] pre-conv rows
   std::vector<float> q, k, v, g, beta;       // recurrence inputs per token
@@ -53,7 +59,7 @@ struct GdnState {
 
 class CpuQwen35 final : public ModelRuntime {
  public:
-  CpuQwen35(const Qwen35Checkpoint& ckpt, int max_tokens);
+  CpuQwen35(const Qwen35Checkpoint& ckpt, int max_tokens, const CpuRuntimeOptions& options);
 
   const Qwen35Config& config() const override { return cfg_; }
   const char* backend_name() const override { return "cpu"; }
@@ -75,14 +81,17 @@ class CpuQwen35 final : public ModelRuntime {
   void decoder_layer(const LayerWeights& L, KvCache& kv, GdnState* gdn, int pos, int T, float* x);
   void attention(const AttentionWeights& W, KvCache& kv, int pos, int T, const float* xn, float* out);
   void gdn_mixer(const GdnWeights& W, GdnState& st, int T, const float* xn, float* out);
-  void gdn_step(GdnState& st, const float* q, const float* k, const float* v, const float* g, const float* beta,
-                float* o) const;
+  // One token of the recurrence for value heads [h0, h1).
+  void gdn_step(GdnState& st, int h0, int h1, const float* q, const float* k, const float* v, const float* g,
+                const float* beta, float* o) const;
   void mlp(const LayerWeights& L, int T, const float* xn, float* out);
   void check_tokens(std::span<const int32_t> tokens) const;
   void mtp_run(const int32_t* tokens, const float* hidden, int n);
 
   Qwen35Config cfg_;
   int max_tokens_;
+  ThreadPool pool_;
+  int64_t min_chunk_work_;
   MatrixPtr embed_, lm_head_;
   std::vector<float> final_norm_;
   std::vector<LayerWeights> layers_;
@@ -145,7 +154,11 @@ LayerWeights load_layer(const Qwen35Checkpoint& ck, const std::string& p, bool f
   return L;
 }
 
-CpuQwen35::CpuQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.config()), max_tokens_(max_tokens) {
+CpuQwen35::CpuQwen35(const Qwen35Checkpoint& ck, int max_tokens, const CpuRuntimeOptions& options)
+    : cfg_(ck.config()),
+      max_tokens_(max_tokens),
+      pool_(options.threads > 0 ? options.threads : default_thread_count()),
+      min_chunk_work_(options.min_chunk_work) {
   const int H = cfg_.hidden_size;
   embed_ = Matrix::load(ck.matrix("embed_tokens", cfg_.vocab_size, H));
   const WeightRef head = ck.lm_head();
@@ -198,7 +211,7 @@ void CpuQwen35::target_forward(std::span<const int32_t> tokens) {
   embed(tokens.data(), T, x.data());
   for (size_t i = 0; i < layers_.size(); ++i) {
     GdnState* st = layers_[i].full ? nullptr : &gdn_[i];
-    if (st) {  // snapshot for rollback
+    if (st && T > 1) {  // snapshot for rollback
       st->conv_before = st->conv;
       st->S_before = st->S;
     }
@@ -226,10 +239,12 @@ void CpuQwen35::target_rollback(int keep) {
     // Recurrent state: snapshot + replay of the recorded recurrence inputs.
     st.S = st.S_before;
     const int dk = cfg_.linear_key_head_dim, dv = cfg_.linear_value_head_dim, Hv = cfg_.linear_num_value_heads;
-    std::vector<float> o(size_t(Hv) * dv);
-    for (int t = 0; t < keep; ++t)
-      gdn_step(st, &st.q[size_t(t) * Hv * dk], &st.k[size_t(t) * Hv * dk], &st.v[size_t(t) * Hv * dv],
-               &st.g[size_t(t) * Hv], &st.beta[size_t(t) * Hv], o.data());
+    pool_.parallel_for(Hv, 1, [&](int64_t h0, int64_t h1) {
+      std::vector<float> o(size_t(Hv) * dv);
+      for (int t = 0; t < keep; ++t)
+        gdn_step(st, int(h0), int(h1), &st.q[size_t(t) * Hv * dk], &st.k[size_t(t) * Hv * dk],
+                 &st.v[size_t(t) * Hv * dv], &st.g[size_t(t) * Hv], &st.beta[size_t(t) * Hv], o.data());
+    });
   }
   length_ = forward_start_ + keep;
   last_T_ = keep;  // a second rollback of the same forward keeps a prefix of these
@@ -252,10 +267,10 @@ void CpuQwen35::decoder_layer(const LayerWeights& L, KvCache& kv, GdnState* gdn,
 void CpuQwen35::mlp(const LayerWeights& L, int T, const float* xn, float* out) {
   const int I = cfg_.intermediate_size;
   std::vector<float> g(size_t(T) * I), u(size_t(T) * I);
-  cpu::matmul(*L.gate, xn, T, g.data());
-  cpu::matmul(*L.up, xn, T, u.data());
+  cpu::matmul(*L.gate, xn, T, g.data(), 0, -1, &pool_, min_chunk_work_);
+  cpu::matmul(*L.up, xn, T, u.data(), 0, -1, &pool_, min_chunk_work_);
   for (size_t i = 0; i < g.size(); ++i) g[i] = cpu::silu(g[i]) * u[i];
-  cpu::matmul(*L.down, g.data(), T, out);
+  cpu::matmul(*L.down, g.data(), T, out, 0, -1, &pool_, min_chunk_work_);
 }
 
 void CpuQwen35::attention(const AttentionWeights& W, KvCache& kv, int pos, int T, const float* xn, float* out) {
@@ -263,9 +278,9 @@ void CpuQwen35::attention(const AttentionWeights& W, KvCache& kv, int pos, int T
   const int rd = cfg_.rotary_dim();
   const float eps = cfg_.rms_norm_eps;
   std::vector<float> qg(size_t(T) * Hq * hd * 2), k(size_t(T) * Hkv * hd), v(size_t(T) * Hkv * hd);
-  cpu::matmul(*W.q, xn, T, qg.data());
-  cpu::matmul(*W.k, xn, T, k.data());
-  cpu::matmul(*W.v, xn, T, v.data());
+  cpu::matmul(*W.q, xn, T, qg.data(), 0, -1, &pool_, min_chunk_work_);
+  cpu::matmul(*W.k, xn, T, k.data(), 0, -1, &pool_, min_chunk_work_);
+  cpu::matmul(*W.v, xn, T, v.data(), 0, -1, &pool_, min_chunk_work_);
   std::vector<float> cs(static_cast<size_t>(rd / 2)), sn(static_cast<size_t>(rd / 2)), tmp(static_cast<size_t>(hd));
   const int kv_row = Hkv * hd;
   for (int t = 0; t < T; ++t) {
@@ -281,61 +296,73 @@ void CpuQwen35::attention(const AttentionWeights& W, KvCache& kv, int pos, int T
   }
   const float scale = 1.0f / std::sqrt(float(hd));
   const int group = Hq / Hkv;
-  std::vector<float> q(static_cast<size_t>(hd)), scores(static_cast<size_t>(pos + T)), acc(static_cast<size_t>(hd));
   std::vector<float> attn(size_t(T) * Hq * hd);
-  for (int t = 0; t < T; ++t) {
-    cpu::rope_angles(pos + t, rd, cfg_.rope_theta, cs.data(), sn.data());
-    const int n_keys = pos + t + 1;  // causal
-    for (int h = 0; h < Hq; ++h) {
-      const float* qh = &qg[size_t(t) * Hq * hd * 2 + size_t(h) * hd * 2];  // [query | gate] per head
-      cpu::rmsnorm(qh, W.q_norm.data(), eps, hd, q.data());
-      cpu::rope(q.data(), rd, cs.data(), sn.data());
-      const int kh = h / group;
-      float mx = -INFINITY;
-      for (int j = 0; j < n_keys; ++j) {
-        scores[size_t(j)] = cpu::dot(q.data(), &kv.k[size_t(j) * kv_row + kh * hd], hd) * scale;
-        mx = std::max(mx, scores[size_t(j)]);
+  pool_.parallel_for(Hq, 1, [&](int64_t h0, int64_t h1) {  // query heads are independent
+    std::vector<float> q(static_cast<size_t>(hd)), scores(static_cast<size_t>(pos + T)), acc(static_cast<size_t>(hd));
+    std::vector<float> cs(static_cast<size_t>(rd / 2)), sn(static_cast<size_t>(rd / 2));
+    for (int t = 0; t < T; ++t) {
+      cpu::rope_angles(pos + t, rd, cfg_.rope_theta, cs.data(), sn.data());
+      const int n_keys = pos + t + 1;  // causal
+      for (int h = int(h0); h < int(h1); ++h) {
+        const float* qh = &qg[size_t(t) * Hq * hd * 2 + size_t(h) * hd * 2];  // [query | gate] per head
+        cpu::rmsnorm(qh, W.q_norm.data(), eps, hd, q.data());
+        cpu::rope(q.data(), rd, cs.data(), sn.data());
+        const int kh = h / group;
+        float mx = -INFINITY;
+        for (int j = 0; j < n_keys; ++j) {
+          scores[size_t(j)] = cpu::dot(q.data(), &kv.k[size_t(j) * kv_row + kh * hd], hd) * scale;
+          mx = std::max(mx, scores[size_t(j)]);
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < n_keys; ++j) {
+          scores[size_t(j)] = std::exp(scores[size_t(j)] - mx);
+          sum += scores[size_t(j)];
+        }
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int j = 0; j < n_keys; ++j) {
+          const float p = scores[size_t(j)] / sum;
+          const float* vj = &kv.v[size_t(j) * kv_row + kh * hd];
+          for (int d = 0; d < hd; ++d) acc[size_t(d)] += p * vj[d];
+        }
+        const float* gate = qh + hd;
+        float* o = &attn[size_t(t) * Hq * hd + size_t(h) * hd];
+        for (int d = 0; d < hd; ++d) o[d] = acc[size_t(d)] * cpu::sigmoid(gate[d]);
       }
-      float sum = 0.0f;
-      for (int j = 0; j < n_keys; ++j) {
-        scores[size_t(j)] = std::exp(scores[size_t(j)] - mx);
-        sum += scores[size_t(j)];
-      }
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int j = 0; j < n_keys; ++j) {
-        const float p = scores[size_t(j)] / sum;
-        const float* vj = &kv.v[size_t(j) * kv_row + kh * hd];
-        for (int d = 0; d < hd; ++d) acc[size_t(d)] += p * vj[d];
-      }
-      const float* gate = qh + hd;
-      float* o = &attn[size_t(t) * Hq * hd + size_t(h) * hd];
-      for (int d = 0; d < hd; ++d) o[d] = acc[size_t(d)] * cpu::sigmoid(gate[d]);
     }
-  }
-  cpu::matmul(*W.o, attn.data(), T, out);
+  });
+  cpu::matmul(*W.o, attn.data(), T, out, 0, -1, &pool_, min_chunk_work_);
 }
 
-void CpuQwen35::gdn_step(GdnState& st, const float* q, const float* k, const float* v, const float* g,
-                         const float* beta, float* o) const {
-  const int Hv = cfg_.linear_num_value_heads, dk = cfg_.linear_key_head_dim, dv = cfg_.linear_value_head_dim;
+void CpuQwen35::gdn_step(GdnState& st, int h0, int h1, const float* q, const float* k, const float* v,
+                         const float* g, const float* beta, float* o) const {
+  const int dk = cfg_.linear_key_head_dim, dv = cfg_.linear_value_head_dim;
   std::vector<float> mem(static_cast<size_t>(dv));
-  for (int h = 0; h < Hv; ++h) {
+  for (int h = h0; h < h1; ++h) {
     float* S = &st.S[size_t(h) * dk * dv];  // [dk][dv]
     const float* qh = q + size_t(h) * dk;
     const float* kh = k + size_t(h) * dk;
     const float* vh = v + size_t(h) * dv;
     const float decay = std::exp(g[h]);
-    for (int i = 0; i < dk * dv; ++i) S[i] *= decay;
+    // Two sweeps over S; per element the same operations in the same order
+    // as decay, then read (S k), then write (+ k mem), then output (S q).
     std::fill(mem.begin(), mem.end(), 0.0f);
-    for (int i = 0; i < dk; ++i)
-      for (int j = 0; j < dv; ++j) mem[size_t(j)] += S[i * dv + j] * kh[i];
+    for (int i = 0; i < dk; ++i) {
+      float* Si = S + size_t(i) * dv;
+      for (int j = 0; j < dv; ++j) {
+        Si[j] *= decay;
+        mem[size_t(j)] += Si[j] * kh[i];
+      }
+    }
     for (int j = 0; j < dv; ++j) mem[size_t(j)] = (vh[j] - mem[size_t(j)]) * beta[h];
-    for (int i = 0; i < dk; ++i)
-      for (int j = 0; j < dv; ++j) S[i * dv + j] += kh[i] * mem[size_t(j)];
     float* oh = o + size_t(h) * dv;
     for (int j = 0; j < dv; ++j) oh[j] = 0.0f;
-    for (int i = 0; i < dk; ++i)
-      for (int j = 0; j < dv; ++j) oh[j] += S[i * dv + j] * qh[i];
+    for (int i = 0; i < dk; ++i) {
+      float* Si = S + size_t(i) * dv;
+      for (int j = 0; j < dv; ++j) {
+        Si[j] += kh[i] * mem[size_t(j)];
+        oh[j] += Si[j] * qh[i];
+      }
+    }
   }
 }
 
@@ -346,10 +373,10 @@ void CpuQwen35::gdn_mixer(const GdnWeights& W, GdnState& st, int T, const float*
   const int kd = cfg_.key_dim(), vd = cfg_.value_dim(), ratio = Hv / Hk;
   st.mixed.resize(size_t(T) * cd);
   std::vector<float> z(size_t(T) * vd), b(size_t(T) * Hv), a(size_t(T) * Hv);
-  cpu::matmul(*W.qkv, xn, T, st.mixed.data());
-  cpu::matmul(*W.z, xn, T, z.data());
-  cpu::matmul(*W.b, xn, T, b.data());
-  cpu::matmul(*W.a, xn, T, a.data());
+  cpu::matmul(*W.qkv, xn, T, st.mixed.data(), 0, -1, &pool_, min_chunk_work_);
+  cpu::matmul(*W.z, xn, T, z.data(), 0, -1, &pool_, min_chunk_work_);
+  cpu::matmul(*W.b, xn, T, b.data(), 0, -1, &pool_, min_chunk_work_);
+  cpu::matmul(*W.a, xn, T, a.data(), 0, -1, &pool_, min_chunk_work_);
   st.q.resize(size_t(T) * Hv * dk);
   st.k.resize(size_t(T) * Hv * dk);
   st.v.resize(size_t(T) * Hv * dv);
@@ -390,17 +417,23 @@ void CpuQwen35::gdn_mixer(const GdnWeights& W, GdnState& st, int T, const float*
       st.beta[size_t(t) * Hv + h] = cpu::sigmoid(b[size_t(t) * Hv + h]);
       st.g[size_t(t) * Hv + h] = -std::exp(W.a_log[size_t(h)]) * cpu::softplus(a[size_t(t) * Hv + h] + W.dt_bias[size_t(h)]);
     }
-    gdn_step(st, qt, kt, &st.v[size_t(t) * vd], &st.g[size_t(t) * Hv], &st.beta[size_t(t) * Hv], &o[size_t(t) * vd]);
-    // Gated RMSNorm per value head: norm(o) * w * silu(z).
-    for (int h = 0; h < Hv; ++h) {
-      const float* oh = &o[size_t(t) * vd + h * dv];
-      float* yh = &y[size_t(t) * vd + h * dv];
-      cpu::rmsnorm(oh, W.norm.data(), cfg_.rms_norm_eps, dv, yh);
-      const float* zh = &z[size_t(t) * vd + h * dv];
-      for (int d = 0; d < dv; ++d) yh[d] *= cpu::silu(zh[d]);
-    }
   }
-  cpu::matmul(*W.out, y.data(), T, out);
+  // The recurrence and the gated RMSNorm, value heads in parallel: head h's
+  // state sees its tokens in order, heads never mix.
+  pool_.parallel_for(Hv, 1, [&](int64_t h0, int64_t h1) {
+    for (int t = 0; t < T; ++t) {
+      gdn_step(st, int(h0), int(h1), &st.q[size_t(t) * Hv * dk], &st.k[size_t(t) * Hv * dk], &st.v[size_t(t) * vd],
+               &st.g[size_t(t) * Hv], &st.beta[size_t(t) * Hv], &o[size_t(t) * vd]);
+      for (int h = int(h0); h < int(h1); ++h) {  // norm(o) * w * silu(z)
+        const float* oh = &o[size_t(t) * vd + h * dv];
+        float* yh = &y[size_t(t) * vd + h * dv];
+        cpu::rmsnorm(oh, W.norm.data(), cfg_.rms_norm_eps, dv, yh);
+        const float* zh = &z[size_t(t) * vd + h * dv];
+        for (int d = 0; d < dv; ++d) yh[d] *= cpu::silu(zh[d]);
+      }
+    }
+  });
+  cpu::matmul(*W.out, y.data(), T, out, 0, -1, &pool_, min_chunk_work_);
 }
 
 void CpuQwen35::head_argmax(int first, int count, int width, int32_t* out) {
@@ -411,25 +444,44 @@ void CpuQwen35::head_argmax(int first, int count, int width, int32_t* out) {
   const int real = std::min(width, last_T_ - first);
   std::copy(hidden_.begin() + size_t(first) * H, hidden_.begin() + size_t(first + real) * H, x.begin());
   std::vector<float> logits(size_t(width) * V);
-  cpu::matmul(*lm_head_, x.data(), width, logits.data());
+  cpu::matmul(*lm_head_, x.data(), width, logits.data(), 0, -1, &pool_, min_chunk_work_);
   for (int r = 0; r < count; ++r) out[r] = cpu::argmax(&logits[size_t(r) * V], V);
 }
 
 void CpuQwen35::head_argmax_fused(int first, int count, int32_t* out) {
   if (first < 0 || count < 0 || first + count > last_T_) fail("head_argmax_fused: rows outside the last forward");
   const int H = cfg_.hidden_size, V = cfg_.vocab_size;
-  std::vector<float> w(static_cast<size_t>(H));
-  std::vector<float> best(size_t(count), -INFINITY);
-  std::fill(out, out + count, 0);
-  for (int o = 0; o < V; ++o) {  // one pass over the head, running (max, index) per row
-    lm_head_->row(o, w.data());
-    for (int r = 0; r < count; ++r) {
-      const float s = cpu::dot(&hidden_[size_t(first + r) * H], w.data(), H);
-      if (s > best[size_t(r)]) {
-        best[size_t(r)] = s;
-        out[r] = o;
+  // Vocabulary chunks in parallel, each a running (max, first index) per row;
+  // merged in chunk order with the same rule, which gives the serial pass's
+  // answer (strictly greater wins, so the lowest index among ties; NaN never).
+  const int chunks = pool_.size();
+  std::vector<float> best(size_t(chunks) * count, -INFINITY);
+  std::vector<int32_t> index(size_t(chunks) * count, -1);
+  pool_.parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
+    std::vector<float> w(static_cast<size_t>(H));
+    for (int64_t c = c0; c < c1; ++c) {
+      float* cb = &best[size_t(c) * count];
+      int32_t* ci = &index[size_t(c) * count];
+      for (int64_t o = V * c / chunks; o < V * (c + 1) / chunks; ++o) {
+        lm_head_->row(o, w.data());
+        for (int r = 0; r < count; ++r) {
+          const float s = cpu::dot(&hidden_[size_t(first + r) * H], w.data(), H);
+          if (s > cb[r]) {
+            cb[r] = s;
+            ci[r] = int32_t(o);
+          }
+        }
       }
     }
+  });
+  for (int r = 0; r < count; ++r) {
+    float b = -INFINITY;
+    out[r] = 0;
+    for (int c = 0; c < chunks; ++c)
+      if (index[size_t(c) * count + r] >= 0 && best[size_t(c) * count + r] > b) {
+        b = best[size_t(c) * count + r];
+        out[r] = index[size_t(c) * count + r];
+      }
   }
 }
 
@@ -444,7 +496,7 @@ int CpuQwen35::head_walk(std::span<const int32_t> drafts, int32_t* out) {
 
 void CpuQwen35::head_logits(int row, float* out) {
   if (row < 0 || row >= last_T_) fail("head_logits: row {} outside the last forward's {} rows", row, last_T_);
-  cpu::matmul(*lm_head_, &hidden_[size_t(row) * cfg_.hidden_size], 1, out);
+  cpu::matmul(*lm_head_, &hidden_[size_t(row) * cfg_.hidden_size], 1, out, 0, -1, &pool_, min_chunk_work_);
 }
 
 void CpuQwen35::mtp_run(const int32_t* tokens, const float* hidden, int n) {
@@ -457,7 +509,7 @@ void CpuQwen35::mtp_run(const int32_t* tokens, const float* hidden, int n) {
     cpu::rmsnorm(&e[size_t(i) * H], mtp_norm_emb_.data(), cfg_.rms_norm_eps, H, &cat[size_t(i) * 2 * H]);
     cpu::rmsnorm(hidden + size_t(i) * H, mtp_norm_hid_.data(), cfg_.rms_norm_eps, H, &cat[size_t(i) * 2 * H + H]);
   }
-  cpu::matmul(*mtp_fc_, cat.data(), n, u.data());
+  cpu::matmul(*mtp_fc_, cat.data(), n, u.data(), 0, -1, &pool_, min_chunk_work_);
   decoder_layer(mtp_layer_, mtp_kv_, nullptr, mtp_length_, n, u.data());
   mtp_hidden_.resize(size_t(n) * H);
   for (int i = 0; i < n; ++i) cpu::rmsnorm(&u[size_t(i) * H], mtp_norm_.data(), cfg_.rms_norm_eps, H, &mtp_hidden_[size_t(i) * H]);
@@ -485,7 +537,7 @@ void CpuQwen35::mtp_argmax(int count, int32_t* out) {
   const int H = cfg_.hidden_size, V = cfg_.vocab_size;
   std::vector<float> logits(static_cast<size_t>(V));
   for (int i = 0; i < count; ++i) {
-    cpu::matmul(*lm_head_, &mtp_hidden_[size_t(mtp_last_n_ - count + i) * H], 1, logits.data());
+    cpu::matmul(*lm_head_, &mtp_hidden_[size_t(mtp_last_n_ - count + i) * H], 1, logits.data(), 0, -1, &pool_, min_chunk_work_);
     out[i] = cpu::argmax(logits.data(), V);
   }
 }
@@ -497,8 +549,9 @@ void CpuQwen35::mtp_rollback(int length) {
 
 }  // namespace
 
-std::unique_ptr<ModelRuntime> make_cpu_runtime(const Qwen35Checkpoint& ckpt, int max_tokens) {
-  return std::make_unique<CpuQwen35>(ckpt, max_tokens);
+std::unique_ptr<ModelRuntime> make_cpu_runtime(const Qwen35Checkpoint& ckpt, int max_tokens,
+                                               const CpuRuntimeOptions& options) {
+  return std::make_unique<CpuQwen35>(ckpt, max_tokens, options);
 }
 
 }  // namespace nextn
