@@ -165,6 +165,31 @@ TEST(CliFlags, ImpossibleFlags) {
   expect_one_error(run_cli("bench projection --quant q3"), "q3");
 }
 
+TEST(CliThreads, BadCountsAreOneErrorAndCountsDoNotChangeTokens) {
+  if (!fs::exists(kFixture)) GTEST_SKIP() << "fixture missing";
+  const std::string g = "generate -m " + kFixture + " --prompt-ids 1,2,3 -n 6 --draft mtp";
+  expect_one_error(run_cli(g + " --threads 0"), "--threads");
+  expect_one_error(run_cli(g + " --threads many"), "--threads");
+  expect_one_error(run_cli(g, "NEXTN_THREADS=2x"), "NEXTN_THREADS");
+  expect_one_error(run_cli("bench decode -m " + kFixture + " --draft oracle"), "--draft oracle");
+  expect_one_error(run_cli("bench decode -m " + kFixture + " --block-size 3"), "--block-size");
+  const auto one = run_cli(g + " --threads 1"), three = run_cli(g, "NEXTN_THREADS=3");
+  ASSERT_EQ(one.code, 0) << one.err;
+  ASSERT_EQ(three.code, 0) << three.err;
+  EXPECT_EQ(one.out, three.out);
+}
+
+TEST(CliBenchDecode, MtpOnTheCpuReportsAcceptance) {
+  if (!fs::exists(kFixture)) GTEST_SKIP() << "fixture missing";
+  const auto r = run_cli("bench decode -m " + kFixture + " --draft mtp --threads 2 -n 8 --repeats 1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["cpu_threads"], 2);
+  EXPECT_EQ(j["settings"]["draft"], "mtp");
+  EXPECT_GT(j["drafted"].get<int>(), 0);
+  EXPECT_GT(j["decode_tokens_per_second"]["median"].get<double>(), 0.0);
+}
+
 TEST(CliDraftTrace, MatchesTheReference) {
   if (!fs::exists(kFixture)) GTEST_SKIP() << "fixture missing";
   const auto ref = nlohmann::json::parse(test::read_file(kFixture + "/reference.json"));

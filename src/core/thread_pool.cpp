@@ -27,8 +27,7 @@ int default_thread_count() {
 ThreadPool::ThreadPool(int threads) {
   if (threads < 1 || threads > 1024) fail("thread count {} outside [1, 1024]", threads);
   workers_.reserve(size_t(threads - 1));
-  for (int i = 1; i < threads; ++i)
-    workers_.emplace_back([this, i](std::stop_token stop) { work(i, stop); });
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this](std::stop_token stop) { work(stop); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -37,56 +36,68 @@ ThreadPool::~ThreadPool() {
   // jthread joins on destruction.
 }
 
-void ThreadPool::run_chunk(int index) {
-  const int64_t begin = n_ * index / chunks_, end = n_ * (index + 1) / chunks_;
-  inside_chunk = true;
-  try {
-    if (begin < end) (*fn_)(begin, end);
-  } catch (...) {
+void ThreadPool::run_chunks(uint64_t generation) {
+  for (;;) {
+    const std::function<void(int64_t, int64_t)>* fn;
+    int64_t begin, end;
+    {
+      std::lock_guard lock(mutex_);
+      if (generation_ != generation || next_chunk_ >= chunks_) return;
+      const int c = next_chunk_++;
+      fn = fn_;
+      begin = n_ * c / chunks_;
+      end = n_ * (c + 1) / chunks_;
+    }
+    inside_chunk = true;
+    std::exception_ptr error;
+    try {
+      if (begin < end) (*fn)(begin, end);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    inside_chunk = false;
     std::lock_guard lock(mutex_);
-    if (!error_) error_ = std::current_exception();
+    if (error && !error_) error_ = error;
+    if (++finished_chunks_ == chunks_) done_.notify_one();
   }
-  inside_chunk = false;
 }
 
-void ThreadPool::work(int index, std::stop_token stop) {
+void ThreadPool::work(std::stop_token stop) {
   uint64_t seen = 0;
   for (;;) {
     {
       std::unique_lock lock(mutex_);
       if (!wake_.wait(lock, stop, [&] { return generation_ != seen; })) return;  // stop requested
       seen = generation_;
-      if (index >= chunks_) continue;  // this job has fewer chunks than threads
     }
-    run_chunk(index);
-    std::lock_guard lock(mutex_);
-    if (--pending_ == 0) done_.notify_one();
+    run_chunks(seen);
   }
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
-  const int64_t by_grain = (n + std::max<int64_t>(grain, 1) - 1) / std::max<int64_t>(grain, 1);
-  const int chunks = int(std::min<int64_t>(size(), by_grain));
-  if (chunks <= 1 || inside_chunk) {
+  const int64_t g = std::max<int64_t>(grain, 1);
+  const int chunks = int(std::min<int64_t>(int64_t(size()) * 4, (n + g - 1) / g));
+  if (size() == 1 || chunks <= 1 || inside_chunk) {
     fn(0, n);
     return;
   }
+  uint64_t generation;
   {
     std::lock_guard lock(mutex_);
     fn_ = &fn;
     n_ = n;
     chunks_ = chunks;
-    pending_ = chunks - 1;
+    next_chunk_ = finished_chunks_ = 0;
     error_ = nullptr;
-    ++generation_;
+    generation = ++generation_;
   }
   wake_.notify_all();
-  run_chunk(0);
+  run_chunks(generation);
   std::exception_ptr error;
   {
     std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return pending_ == 0; });
+    done_.wait(lock, [&] { return finished_chunks_ == chunks_; });
     error = error_;
     fn_ = nullptr;
   }

@@ -1,6 +1,5 @@
 // A small persistent thread pool for data-parallel loops. parallel_for cuts
-// [0, n) into contiguous chunks, one per thread, and returns when all are
-// done. Callers parallelise over independent outputs only, so results do not
+// [0, n) into contiguous chunks and returns when all are done. Callers parallelise over independent outputs only, so results do not
 // depend on the thread count or on where the chunks are cut.
 #pragma once
 #include <condition_variable>
@@ -28,25 +27,26 @@ class ThreadPool {
   int size() const { return int(workers_.size()) + 1; }
 
   // fn(begin, end) over contiguous chunks of [0, n), each at least `grain`
-  // items (the last may be shorter), at most size() chunks. The caller runs
-  // chunk 0. Rethrows the first exception a chunk threw. A call from inside
-  // a chunk runs serially on that thread.
+  // items (the last may be shorter), up to 4 per thread. Threads, the caller
+  // included, claim chunks until none is left, so a descheduled worker on a
+  // busy machine delays only the chunk it holds. Rethrows the first
+  // exception a chunk threw. A call from inside a chunk runs serially.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
-  void work(int index, std::stop_token stop);
-  void run_chunk(int index);
+  void work(std::stop_token stop);
+  // Claims and runs chunks of job `generation` until none is left.
+  void run_chunks(uint64_t generation);
 
   std::vector<std::jthread> workers_;
   std::mutex mutex_;
   std::condition_variable_any wake_;
   std::condition_variable done_;
-  uint64_t generation_ = 0;  // bumped per job; workers run each generation once
-  int pending_ = 0;          // worker chunks of the current job not yet finished
-  // The current job (valid while pending_ > 0):
+  uint64_t generation_ = 0;  // bumped per job
+  // The current job, all guarded by mutex_:
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
-  int chunks_ = 0;
+  int chunks_ = 0, next_chunk_ = 0, finished_chunks_ = 0;
   std::exception_ptr error_;
 };
 
