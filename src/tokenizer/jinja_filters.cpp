@@ -46,12 +46,23 @@ std::string do_indent(const std::string& s, const std::string& pad, bool first, 
   if (!cur.empty()) lines.push_back(cur);
   std::string rv;
   if (blank) {
-    for (size_t i = 0; i < lines.size(); ++i) rv += (i ? "\n" + pad : "") + lines[i];
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (i) {
+        rv += '\n';
+        rv += pad;
+      }
+      rv += lines[i];
+    }
   } else {
     rv = lines.empty() ? "" : lines[0];
-    for (size_t i = 1; i < lines.size(); ++i) rv += "\n" + (lines[i].empty() ? "" : pad + lines[i]);
+    for (size_t i = 1; i < lines.size(); ++i) {
+      rv += '\n';
+      if (!lines[i].empty()) rv += pad;
+      rv += lines[i];
+    }
   }
-  return first ? pad + rv : rv;
+  if (first) rv.insert(0, pad);
+  return rv;
 }
 
 Value to_number(const Value& v, bool want_int, const Value& dflt) {
@@ -93,15 +104,15 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
     const Value separators = a.value(2, "separators", Value::none());
     const bool sort_keys = a.flag(3, "sort_keys", false);
     a.done(4);
-    if (ascii) fail_at(line, "tojson: ensure_ascii=True is not supported");
     int ind = -1;
     if (is_int_like(indent)) ind = int(std::clamp<int64_t>(int_of(indent), 0, 64));
     else if (!indent.is_none()) fail_at(line, "tojson: indent must be an integer");
-    if (separators.is_none()) return Value::from_string(to_json(v, ind, sort_keys));
+    if (separators.is_none()) return Value::from_string(to_json(v, ind, sort_keys, nullptr, nullptr, ascii));
     if (!separators.is_list() || separators.list->size() != 2 || !(*separators.list)[0].is_string() ||
         !(*separators.list)[1].is_string())
       fail_at(line, "tojson: separators must be a pair of strings");
-    return Value::from_string(to_json(v, ind, sort_keys, &(*separators.list)[0].text, &(*separators.list)[1].text));
+    return Value::from_string(
+        to_json(v, ind, sort_keys, &(*separators.list)[0].text, &(*separators.list)[1].text, ascii));
   }
   if (name == "trim") {
     const Value* chars = a.get(0, "chars");

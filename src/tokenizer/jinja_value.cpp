@@ -152,12 +152,16 @@ std::string float_repr(double d) {
   }
   if (out.empty()) {
     out = digits.substr(0, 1);
-    if (digits.size() > 1) out += "." + digits.substr(1);
+    if (digits.size() > 1) {
+      out += '.';
+      out.append(digits, 1, std::string::npos);
+    }
     char eb[16];
     std::snprintf(eb, sizeof eb, "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
     out += eb;
   }
-  return neg ? "-" + out : out;
+  if (neg) out.insert(0, 1, '-');
+  return out;
 }
 
 static std::string repr_string(const std::string& s) {
@@ -274,9 +278,35 @@ std::string type_name(const Value& v) {
   return "object";
 }
 
-static void json_string(std::string& out, const std::string& s) {
+// With ensure_ascii, non-ASCII code points become \\uXXXX (surrogate pairs
+// above U+FFFF), as Python's json does.
+static void json_escape_code_point(std::string& out, const std::string& s, size_t& i) {
+  const unsigned char c = s[i];
+  const size_t n = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+  uint32_t cp = 0xFFFD;
+  if (n > 1 && i + n <= s.size()) {
+    cp = c & (0x7F >> n);
+    for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (uint32_t((unsigned char)s[i + k]) & 0x3F);
+  }
+  i += n - 1;
+  char b[16];
+  if (cp >= 0x10000) {
+    cp -= 0x10000;
+    std::snprintf(b, sizeof b, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+  } else {
+    std::snprintf(b, sizeof b, "\\u%04x", cp);
+  }
+  out += b;
+}
+
+static void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = s[i];
+    if (ensure_ascii && c >= 0x80) {
+      json_escape_code_point(out, s, i);
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -302,6 +332,7 @@ namespace {
 struct JsonWriter {
   int indent;
   bool sort_keys;
+  bool ensure_ascii;
   std::string item_sep, key_sep;
   std::string out;
   int depth_guard = 0;
@@ -321,7 +352,7 @@ struct JsonWriter {
         else if (std::isinf(v.number)) out += v.number > 0 ? "Infinity" : "-Infinity";
         else out += float_repr(v.number);
         break;
-      case Value::Kind::String: json_string(out, v.text); break;
+      case Value::Kind::String: json_string(out, v.text, ensure_ascii); break;
       case Value::Kind::List: {
         if (v.list->empty()) {
           out += "[]";
@@ -351,7 +382,7 @@ struct JsonWriter {
         for (size_t i = 0; i < items.size(); ++i) {
           if (i) out += item_sep;
           if (indent >= 0) newline(level + 1);
-          json_string(out, items[i]->first);
+          json_string(out, items[i]->first, ensure_ascii);
           out += key_sep;
           write(items[i]->second, level + 1);
         }
@@ -367,8 +398,8 @@ struct JsonWriter {
 }  // namespace
 
 std::string to_json(const Value& v, int indent, bool sort_keys, const std::string* item_sep,
-                    const std::string* key_sep) {
-  JsonWriter w{indent, sort_keys, item_sep ? *item_sep : (indent >= 0 ? "," : ", "),
+                    const std::string* key_sep, bool ensure_ascii) {
+  JsonWriter w{indent, sort_keys, ensure_ascii, item_sep ? *item_sep : (indent >= 0 ? "," : ", "),
                key_sep ? *key_sep : ": ", {}};
   w.write(v, 0);
   return std::move(w.out);

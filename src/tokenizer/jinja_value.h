@@ -75,10 +75,10 @@ std::string repr(const Value& v);
 std::string float_repr(double d);
 // Python ==.
 bool equals(const Value& a, const Value& b);
-// json.dumps(v, ensure_ascii=False, indent=indent, separators=..., sort_keys=...);
+// json.dumps(v, ensure_ascii=..., indent=indent, separators=..., sort_keys=...);
 // indent < 0 means None. Throws nextn::Error on values JSON cannot hold.
 std::string to_json(const Value& v, int indent, bool sort_keys, const std::string* item_sep = nullptr,
-                    const std::string* key_sep = nullptr);
+                    const std::string* key_sep = nullptr, bool ensure_ascii = false);
 // Name of the Python type, for error messages ("str", "dict", ...).
 std::string type_name(const Value& v);
 
