@@ -13,7 +13,7 @@ Fault read_fault_hook() {
   const std::string s(v);
   if (s == "walk-as-batched") return Fault::WalkAsBatched;
   if (s == "runtime-walk-as-batched") return Fault::RuntimeWalkAsBatched;
-  fail("NEXTN_FAULT='{}' is not a known fault (known: walk-as-batched, runtime-walk-as-batched)", v);
+  fail("NEXTN_FAULT='{}' is not a known fault (known: walk-as-batched, runtime-walk-as-batched)", s);
 }
 
 }  // namespace nextn

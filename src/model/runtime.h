@@ -15,6 +15,16 @@
 
 namespace nextn {
 
+// What the MTP head computed, counted where the work runs (beside the shared
+// issue-11 interface below): entries its decoder layer processed (mtp_forward
+// rows and chained mtp_step / mtp_draft steps) and the rows its LM-head argmax
+// projected. Cumulative since construction or reset().
+struct MtpWork {
+  int64_t entries = 0;        // MTP decoder-layer rows run (forward rows + chained steps)
+  int64_t chained_steps = 0;  // of those, chained draft steps (mtp_step or inside mtp_draft)
+  int64_t argmax_rows = 0;    // MTP logits rows projected for an argmax
+};
+
 class Qwen35Checkpoint;
 
 // The kernel path of an LM-head call, as recorded by the code that ran it.
@@ -31,16 +41,6 @@ struct HeadWork {
   int64_t walk_rows = 0;             // rows a walk took (accepted + 1 per walk)
   int64_t head_calls = 0;            // head entry points that ran
   HeadPath last_path = HeadPath::None;
-};
-
-// What the MTP head computed, counted where the work runs (not part of the
-// shared issue-11 interface above): entries its decoder layer processed
-// (mtp_forward rows and chained mtp_step / mtp_draft steps) and the rows its
-// LM-head argmax projected. Cumulative since construction or reset().
-struct MtpWork {
-  int64_t entries = 0;       // MTP decoder-layer rows run (forward rows + chained steps)
-  int64_t chained_steps = 0; // of those, chained draft steps (mtp_step or inside mtp_draft)
-  int64_t argmax_rows = 0;   // MTP logits rows projected for an argmax
 };
 
 class ModelRuntime {
@@ -73,6 +73,7 @@ class ModelRuntime {
   virtual int head_walk(std::span<const int32_t> drafts, int32_t* out) = 0;
   // Full logits of one row (tests, sampling).
   virtual void head_logits(int row, float* out) = 0;
+
   // Counters of the head's work so far (see HeadWork).
   virtual HeadWork head_work() const = 0;
   // Back to the state of a fresh runtime: KV, GDN, MTP state and the head
