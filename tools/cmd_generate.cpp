@@ -16,6 +16,12 @@ namespace nextn::cli {
 namespace {
 
 struct GenerateArgs {
+  // --verify defaults to batched: the measured reason is the record behind
+  // speculative/recorded_winners.h (until the issue-11 H200 sweep lands: 27B
+  // q4, oracle 0.8, K = 3/4, docs/benchmark_results/cuda-backend-h200-2026-11-29.md:
+  // walk 0.966x/0.952x of batched, pad 0.998x/0.996x, fused 1.000x/0.999x;
+  // LEAD: replace with the sweep's per-K verdicts). `--verify auto` follows a
+  // calibration of this machine, else that record, per K.
   std::string model, prompt, prompt_ids, draft = "none", pattern, verify = "batched", backend = "cpu",
                      draft_cost = "free";
   int n = 32;
@@ -115,7 +121,8 @@ void register_generate(CLI::App& app) {
   a->cost_opt = cmd->add_option("--draft-cost", a->draft_cost,
                                  "Oracle: free (default) or mtp (run the MTP draft chain for its cost, use the oracle's tokens)");
   a->block_opt = cmd->add_option("--block-size", a->block_size, "Verify width K, 2..64 (default: MTP layers + 2)");
-  cmd->add_option("--verify", a->verify, "Verify arm: batched, walk, pad, fused, auto (default batched)");
+  cmd->add_option("--verify", a->verify,
+                 "Verify arm: batched, walk, pad, fused, auto (calibration, else the recorded winner per K; default batched)");
   a->pad_opt = cmd->add_option("--pad-width", a->pad_width, "Pad arm width P, K < P <= 64 (default: next multiple of 16)");
   cmd->add_option("--backend", a->backend, "cpu or cuda (default cpu)");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the EOS token");

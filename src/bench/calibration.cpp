@@ -10,6 +10,7 @@
 
 #include "bench/machine.h"
 #include "core/error.h"
+#include "io/calibration_file.h"
 #include "speculative/recorded_winners.h"
 
 namespace nextn::bench {
@@ -50,20 +51,6 @@ std::string safetensors_header_bytes(const fs::path& p) {
   bytes.resize(8 + size_t(n));
   if (!f.read(bytes.data() + 8, std::streamsize(n))) fail("{}: safetensors header truncated", p.string());
   return bytes;
-}
-
-nlohmann::ordered_json load_file(const std::string& path) {
-  nlohmann::ordered_json j;
-  if (!fs::exists(path)) return j;
-  j = nlohmann::ordered_json::parse(read_all(path));  // throws json::exception
-  if (!j.is_object() || !j.contains("entries") || !j["entries"].is_array())
-    throw nlohmann::json::other_error::create(501, "no \"entries\" array", nullptr);
-  return j;
-}
-
-bool same_key(const nlohmann::ordered_json& e, const CalibrationKey& k, const std::string& drafter, int K) {
-  return e.at("backend") == k.backend && e.at("hardware") == k.hardware && e.at("checkpoint_hash") == k.checkpoint_hash &&
-         e.at("drafter") == drafter && e.at("block_size").get<int>() == K;
 }
 
 AutoChoice from_record(const std::string& backend, int K, const std::string& why_not_calibration) {
@@ -135,14 +122,14 @@ std::string write_calibration(const CalibrationKey& key, const std::string& mode
                               const VerifyBenchOptions& o, const std::string& commit) {
   if (!r.timed || !r.refusals.empty()) fail("internal: calibrating from an untimed or refused benchmark");
   const std::string path = calibration_path();
-  nlohmann::ordered_json file;
-  try {
-    file = load_file(path);
-  } catch (const nlohmann::json::exception& e) {
-    fail("--calibrate: {} exists but is not a calibration file ({}); move it away or set NEXTN_CALIBRATION", path,
-         e.what());
+  nlohmann::ordered_json file = empty_calibration_file();
+  if (fs::exists(path)) {
+    try {
+      file = parse_calibration_file(read_all(path), path);
+    } catch (const Error& e) {
+      fail("--calibrate: {} (move it away or set NEXTN_CALIBRATION)", e.what());
+    }
   }
-  if (file.is_null()) file = {{"version", 2}, {"entries", nlohmann::ordered_json::array()}};
   const std::string drafter = drafter_signature(o.draft, o.oracle, o.draft_cost);
   for (int K : o.block_sizes) {
     nlohmann::ordered_json medians = nlohmann::ordered_json::object();
@@ -153,23 +140,18 @@ std::string write_calibration(const CalibrationKey& key, const std::string& mode
       if (best == nullptr || a.tps.median > best->tps.median) best = &a;
     }
     if (best == nullptr) continue;
-    auto& entries = file["entries"];
-    nlohmann::ordered_json kept = nlohmann::ordered_json::array();
-    for (auto& e : entries)
-      if (!same_key(e, key, drafter, K)) kept.push_back(e);
-    kept.push_back({{"backend", key.backend},
-                    {"hardware", key.hardware},
-                    {"checkpoint_hash", key.checkpoint_hash},
-                    {"drafter", drafter},
-                    {"block_size", K},
-                    {"winner", verify_arm_name(best->arm)},
-                    {"pad_width", best->arm == VerifyArm::Pad ? best->counters.pad_width : 0},
-                    {"tokens_per_second_median", medians},
-                    {"model_dir", model_dir},
-                    {"commit", commit},
-                    {"repeats", o.repeats},
-                    {"max_new_tokens", o.max_new_tokens}});
-    entries = std::move(kept);
+    put_calibration_entry(file, {{"backend", key.backend},
+                                 {"hardware", key.hardware},
+                                 {"checkpoint_hash", key.checkpoint_hash},
+                                 {"drafter", drafter},
+                                 {"block_size", K},
+                                 {"winner", verify_arm_name(best->arm)},
+                                 {"pad_width", best->arm == VerifyArm::Pad ? best->counters.pad_width : 0},
+                                 {"tokens_per_second_median", medians},
+                                 {"model_dir", model_dir},
+                                 {"commit", commit},
+                                 {"repeats", o.repeats},
+                                 {"max_new_tokens", o.max_new_tokens}});
   }
   std::error_code ec;
   const fs::path parent = fs::path(path).parent_path();
@@ -189,34 +171,28 @@ std::string write_calibration(const CalibrationKey& key, const std::string& mode
 AutoChoice choose_auto(const CalibrationKey& key, const std::string& drafter, int K) {
   const std::string path = calibration_path();
   std::string why;
-  try {
-    const nlohmann::ordered_json file = load_file(path);
-    if (file.is_null()) {
-      why = fmt::format("no calibration file ({}; `nextn bench verify --calibrate` writes it)", path);
-    } else {
-      for (const auto& e : file.at("entries")) {
-        if (!same_key(e, key, drafter, K)) continue;
+  if (!fs::exists(path)) {
+    why = fmt::format("no calibration file ({}; `nextn bench verify --calibrate` writes it)", path);
+  } else {
+    try {
+      const auto file = parse_calibration_file(read_all(path), path);
+      const auto w = find_calibrated_winner(file, {key.backend, key.hardware, key.checkpoint_hash, drafter, K});
+      if (w) {
         AutoChoice c;
         c.source = "calibration";
-        c.arm = parse_verify_arm(e.at("winner").get<std::string>());
-        if (c.arm == VerifyArm::Auto) fail("winner 'auto' is not an arm");
-        c.pad_width = c.arm == VerifyArm::Pad ? e.at("pad_width").get<int>() : 0;
-        if (c.arm == VerifyArm::Pad) resolve_pad_width(K, c.pad_width);
+        c.arm = parse_verify_arm(w->winner);
+        c.pad_width = w->pad_width;
         c.reason = fmt::format("calibration {} (backend {}, {}, checkpoint {}, drafter '{}', K = {}): {} fastest at "
                                "{:.1f} tokens/s median, commit {}",
-                               path, key.backend, key.hardware, key.checkpoint_hash, drafter, K,
-                               verify_arm_name(c.arm),
-                               e.at("tokens_per_second_median").at(verify_arm_name(c.arm)).get<double>(),
-                               e.value("commit", std::string("?")));
+                               path, key.backend, key.hardware, key.checkpoint_hash, drafter, K, w->winner,
+                               w->tokens_per_second, w->commit);
         return c;
       }
       why = fmt::format("calibration {} has no entry for backend {}, {}, checkpoint {}, drafter '{}', K = {}", path,
                         key.backend, key.hardware, key.checkpoint_hash, drafter, K);
+    } catch (const Error& e) {
+      why = fmt::format("calibration file unreadable ({})", e.what());
     }
-  } catch (const nlohmann::json::exception& e) {
-    why = fmt::format("calibration {} is unreadable ({})", path, e.what());
-  } catch (const Error& e) {
-    why = fmt::format("calibration {} is unreadable ({})", path, e.what());
   }
   return from_record(key.backend, K, why);
 }
