@@ -27,6 +27,16 @@
 #                          kept for the last model while earlier ones run
 #   NEXTN_BUILD [build-cuda]  NEXTN_CK_DIR [/tmp/nextn-ck]  NEXTN_SEED [0]
 # Every skip (budget) is written to summary.txt; nothing is silently dropped.
+#
+# Time estimate (from docs/benchmark_results/cuda-backend-h200-2026-11-29.md:
+# a 27B q4 verify round costs ~13.3 ms at K = 3/4, greedy 77 tok/s; make 27B
+# 15 s, 4B 3 s; a 27B load ~4 s): one bench verify = 1 greedy reference +
+# 20 (K, arm) x (1 attribution + 5 timed) runs of -n 48 at ~0.2 s (K = 3:
+# ~20 rounds, K = 32: ~10 rounds of a costlier forward) = ~29 s free; the MTP
+# chain adds K-2 steps of ~0.7 ms per round (~+10 s). 27B: 3 rates x (29 + 39)
+# + make + projection = ~225 s; 4B about a third (~75 s); guard ~6 s: ~310 s
+# of the 520 s budget, so the K = 32 forward may cost twice the guess and
+# still fit; past the budget the remaining runs are skipped and listed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
