@@ -59,7 +59,7 @@ LOG=$OUT/logs
 SUMMARY=$OUT/summary.txt
 START=$(date +%s)
 . scripts/device/lib.sh
-[ -d /usr/local/cuda/lib64 ] && export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"  # libfmt carried by prepare.sh
 NEXTN=$BUILD/nextn
 left() { echo $((BUDGET - ($(date +%s) - START))); }
 mkdir -p "$OUT/json" "$CK"
