@@ -35,16 +35,17 @@ ARM_ORDER = ["batched", "walk", "pad", "fused"]
 def load_runs(out):
     runs = {}
     for path in sorted(glob.glob(os.path.join(out, "json", "verify_*.json"))):
-        m = re.match(r"verify_(.+)_r([0-9.]+)_(free|mtp)\.json$", os.path.basename(path))
+        m = re.match(r"verify_(.+)_r([0-9.]+)_(free|mtp)(_flag)?\.json$", os.path.basename(path))
         if not m:
             continue
+        variant = "flag" if m.group(4) else "default"
         try:
             with open(path) as f:
                 j = json.load(f)
         except (OSError, ValueError) as e:
-            runs[(m.group(1), m.group(3), m.group(2))] = {"error": f"{path}: {e}"}
+            runs[(m.group(1), m.group(3), m.group(2), variant)] = {"error": f"{path}: {e}"}
             continue
-        runs[(m.group(1), m.group(3), m.group(2))] = j
+        runs[(m.group(1), m.group(3), m.group(2), variant)] = j
     return runs
 
 
@@ -96,8 +97,11 @@ def verdict(arms):
     return f"batched (fastest median {best}, spreads overlap)", "batched"
 
 
-def model_section(model, cost, rate, run, proj):
-    lines = [f"### {model}, draft cost {cost}, oracle acceptance {rate}", ""]
+def model_section(model, cost, rate, variant, run, proj):
+    title = f"### {model}, draft cost {cost}, oracle acceptance {rate}"
+    if variant == "flag":
+        title += ", flag-return walk (NEXTN_CUDA_WALK=flag)"
+    lines = [title, ""]
     if "error" in run:
         return lines + [f"unreadable: {run['error']}", ""]
     if run.get("refused"):
@@ -164,8 +168,8 @@ def model_section(model, cost, rate, run, proj):
 
 def spread(runs1, runs2):
     lines = ["## Spread between the two calls", "",
-             "| model | cost | acceptance | K | arm | call 1 median | call 2 median | call 2 / call 1 |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| model | cost | acceptance | walk | K | arm | call 1 median | call 2 median | call 2 / call 1 |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for key in sorted(set(runs1) & set(runs2)):
         r1, r2 = runs1[key], runs2[key]
         if "error" in r1 or "error" in r2:
@@ -177,7 +181,7 @@ def spread(runs1, runs2):
                 if not a1 or not a2 or "tokens_per_second" not in a1 or "tokens_per_second" not in a2:
                     continue
                 m1, m2 = a1["tokens_per_second"]["median"], a2["tokens_per_second"]["median"]
-                lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {k} | {name} | {m1:.1f} | {m2:.1f} | "
+                lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {k} | {name} | {m1:.1f} | {m2:.1f} | "
                              f"{m2 / m1 if m1 else float('nan'):.3f} |")
     return lines + [""]
 
@@ -209,21 +213,22 @@ def main(argv):
     for model in models:
         proj = load_projection(out1, model)
         print(f"## {model}\n")
-        for cost in ("free", "mtp"):
-            for rate in sorted({k[2] for k in runs if k[0] == model and k[1] == cost}):
-                res = model_section(model, cost, rate, runs[(model, cost, rate)], proj)
-                if isinstance(res, tuple):
-                    lines, w = res
-                    winners[(model, cost, rate)] = w
-                else:
-                    lines = res
-                print("\n".join(lines))
+        for variant in ("default", "flag"):
+            for cost in ("free", "mtp"):
+                for rate in sorted({k[2] for k in runs if k[0] == model and k[1] == cost and k[3] == variant}):
+                    res = model_section(model, cost, rate, variant, runs[(model, cost, rate, variant)], proj)
+                    if isinstance(res, tuple):
+                        lines, w = res
+                        winners[(model, cost, rate, variant)] = w
+                    else:
+                        lines = res
+                    print("\n".join(lines))
     print("## Winners per K (verdict column), for src/speculative/recorded_winners.h\n")
-    print("| model | cost | acceptance | " + " | ".join(f"K={k}" for k in sorted({k for w in winners.values() for k in w})) + " |")
     ks = sorted({k for w in winners.values() for k in w})
-    print("|---|---|---|" + "---|" * len(ks))
+    print("| model | cost | acceptance | walk | " + " | ".join(f"K={k}" for k in ks) + " |")
+    print("|---|---|---|---|" + "---|" * len(ks))
     for key, w in sorted(winners.items()):
-        print(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(str(w.get(k) or "-") for k in ks) + " |")
+        print(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | " + " | ".join(str(w.get(k) or "-") for k in ks) + " |")
     print()
     if len(argv) == 3:
         print("\n".join(spread(runs, load_runs(argv[2]))))

@@ -23,6 +23,9 @@
 #   NEXTN_SWEEP_K [3,4,8,16,32]  NEXTN_SWEEP_ARMS [batched,walk,pad,fused]
 #   NEXTN_SWEEP_RATES ["0.8 0.6 0.9"]  NEXTN_SWEEP_COSTS ["free mtp"]
 #   NEXTN_SWEEP_REPEATS [5]  NEXTN_SWEEP_N [48] tokens per run
+#   NEXTN_SWEEP_FLAG_RATES ["0.8" on cuda, "" on cpu]: also run batched,walk with the
+#                          flag-return walk (NEXTN_CUDA_WALK=flag) at these rates,
+#                          both costs (the default walk is the WHILE-graph walk)
 #   NEXTN_SWEEP_BUDGET [520] s for the whole call; NEXTN_SWEEP_RESERVE [300] s
 #                          kept for the last model while earlier ones run
 #   NEXTN_BUILD [build-cuda]  NEXTN_CK_DIR [/tmp/nextn-ck]  NEXTN_SEED [0]
@@ -36,7 +39,9 @@
 # chain adds K-2 steps of ~0.7 ms per round (~+10 s). 27B: 3 rates x (29 + 39)
 # + make + projection = ~225 s; 4B about a third (~75 s); guard ~6 s: ~310 s
 # of the 520 s budget, so the K = 32 forward may cost twice the guess and
-# still fit; past the budget the remaining runs are skipped and listed.
+# still fit; the flag-walk runs (batched,walk at 0.8, both costs) add ~35 s
+# (27B) and ~12 s (4B): ~360 s; past the budget the remaining runs are
+# skipped and listed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -55,6 +60,9 @@ N=${NEXTN_SWEEP_N:-48}
 CK=${NEXTN_CK_DIR:-/tmp/nextn-ck}
 SEED=${NEXTN_SEED:-0}
 MODELS=${NEXTN_SWEEP_MODELS:-4b=qwen3.5-4b 27b=qwen3.5-27b}
+# flag-walk runs by default on cuda only (the CPU has one walk; an explicit
+# NEXTN_SWEEP_FLAG_RATES there only exercises this script's flow)
+if [ "$BACKEND" = cuda ]; then FLAG_RATES=${NEXTN_SWEEP_FLAG_RATES-0.8}; else FLAG_RATES=${NEXTN_SWEEP_FLAG_RATES-}; fi
 LOG=$OUT/logs
 SUMMARY=$OUT/summary.txt
 START=$(date +%s)
@@ -145,22 +153,26 @@ for idx in "${!models[@]}"; do
   first=0
   projection "$name" "$dir"
   last_s=0
+  # one bench verify: tag, rate, cost, arms, extra environment
+  verify_run() {
+    local tag=$1 rate=$2 cost=$3 arms=$4 envs=$5
+    local need=$(( last_s * 14 / 10 + 5 ))
+    if [ "$(limit)" -lt "$need" ]; then say "skip $tag: $(limit) s usable, the last run took $last_s s"; return; fi
+    local t0=$(date +%s) cap=$(limit)
+    [ "$cap" -gt 240 ] && cap=240
+    env $envs timeout "$cap" "$NEXTN" bench verify --backend "$BACKEND" -m "$dir" --draft oracle --accept-rate "$rate" \
+      --draft-cost "$cost" --block-sizes "$KS" --verify "$arms" --repeats "$REPEATS" -n "$N" --json \
+      >"$OUT/json/verify_$tag.json" 2>"$LOG/verify_$tag.err"
+    local rc=$?
+    last_s=$(( $(date +%s) - t0 ))
+    say "bench verify $tag (${envs:+$envs, }K $KS, arms $arms, $REPEATS repeats, -n $N): exit $rc in $last_s s"
+    [ $rc = 0 ] || { tail -3 "$LOG/verify_$tag.err" | tee -a "$SUMMARY"; }
+  }
   for rate in $RATES; do
-    for cost in $COSTS; do
-      tag=${name}_r${rate}_${cost}
-      need=$(( last_s * 14 / 10 + 5 ))
-      if [ "$(limit)" -lt "$need" ]; then say "skip $tag: $(limit) s usable, the last run took $last_s s"; continue; fi
-      t0=$(date +%s)
-      cap=$(limit)
-      [ "$cap" -gt 240 ] && cap=240
-      timeout "$cap" "$NEXTN" bench verify --backend "$BACKEND" -m "$dir" --draft oracle --accept-rate "$rate" \
-        --draft-cost "$cost" --block-sizes "$KS" --verify "$ARMS" --repeats "$REPEATS" -n "$N" --json \
-        >"$OUT/json/verify_$tag.json" 2>"$LOG/verify_$tag.err"
-      rc=$?
-      last_s=$(( $(date +%s) - t0 ))
-      say "bench verify $tag (K $KS, $REPEATS repeats, -n $N): exit $rc in $last_s s"
-      [ $rc = 0 ] || { tail -3 "$LOG/verify_$tag.err" | tee -a "$SUMMARY"; }
-    done
+    for cost in $COSTS; do verify_run "${name}_r${rate}_${cost}" "$rate" "$cost" "$ARMS" ""; done
+  done
+  for rate in $FLAG_RATES; do
+    for cost in $COSTS; do verify_run "${name}_r${rate}_${cost}_flag" "$rate" "$cost" batched,walk NEXTN_CUDA_WALK=flag; done
   done
   case "$spec" in *=@*) ;; *) rm -rf "$dir" ;; esac
 done
