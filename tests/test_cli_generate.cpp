@@ -130,32 +130,66 @@ TEST_F(CliGenerate, ImpossibleFlagsAreOneErrorLine) {
     expect_one_error(run_cli("generate -m " + kQ4 + " " + kPrompt + " -n 4 --draft mtp"), "no MTP head");
 }
 
-TEST_F(CliGenerate, AutoWithoutCalibrationFallsBackToBatchedAndSaysSo) {
+TEST_F(CliGenerate, AutoWithoutCalibrationFollowsTheRecordAndSaysSo) {
   test::TempDir cache;
   const auto r = parse_json(run_cli("generate -m " + kTied + " " + kPrompt + " -n 10 --draft mtp --verify auto --json",
-                                    "NEXTN_CACHE_DIR=" + cache.str()));
+                                    "NEXTN_CALIBRATION=" + cache.str() + "/calibration.json"));
   EXPECT_EQ(r["stats"]["verify_requested"], "auto");
+  EXPECT_EQ(r["stats"]["verify_chosen"], "batched");  // speculative/recorded_winners.h, cpu K = 3
   EXPECT_EQ(r["stats"]["verify_taken"], "batched");
   EXPECT_EQ(r["stats"]["block_size"], 3);
-  EXPECT_NE(r["stats"]["auto_reason"].get<std::string>().find("no calibration"), std::string::npos);
+  EXPECT_EQ(r["stats"]["auto_source"], "record");
+  EXPECT_NE(r["stats"]["auto_reason"].get<std::string>().find("no calibration file"), std::string::npos);
+  EXPECT_TRUE(r["stats"]["identity_violations"].empty());
 }
 
 TEST_F(CliGenerate, CalibrationThenAuto) {
   test::TempDir cache;
-  const std::string env = "NEXTN_CACHE_DIR=" + cache.str();
+  const std::string file = cache.str() + "/nested/calibration.json";
+  const std::string env = "NEXTN_CALIBRATION=" + file;
   const auto b = run_cli("bench verify -m " + kTied + " --block-sizes 3,4 --verify batched,walk --repeats 1 -n 10 --calibrate", env);
   ASSERT_EQ(b.code, 0) << b.out << b.err;
-  EXPECT_NE(b.out.find("calibration written"), std::string::npos) << b.out;
-  const auto r = parse_json(run_cli("generate -m " + kTied + " " + kPrompt + " -n 10 --draft mtp --verify auto --json", env));
-  const auto taken = r["stats"]["verify_taken"].get<std::string>();
-  EXPECT_TRUE(taken == "batched" || taken == "walk") << taken;
-  const int K = r["stats"]["block_size"];
-  EXPECT_TRUE(K == 3 || K == 4) << K;
-  EXPECT_NE(r["stats"]["auto_reason"].get<std::string>().find("fastest measured"), std::string::npos);
-  // A calibration taken with the MTP drafter does not speak for the oracle.
+  EXPECT_NE(b.out.find("calibration written: " + file), std::string::npos) << b.out;
+  const auto cal = nlohmann::json::parse(test::read_file(file));
+  ASSERT_EQ(cal["entries"].size(), 2u);
+  for (int K : {3, 4}) {
+    const auto r = parse_json(run_cli("generate -m " + kTied + " " + kPrompt + " -n 10 --draft mtp --verify auto --json " +
+                                          "--block-size " + std::to_string(K),
+                                      env));
+    std::string winner;
+    for (const auto& e : cal["entries"])
+      if (e["block_size"] == K) winner = e["winner"];
+    EXPECT_EQ(r["stats"]["auto_source"], "calibration") << r["stats"]["auto_reason"];
+    EXPECT_EQ(r["stats"]["verify_chosen"], winner) << K;
+    EXPECT_EQ(r["stats"]["verify_taken"], winner) << K;
+    EXPECT_EQ(r["stats"]["block_size"], K);
+  }
+  // K = 8 was not calibrated, nor was the oracle drafter: the record decides.
+  const auto k8 = parse_json(run_cli("generate -m " + kTied + " " + kPrompt + " -n 10 --draft mtp --block-size 8 --verify auto --json", env));
+  EXPECT_EQ(k8["stats"]["auto_source"], "record");
   const auto o = parse_json(run_cli(
       "generate -m " + kTied + " " + kPrompt + " -n 10 --draft oracle --accept-rate 0.5 --verify auto --json", env));
+  EXPECT_EQ(o["stats"]["auto_source"], "record");
   EXPECT_EQ(o["stats"]["verify_taken"], "batched");
+}
+
+TEST_F(CliGenerate, OracleAtMtpCostRunsTheMtpHeadAndMatchesGreedy) {
+  const std::string g = "generate -m " + kTied + " " + kPrompt + " -n 24 --json ";
+  const auto plain = parse_json(run_cli(g));
+  const auto costed =
+      parse_json(run_cli(g + "--draft oracle --accept-rate 0.8 --draft-cost mtp --block-size 5 --verify walk"));
+  EXPECT_EQ(costed["tokens"], plain["tokens"]);
+  EXPECT_EQ(costed["stats"]["draft_cost"], "mtp");
+  EXPECT_GT(costed["stats"]["mtp_work"]["chained_steps"].get<int>(), 0);  // counted by the CPU runtime's MTP path
+  EXPECT_EQ(costed["stats"]["mtp_work"]["argmax_rows"], costed["stats"]["drafted"]);
+  const auto free_run = parse_json(run_cli(g + "--draft oracle --accept-rate 0.8 --block-size 5 --verify walk"));
+  EXPECT_EQ(free_run["stats"]["mtp_work"]["entries"], 0);
+  EXPECT_EQ(free_run["stats"]["accepted_at"], costed["stats"]["accepted_at"]);
+  expect_one_error(run_cli(g + "--draft mtp --draft-cost mtp"), "--draft-cost");
+  expect_one_error(run_cli(g + "--draft oracle --accept-rate 0.8 --draft-cost cheap"), "cheap");
+  if (fs::exists(kQ4 + "/config.json"))
+    expect_one_error(run_cli("generate -m " + kQ4 + " " + kPrompt + " -n 4 --draft oracle --accept-rate 0.8 --draft-cost mtp"),
+                     "no MTP head");
 }
 
 TEST_F(CliGenerate, BenchVerifyPrintsCountersThenATable) {
@@ -166,7 +200,7 @@ TEST_F(CliGenerate, BenchVerifyPrintsCountersThenATable) {
   ASSERT_NE(counters, std::string::npos) << r.out;
   ASSERT_NE(timing, std::string::npos) << r.out;
   EXPECT_LT(counters, timing);
-  for (const char* s : {"vs batched", "commit:", "load average", "rows_projected", "walk_steps"})
+  for (const char* s : {"vs batched", "commit:", "load average", "rows", "walk_rows", "head_MB/round", "draft_ms"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s;
   const auto j = parse_json(run_cli("bench verify -m " + kTied +
                                     " --block-sizes 4 --verify batched,walk --draft oracle --accept-rate 0.8 --repeats 1 -n 12 --json"));
@@ -176,20 +210,68 @@ TEST_F(CliGenerate, BenchVerifyPrintsCountersThenATable) {
   EXPECT_TRUE(j["machine"].contains("commit"));
 }
 
-TEST_F(CliGenerate, BenchVerifyRefusesThePlantedWalkFault) {
-  const std::string cmd = "bench verify -m " + kTied + " --block-sizes 3,4 --verify batched,walk --repeats 1 -n 12";
-  const auto r = run_cli(cmd, "NEXTN_FAULT=walk-as-batched");
+// One fault, two places: the verifier's walk arm (walk-as-batched) or the CPU
+// runtime's head_walk (runtime-walk-as-batched). Either way bench verify prints
+// the counters, refuses with exit 2 and prints no table; without the fault the
+// same command prints one (so the assertions below can fail).
+void expect_refused_fault(const std::string& fault, const std::string& model, const std::string& prompt) {
+  const std::string cmd = "bench verify -m " + model + " " + prompt +
+                          " --block-sizes 3,4 --verify batched,walk --draft oracle --accept-rate 0.8 --repeats 1 -n 12";
+  const auto clean = run_cli(cmd);
+  ASSERT_EQ(clean.code, 0) << clean.out << clean.err;
+  ASSERT_NE(clean.out.find("timing:"), std::string::npos) << clean.out;
+  const auto r = run_cli(cmd, "NEXTN_FAULT=" + fault);
   expect_one_error(r, "cannot be attributed", 2);
   EXPECT_NE(r.out.find("counters"), std::string::npos) << r.out;  // counters are printed...
   EXPECT_EQ(r.out.find("timing:"), std::string::npos) << r.out;   // ...and no table
-  EXPECT_NE(r.out.find("walk_steps"), std::string::npos);
-  const auto j = run_cli(cmd + " --json", "NEXTN_FAULT=walk-as-batched");
+  // The refusal names the walk arm at both K, and what the runtime says ran.
+  for (const char* k : {"K=3 walk: ", "K=4 walk: "}) EXPECT_NE(r.out.find(k), std::string::npos) << k << r.out;
+  EXPECT_EQ(r.out.find("K=3 batched: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the runtime's head path says 'batched' ran, the arm is 'walk'"), std::string::npos) << r.out;
+  const auto j = run_cli(cmd + " --json", "NEXTN_FAULT=" + fault);
   EXPECT_EQ(j.code, 2);
   const auto jj = nlohmann::json::parse(j.out);
-  EXPECT_FALSE(jj["refused"].is_null());
-  EXPECT_FALSE(jj["arms"][0].contains("tokens_per_second"));
+  ASSERT_FALSE(jj["refused"].is_null());
+  for (const auto& arm : jj["arms"]) {
+    EXPECT_FALSE(arm.contains("tokens_per_second"));
+    EXPECT_TRUE(arm["tokens_match"].get<bool>());  // a silent fault: right tokens, wrong path
+    if (arm["verify"] == "walk") {
+      EXPECT_EQ(arm["counters"]["verify_taken"], "batched");
+      EXPECT_EQ(arm["counters"]["walk_rows"], 0);
+      EXPECT_EQ(arm["counters"]["head_paths"], nlohmann::json::array({"batched"}));
+      EXPECT_FALSE(arm["identity_violations"].empty());
+    } else {
+      EXPECT_TRUE(arm["identity_violations"].empty());
+    }
+  }
+}
+
+TEST_F(CliGenerate, BenchVerifyRefusesThePlantedWalkFault) {
+  expect_refused_fault("walk-as-batched", kTied, kPrompt);
   // An unknown fault name is a usage error, not a silent no-op.
-  expect_one_error(run_cli(cmd, "NEXTN_FAULT=bogus"), "NEXTN_FAULT");
+  expect_one_error(run_cli("bench verify -m " + kTied + " --repeats 1 -n 8", "NEXTN_FAULT=bogus"), "NEXTN_FAULT");
+}
+
+TEST_F(CliGenerate, BenchVerifyRefusesTheRuntimeWalkFault) {
+  expect_refused_fault("runtime-walk-as-batched", kTied, kPrompt);
+}
+
+TEST_F(CliGenerate, BenchVerifyAtMtpCostAndTheStampedCommit) {
+  const auto j = parse_json(run_cli("bench verify -m " + kTied + " " + kPrompt +
+                                    " --block-sizes 4 --verify batched,walk --draft oracle --accept-rate 0.8 "
+                                    "--draft-cost mtp --repeats 2 -n 12 --json",
+                                    "GIT_DIR=/nonexistent PATH=/nonexistent"));  // no git at run time
+  EXPECT_TRUE(j["refused"].is_null());
+  EXPECT_EQ(j["runtimes_built"], 1);
+  EXPECT_EQ(j["settings"]["draft_cost"], "mtp");
+  for (const auto& arm : j["arms"]) {
+    EXPECT_GT(arm["mtp_work"]["chained_steps"].get<int>(), 0);
+    EXPECT_TRUE(arm.contains("draft_ms"));
+  }
+  const std::string commit = j["machine"]["commit"];
+  EXPECT_NE(commit, "unknown");
+  EXPECT_GE(commit.size(), 40u) << commit;
+  EXPECT_EQ(j["machine"]["commit_source"], "git");
 }
 
 TEST_F(CliGenerate, BenchFlagsAreChecked) {

@@ -65,14 +65,68 @@ TEST(SpecBench, TimesAttributableArms) {
   EXPECT_EQ(j["arms"].size(), 8u);
 }
 
+// A refusal names the walk arm at some K and no other arm.
+void expect_only_walk_refused(const bench::VerifyBenchReport& r) {
+  ASSERT_FALSE(r.refusals.empty());
+  for (const auto& msg : r.refusals) EXPECT_NE(msg.find(" walk: "), std::string::npos) << msg;
+  for (const auto& a : r.arms) {
+    EXPECT_TRUE(a.tokens_match);  // silent faults: the output is right
+    EXPECT_EQ(a.violations.empty(), a.arm != VerifyArm::Walk) << verify_arm_name(a.arm);
+    if (a.arm == VerifyArm::Walk) {
+      EXPECT_EQ(a.counters.verify_taken, "batched");
+      EXPECT_EQ(a.counters.walk_rows, 0);
+    }
+  }
+}
+
 TEST(SpecBench, RefusesThePlantedWalkFault) {
+  {  // control: the same bench without the fault times every arm
+    bench::VerifyBench b(testing::mock_factory(MockOptions{}), small_options());
+    b.attribute();
+    ASSERT_TRUE(b.report().refusals.empty()) << b.report().refusals.front();
+  }
   Env fault("NEXTN_FAULT", "walk-as-batched");
   bench::VerifyBench b(testing::mock_factory(MockOptions{}), small_options());
   b.attribute();
-  const auto& r = b.report();
-  ASSERT_FALSE(r.refusals.empty());
-  for (const auto& msg : r.refusals) EXPECT_NE(msg.find("walk"), std::string::npos) << msg;
+  expect_only_walk_refused(b.report());
   EXPECT_THROW(b.time(), Error);  // no timing once refused
+}
+
+TEST(SpecBench, RefusesTheRuntimeWalkFault) {
+  MockOptions mo;
+  mo.walk_as_batched = true;  // inside the runtime: the verifier calls head_walk as usual
+  bench::VerifyBench b(testing::mock_factory(mo), small_options());
+  b.attribute();
+  expect_only_walk_refused(b.report());
+  bool names_path = false;
+  for (const auto& msg : b.report().refusals) names_path |= msg.find("'batched'") != std::string::npos;
+  EXPECT_TRUE(names_path) << b.report().refusals.front();
+  EXPECT_THROW(b.time(), Error);
+}
+
+TEST(SpecBench, OneRuntimeServesEveryRun) {
+  int built = 0;
+  auto inner = testing::mock_factory(MockOptions{});
+  RuntimeFactory counting = [&](int cap) {
+    ++built;
+    return inner(cap);
+  };
+  auto o = small_options();
+  o.draft = DraftKind::Oracle;
+  o.oracle.accept_rate = 0.8;
+  o.draft_cost = DraftCost::Mtp;
+  bench::VerifyBench b(counting, o);
+  b.attribute();
+  ASSERT_TRUE(b.report().refusals.empty()) << b.report().refusals.front();
+  b.time();
+  ASSERT_TRUE(b.report().refusals.empty()) << b.report().refusals.front();
+  EXPECT_EQ(built, 1);
+  EXPECT_EQ(b.report().runtimes_built, 1);
+  for (const auto& a : b.report().arms) {
+    EXPECT_GT(a.mtp_work.chained_steps, 0);  // the MTP chain ran for its cost
+    EXPECT_EQ(a.draft_ms.size(), 3u);
+  }
+  EXPECT_EQ(bench::report_json(b.report(), b.options())["settings"]["draft_cost"], "mtp");
 }
 
 TEST(SpecBench, RefusesArmsThatDisagreeOnTokens) {
@@ -125,54 +179,111 @@ TEST(SpecBench, DecodeBench) {
 TEST(SpecBench, MachineRecord) {
   auto m = bench::machine_begin("cpu");
   bench::machine_end(m, "cpu");
-  EXPECT_FALSE(m.commit.empty());
+  // Built from a git checkout, so the build-time stamp is a commit hash.
+  EXPECT_EQ(bench::source_commit_origin(), "git");
+  EXPECT_GE(m.commit.size(), 40u) << m.commit;
+  EXPECT_EQ(m.commit.find_first_not_of("0123456789abcdef"), 40u) << m.commit;
+  EXPECT_TRUE(m.commit.size() == 40 || m.commit.substr(40) == "-dirty") << m.commit;
   EXPECT_FALSE(m.load_before.empty());
   EXPECT_FALSE(m.load_after.empty());
   EXPECT_NE(bench::machine_text(m).find("commit"), std::string::npos);
 }
 
-TEST(SpecBench, CalibrationDrivesAutoAndItsAbsenceIsReported) {
-  const auto root = std::filesystem::temp_directory_path() / ("nextn-calib-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(root / "model");
-  std::ofstream(root / "model" / "config.json") << "{\"model_type\": \"mock\"}";
-  Env cache("NEXTN_CACHE_DIR", (root / "cache").string());
-  const auto key = bench::calibration_key((root / "model").string(), "cpu");
+void write_bytes(const std::filesystem::path& p, const std::string& bytes) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f << bytes;
+}
 
-  auto none = bench::choose_auto(key, DraftKind::Mtp, OracleSpec{}, 0);
+// A minimal safetensors file: 8-byte little-endian header length, header, data.
+std::string safetensors_bytes(const std::string& header, const std::string& data) {
+  std::string s;
+  uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) s.push_back(char((n >> (8 * i)) & 0xff));
+  return s + header + data;
+}
+
+TEST(SpecBench, CheckpointHashCoversConfigAndHeadersOnly) {
+  const auto root = std::filesystem::temp_directory_path() / ("nextn-hash-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(root);
+  const std::string header = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  write_bytes(root / "config.json", "{\"model_type\": \"mock\"}");
+  write_bytes(root / "model.safetensors", safetensors_bytes(header, "abcd"));
+  const std::string h = bench::checkpoint_hash(root.string());
+  EXPECT_EQ(h.size(), 16u);
+  EXPECT_EQ(bench::checkpoint_hash(root.string()), h);  // deterministic
+  write_bytes(root / "model.safetensors", safetensors_bytes(header, "wxyz"));
+  EXPECT_EQ(bench::checkpoint_hash(root.string()), h);  // weight bytes are not hashed
+  write_bytes(root / "model.safetensors", safetensors_bytes(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]} })", "abcd"));
+  EXPECT_NE(bench::checkpoint_hash(root.string()), h);  // header bytes are
+  write_bytes(root / "model.safetensors", safetensors_bytes(header, "abcd"));
+  write_bytes(root / "config.json", "{\"model_type\": \"mock2\"}");
+  EXPECT_NE(bench::checkpoint_hash(root.string()), h);  // and config.json
+  write_bytes(root / "config.json", "{\"model_type\": \"mock\"}");
+  write_bytes(root / "extra.safetensors", "\x01\x00");  // truncated length
+  EXPECT_THROW(bench::checkpoint_hash(root.string()), Error);
+  std::filesystem::remove_all(root);
+}
+
+TEST(SpecBench, CalibrationDecidesPerKElseTheRecord) {
+  const auto root = std::filesystem::temp_directory_path() / ("nextn-calib-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(root);
+  const std::string file = (root / "sub" / "calibration.json").string();
+  Env where("NEXTN_CALIBRATION", file);
+  bench::CalibrationKey key{"cpu", "cpu test x 2", "0123456789abcdef"};
+  const std::string drafter = "oracle rate 0.8 seed 1";
+
+  auto none = bench::choose_auto(key, drafter, 4);
+  EXPECT_EQ(none.source, "record");
   EXPECT_EQ(none.arm, VerifyArm::Batched);
-  EXPECT_EQ(none.block_size, 0);
-  EXPECT_NE(none.reason.find("no calibration"), std::string::npos);
+  EXPECT_NE(none.reason.find("no calibration file"), std::string::npos) << none.reason;
+  EXPECT_NE(none.reason.find("recorded winner for cpu at K = 4"), std::string::npos) << none.reason;
+  auto k5 = bench::choose_auto(key, drafter, 5);  // not recorded: the nearest K below
+  EXPECT_NE(k5.reason.find("at K = 4 (nearest to K = 5)"), std::string::npos) << k5.reason;
+  auto gpu = bench::choose_auto(bench::CalibrationKey{"cuda", "gpu X", "0"}, drafter, 2);
+  EXPECT_NE(gpu.reason.find("recorded winner for cuda at K = 3 (nearest to K = 2)"), std::string::npos) << gpu.reason;
 
   auto o = small_options();
+  o.draft = DraftKind::Oracle;
+  o.oracle.accept_rate = 0.8;
+  o.oracle.seed = 1;
   bench::VerifyBench b(testing::mock_factory(MockOptions{}), o);
   b.attribute();
   b.time();
-  const std::string path = bench::write_calibration(key, b.report(), o, "test");
-  EXPECT_EQ(path, bench::calibration_path(key));
-  double best = 0;
-  for (const auto& a : b.report().arms) best = std::max(best, a.tps.median);
-
-  auto pick = bench::choose_auto(key, DraftKind::Mtp, OracleSpec{}, 0);
-  EXPECT_NE(pick.reason.find("fastest measured"), std::string::npos) << pick.reason;
-  bool found = false;
-  for (const auto& a : b.report().arms)
-    found |= a.arm == pick.arm && a.block_size == pick.block_size && a.tps.median == best;
-  EXPECT_TRUE(found);
-
-  auto at8 = bench::choose_auto(key, DraftKind::Mtp, OracleSpec{}, 8);
-  EXPECT_EQ(at8.block_size, 8);
-  auto at5 = bench::choose_auto(key, DraftKind::Mtp, OracleSpec{}, 5);
-  EXPECT_EQ(at5.arm, VerifyArm::Batched);
-  EXPECT_NE(at5.reason.find("no measurement"), std::string::npos) << at5.reason;
-  OracleSpec rate;
-  rate.accept_rate = 0.5;
-  auto other = bench::choose_auto(key, DraftKind::Oracle, rate, 0);
-  EXPECT_EQ(other.arm, VerifyArm::Batched);
-  EXPECT_NE(other.reason.find("measured with drafter"), std::string::npos) << other.reason;
-  // Another model (different config bytes) has its own key.
-  std::ofstream(root / "model" / "config.json") << "{\"model_type\": \"mock2\"}";
-  auto key2 = bench::calibration_key((root / "model").string(), "cpu");
-  EXPECT_NE(key2.file_name(), key.file_name());
+  EXPECT_EQ(bench::write_calibration(key, "/m", b.report(), o, "c0ffee"), file);
+  for (int K : o.block_sizes) {
+    const bench::ArmResult* best = nullptr;
+    for (const auto& a : b.report().arms)
+      if (a.block_size == K && (best == nullptr || a.tps.median > best->tps.median)) best = &a;
+    const auto pick = bench::choose_auto(key, drafter, K);
+    EXPECT_EQ(pick.source, "calibration") << pick.reason;
+    EXPECT_EQ(pick.arm, best->arm) << K;
+    EXPECT_EQ(pick.pad_width, best->arm == VerifyArm::Pad ? best->counters.pad_width : 0);
+  }
+  // Other K, drafter, checkpoint or hardware: the record decides.
+  EXPECT_EQ(bench::choose_auto(key, drafter, 4).source, "record");
+  EXPECT_EQ(bench::choose_auto(key, "mtp", 3).source, "record");
+  auto other = key;
+  other.checkpoint_hash = "fedcba9876543210";
+  EXPECT_EQ(bench::choose_auto(other, drafter, 3).source, "record");
+  other = key;
+  other.hardware = "cpu other x 4";
+  EXPECT_EQ(bench::choose_auto(other, drafter, 3).source, "record");
+  // A second calibration of another checkpoint keeps the first one's entries.
+  other = key;
+  other.checkpoint_hash = "fedcba9876543210";
+  bench::write_calibration(other, "/m2", b.report(), o, "c0ffee");
+  EXPECT_EQ(bench::choose_auto(key, drafter, 3).source, "calibration");
+  EXPECT_EQ(bench::choose_auto(other, drafter, 8).source, "calibration");
+  const auto j = nlohmann::json::parse(std::ifstream(file));
+  EXPECT_EQ(j["entries"].size(), 4u);  // 2 checkpoints x K = 3, 8; rewriting one replaced, not appended
+  bench::write_calibration(key, "/m", b.report(), o, "c0ffee");
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(file))["entries"].size(), 4u);
+  // An unreadable file: auto falls back to the record and says so; --calibrate refuses to overwrite it.
+  write_bytes(file, "not json");
+  auto bad = bench::choose_auto(key, drafter, 3);
+  EXPECT_EQ(bad.source, "record");
+  EXPECT_NE(bad.reason.find("unreadable"), std::string::npos) << bad.reason;
+  EXPECT_THROW(bench::write_calibration(key, "/m", b.report(), o, "c0ffee"), Error);
   std::filesystem::remove_all(root);
 }
 

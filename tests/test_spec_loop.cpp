@@ -73,7 +73,9 @@ TEST(SpecLoop, MatchesGreedyForEveryBlockSizeArmBudgetAndDrafter) {
           SCOPED_TRACE(::testing::Message() << "K=" << K << " n=" << n << " arm=" << verify_arm_name(arm) << " d=" << d);
           ASSERT_EQ(got.tokens, want);
           expect_identities(got.stats);
-          EXPECT_EQ(got.stats.counters.verify_taken, verify_arm_name(arm));
+          // The runtime's head path, once a round ran ("none" when the budget allowed none).
+          EXPECT_EQ(got.stats.counters.verify_taken, n >= 2 ? verify_arm_name(arm) : "none");
+          EXPECT_EQ(got.stats.counters.verify_chosen, verify_arm_name(arm));
           EXPECT_EQ(got.stats.generated, n);
         }
       }
@@ -125,6 +127,7 @@ TEST(SpecLoop, OnePatternPerAcceptanceLength) {
         }
         if (arm == VerifyArm::Walk) {
           EXPECT_EQ(c.walk_steps, c.accepted + c.rounds);
+          EXPECT_EQ(c.walk_rows, c.accepted + c.rounds);  // the runtime's own count
         }
       }
     }
@@ -170,9 +173,60 @@ TEST(SpecLoop, OneTargetForwardPerRound) {
   o.verify = VerifyArm::Walk;
   const auto r = generate(*rt, kPrompt, o);
   EXPECT_EQ(mock->forwards, 1 + r.stats.counters.rounds);  // prefill + one per round: rollback never re-runs the trunk
-  EXPECT_EQ(mock->head_rows, 1 + r.stats.counters.rows_projected);
+  EXPECT_EQ(mock->head_work().rows_projected, 1 + r.stats.counters.rows_projected);
   EXPECT_GT(r.stats.counters.accepted, 0);
   EXPECT_LT(r.stats.counters.accepted, r.stats.counters.drafted);
+}
+
+TEST(SpecLoop, OracleAtMtpCostRunsTheMtpChainAndKeepsTheOraclesTokens) {
+  MockOptions mo;
+  const int n = 40, K = 5;
+  const auto want = greedy(mo, n, /*ignore_eos=*/true);
+  GenerateOptions o;
+  o.max_new_tokens = n;
+  o.block_size = K;
+  o.ignore_eos = true;
+  o.draft = DraftKind::Oracle;
+  o.oracle.accept_rate = 0.7;
+  const auto free_run = run(mo, o);
+  o.draft_cost = DraftCost::Mtp;
+  const auto costed = run(mo, o);
+  EXPECT_EQ(costed.tokens, want);
+  EXPECT_EQ(free_run.tokens, want);
+  // Same drafts, so the same rounds: the MTP chain changes the cost only.
+  EXPECT_EQ(costed.stats.counters.accepted_at, free_run.stats.counters.accepted_at);
+  EXPECT_EQ(costed.stats.draft_cost, "mtp");
+  EXPECT_EQ(free_run.stats.mtp_work.entries, 0);
+  // W-1 drafts per round: one MTP argmax each, W-2 of them after a chained
+  // step (a last round of width 1 drafts nothing).
+  const auto& c = costed.stats.counters;
+  const auto& m = costed.stats.mtp_work;
+  EXPECT_EQ(m.argmax_rows, c.drafted);
+  EXPECT_GE(m.chained_steps, c.drafted - c.rounds);
+  EXPECT_LE(m.chained_steps, c.drafted - c.rounds + 1);
+  EXPECT_GT(m.chained_steps, 0);
+  EXPECT_GT(m.entries, m.chained_steps);  // plus the commits' re-pairing forwards
+  mo.mtp_layers = 0;
+  EXPECT_THROW(run(mo, o), Error);  // no MTP head: no MTP cost to pay
+}
+
+TEST(SpecLoop, ResetGivesAFreshRuntime) {
+  MockOptions mo;
+  auto rt = testing::mock_factory(mo)(200);
+  GenerateOptions o;
+  o.max_new_tokens = 30;
+  o.block_size = 4;
+  o.draft = DraftKind::Mtp;
+  o.verify = VerifyArm::Walk;
+  const auto first = generate(*rt, kPrompt, o);
+  EXPECT_THROW(generate(*rt, kPrompt, o), Error);  // not fresh
+  rt->reset();
+  EXPECT_EQ(rt->head_work().rows_projected, 0);
+  EXPECT_EQ(rt->mtp_work().entries, 0);
+  const auto second = generate(*rt, kPrompt, o);
+  EXPECT_EQ(second.tokens, first.tokens);
+  EXPECT_EQ(second.stats.counters.accepted_at, first.stats.counters.accepted_at);
+  EXPECT_EQ(second.stats.counters.walk_rows, first.stats.counters.walk_rows);
 }
 
 TEST(SpecLoop, StopsAtEosAnywhereInARound) {
@@ -301,12 +355,17 @@ TEST(SpecVerify, FaultHookMakesTheWalkRunBatchedAndTheCountersShowIt) {
   o.verify = VerifyArm::Walk;
   const auto clean = run(mo, o);
   EXPECT_TRUE(counter_violations(clean.stats.counters).empty());
+  EXPECT_EQ(clean.stats.counters.verify_taken, "walk");
   {
     FaultEnv f("walk-as-batched");
     const auto faulty = run(mo, o);
     EXPECT_EQ(faulty.tokens, clean.tokens);  // silent: same output
     EXPECT_EQ(faulty.stats.counters.verify_requested, "walk");
-    EXPECT_EQ(faulty.stats.counters.walk_steps, 0);
+    EXPECT_EQ(faulty.stats.counters.verify_chosen, "walk");
+    EXPECT_EQ(faulty.stats.counters.verify_taken, "batched");  // what the runtime's path says
+    EXPECT_EQ(faulty.stats.counters.paths, std::vector<std::string>{"batched"});
+    EXPECT_EQ(faulty.stats.counters.walk_rows, 0);
+    EXPECT_GT(faulty.stats.counters.round_violation_count, 0);
     EXPECT_FALSE(counter_violations(faulty.stats.counters).empty());
     o.verify = VerifyArm::Batched;  // other arms are untouched
     EXPECT_TRUE(counter_violations(run(mo, o).stats.counters).empty());
@@ -317,33 +376,105 @@ TEST(SpecVerify, FaultHookMakesTheWalkRunBatchedAndTheCountersShowIt) {
   }
 }
 
+TEST(SpecVerify, RuntimeFaultIsCaughtByTheRuntimesOwnCounters) {
+  // The runtime's head_walk runs the batched path but returns what a walk
+  // would: the verifier's return-value bookkeeping is fooled, the runtime's
+  // counters are not.
+  MockOptions mo;
+  GenerateOptions o;
+  o.max_new_tokens = 30;
+  o.block_size = 4;
+  o.draft = DraftKind::Mtp;
+  o.verify = VerifyArm::Walk;
+  const auto clean = run(mo, o);
+  mo.walk_as_batched = true;
+  const auto faulty = run(mo, o);
+  EXPECT_EQ(faulty.tokens, clean.tokens);
+  const auto& c = faulty.stats.counters;
+  EXPECT_EQ(c.walk_steps, clean.stats.counters.walk_steps);  // the return value looks like a walk
+  EXPECT_EQ(c.walk_rows, 0);
+  EXPECT_EQ(c.verify_taken, "batched");
+  EXPECT_EQ(c.rows_projected, c.drafted + c.rounds);
+  const auto v = counter_violations(c);
+  ASSERT_FALSE(v.empty());
+  bool names_path = false;
+  for (const auto& m : v) names_path |= m.find("'batched'") != std::string::npos;
+  EXPECT_TRUE(names_path) << v.front();
+}
+
+TEST(SpecVerify, ARuntimeThatMiscountsIsCaught) {
+  MockOptions mo;
+  mo.undercount_walk = true;
+  GenerateOptions o;
+  o.max_new_tokens = 30;
+  o.block_size = 4;
+  o.draft = DraftKind::Mtp;
+  o.verify = VerifyArm::Walk;
+  const auto r = run(mo, o);
+  EXPECT_GT(r.stats.counters.round_violation_count, 0);
+  EXPECT_FALSE(counter_violations(r.stats.counters).empty());
+  ASSERT_FALSE(r.stats.counters.round_violations.empty());
+  EXPECT_NE(r.stats.counters.round_violations.front().find("walk rows"), std::string::npos)
+      << r.stats.counters.round_violations.front();
+}
+
 TEST(SpecVerify, IdentitiesCatchMislabelledCounters) {
   VerifyCounters c;
   c.rounds = 10;
   c.drafted = 30;
   c.accepted = 12;
   c.block_size = 4;
+  c.vocab = 50;
   c.accepted_at = {6, 4, 2};
-  c.verify_requested = c.verify_taken = "batched";
+  c.head_calls = 10;
+  c.head_bytes_read = 10000;
+  auto as = [&](const char* arm, const char* path) {
+    c.verify_requested = c.verify_chosen = c.verify_taken = arm;
+    c.paths = {path};
+  };
+  as("batched", "batched");
   c.rows_projected = 40;
+  c.logits_bytes_written = 40 * 50 * 4;
   EXPECT_TRUE(counter_violations(c).empty());
-  c.verify_requested = c.verify_taken = "fused";
+  as("fused", "fused");
+  EXPECT_FALSE(counter_violations(c).empty());  // fused writes no logits
+  c.logits_bytes_written = 0;
   EXPECT_TRUE(counter_violations(c).empty());
-  c.verify_requested = c.verify_taken = "walk";
+  c.paths = {"batched"};
+  EXPECT_FALSE(counter_violations(c).empty());  // the runtime ran another path
+  as("walk", "walk");
   EXPECT_FALSE(counter_violations(c).empty());
-  c.rows_projected = c.walk_steps = 22;
+  c.rows_projected = c.walk_steps = c.walk_rows = 22;
   EXPECT_TRUE(counter_violations(c).empty());
-  c.verify_requested = c.verify_taken = "pad";
-  c.walk_steps = 0;
+  c.walk_rows = 21;  // the runtime took fewer rows than the walk returned
+  EXPECT_FALSE(counter_violations(c).empty());
+  c.walk_rows = 22;
+  c.head_calls = 9;
+  EXPECT_FALSE(counter_violations(c).empty());
+  c.head_calls = 10;
+  as("pad", "padded");
+  c.walk_steps = c.walk_rows = 0;
   c.pad_width = 16;
   c.rows_projected = 160;
+  c.logits_bytes_written = 160 * 50 * 4;
   EXPECT_TRUE(counter_violations(c).empty());
   c.accepted_at = {2, 4, 6};
   EXPECT_FALSE(counter_violations(c).empty());
   c.accepted_at = {6, 4, 2};
+  // auto: checked against the arm auto recorded, never against itself.
   c.verify_requested = "auto";
   EXPECT_TRUE(counter_violations(c).empty());
   c.verify_taken = "batched";
+  EXPECT_FALSE(counter_violations(c).empty());
+  c.verify_taken = "pad";
+  c.verify_chosen = "batched";  // auto chose batched, the runtime ran the padded path
+  EXPECT_FALSE(counter_violations(c).empty());
+  c.verify_requested = "pad";
+  c.verify_chosen = "walk";  // a verifier built for another arm than requested
+  EXPECT_FALSE(counter_violations(c).empty());
+  c.verify_chosen = "pad";
+  c.round_violation_count = 1;
+  c.round_violations = {"round 3: pad: 15 rows projected, P = 16"};
   EXPECT_FALSE(counter_violations(c).empty());
 }
 

@@ -35,6 +35,11 @@ struct MockOptions {
   uint64_t mtp_salt = 7;      // which MTP entries are corrupted
   int mtp_wrong_every = 3;    // an entry is corrupted when hash(p, salt) % this == 0 (0: never)
   bool inexact_fused = false;  // a planted backend bug: the fused arm's last row of a 3+ row call is off by one
+  // A planted runtime fault: head_walk projects all rows through the batched
+  // path (its counters say so) and returns what the walk would have.
+  bool walk_as_batched = false;
+  // A planted counting bug: head_walk reports one walk row less than it took.
+  bool undercount_walk = false;
 };
 
 class MockRuntime final : public ModelRuntime {
@@ -72,23 +77,51 @@ class MockRuntime final : public ModelRuntime {
   void head_argmax(int first, int count, int width, int32_t* out) override {
     need(first >= 0 && count >= 0 && width >= count && first + count <= last_T_, "head_argmax: rows");
     for (int r = 0; r < count; ++r) out[r] = int32_t(rows_[size_t(first + r)] % uint64_t(o_.vocab));
-    head_rows += width;
+    count_projection(width, width == count ? HeadPath::Batched : HeadPath::Padded);
+    work_.logits_bytes_written += int64_t(width) * o_.vocab * 4;
   }
   void head_argmax_fused(int first, int count, int32_t* out) override {
     need(first >= 0 && count >= 0 && first + count <= last_T_, "head_argmax_fused: rows");
     for (int r = 0; r < count; ++r) out[r] = int32_t(rows_[size_t(first + r)] % uint64_t(o_.vocab));
     if (o_.inexact_fused && count >= 3) out[count - 1] = (out[count - 1] + 1) % o_.vocab;
-    head_rows += count;
+    count_projection(count, HeadPath::Fused);
   }
   int head_walk(std::span<const int32_t> drafts, int32_t* out) override {
     const int rows = std::min<int>(int(drafts.size()) + 1, last_T_);
-    for (int j = 0; j < rows; ++j) {
-      head_argmax(j, 1, 1, &out[j]);
-      if (j == int(drafts.size()) || out[j] != drafts[size_t(j)]) return j + 1;
+    if (o_.walk_as_batched) {
+      head_argmax(0, rows, rows, out);
+      int a = 0;
+      while (a < int(drafts.size()) && a + 1 < rows && out[a] == drafts[size_t(a)]) ++a;
+      return a + 1;
     }
-    return rows;
+    int taken = 0;
+    for (int j = 0; j < rows; ++j) {
+      out[j] = int32_t(rows_[size_t(j)] % uint64_t(o_.vocab));
+      work_.rows_projected += 1;
+      work_.head_bytes_read += kHeadBytes;
+      work_.logits_bytes_written += int64_t(o_.vocab) * 4;
+      ++taken;
+      if (j == int(drafts.size()) || out[j] != drafts[size_t(j)]) break;
+    }
+    work_.walk_rows += o_.undercount_walk ? taken - 1 : taken;
+    ++work_.head_calls;
+    work_.last_path = HeadPath::Walk;
+    return taken;
   }
   void head_logits(int, float*) override { throw std::logic_error("mock: head_logits"); }
+  HeadWork head_work() const override { return work_; }
+  MtpWork mtp_work() const override { return mtp_work_; }
+  void reset() override {
+    seq_.clear();
+    states_.clear();
+    rows_.clear();
+    last_start_ = last_T_ = 0;
+    mtp_.clear();
+    mtp_last_n_ = 0;
+    work_ = HeadWork{};
+    mtp_work_ = MtpWork{};
+    ++resets;
+  }
 
   int mtp_length() const override { return int(mtp_.size()); }
   void mtp_forward(std::span<const int32_t> next_tokens, int first_row) override {
@@ -107,6 +140,7 @@ class MockRuntime final : public ModelRuntime {
         need(tok == int32_t(states_[size_t(p)] % uint64_t(o_.vocab)), "mtp_forward: last entry token is not the bonus");
       mtp_.push_back(mock_mix(rows_[size_t(first_row) + i], tok));
     }
+    mtp_work_.entries += int64_t(next_tokens.size());
     mtp_last_n_ = int(next_tokens.size());
   }
   void mtp_step(int32_t token) override {
@@ -114,6 +148,8 @@ class MockRuntime final : public ModelRuntime {
     mtp_.push_back(mock_mix(mtp_.back(), token));
     mtp_last_n_ = 1;
     ++mtp_steps;
+    ++mtp_work_.entries;
+    ++mtp_work_.chained_steps;
   }
   void mtp_argmax(int count, int32_t* out) override {
     need(count >= 0 && count <= mtp_last_n_, "mtp_argmax: count");
@@ -124,18 +160,26 @@ class MockRuntime final : public ModelRuntime {
         t = (t + 1) % o_.vocab;
       out[i] = t;
     }
+    mtp_work_.argmax_rows += count;
   }
   void mtp_rollback(int length) override {
     need(length >= 0 && length <= int(mtp_.size()), "mtp_rollback: length");
     mtp_.resize(size_t(length));
   }
 
+  static constexpr int64_t kHeadBytes = 1000;  // the toy head's "size", per projection pass
   int forwards = 0;
   int mtp_steps = 0;
-  int64_t head_rows = 0;
+  int resets = 0;
   std::vector<int> forward_widths;
 
  private:
+  void count_projection(int rows, HeadPath path) {
+    work_.rows_projected += rows;
+    work_.head_bytes_read += kHeadBytes;
+    ++work_.head_calls;
+    work_.last_path = path;
+  }
   static void need(bool ok, const std::string& what) {
     if (!ok) throw std::logic_error("mock runtime: " + what);
   }
@@ -148,6 +192,8 @@ class MockRuntime final : public ModelRuntime {
   int last_start_ = 0, last_T_ = 0;
   std::vector<uint64_t> mtp_;  // MTP output "hidden" per entry
   int mtp_last_n_ = 0;
+  HeadWork work_;
+  MtpWork mtp_work_;
 };
 
 inline auto mock_factory(const MockOptions& o) {

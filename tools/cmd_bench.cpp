@@ -81,7 +81,7 @@ void run_decode(const DecodeArgs& a) {
 
 struct VerifyArgs {
   std::string model, backend = "cpu", block_sizes = "3,4,8,16,32", arms = "batched,walk,pad,fused", draft = "mtp",
-                     pattern, prompt_ids;
+                     pattern, prompt_ids, draft_cost = "free";
   double accept_rate = -1;
   uint64_t seed = 1;
   int pad_width = 0, repeats = 5, n = 64, threads = 0;
@@ -98,6 +98,7 @@ void run_verify(const VerifyArgs& a) {
   o.draft = parse_draft_kind(a.draft);
   o.oracle = oracle_spec_from_flags(a.draft, a.rate_opt->count() ? &a.accept_rate : nullptr,
                                     a.pattern_opt->count() ? &a.pattern : nullptr, a.seed_opt->count() ? &a.seed : nullptr);
+  o.draft_cost = parse_draft_cost(a.draft_cost);
   o.pad_width = a.pad_width;
   o.repeats = a.repeats;
   o.max_new_tokens = a.n;
@@ -109,6 +110,10 @@ void run_verify(const VerifyArgs& a) {
   const int vocab = ckpt.config().vocab_size;
   if (o.draft == DraftKind::Mtp && ckpt.mtp_layers() == 0)
     fail("{}: --draft mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
+  if (o.draft_cost == DraftCost::Mtp && ckpt.mtp_layers() == 0)
+    fail("{}: --draft-cost mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
+  const bench::CalibrationKey calibration_key =
+      a.calibrate ? bench::calibration_key(dir, a.backend) : bench::CalibrationKey{};  // hashes the headers up front
   o.prompt = a.ids_opt->count() > 0 ? parse_id_list(a.prompt_ids, "--prompt-ids") : bench::synthetic_prompt(16, vocab);
   for (int32_t t : o.prompt)
     if (t >= vocab) fail("--prompt-ids: token id {} is outside the vocabulary [0, {})", t, vocab);
@@ -120,7 +125,7 @@ void run_verify(const VerifyArgs& a) {
   b.attribute();
   const std::string head = fmt::format(
       "nextn bench verify: {} (backend {}), drafter {}, prompt {} tokens, -n {}, K {}, arms {}, {} repeats\n", dir,
-      a.backend, bench::drafter_signature(o.draft, o.oracle), o.prompt.size(), o.max_new_tokens, a.block_sizes,
+      a.backend, bench::drafter_signature(o.draft, o.oracle, o.draft_cost), o.prompt.size(), o.max_new_tokens, a.block_sizes,
       a.arms, o.repeats);
   auto refuse = [&](const bench::VerifyBenchReport& r) {
     bench::machine_end(machine, a.backend);
@@ -151,7 +156,7 @@ void run_verify(const VerifyArgs& a) {
   bench::machine_end(machine, a.backend);
   std::string calibration;
   if (a.calibrate)
-    calibration = bench::write_calibration(bench::calibration_key(dir, a.backend), b.report(), o, machine.commit);
+    calibration = bench::write_calibration(calibration_key, dir, b.report(), o, machine.commit);
   if (a.json) {
     nlohmann::ordered_json j;
     j["model"] = dir;
@@ -197,6 +202,8 @@ void register_bench(CLI::App& app) {
   v->rate_opt = ver->add_option("--accept-rate", v->accept_rate, "Oracle: probability each draft is the true token");
   v->pattern_opt = ver->add_option("--accept-pattern", v->pattern, "Oracle: 1 = true draft, 0 = wrong, cyclic");
   v->seed_opt = ver->add_option("--seed", v->seed, "Oracle: RNG seed (default 1)");
+  ver->add_option("--draft-cost", v->draft_cost,
+                  "Oracle: free (default) or mtp (run the MTP draft chain for its cost, use the oracle's tokens)");
   ver->add_option("--pad-width", v->pad_width, "Pad arm width (default per K: next multiple of 16, at most 64)");
   ver->add_option("--repeats", v->repeats, "Timed repeats per arm (default 5)");
   v->ids_opt = ver->add_option("--prompt-ids", v->prompt_ids, "Prompt token ids (default: 16 synthetic ids)");

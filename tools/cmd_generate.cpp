@@ -16,14 +16,21 @@ namespace nextn::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt, prompt_ids, draft = "none", pattern, verify = "batched", backend = "cpu";
+  // --verify defaults to batched: the measured reason is the record behind
+  // speculative/recorded_winners.h (until the issue-11 H200 sweep lands: 27B
+  // q4, oracle 0.8, K = 3/4, docs/benchmark_results/cuda-backend-h200-2026-11-29.md:
+  // walk 0.966x/0.952x of batched, pad 0.998x/0.996x, fused 1.000x/0.999x;
+  // LEAD: replace with the sweep's per-K verdicts). `--verify auto` follows a
+  // calibration of this machine, else that record, per K.
+  std::string model, prompt, prompt_ids, draft = "none", pattern, verify = "batched", backend = "cpu",
+                     draft_cost = "free";
   int n = 32;
   double accept_rate = -1;
   uint64_t seed = 1;
   int block_size = 0, pad_width = 0, threads = 0;
   bool ignore_eos = false, json = false;
   CLI::Option *rate_opt = nullptr, *pattern_opt = nullptr, *block_opt = nullptr, *pad_opt = nullptr,
-              *seed_opt = nullptr, *prompt_opt = nullptr, *ids_opt = nullptr;
+              *seed_opt = nullptr, *prompt_opt = nullptr, *ids_opt = nullptr, *cost_opt = nullptr;
 };
 
 void run(const GenerateArgs& a) {
@@ -41,6 +48,8 @@ void run(const GenerateArgs& a) {
   o.oracle = oracle_spec_from_flags(a.draft, a.rate_opt->count() ? &a.accept_rate : nullptr,
                                     a.pattern_opt->count() ? &a.pattern : nullptr, a.seed_opt->count() ? &a.seed : nullptr);
   o.verify = parse_verify_arm(a.verify);
+  o.draft_cost = parse_draft_cost(a.draft_cost);
+  if (a.cost_opt->count() > 0 && o.draft != DraftKind::Oracle) fail("--draft-cost applies to --draft oracle only");
   if (a.block_opt->count() > 0) check_block_size(a.block_size);
   if (a.pad_opt->count() > 0 && o.verify != VerifyArm::Pad) fail("--pad-width applies to --verify pad only");
   const BackendKind kind = parse_backend(a.backend);
@@ -52,16 +61,18 @@ void run(const GenerateArgs& a) {
     if (t >= vocab) fail("--prompt-ids: token id {} is outside the vocabulary [0, {})", t, vocab);
   if (o.draft == DraftKind::Mtp && ckpt.mtp_layers() == 0)
     fail("{}: --draft mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
+  if (o.draft_cost == DraftCost::Mtp && ckpt.mtp_layers() == 0)
+    fail("{}: --draft-cost mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
   o.block_size = a.block_opt->count() > 0 ? a.block_size : default_block_size(ckpt.mtp_layers());
   o.pad_width = a.pad_width;
   if (o.draft != DraftKind::None) {
-    if (o.verify == VerifyArm::Auto) {
-      const auto choice = bench::choose_auto(bench::calibration_key(dir, a.backend), o.draft, o.oracle,
-                                             a.block_opt->count() > 0 ? a.block_size : 0);
-      o.verify = choice.arm;
-      if (choice.block_size > 0) o.block_size = choice.block_size;
+    if (o.verify == VerifyArm::Auto) {  // the arm for this K: calibration, else the record (bench/calibration.h)
+      const auto choice = bench::choose_auto(bench::calibration_key(dir, a.backend),
+                                             bench::drafter_signature(o.draft, o.oracle, o.draft_cost), o.block_size);
+      o.verify = choice.arm;  // recorded: the verifier is built for it and the counters are checked against it
       o.pad_width = choice.pad_width;
       o.chosen_by_auto = true;
+      o.auto_source = choice.source;
       o.auto_reason = choice.reason;
     }
     if (o.verify == VerifyArm::Pad) resolve_pad_width(o.block_size, o.pad_width);  // refuse before loading weights
@@ -83,11 +94,13 @@ void run(const GenerateArgs& a) {
   std::fflush(stdout);
   const auto& c = r.stats.counters;
   std::fprintf(stderr,
-               "stats: draft %s, block_size %d, verify %s -> %s, rounds %lld, drafted %lld, accepted %lld (%.3f), "
-               "rows_projected %lld, walk_steps %lld, %d tokens, stop %s, %.1f tokens/s decode, prefill %.3f ms%s%s\n",
-               r.stats.draft.c_str(), c.block_size, c.verify_requested.c_str(), c.verify_taken.c_str(),
-               (long long)c.rounds, (long long)c.drafted, (long long)c.accepted, stats["acceptance"].get<double>(),
-               (long long)c.rows_projected, (long long)c.walk_steps, r.stats.generated, r.stats.stop.c_str(),
+               "stats: draft %s, block_size %d, verify %s -> %s (runtime: %s), rounds %lld, drafted %lld, accepted %lld "
+               "(%.3f), rows_projected %lld, walk_rows %lld, %d tokens, stop %s, %.1f tokens/s decode, prefill %.3f "
+               "ms%s%s\n",
+               r.stats.draft.c_str(), c.block_size, c.verify_requested.c_str(), c.verify_chosen.c_str(),
+               c.verify_taken.c_str(), (long long)c.rounds, (long long)c.drafted, (long long)c.accepted,
+               stats["acceptance"].get<double>(), (long long)c.rows_projected, (long long)c.walk_rows,
+               r.stats.generated, r.stats.stop.c_str(),
                r.stats.tokens_per_second(), r.stats.prefill_ms, r.stats.auto_reason.empty() ? "" : "; auto: ",
                r.stats.auto_reason.c_str());
 }
@@ -105,8 +118,11 @@ void register_generate(CLI::App& app) {
   a->rate_opt = cmd->add_option("--accept-rate", a->accept_rate, "Oracle: probability each draft is the true token");
   a->pattern_opt = cmd->add_option("--accept-pattern", a->pattern, "Oracle: 1 = true draft, 0 = wrong, cyclic");
   a->seed_opt = cmd->add_option("--seed", a->seed, "Oracle: RNG seed for --accept-rate (default 1)");
+  a->cost_opt = cmd->add_option("--draft-cost", a->draft_cost,
+                                 "Oracle: free (default) or mtp (run the MTP draft chain for its cost, use the oracle's tokens)");
   a->block_opt = cmd->add_option("--block-size", a->block_size, "Verify width K, 2..64 (default: MTP layers + 2)");
-  cmd->add_option("--verify", a->verify, "Verify arm: batched, walk, pad, fused, auto (default batched)");
+  cmd->add_option("--verify", a->verify,
+                 "Verify arm: batched, walk, pad, fused, auto (calibration, else the recorded winner per K; default batched)");
   a->pad_opt = cmd->add_option("--pad-width", a->pad_width, "Pad arm width P, K < P <= 64 (default: next multiple of 16)");
   cmd->add_option("--backend", a->backend, "cpu or cuda (default cpu)");
   add_threads_option(cmd, &a->threads);

@@ -1,14 +1,22 @@
-// The measurement `--verify auto` decides from. `nextn bench verify
-// --calibrate` writes, after a run that was not refused, the median decode
-// tokens/s of every (K, arm) it timed to
-//   $NEXTN_CACHE_DIR, else $XDG_CACHE_HOME/nextn, else ~/.cache/nextn
-//   /verify-calibration-<16 hex digits>.json
-// keyed by backend + model (resolved directory, config.json bytes, weight
-// file sizes) + hardware (CPU model and threads, or GPU name). auto takes
-// the fastest measured (K, arm), among those at the requested K when
-// --block-size is given, from a calibration taken with the same drafter;
-// with no such calibration it runs batched at the requested (or default) K
-// and says why. Nothing is ever chosen from expectation.
+// The measurement `--verify auto` decides from.
+//
+// `nextn bench verify --calibrate` writes, after a run that was not refused,
+// one entry per K it timed: the winner (highest median decode tokens/s) and
+// every arm's median, to the calibration file
+//   $NEXTN_CALIBRATION, else $XDG_CACHE_HOME/nextn/calibration.json,
+//   else $HOME/.cache/nextn/calibration.json
+// An entry is keyed by (backend, hardware, checkpoint hash, drafter, K):
+// hardware is the GPU name (cuda) or CPU model and thread count (cpu); the
+// checkpoint hash is FNV-1a 64 over config.json and every *.safetensors
+// file's header (its 8-byte length and JSON), so a different checkpoint in
+// the same directory has another key. A new entry replaces the one with the
+// same key; other entries are kept.
+//
+// `--verify auto` at block size K runs, in this order:
+//   1. "calibration": the winner of the entry for this key and K;
+//   2. "record": the recorded winner for (backend, K) from the decision
+//      record (speculative/recorded_winners.h);
+// and says which, and why, in its stats.
 #pragma once
 #include <string>
 
@@ -16,30 +24,33 @@
 
 namespace nextn::bench {
 
-struct CalibrationKey {
-  std::string backend, model_dir, model_fingerprint, hardware;
-  std::string file_name() const;  // verify-calibration-<hash>.json
-};
+// FNV-1a 64 over config.json, model.safetensors.index.json (if present) and
+// the headers of the directory's *.safetensors files in name order; 16 hex
+// digits. Throws Error when a file cannot be read or a header is malformed.
+std::string checkpoint_hash(const std::string& model_dir);
 
+struct CalibrationKey {
+  std::string backend, hardware, checkpoint_hash;
+};
 CalibrationKey calibration_key(const std::string& model_dir, const std::string& backend);
-std::string calibration_dir();
-std::string calibration_path(const CalibrationKey& key);
+std::string calibration_path();
 
 // The drafter a calibration was measured with: "mtp", "oracle rate 0.8 seed 1",
-// "oracle pattern 110 ".
-std::string drafter_signature(DraftKind draft, const OracleSpec& oracle);
+// "oracle pattern 110", with " cost mtp" appended when the oracle drafted at MTP cost.
+std::string drafter_signature(DraftKind draft, const OracleSpec& oracle, DraftCost cost = DraftCost::Free);
 
-// Writes the calibration for a timed, unrefused report; returns the path.
-std::string write_calibration(const CalibrationKey& key, const VerifyBenchReport& report,
-                              const VerifyBenchOptions& options, const std::string& commit);
+// Adds (or replaces) one entry per timed K; returns the file's path.
+std::string write_calibration(const CalibrationKey& key, const std::string& model_dir,
+                              const VerifyBenchReport& report, const VerifyBenchOptions& options,
+                              const std::string& commit);
 
 struct AutoChoice {
   VerifyArm arm = VerifyArm::Batched;
-  int block_size = 0;  // 0: keep the requested/default K
-  int pad_width = 0;
+  int pad_width = 0;   // pad arm: the width measured (0: the default for K)
+  std::string source;  // "calibration" or "record"
   std::string reason;
 };
-// requested_block_size 0: auto picks K too.
-AutoChoice choose_auto(const CalibrationKey& key, DraftKind draft, const OracleSpec& oracle, int requested_block_size);
+// The arm for block size K (check_block_size'd by the caller).
+AutoChoice choose_auto(const CalibrationKey& key, const std::string& drafter, int block_size);
 
 }  // namespace nextn::bench

@@ -10,6 +10,8 @@
 #include <sstream>
 #include <thread>
 
+#include "nextn_build_stamp.h"  // generated at build time (cmake/build_stamp.cmake)
+
 namespace nextn::bench {
 namespace {
 
@@ -120,16 +122,9 @@ std::string utc_now() {
 
 }  // namespace
 
-std::string source_commit() {
-  const std::string dir = NEXTN_SOURCE_DIR;
-  const std::string head = capture("git -C '" + dir + "' rev-parse HEAD");
-  if (head.size() == 40) {
-    const std::string dirty = capture("git -C '" + dir + "' status --porcelain --untracked-files=no");
-    return dirty.empty() ? head : head + "-dirty";
-  }
-  const std::string file = read_first_line(dir + "/COMMIT");
-  return file.empty() ? "unknown" : file;
-}
+std::string source_commit() { return NEXTN_BUILD_COMMIT; }
+
+std::string source_commit_origin() { return NEXTN_BUILD_COMMIT_SOURCE; }
 
 std::string hardware_id(const std::string& backend) {
   if (backend == "cuda") {
@@ -169,6 +164,7 @@ nlohmann::ordered_json machine_json(const MachineRecord& m) {
   j["cores"] = m.cores;
   if (!m.gpu.empty()) j["gpu"] = m.gpu;
   j["commit"] = m.commit;
+  j["commit_source"] = source_commit_origin();
   j["build"] = m.build;
   j["command"] = m.command;
   j["started"] = m.started;
@@ -184,7 +180,7 @@ nlohmann::ordered_json machine_json(const MachineRecord& m) {
 std::string machine_text(const MachineRecord& m) {
   std::string s;
   s += fmt::format("machine: {} | {} x {} threads{}\n", m.host, m.cpu, m.cores, m.gpu.empty() ? "" : " | " + m.gpu);
-  s += fmt::format("commit:  {}\n", m.commit);
+  s += fmt::format("commit:  {} (stamped at build time from {})\n", m.commit, source_commit_origin());
   s += fmt::format("build:   {}\n", m.build);
   s += fmt::format("command: {}\n", m.command);
   s += fmt::format("started: {}; load average (1/5/15 min) before {}, after {}\n", m.started, m.load_before,

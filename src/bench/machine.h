@@ -25,10 +25,13 @@ MachineRecord machine_begin(const std::string& backend);
 // Fills the "after" fields.
 void machine_end(MachineRecord& m, const std::string& backend);
 
-// The source commit: `git rev-parse HEAD` in the source tree (with "-dirty"
-// when tracked files differ), else the file COMMIT at the source root, else
-// "unknown".
+// The source commit stamped into the binary at build time
+// (cmake/build_stamp.cmake): `git rev-parse HEAD` of the source tree, with
+// "-dirty" when tracked files differed; without git, the first line of the
+// file COMMIT at the source root; else "unknown". Nothing runs git at run time.
 std::string source_commit();
+// Where the stamp came from: "git", "file COMMIT" or "none (no git at build time)".
+std::string source_commit_origin();
 // A stable description of the hardware a calibration belongs to.
 std::string hardware_id(const std::string& backend);
 

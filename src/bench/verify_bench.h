@@ -7,9 +7,12 @@
 //     its tokens must equal the reference. Anything else is a refusal: the
 //     caller prints the counters and no table, and exits 2.
 //  2. time(): `repeats` timed runs per (K, arm), arms in order A..N on even
-//     repeats and N..A on odd ones (ABBA), each on a fresh runtime. Every
-//     timed run is held to the same counters and tokens as its attribution
-//     run; a difference is a refusal too.
+//     repeats and N..A on odd ones (ABBA). Every timed run is held to the
+//     same counters and tokens as its attribution run; a difference is a
+//     refusal too.
+// All runs share ONE runtime, built once (one weight load) and reset()
+// before each run. The identity counters are the runtime's own
+// (ModelRuntime::head_work), copied by the verifier.
 // Benchmarks always generate exactly -n tokens (EOS is ignored).
 #pragma once
 #include <nlohmann/json.hpp>
@@ -26,6 +29,7 @@ struct VerifyBenchOptions {
   std::vector<VerifyArm> arms = {VerifyArm::Batched, VerifyArm::Walk, VerifyArm::Pad, VerifyArm::Fused};
   DraftKind draft = DraftKind::Mtp;
   OracleSpec oracle;
+  DraftCost draft_cost = DraftCost::Free;  // oracle only
   int pad_width = 0;  // 0: the default per K
   int repeats = 5;
   std::vector<int32_t> prompt;
@@ -41,9 +45,10 @@ struct ArmResult {
   VerifyCounters counters;  // the attribution run's
   std::vector<std::string> violations;
   bool tokens_match = false;
+  MtpWork mtp_work;          // the attribution run's MTP counters (runtime)
   double acceptance = 0, tokens_per_round = 0;
-  std::vector<double> tokens_per_second, round_ms, verify_ms;  // one sample per timed run
-  Summary tps, round, verify;
+  std::vector<double> tokens_per_second, round_ms, verify_ms, draft_ms;  // one sample per timed run
+  Summary tps, round, verify, draft;
 };
 
 struct VerifyBenchReport {
@@ -51,6 +56,7 @@ struct VerifyBenchReport {
   std::vector<ArmResult> arms;     // block sizes in order, arms in order within each
   std::vector<std::string> refusals;
   bool timed = false;
+  int runtimes_built = 0;  // 1: every run reused the one runtime through reset()
 };
 
 class VerifyBench {
@@ -63,7 +69,10 @@ class VerifyBench {
 
  private:
   GenerateOptions run_options(const ArmResult& a) const;
+  ModelRuntime& fresh_runtime();  // the one runtime, reset (built on first use)
   RuntimeFactory factory_;
+  std::unique_ptr<ModelRuntime> rt_;
+  int built_ = 0;
   VerifyBenchOptions o_;
   VerifyBenchReport report_;
 };

@@ -112,4 +112,24 @@ void OracleDrafter::commit(std::span<const int32_t>, int accepted, int32_t) {
   committed_ += size_t(accepted) + 1;
 }
 
+// ---- oracle at MTP cost ----
+
+OracleAtMtpCostDrafter::OracleAtMtpCostDrafter(ModelRuntime& rt, std::vector<int32_t> truth, const OracleSpec& spec)
+    : mtp_(rt), oracle_(std::move(truth), spec, rt.vocab()) {}
+
+void OracleAtMtpCostDrafter::begin(std::span<const int32_t> prompt, int32_t first) {
+  mtp_.begin(prompt, first);
+  oracle_.begin(prompt, first);
+}
+
+void OracleAtMtpCostDrafter::propose(int n, std::vector<int32_t>& out) {
+  mtp_.propose(n, discarded_);  // the cost: the chain runs, its tokens are dropped
+  oracle_.propose(n, out);
+}
+
+void OracleAtMtpCostDrafter::commit(std::span<const int32_t> drafts, int accepted, int32_t next) {
+  mtp_.commit(drafts, accepted, next);  // pairs the committed (oracle) tokens with the verify rows
+  oracle_.commit(drafts, accepted, next);
+}
+
 }  // namespace nextn

@@ -90,4 +90,23 @@ class OracleDrafter final : public Drafter {
   size_t committed_ = 0;  // generated tokens committed so far (bonus included)
 };
 
+// The oracle's tokens at the MTP head's cost: every call runs the MtpDrafter
+// (its draft chain in propose, its re-pairing in begin/commit) and discards
+// its drafts for the oracle's. Since commit pairs the MTP entries with the
+// tokens actually committed, the MTP state stays exactly what the mtp drafter
+// would hold after the same text.
+class OracleAtMtpCostDrafter final : public Drafter {
+ public:
+  OracleAtMtpCostDrafter(ModelRuntime& rt, std::vector<int32_t> truth, const OracleSpec& spec);
+  const char* name() const override { return "oracle"; }
+  void begin(std::span<const int32_t> prompt, int32_t first) override;
+  void propose(int n, std::vector<int32_t>& out) override;
+  void commit(std::span<const int32_t> drafts, int accepted, int32_t next) override;
+
+ private:
+  MtpDrafter mtp_;
+  OracleDrafter oracle_;
+  std::vector<int32_t> discarded_;
+};
+
 }  // namespace nextn

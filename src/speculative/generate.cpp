@@ -58,6 +58,14 @@ DraftKind parse_draft_kind(const std::string& name) {
   fail("--draft '{}': separate drafter checkpoints are not supported yet (expected none, mtp or oracle)", name);
 }
 
+const char* draft_cost_name(DraftCost c) { return c == DraftCost::Mtp ? "mtp" : "free"; }
+
+DraftCost parse_draft_cost(const std::string& name) {
+  if (name == "free") return DraftCost::Free;
+  if (name == "mtp") return DraftCost::Mtp;
+  fail("--draft-cost '{}': expected free or mtp", name);
+}
+
 int default_block_size(int mtp_layers) { return std::clamp(mtp_layers + 2, kMinBlockSize, kMaxBlockSize); }
 
 double GenerateStats::tokens_per_second() const {
@@ -75,20 +83,26 @@ GenerateResult greedy_generate(ModelRuntime& rt, std::span<const int32_t> prompt
   GenerateStats& s = res.stats;
   s.prompt_tokens = int(prompt.size());
   s.counters.block_size = 1;
-  s.counters.verify_requested = s.counters.verify_taken = "none";
+  s.counters.vocab = rt.vocab();
+  s.counters.verify_requested = s.counters.verify_chosen = s.counters.verify_taken = "none";
   if (max_new_tokens == 0) return res;
   const auto t0 = Clock::now();
   int32_t tok = prefill(rt, prompt);
   const auto t1 = Clock::now();
   s.prefill_ms = ms_since(t0, t1);
   res.tokens.push_back(tok);
+  const HeadWork before = rt.head_work();
   while (!eos(tok) && int(res.tokens.size()) < max_new_tokens) {
     rt.target_forward({&tok, 1});
     rt.head_argmax(0, 1, 1, &tok);
     res.tokens.push_back(tok);
     ++s.counters.rounds;
-    ++s.counters.rows_projected;
   }
+  const HeadWork after = rt.head_work();  // copied from the runtime, as the verifier does
+  s.counters.rows_projected = after.rows_projected - before.rows_projected;
+  s.counters.head_bytes_read = after.head_bytes_read - before.head_bytes_read;
+  s.counters.logits_bytes_written = after.logits_bytes_written - before.logits_bytes_written;
+  s.counters.head_calls = after.head_calls - before.head_calls;
   s.decode_ms = s.round_ms = s.verify_ms = ms_since(t1, Clock::now());
   s.generated = int(res.tokens.size());
   s.stop = eos(tok) ? "eos" : "budget";
@@ -110,12 +124,16 @@ GenerateResult speculative_generate(ModelRuntime& rt, Drafter& drafter, std::spa
   VerifyCounters& c = s.counters;
   s.draft = drafter.name();
   s.prompt_tokens = int(prompt.size());
+  s.auto_source = o.auto_source;
   s.auto_reason = o.auto_reason;
+  s.draft_cost = draft_cost_name(o.draft_cost);
   c.block_size = K;
   c.pad_width = pad;
+  c.vocab = rt.vocab();
   c.accepted_at.assign(size_t(K - 1), 0);
   c.verify_requested = o.chosen_by_auto ? "auto" : verify_arm_name(o.verify);
-  c.verify_taken = verify_arm_name(o.verify);  // overwritten by what the rounds report
+  c.verify_chosen = verify_arm_name(verifier.arm());  // auto's recorded choice, or the arm asked for
+  c.verify_taken = "none";                            // what the runtime's head paths say, once a round ran
   if (n == 0) return res;
 
   const auto t0 = Clock::now();
@@ -126,6 +144,7 @@ GenerateResult speculative_generate(ModelRuntime& rt, Drafter& drafter, std::spa
   if (!done) drafter.begin(prompt, bonus);
   const auto t1 = Clock::now();
   s.prefill_ms = ms_since(t0, t1);
+  const MtpWork mtp_before = rt.mtp_work();
 
   std::vector<int32_t> drafts, block;
   block.reserve(size_t(K));
@@ -146,8 +165,20 @@ GenerateResult speculative_generate(ModelRuntime& rt, Drafter& drafter, std::spa
     c.accepted += v.accepted;
     for (int i = 0; i < v.accepted; ++i) ++c.accepted_at[size_t(i)];
     c.rows_projected += v.rows_projected;
+    c.head_bytes_read += v.head_bytes_read;
+    c.logits_bytes_written += v.logits_bytes_written;
+    c.walk_rows += v.walk_rows;
+    c.head_calls += v.head_calls;
     c.walk_steps += v.walk_steps;
-    c.verify_taken = verify_arm_name(v.taken);
+    const std::string path = head_path_name(v.path);
+    if (std::find(c.paths.begin(), c.paths.end(), path) == c.paths.end()) c.paths.push_back(path);
+    // The arm the runtime's paths say ran; a mix of paths is "mixed".
+    const std::string taken = v.taken == VerifyArm::Auto ? std::string("none") : verify_arm_name(v.taken);
+    c.verify_taken = c.rounds == 1 || c.verify_taken == taken ? taken : "mixed";
+    for (const std::string& msg : v.violations) {
+      ++c.round_violation_count;
+      if (c.round_violations.size() < 20) c.round_violations.push_back(fmt::format("round {}: {}", c.rounds, msg));
+    }
 
     for (int i = 0; i <= v.accepted && !done; ++i) {
       const int32_t t = i < v.accepted ? drafts[size_t(i)] : v.next;
@@ -169,6 +200,10 @@ GenerateResult speculative_generate(ModelRuntime& rt, Drafter& drafter, std::spa
   }
   s.decode_ms = ms_since(t1, Clock::now());
   s.generated = int(res.tokens.size());
+  const MtpWork mtp_after = rt.mtp_work();
+  s.mtp_work.entries = mtp_after.entries - mtp_before.entries;
+  s.mtp_work.chained_steps = mtp_after.chained_steps - mtp_before.chained_steps;
+  s.mtp_work.argmax_rows = mtp_after.argmax_rows - mtp_before.argmax_rows;
   return res;
 }
 
@@ -185,6 +220,12 @@ GenerateResult generate(ModelRuntime& rt, std::span<const int32_t> prompt, const
     return speculative_generate(rt, d, prompt, o);
   }
   if (oracle_truth == nullptr) fail("internal: the oracle drafter needs the greedy output first");
+  if (o.draft_cost == DraftCost::Mtp) {
+    if (rt.config().mtp_num_hidden_layers == 0)
+      fail("--draft-cost mtp: the checkpoint has no MTP head (0 MTP layers)");
+    OracleAtMtpCostDrafter d(rt, *oracle_truth, o.oracle);
+    return speculative_generate(rt, d, prompt, o);
+  }
   OracleDrafter d(*oracle_truth, o.oracle, rt.vocab());
   return speculative_generate(rt, d, prompt, o);
 }
@@ -198,12 +239,12 @@ GenerateResult generate_fresh(const RuntimeFactory& factory, std::span<const int
   const int cap = runtime_capacity(int(prompt.size()), options.max_new_tokens,
                                    options.block_size == 0 ? kMaxBlockSize : options.block_size);
   std::vector<int32_t> truth;
+  auto rt = factory(cap);
   if (options.draft == DraftKind::Oracle) {
     check_oracle_spec(options.oracle);
-    auto rt = factory(cap);
     truth = greedy_generate(*rt, prompt, options.max_new_tokens, options.ignore_eos).tokens;
-  }  // released before the timed run's runtime exists
-  auto rt = factory(cap);
+    rt->reset();
+  }
   return generate(*rt, prompt, options, options.draft == DraftKind::Oracle ? &truth : nullptr);
 }
 
@@ -215,14 +256,26 @@ nlohmann::ordered_json stats_json(const GenerateStats& s) {
   j["accepted"] = c.accepted;
   j["accepted_at"] = c.accepted_at;
   j["rows_projected"] = c.rows_projected;
+  j["head_bytes_read"] = c.head_bytes_read;
+  j["logits_bytes_written"] = c.logits_bytes_written;
+  j["walk_rows"] = c.walk_rows;
+  j["head_calls"] = c.head_calls;
   j["walk_steps"] = c.walk_steps;
+  j["head_paths"] = c.paths;
   j["block_size"] = c.block_size;
   j["verify_requested"] = c.verify_requested;
+  j["verify_chosen"] = c.verify_chosen;
   j["verify_taken"] = c.verify_taken;
-  if (c.verify_taken == "pad") j["pad_width"] = c.pad_width;
+  if (c.verify_chosen == "pad") j["pad_width"] = c.pad_width;
+  if (!s.auto_source.empty()) j["auto_source"] = s.auto_source;
   if (!s.auto_reason.empty()) j["auto_reason"] = s.auto_reason;
+  if (c.verify_chosen != "none") j["identity_violations"] = counter_violations(c);
   j["tokens_per_second"] = s.tokens_per_second();
   j["draft"] = s.draft;
+  if (s.draft == "oracle") j["draft_cost"] = s.draft_cost;
+  j["mtp_work"] = {{"entries", s.mtp_work.entries},
+                   {"chained_steps", s.mtp_work.chained_steps},
+                   {"argmax_rows", s.mtp_work.argmax_rows}};
   j["acceptance"] = c.drafted > 0 ? double(c.accepted) / double(c.drafted) : 0.0;
   j["tokens_per_round"] = c.rounds > 0 ? double(s.generated - 1) / double(c.rounds) : 0.0;
   j["prompt_tokens"] = s.prompt_tokens;

@@ -31,6 +31,14 @@ namespace nextn {
 
 enum class DraftKind { None, Mtp, Oracle };
 const char* draft_kind_name(DraftKind d);
+
+// What drafting costs with the oracle: Free (its tokens only) or Mtp (the MTP
+// head's draft chain runs every round, as the mtp drafter runs it, and its
+// tokens are replaced by the oracle's: the cost of real drafting at a fixed
+// acceptance). Needs a checkpoint with an MTP head.
+enum class DraftCost { Free, Mtp };
+const char* draft_cost_name(DraftCost c);
+DraftCost parse_draft_cost(const std::string& name);  // free|mtp; throws Error
 // none|mtp|oracle; anything else (a directory: a separate drafter
 // checkpoint) throws Error "separate drafter checkpoints are not supported yet".
 DraftKind parse_draft_kind(const std::string& name);
@@ -46,10 +54,12 @@ struct GenerateOptions {
   int pad_width = 0;                      // pad arm; 0: default for K
   bool ignore_eos = false;
   OracleSpec oracle;  // draft == Oracle
-  // Set when `verify` and `block_size` were picked by --verify auto: stats then
-  // report verify_requested "auto" and this reason.
+  DraftCost draft_cost = DraftCost::Free;  // draft == Oracle
+  // Set when `verify` was picked by --verify auto (`verify` then holds auto's
+  // recorded choice): stats report verify_requested "auto", the source that
+  // decided ("calibration" or "record") and the reason.
   bool chosen_by_auto = false;
-  std::string auto_reason;
+  std::string auto_source, auto_reason;
 };
 
 struct GenerateStats {
@@ -58,7 +68,9 @@ struct GenerateStats {
   int prompt_tokens = 0;
   int generated = 0;
   std::string stop = "budget";  // "budget" or "eos"
-  std::string auto_reason;      // empty unless --verify auto
+  std::string auto_source, auto_reason;  // empty unless --verify auto
+  std::string draft_cost = "free";        // oracle: "free" or "mtp"
+  MtpWork mtp_work;                       // the runtime's MTP counters over the decode (after the prefill)
   // Wall-clock totals (steady_clock), milliseconds.
   double prefill_ms = 0;   // prompt forward + first token (+ seeding the drafter)
   double decode_ms = 0;    // everything after the prefill
@@ -89,13 +101,13 @@ GenerateResult speculative_generate(ModelRuntime& rt, Drafter& drafter, std::spa
 GenerateResult generate(ModelRuntime& rt, std::span<const int32_t> prompt, const GenerateOptions& options,
                         const std::vector<int32_t>* oracle_truth = nullptr);
 
-// ModelRuntime has no reset, so each sequence gets a fresh runtime from here.
+// Builds a runtime for a given cache capacity (one weight load).
 using RuntimeFactory = std::function<std::unique_ptr<ModelRuntime>(int max_tokens)>;
 // Cache capacity one run needs.
 int runtime_capacity(int prompt_tokens, int max_new_tokens, int block_size);
 
-// generate() on fresh runtimes; for the oracle drafter it first runs plain
-// greedy (untimed) on its own runtime to learn the truth.
+// generate() on one runtime from the factory; for the oracle drafter it
+// first runs plain greedy (untimed) on it to learn the truth, then reset()s.
 GenerateResult generate_fresh(const RuntimeFactory& factory, std::span<const int32_t> prompt,
                               const GenerateOptions& options);
 

@@ -1,6 +1,5 @@
 #include "speculative/verify.h"
 
-#include <cstdlib>
 #include <numeric>
 
 #include "core/error.h"
@@ -61,11 +60,16 @@ int resolve_pad_width(int block_size, int requested) {
   return p;
 }
 
-Fault read_fault_hook() {
-  const char* v = std::getenv("NEXTN_FAULT");
-  if (v == nullptr || *v == '\0') return Fault::None;
-  if (std::string(v) == "walk-as-batched") return Fault::WalkAsBatched;
-  fail("NEXTN_FAULT='{}' is not a known fault (known: walk-as-batched)", v);
+VerifyArm arm_of_path(HeadPath path) {
+  switch (path) {
+    case HeadPath::Batched: return VerifyArm::Batched;
+    case HeadPath::Padded: return VerifyArm::Pad;
+    case HeadPath::Fused: return VerifyArm::Fused;
+    case HeadPath::Walk:
+    case HeadPath::WalkFlag: return VerifyArm::Walk;
+    case HeadPath::None: break;
+  }
+  return VerifyArm::Auto;
 }
 
 Verifier::Verifier(VerifyArm arm, int pad_width, Fault fault) : arm_(arm), pad_width_(pad_width), fault_(fault) {
@@ -77,38 +81,86 @@ VerifyOutcome Verifier::verify(ModelRuntime& rt, std::span<const int32_t> drafts
   const int W = int(drafts.size()) + 1;
   out_.assign(size_t(std::max(W, pad_width_)), 0);
   VerifyOutcome r;
-  VerifyArm path = arm_;
-  if (path == VerifyArm::Walk && fault_ == Fault::WalkAsBatched) path = VerifyArm::Batched;  // the planted fault
-  r.taken = path;
-  if (path == VerifyArm::Walk) {
+  VerifyArm call = arm_;
+  if (call == VerifyArm::Walk && fault_ == Fault::WalkAsBatched) call = VerifyArm::Batched;  // the planted fault
+  const HeadWork before = rt.head_work();
+  if (call == VerifyArm::Walk) {
     const int steps = rt.head_walk(drafts, out_.data());
     if (steps < 1 || steps > W) fail("internal: head_walk projected {} rows of {}", steps, W);
-    r.rows_projected = steps;
     r.walk_steps = steps;
     r.accepted = steps - 1;
     for (int j = 0; j < r.accepted; ++j)
       if (out_[size_t(j)] != drafts[size_t(j)]) fail("internal: head_walk continued past a mismatch at row {}", j);
     if (r.accepted < W - 1 && out_[size_t(r.accepted)] == drafts[size_t(r.accepted)])
       fail("internal: head_walk stopped at row {} without a mismatch", r.accepted);
-    r.next = out_[size_t(r.accepted)];
-    return r;
-  }
-  if (path == VerifyArm::Batched) {
-    rt.head_argmax(0, W, W, out_.data());
-    r.rows_projected = W;
-  } else if (path == VerifyArm::Pad) {
-    if (pad_width_ < W) fail("internal: pad width {} below the verify width {}", pad_width_, W);
-    rt.head_argmax(0, W, pad_width_, out_.data());
-    r.rows_projected = pad_width_;
   } else {
-    rt.head_argmax_fused(0, W, out_.data());
-    r.rows_projected = W;
+    if (call == VerifyArm::Batched) {
+      rt.head_argmax(0, W, W, out_.data());
+    } else if (call == VerifyArm::Pad) {
+      if (pad_width_ < W) fail("internal: pad width {} below the verify width {}", pad_width_, W);
+      rt.head_argmax(0, W, pad_width_, out_.data());
+    } else {
+      rt.head_argmax_fused(0, W, out_.data());
+    }
+    int a = 0;
+    while (a < W - 1 && out_[size_t(a)] == drafts[size_t(a)]) ++a;
+    r.accepted = a;
   }
-  int a = 0;
-  while (a < W - 1 && out_[size_t(a)] == drafts[size_t(a)]) ++a;
-  r.accepted = a;
-  r.next = out_[size_t(a)];
+  r.next = out_[size_t(r.accepted)];
+  const HeadWork after = rt.head_work();
+  r.rows_projected = after.rows_projected - before.rows_projected;
+  r.head_bytes_read = after.head_bytes_read - before.head_bytes_read;
+  r.logits_bytes_written = after.logits_bytes_written - before.logits_bytes_written;
+  r.walk_rows = after.walk_rows - before.walk_rows;
+  r.head_calls = after.head_calls - before.head_calls;
+  r.path = after.last_path;
+  r.taken = arm_of_path(r.path);
+  check_round(rt, W, r);
   return r;
+}
+
+// The row of the identity table (verify.h) for the arm this verifier was
+// built for, against what the runtime reports it did in this one call.
+void Verifier::check_round(const ModelRuntime& rt, int W, VerifyOutcome& r) const {
+  auto need = [&](bool ok, std::string what) {
+    if (!ok) r.violations.push_back(std::move(what));
+  };
+  const int64_t row_logits = int64_t(rt.vocab()) * int64_t(sizeof(float));
+  const char* arm = verify_arm_name(arm_);
+  need(r.head_calls == 1, fmt::format("{}: the runtime ran {} head calls for one verify", arm, r.head_calls));
+  need(r.head_bytes_read > 0, fmt::format("{}: the runtime reports no head bytes read", arm));
+  switch (arm_) {
+    case VerifyArm::Batched:
+      need(r.path == HeadPath::Batched, fmt::format("batched: the runtime ran path {}", head_path_name(r.path)));
+      need(r.rows_projected == W, fmt::format("batched: {} rows projected, W = {}", r.rows_projected, W));
+      need(r.logits_bytes_written == W * row_logits,
+           fmt::format("batched: {} logits bytes written, W x V x 4 = {}", r.logits_bytes_written, W * row_logits));
+      need(r.walk_rows == 0, fmt::format("batched: {} walk rows", r.walk_rows));
+      break;
+    case VerifyArm::Pad:
+      need(r.path == HeadPath::Padded, fmt::format("pad: the runtime ran path {}", head_path_name(r.path)));
+      need(r.rows_projected == pad_width_, fmt::format("pad: {} rows projected, P = {}", r.rows_projected, pad_width_));
+      need(r.logits_bytes_written == pad_width_ * row_logits,
+           fmt::format("pad: {} logits bytes written, P x V x 4 = {}", r.logits_bytes_written, pad_width_ * row_logits));
+      need(r.walk_rows == 0, fmt::format("pad: {} walk rows", r.walk_rows));
+      break;
+    case VerifyArm::Fused:
+      need(r.path == HeadPath::Fused, fmt::format("fused: the runtime ran path {}", head_path_name(r.path)));
+      need(r.rows_projected == W, fmt::format("fused: {} rows projected, W = {}", r.rows_projected, W));
+      need(r.logits_bytes_written == 0, fmt::format("fused: {} logits bytes written", r.logits_bytes_written));
+      need(r.walk_rows == 0, fmt::format("fused: {} walk rows", r.walk_rows));
+      break;
+    case VerifyArm::Walk:
+      need(r.path == HeadPath::Walk || r.path == HeadPath::WalkFlag,
+           fmt::format("walk: the runtime ran path {}", head_path_name(r.path)));
+      need(r.walk_rows == r.accepted + 1, fmt::format("walk: {} walk rows, accepted + 1 = {}", r.walk_rows, r.accepted + 1));
+      need(r.rows_projected == r.walk_rows,
+           fmt::format("walk: {} rows projected, {} walk rows", r.rows_projected, r.walk_rows));
+      need(r.logits_bytes_written <= r.walk_rows * row_logits,
+           fmt::format("walk: {} logits bytes written for {} rows", r.logits_bytes_written, r.walk_rows));
+      break;
+    case VerifyArm::Auto: break;
+  }
 }
 
 std::vector<std::string> counter_violations(const VerifyCounters& c) {
@@ -116,8 +168,13 @@ std::vector<std::string> counter_violations(const VerifyCounters& c) {
   auto need = [&](bool ok, std::string what) {
     if (!ok) v.push_back(std::move(what));
   };
-  const std::string& arm = c.verify_requested == "auto" ? c.verify_taken : c.verify_requested;
-  need(c.verify_taken == arm, fmt::format("verify_taken is '{}' but the arm is '{}'", c.verify_taken, arm));
+  const std::string& arm = c.verify_chosen;
+  if (c.verify_requested != "auto")
+    need(c.verify_chosen == c.verify_requested,
+         fmt::format("the verifier ran arm '{}' but '{}' was requested", c.verify_chosen, c.verify_requested));
+  const std::string expect_taken = c.rounds == 0 ? std::string("none") : arm;  // no round: no head path ran
+  need(c.verify_taken == expect_taken,
+       fmt::format("the runtime's head path says '{}' ran, the arm is '{}'", c.verify_taken, arm));
   need(c.accepted >= 0 && c.accepted <= c.drafted,
        fmt::format("accepted {} outside [0, drafted {}]", c.accepted, c.drafted));
   need(c.drafted <= c.rounds * (c.block_size - 1),
@@ -129,22 +186,49 @@ std::vector<std::string> counter_violations(const VerifyCounters& c) {
   for (size_t i = 1; i < c.accepted_at.size(); ++i)
     need(c.accepted_at[i] <= c.accepted_at[i - 1],
          fmt::format("accepted_at[{}] = {} exceeds accepted_at[{}] = {}", i, c.accepted_at[i], i - 1, c.accepted_at[i - 1]));
+  need(c.round_violation_count == 0,
+       fmt::format("{} round(s) broke the identity, first: {}", c.round_violation_count,
+                   c.round_violations.empty() ? std::string("?") : c.round_violations.front()));
+  need(c.head_calls == c.rounds, fmt::format("{} head calls for {} rounds", c.head_calls, c.rounds));
+  need(c.rounds == 0 || c.head_bytes_read > 0, "the runtime reports no head bytes read");
+  const int64_t row_logits = int64_t(c.vocab) * int64_t(sizeof(float));
+  auto only_path = [&](std::initializer_list<const char*> allowed) {
+    for (const auto& p : c.paths) {
+      bool ok = false;
+      for (const char* a : allowed) ok |= p == a;
+      need(ok, fmt::format("{}: the runtime ran head path '{}'", arm, p));
+    }
+    need(c.rounds == 0 || !c.paths.empty(), fmt::format("{}: no head path recorded", arm));
+  };
   if (arm == "batched" || arm == "fused") {
+    only_path({arm == "batched" ? "batched" : "fused"});
     need(c.rows_projected == c.drafted + c.rounds,
          fmt::format("{}: rows_projected {} != drafted + rounds = {}", arm, c.rows_projected, c.drafted + c.rounds));
-    need(c.walk_steps == 0, fmt::format("{}: walk_steps {} != 0", arm, c.walk_steps));
+    const int64_t logits = arm == "batched" ? c.rows_projected * row_logits : 0;
+    need(c.logits_bytes_written == logits,
+         fmt::format("{}: logits_bytes_written {} != {}", arm, c.logits_bytes_written, logits));
+    need(c.walk_rows == 0 && c.walk_steps == 0,
+         fmt::format("{}: walk_rows {}, walk_steps {} (expected 0)", arm, c.walk_rows, c.walk_steps));
   } else if (arm == "walk") {
-    need(c.rows_projected == c.accepted + c.rounds,
-         fmt::format("walk: rows_projected {} != accepted + rounds = {}", c.rows_projected, c.accepted + c.rounds));
-    need(c.walk_steps == c.rows_projected,
-         fmt::format("walk: walk_steps {} != rows_projected {}", c.walk_steps, c.rows_projected));
-    need(c.rounds == 0 || c.walk_steps > 0, "walk: no walk steps were taken");
+    only_path({"walk", "walk-flag"});
+    need(c.walk_rows == c.accepted + c.rounds,
+         fmt::format("walk: walk_rows {} != accepted + rounds = {}", c.walk_rows, c.accepted + c.rounds));
+    need(c.rows_projected == c.walk_rows,
+         fmt::format("walk: rows_projected {} != walk_rows {}", c.rows_projected, c.walk_rows));
+    need(c.walk_steps == c.walk_rows, fmt::format("walk: head_walk returned {} rows, the runtime counted {}",
+                                                  c.walk_steps, c.walk_rows));
+    need(c.rounds == 0 || c.walk_rows > 0, "walk: no walk rows were taken");
   } else if (arm == "pad") {
+    only_path({"padded"});
     need(c.pad_width > c.block_size && c.pad_width <= kMaxPadWidth,
          fmt::format("pad: width {} not in ({}, {}]", c.pad_width, c.block_size, kMaxPadWidth));
     need(c.rows_projected == c.rounds * c.pad_width,
          fmt::format("pad: rows_projected {} != rounds x P = {}", c.rows_projected, c.rounds * c.pad_width));
-    need(c.walk_steps == 0, fmt::format("pad: walk_steps {} != 0", c.walk_steps));
+    need(c.logits_bytes_written == c.rows_projected * row_logits,
+         fmt::format("pad: logits_bytes_written {} != rows x V x 4 = {}", c.logits_bytes_written,
+                     c.rows_projected * row_logits));
+    need(c.walk_rows == 0 && c.walk_steps == 0,
+         fmt::format("pad: walk_rows {}, walk_steps {} (expected 0)", c.walk_rows, c.walk_steps));
   } else {
     v.push_back(fmt::format("unknown arm '{}'", arm));
   }

@@ -39,6 +39,11 @@ std::shared_ptr<Matrix> Matrix::load(const WeightRef& w) {
   return m;
 }
 
+int64_t Matrix::row_bytes() const {
+  if (!quantized()) return cols_ * int64_t(sizeof(float));
+  return cols_ * bits_ / 8 + 2 * (cols_ / group_) * int64_t(sizeof(float));
+}
+
 void Matrix::row(int64_t r, float* out) const {
   if (!bf16_.empty()) {
     const uint16_t* src = bf16_.data() + r * cols_;

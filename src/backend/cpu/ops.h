@@ -24,6 +24,8 @@ class Matrix {
   int64_t cols() const { return cols_; }
   bool quantized() const { return bits_ != 0; }
   void row(int64_t r, float* out) const;  // dequantized row r
+  // Bytes row(r) reads: packed words + fp32 scales and biases, or fp32 values.
+  int64_t row_bytes() const;
 
  private:
   int64_t rows_ = 0, cols_ = 0;

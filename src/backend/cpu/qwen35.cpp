@@ -12,7 +12,9 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/head.h"
 #include "backend/cpu/ops.h"
+#include "core/fault.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
@@ -70,6 +72,9 @@ class CpuQwen35 final : public ModelRuntime {
   void head_argmax_fused(int first, int count, int32_t* out) override;
   int head_walk(std::span<const int32_t> drafts, int32_t* out) override;
   void head_logits(int row, float* out) override;
+  HeadWork head_work() const override { return head_work_; }
+  void reset() override;
+  MtpWork mtp_work() const override { return mtp_work_; }
   int mtp_length() const override { return mtp_length_; }
   void mtp_forward(std::span<const int32_t> next_tokens, int first_row) override;
   void mtp_step(int32_t token) override;
@@ -87,6 +92,7 @@ class CpuQwen35 final : public ModelRuntime {
   void mlp(const LayerWeights& L, int T, const float* xn, float* out);
   void check_tokens(std::span<const int32_t> tokens) const;
   void mtp_run(const int32_t* tokens, const float* hidden, int n);
+  cpu::HeadThreads head_threads() { return {&pool_, min_chunk_work_}; }
 
   Qwen35Config cfg_;
   int max_tokens_;
@@ -101,6 +107,9 @@ class CpuQwen35 final : public ModelRuntime {
   int forward_start_ = 0;  // length before the last target_forward
   int last_T_ = 0;         // rows of the last target_forward still in the caches
   std::vector<float> hidden_;  // [last_T][H], post final norm
+  HeadWork head_work_;         // counted by the head ops (backend/cpu/head.h)
+  MtpWork mtp_work_;           // counted in mtp_run / mtp_step / mtp_argmax
+  Fault fault_ = Fault::None;  // NEXTN_FAULT, read once at construction
 
   // MTP head
   bool has_mtp_ = false;
@@ -158,7 +167,8 @@ CpuQwen35::CpuQwen35(const Qwen35Checkpoint& ck, int max_tokens, const CpuRuntim
     : cfg_(ck.config()),
       max_tokens_(max_tokens),
       pool_(options.threads > 0 ? options.threads : default_thread_count()),
-      min_chunk_work_(options.min_chunk_work) {
+      min_chunk_work_(options.min_chunk_work),
+      fault_(read_fault_hook()) {
   const int H = cfg_.hidden_size;
   embed_ = Matrix::load(ck.matrix("embed_tokens", cfg_.vocab_size, H));
   const WeightRef head = ck.lm_head();
@@ -190,6 +200,25 @@ CpuQwen35::CpuQwen35(const Qwen35Checkpoint& ck, int max_tokens, const CpuRuntim
     mtp_kv_.k.assign(size_t(max_tokens) * kv_row, 0.0f);
     mtp_kv_.v.assign(size_t(max_tokens) * kv_row, 0.0f);
   }
+}
+
+void CpuQwen35::reset() {
+  // KV rows past the length are never read, so truncating is clearing; the
+  // GDN states are read from position 0 and must be zero again.
+  for (GdnState& st : gdn_) {
+    std::fill(st.conv.begin(), st.conv.end(), 0.0f);
+    std::fill(st.S.begin(), st.S.end(), 0.0f);
+    st.conv_before.clear();
+    st.S_before.clear();
+    st.mixed.clear();
+    st.q.clear(), st.k.clear(), st.v.clear(), st.g.clear(), st.beta.clear();
+  }
+  length_ = forward_start_ = last_T_ = 0;
+  hidden_.clear();
+  mtp_length_ = mtp_last_n_ = 0;
+  mtp_hidden_.clear();
+  head_work_ = HeadWork{};
+  mtp_work_ = MtpWork{};
 }
 
 void CpuQwen35::check_tokens(std::span<const int32_t> tokens) const {
@@ -439,59 +468,30 @@ void CpuQwen35::gdn_mixer(const GdnWeights& W, GdnState& st, int T, const float*
 void CpuQwen35::head_argmax(int first, int count, int width, int32_t* out) {
   if (first < 0 || count < 0 || width < count || first + count > last_T_)
     fail("head_argmax: rows [{}, {}) of width {} outside the last forward's {} rows", first, first + count, width, last_T_);
-  const int H = cfg_.hidden_size, V = cfg_.vocab_size;
+  const int H = cfg_.hidden_size;
   std::vector<float> x(size_t(width) * H, 0.0f);  // rows past the forward are zero padding
   const int real = std::min(width, last_T_ - first);
   std::copy(hidden_.begin() + size_t(first) * H, hidden_.begin() + size_t(first + real) * H, x.begin());
-  std::vector<float> logits(size_t(width) * V);
-  cpu::matmul(*lm_head_, x.data(), width, logits.data(), 0, -1, &pool_, min_chunk_work_);
-  for (int r = 0; r < count; ++r) out[r] = cpu::argmax(&logits[size_t(r) * V], V);
+  cpu::head_project_argmax(*lm_head_, x.data(), width, count, out, head_work_, head_threads());
 }
 
 void CpuQwen35::head_argmax_fused(int first, int count, int32_t* out) {
   if (first < 0 || count < 0 || first + count > last_T_) fail("head_argmax_fused: rows outside the last forward");
-  const int H = cfg_.hidden_size, V = cfg_.vocab_size;
-  // Vocabulary chunks in parallel, each a running (max, first index) per row;
-  // merged in chunk order with the same rule, which gives the serial pass's
-  // answer (strictly greater wins, so the lowest index among ties; NaN never).
-  const int chunks = pool_.size();
-  std::vector<float> best(size_t(chunks) * count, -INFINITY);
-  std::vector<int32_t> index(size_t(chunks) * count, -1);
-  pool_.parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
-    std::vector<float> w(static_cast<size_t>(H));
-    for (int64_t c = c0; c < c1; ++c) {
-      float* cb = &best[size_t(c) * count];
-      int32_t* ci = &index[size_t(c) * count];
-      for (int64_t o = V * c / chunks; o < V * (c + 1) / chunks; ++o) {
-        lm_head_->row(o, w.data());
-        for (int r = 0; r < count; ++r) {
-          const float s = cpu::dot(&hidden_[size_t(first + r) * H], w.data(), H);
-          if (s > cb[r]) {
-            cb[r] = s;
-            ci[r] = int32_t(o);
-          }
-        }
-      }
-    }
-  });
-  for (int r = 0; r < count; ++r) {
-    float b = -INFINITY;
-    out[r] = 0;
-    for (int c = 0; c < chunks; ++c)
-      if (index[size_t(c) * count + r] >= 0 && best[size_t(c) * count + r] > b) {
-        b = best[size_t(c) * count + r];
-        out[r] = index[size_t(c) * count + r];
-      }
-  }
+  cpu::head_fused_argmax(*lm_head_, &hidden_[size_t(first) * cfg_.hidden_size], count, out, head_work_, head_threads());
 }
 
 int CpuQwen35::head_walk(std::span<const int32_t> drafts, int32_t* out) {
   const int rows = std::min<int>(int(drafts.size()) + 1, last_T_);
-  for (int j = 0; j < rows; ++j) {
-    head_argmax(j, 1, 1, &out[j]);
-    if (j == int(drafts.size()) || out[j] != drafts[size_t(j)]) return j + 1;
+  if (fault_ == Fault::RuntimeWalkAsBatched) {
+    // The planted runtime fault: every row through the batched projection,
+    // and the walk's return value computed as if it had walked. Only the
+    // op's own counters (path Batched, rows = W, walk_rows 0) give it away.
+    cpu::head_project_argmax(*lm_head_, hidden_.data(), rows, rows, out, head_work_, head_threads());
+    int a = 0;
+    while (a < int(drafts.size()) && a + 1 < rows && out[a] == drafts[size_t(a)]) ++a;
+    return a + 1;
   }
-  return rows;
+  return cpu::head_walk_rows(*lm_head_, hidden_.data(), rows, drafts, out, head_work_, head_threads());
 }
 
 void CpuQwen35::head_logits(int row, float* out) {
@@ -515,6 +515,7 @@ void CpuQwen35::mtp_run(const int32_t* tokens, const float* hidden, int n) {
   for (int i = 0; i < n; ++i) cpu::rmsnorm(&u[size_t(i) * H], mtp_norm_.data(), cfg_.rms_norm_eps, H, &mtp_hidden_[size_t(i) * H]);
   mtp_length_ += n;
   mtp_last_n_ = n;
+  mtp_work_.entries += n;
 }
 
 void CpuQwen35::mtp_forward(std::span<const int32_t> next_tokens, int first_row) {
@@ -530,6 +531,7 @@ void CpuQwen35::mtp_step(int32_t token) {
   check_tokens({&token, 1});
   std::vector<float> h(mtp_hidden_.end() - cfg_.hidden_size, mtp_hidden_.end());
   mtp_run(&token, h.data(), 1);
+  ++mtp_work_.chained_steps;
 }
 
 void CpuQwen35::mtp_argmax(int count, int32_t* out) {
@@ -539,6 +541,7 @@ void CpuQwen35::mtp_argmax(int count, int32_t* out) {
   for (int i = 0; i < count; ++i) {
     cpu::matmul(*lm_head_, &mtp_hidden_[size_t(mtp_last_n_ - count + i) * H], 1, logits.data(), 0, -1, &pool_, min_chunk_work_);
     out[i] = cpu::argmax(logits.data(), V);
+    ++mtp_work_.argmax_rows;
   }
 }
 

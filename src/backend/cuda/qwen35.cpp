@@ -547,6 +547,7 @@ void CudaQwen35::mtp_forward(std::span<const int32_t> next_tokens, int first_row
   }
   mtp_length_ += n;
   mtp_last_n_ = n;
+  mtp_work_.entries += n;
 }
 
 void CudaQwen35::mtp_step(int32_t token) {
@@ -563,10 +564,13 @@ void CudaQwen35::mtp_step(int32_t token) {
   replay(GraphKind::MtpStep, 1, 0, [&] { mtp_chunk(1, false); });
   mtp_length_ += 1;
   mtp_last_n_ = 1;
+  ++mtp_work_.entries;
+  ++mtp_work_.chained_steps;
 }
 
 void CudaQwen35::mtp_argmax(int count, int32_t* out) {
   if (count < 0 || count > mtp_last_n_) fail("mtp_argmax: {} entries, last call made {}", count, mtp_last_n_);
+  mtp_work_.argmax_rows += count;  // counted before the launch below (which throws only on a bad count)
   if (count > kMaxRows) fail("mtp_argmax: {} entries above {}", count, kMaxRows);
   fused_argmax_rows(GraphKind::MtpArgmax, mtp_hidden_, mtp_last_n_ - count, count, out);
 }
@@ -624,6 +628,9 @@ void CudaQwen35::mtp_draft(int n, int32_t* out) {
     mtp_length_ += n - 1;
     mtp_last_n_ = 1;
   }
+  mtp_work_.entries += n - 1;
+  mtp_work_.chained_steps += n - 1;
+  mtp_work_.argmax_rows += n;
 }
 
 void CudaQwen35::mtp_rollback(int length) {

@@ -123,6 +123,7 @@ class CudaQwen35 final : public ModelRuntime {
   int head_walk(std::span<const int32_t> drafts, int32_t* out) override;
   void head_logits(int row, float* out) override;
   int mtp_length() const override { return mtp_length_; }
+  MtpWork mtp_work() const override { return mtp_work_; }
   void mtp_forward(std::span<const int32_t> next_tokens, int first_row) override;
   void mtp_step(int32_t token) override;
   void mtp_argmax(int count, int32_t* out) override;
@@ -177,6 +178,9 @@ class CudaQwen35 final : public ModelRuntime {
   DevMatrix mtp_fc_;
   float *mtp_norm_emb_ = nullptr, *mtp_norm_hid_ = nullptr, *mtp_norm_ = nullptr;
   LayerWeights mtp_layer_;
+  // What the MTP graphs ran, counted on the host as they are replayed (they
+  // have no early exit: every row launched is a row run). reset() clears it.
+  MtpWork mtp_work_;
 
   // GDN state, per layer, in a device table
   std::vector<cuda::GdnLayer> gdn_host_;

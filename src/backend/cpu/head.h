@@ -1,0 +1,39 @@
+// The LM head's CPU ops: the projections behind head_argmax,
+// head_argmax_fused and head_walk. Each op counts its own work into a
+// HeadWork (model/runtime.h) while it does it: the runtime only hands the
+// counters out, and no caller writes them.
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "backend/cpu/ops.h"
+#include "model/runtime.h"
+
+namespace nextn::cpu {
+
+// Threads the head ops may use (none: the calling thread). Results are the
+// same bits for any pool: threads split the vocabulary, never one sum.
+struct HeadThreads {
+  ThreadPool* pool = nullptr;
+  int64_t min_chunk_work = int64_t(1) << 16;
+};
+
+// x: [width][cols] rows (rows past the real ones are zero padding). Projects
+// all `width` rows to full fp32 logits, writes the argmax of the first
+// `count`. Path Batched when width == count, else Padded.
+void head_project_argmax(const Matrix& head, const float* x, int width, int count, int32_t* out, HeadWork& work,
+                         const HeadThreads& threads);
+
+// One pass over the head with a running (max, index) per row; no logits are
+// written. x: [count][cols]. Path Fused.
+void head_fused_argmax(const Matrix& head, const float* x, int count, int32_t* out, HeadWork& work,
+                       const HeadThreads& threads);
+
+// Early-exit walk: row j of x ([rows][cols]) is projected on its own, its
+// argmax goes to out[j], and the walk stops after the first j with
+// out[j] != drafts[j] (or after `rows` rows). Returns the rows projected.
+// Path Walk.
+int head_walk_rows(const Matrix& head, const float* x, int rows, std::span<const int32_t> drafts, int32_t* out,
+                   HeadWork& work, const HeadThreads& threads);
+
+}  // namespace nextn::cpu
