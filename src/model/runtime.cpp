@@ -8,6 +8,18 @@
 
 namespace nextn {
 
+const char* head_path_name(HeadPath path) {
+  switch (path) {
+    case HeadPath::None: return "none";
+    case HeadPath::Batched: return "batched";
+    case HeadPath::Padded: return "padded";
+    case HeadPath::Fused: return "fused";
+    case HeadPath::Walk: return "walk";
+    case HeadPath::WalkFlag: return "walk-flag";
+  }
+  return "?";
+}
+
 void ModelRuntime::mtp_draft(int n, int32_t* out) {
   if (n <= 0) return;
   mtp_argmax(1, &out[0]);

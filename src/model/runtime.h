@@ -17,6 +17,22 @@ namespace nextn {
 
 class Qwen35Checkpoint;
 
+// The kernel path of an LM-head call, as recorded by the code that ran it.
+enum class HeadPath : int32_t { None = 0, Batched = 1, Padded = 2, Fused = 3, Walk = 4, WalkFlag = 5 };
+const char* head_path_name(HeadPath path);
+
+// What the LM head actually did, counted by the code that did the work (the
+// CPU op; on CUDA, the kernels, on the device) and only copied by callers.
+// Cumulative since construction or reset().
+struct HeadWork {
+  int64_t rows_projected = 0;        // rows whose projection read the head weights
+  int64_t head_bytes_read = 0;       // head weight bytes read (scales/biases included)
+  int64_t logits_bytes_written = 0;  // fp32 logits written to memory (0 for fused)
+  int64_t walk_rows = 0;             // rows a walk took (accepted + 1 per walk)
+  int64_t head_calls = 0;            // head entry points that ran
+  HeadPath last_path = HeadPath::None;
+};
+
 class ModelRuntime {
  public:
   virtual ~ModelRuntime() = default;
@@ -47,6 +63,12 @@ class ModelRuntime {
   virtual int head_walk(std::span<const int32_t> drafts, int32_t* out) = 0;
   // Full logits of one row (tests, sampling).
   virtual void head_logits(int row, float* out) = 0;
+
+  // Counters of the head's work so far (see HeadWork).
+  virtual HeadWork head_work() const = 0;
+  // Back to the state of a fresh runtime: KV, GDN, MTP state and the head
+  // counters cleared; weights (and their device copies) kept.
+  virtual void reset() = 0;
 
   // ---- MTP head (mtp_layers() > 0) ----
   virtual int mtp_length() const = 0;

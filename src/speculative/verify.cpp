@@ -1,6 +1,5 @@
 #include "speculative/verify.h"
 
-#include <cstdlib>
 #include <numeric>
 
 #include "core/error.h"
@@ -59,13 +58,6 @@ int resolve_pad_width(int block_size, int requested) {
     fail("--pad-width {} must exceed the block size {} (a pad width equal to K is the batched arm)", p, block_size);
   }
   return p;
-}
-
-Fault read_fault_hook() {
-  const char* v = std::getenv("NEXTN_FAULT");
-  if (v == nullptr || *v == '\0') return Fault::None;
-  if (std::string(v) == "walk-as-batched") return Fault::WalkAsBatched;
-  fail("NEXTN_FAULT='{}' is not a known fault (known: walk-as-batched)", v);
 }
 
 Verifier::Verifier(VerifyArm arm, int pad_width, Fault fault) : arm_(arm), pad_width_(pad_width), fault_(fault) {

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "core/fault.h"
+
 namespace nextn {
 
 class ModelRuntime;
@@ -41,13 +43,6 @@ void check_block_size(int block_size);
 // above K, capped at 64). Throws Error when the width would not exceed K or
 // exceeds 64 (so K = 64 has no pad arm).
 int resolve_pad_width(int block_size, int requested);
-
-// Fault hook, read from the environment in this one place:
-//   NEXTN_FAULT=walk-as-batched   the walk arm silently runs the batched
-//                                 projection (the counters then show it).
-// Unset or empty: no fault. Any other value: Error.
-enum class Fault { None, WalkAsBatched };
-Fault read_fault_hook();
 
 struct VerifyOutcome {
   int accepted = 0;     // drafts accepted (longest matching prefix)
