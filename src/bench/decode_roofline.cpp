@@ -47,6 +47,8 @@ class MemoryProbe final : public ModelRuntime {
   void head_argmax_fused(int first, int count, int32_t* out) override { rt_->head_argmax_fused(first, count, out); }
   int head_walk(std::span<const int32_t> drafts, int32_t* out) override { return rt_->head_walk(drafts, out); }
   void head_logits(int row, float* out) override { rt_->head_logits(row, out); }
+  HeadWork head_work() const override { return rt_->head_work(); }
+  void reset() override { rt_->reset(); }
   int mtp_length() const override { return rt_->mtp_length(); }
   void mtp_forward(std::span<const int32_t> next, int first_row) override { rt_->mtp_forward(next, first_row); }
   void mtp_step(int32_t token) override { rt_->mtp_step(token); }
