@@ -89,6 +89,8 @@ class MockRuntime final : public ModelRuntime {
     return rows;
   }
   void head_logits(int, float*) override { throw std::logic_error("mock: head_logits"); }
+  HeadWork head_work() const override { return {}; }  // TEMP placeholder
+  void reset() override { throw std::logic_error("mock: reset"); }
 
   int mtp_length() const override { return int(mtp_.size()); }
   void mtp_forward(std::span<const int32_t> next_tokens, int first_row) override {

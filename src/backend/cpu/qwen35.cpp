@@ -64,6 +64,9 @@ class CpuQwen35 final : public ModelRuntime {
   void head_argmax_fused(int first, int count, int32_t* out) override;
   int head_walk(std::span<const int32_t> drafts, int32_t* out) override;
   void head_logits(int row, float* out) override;
+  // TEMP placeholders (the verify branch has the real CPU counters and reset).
+  HeadWork head_work() const override { return {}; }
+  void reset() override { fail("reset: not implemented by the CPU runtime on this branch (placeholder)"); }
   int mtp_length() const override { return mtp_length_; }
   void mtp_forward(std::span<const int32_t> next_tokens, int first_row) override;
   void mtp_step(int32_t token) override;
