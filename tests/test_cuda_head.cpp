@@ -261,6 +261,7 @@ TEST_P(CudaHead, ResetEqualsFresh) {
 
     auto used = make_rt(ck, cap, m);
     (void)generate(*used, ref.prompt, walk_options(8, 20, mtp), &greedy);
+    used->reset();
     (void)greedy_generate(*used, ref.prompt, 24, true);
     used->reset();
     const HeadWork zero = used->head_work();
