@@ -142,8 +142,8 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
   if (const char* w = std::getenv("NEXTN_CUDA_WALK")) {
     const std::string s(w);
     if (s == "flag") walk_variant_ = WalkVariant::Flag;
-    else if (s == "while" || s.empty()) walk_variant_ = WalkVariant::While;
-    else fail("NEXTN_CUDA_WALK='{}': expected while or flag", s);
+    else if (s == "while") walk_variant_ = WalkVariant::While;
+    else if (!s.empty()) fail("NEXTN_CUDA_WALK='{}': expected while or flag", s);
   }
   fault_ = read_fault_hook();
   check_shapes();

@@ -109,7 +109,8 @@ enum class GraphKind : int {
   Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, Rollback, MtpDraft, WalkWhile
 };
 
-// How head_walk exits early (NEXTN_CUDA_WALK=while|flag, read at construction):
+// How head_walk exits early (NEXTN_CUDA_WALK=while|flag, read at construction;
+// default flag):
 //   While  a conditional WHILE graph node runs one row's projection + argmax +
 //          compare per iteration and stops launching rows after the first
 //          mismatch (no launch for rows past it);
@@ -180,7 +181,11 @@ class CudaQwen35 final : public ModelRuntime {
   int max_tokens_;
   Act act_ = Act::BF16;
   bool use_graphs_ = true;
-  WalkVariant walk_variant_ = WalkVariant::While;
+  // Default flag: on the H200 the flag walk's verify rounds were 0.3-1.7 points
+  // of batched faster than the while walk's at every K in 3..32 (0.8B and 4B
+  // q4 shapes, ABBA; docs/cuda-backend.md): a WHILE iteration costs about what
+  // launching a cancelled row does.
+  WalkVariant walk_variant_ = WalkVariant::Flag;
   Fault fault_ = Fault::None;  // read once, at construction
   int H_ = 0, V_ = 0;
   cuda::AttnShape attn_shape_{};
