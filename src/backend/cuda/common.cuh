@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/kernels.h"
+
 namespace nextn::cuda {
 
 using bf16 = __nv_bfloat16;
@@ -95,5 +97,19 @@ __device__ __forceinline__ ArgMax warp_argmax(ArgMax a) {
 }
 
 inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// A head projection's block counts its own work (one thread, after its k
+// loop): the weight bytes it read, the logits it stored, and, for the block
+// that owns the first output tile (`lead`), the T rows and the path id.
+__device__ __forceinline__ void tally_block(const HeadTally& t, bool lead, int T, unsigned long long read,
+                                            unsigned long long written) {
+  if (t.counters == nullptr) return;
+  atomicAdd(&t.counters->head_bytes_read, read);
+  if (written != 0) atomicAdd(&t.counters->logits_bytes_written, written);
+  if (lead) {
+    atomicAdd(&t.counters->rows_projected, (unsigned long long)T);
+    t.counters->last_path = t.path;
+  }
+}
 
 }  // namespace nextn::cuda

@@ -61,6 +61,26 @@ int64_t pack_quant_bytes(const DevMatrix& m);
 // synchronous on `s`.
 void pack_quant(DevMatrix& m, void* dst, cudaStream_t s);
 
+// ---- the LM head's work counters (ModelRuntime::head_work) ----
+// HeadWork's fields in device memory, incremented by the kernels that do the
+// work (atomics) and only copied by the runtime; they live across graph
+// replays because the captured kernels increment them.
+struct HeadCounters {
+  unsigned long long rows_projected;        // + T by the block of the first output tile, after its k loop
+  unsigned long long head_bytes_read;       // + the weight (+ scale/bias) bytes of its rows, by every block
+  unsigned long long logits_bytes_written;  // + the fp32 logits it stored, by every block of a logits projection
+  unsigned long long walk_rows;             // + 1 by the walk's compare step per row it takes
+  unsigned long long head_calls;            // + 1 by the last kernel of a head entry point
+  int last_path;                            // a HeadPath, written with rows_projected
+  int pad;
+};
+// Where a head launch counts and the path it records; counters == null (the
+// trunk, the MTP, head_logits): nothing is counted.
+struct HeadTally {
+  HeadCounters* counters = nullptr;
+  int path = 0;
+};
+
 // The matmul family's shape rules (the only inputs are the matrix shape).
 constexpr int kMaxRows = 64;     // tokens per matmul call (padded to 8 inside)
 constexpr int kTileM = 64;       // output features per block of the generic kernel (the streamed one: 128)
@@ -78,7 +98,11 @@ void check_matrix(const DevMatrix& m, const char* name);
 // result is added to Y (the residual stream), once, after the full sum.
 // `scratch` holds splitk_scratch_floats(W) floats (may be null if 0).
 void matmul(const DevMatrix& W, const void* X, Act act, int T, int ldx, float* Y, int ldy, bool accumulate,
-            float* scratch, cudaStream_t s);
+            float* scratch, cudaStream_t s, const HeadTally& tally = {});
+// Bytes of W one projection reads, as the kernels count them into
+// HeadCounters::head_bytes_read (the layout the serving kernel reads, padding
+// rows of the streamed tiles included).
+int64_t head_read_bytes(const DevMatrix& W, Act act);
 
 // Projection with the argmax fused in: out[t] = argmax_n (X[t] . W[n]),
 // lowest index on ties; logits are never written. Requires W.splits == 1.
@@ -86,25 +110,45 @@ void matmul(const DevMatrix& W, const void* X, Act act, int T, int ldx, float* Y
 // If `stop` is non-null and *stop != 0 when the kernels start, they return
 // at once (the walk's device-side early exit).
 int64_t argmax_pairs_bytes(const DevMatrix& W);
+// With a tally, the projection counts its rows and bytes, and the second
+// pass (when `out` is given) counts one head call.
 void matmul_argmax(const DevMatrix& W, const void* X, Act act, int T, int ldx, void* pairs, int32_t* out,
-                   const int* stop, cudaStream_t s);
+                   const int* stop, cudaStream_t s, const HeadTally& tally = {});
 
-// The walk's compare step for row j: if *stop, nothing; else reduce the
+// The flag walk's compare step for row j: if *stop, nothing; else reduce the
 // pairs of row 0 of the last matmul_argmax into out[j], ++*count, and set
-// *stop when j == n_drafts or out[j] != drafts[j].
+// *stop when j == n_drafts or out[j] != drafts[j]. With counters: walk_rows
+// + 1 per row taken, head_calls + 1 when it stops.
 void walk_compare(const DevMatrix& W, Act act, const void* pairs, int j, const int32_t* drafts, int n_drafts,
-                  int32_t* out, int* stop, int* count, cudaStream_t s);
+                  int32_t* out, int* stop, int* count, cudaStream_t s, HeadCounters* counters = nullptr);
+
+// The while walk's step (the body of a conditional WHILE graph node, or one
+// host-driven iteration): j = state[0]; out[j] = best of the pairs of row 0;
+// out[count_slot] = j + 1; stop when j == n_last or out[j] != drafts[j]
+// (state[1] = 1, head_calls + 1); else copy row j + 1 of `rows` ([..][row_bytes])
+// into `next` (the projection's fixed input) and state[0] = j + 1. With
+// `handle` (use_handle != 0) it sets the WHILE condition to "not stopped".
+// walk_rows + 1 per call. `state` is [2] ints, zeroed before the walk.
+void walk_step(const DevMatrix& W, Act act, const void* pairs, int* state, const int32_t* drafts, int n_last,
+               int32_t* out, int count_slot, const void* rows, int row_bytes, void* next, HeadCounters* counters,
+               cudaGraphConditionalHandle handle, int use_handle, cudaStream_t s);
 
 // The second pass of matmul_argmax: out[t] = best of pairs [T][n_blocks]
-// (skipped when *stop); and the walk's compare on row 0 of such pairs.
-void argmax_pairs(const void* pairs, int T, int n_blocks, int32_t* out, const int* stop, cudaStream_t s);
+// (skipped when *stop); `calls` (may be null) gets head_calls + 1; and the
+// walk's compare on row 0 of such pairs.
+void argmax_pairs(const void* pairs, int T, int n_blocks, int32_t* out, const int* stop, cudaStream_t s,
+                  HeadCounters* calls = nullptr);
 void walk_compare_pairs(const void* pairs, int n_blocks, int j, const int32_t* drafts, int n_drafts, int32_t* out,
-                        int* stop, int* count, cudaStream_t s);
+                        int* stop, int* count, cudaStream_t s, HeadCounters* counters = nullptr);
+void walk_step_pairs(const void* pairs, int n_blocks, int* state, const int32_t* drafts, int n_last, int32_t* out,
+                     int count_slot, const void* rows, int row_bytes, void* next, HeadCounters* counters,
+                     cudaGraphConditionalHandle handle, int use_handle, cudaStream_t s);
 
 // out[t] = argmax of logits row t ([T][ld] fp32), lowest index on ties.
-// `scratch` holds argmax_scratch_bytes(V) * T bytes.
+// `scratch` holds argmax_scratch_bytes(V) * T bytes. `calls`: as argmax_pairs.
 int64_t argmax_scratch_bytes(int V);
-void argmax_rows(const float* logits, int T, int V, int ld, void* scratch, int32_t* out, cudaStream_t s);
+void argmax_rows(const float* logits, int T, int V, int ld, void* scratch, int32_t* out, cudaStream_t s,
+                 HeadCounters* calls = nullptr);
 
 // x[t][:] = row tokens[t] of the embedding E (dequantized), fp32, [T][ldx].
 void embed_rows(const DevMatrix& E, const int32_t* tokens, int T, float* x, int ldx, cudaStream_t s);

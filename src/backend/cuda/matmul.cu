@@ -50,6 +50,8 @@ struct MMParams {
   ArgMax* pairs;       // argmax epilogue: [T][gridDim.x]
   const int* stop;     // argmax epilogue: early exit flag
   int mode;            // OutMode for the kOut epilogue
+  HeadTally tally;     // the LM head's counters (null elsewhere)
+  long long row_bytes; // weight (+ scale/bias) bytes of one row, for the tally
 };
 
 // Epilogues: kOut writes the sums (store, accumulate or split-K partial, by
@@ -159,6 +161,11 @@ __global__ void __launch_bounds__(128, 1) mm_tc_kernel(MMParams p) {
   for (int ch = c_begin; ch < c_end; ++ch) mm_step<WK, NF, 4>(p, r0, r1, ch * kChunkK, g, c, acc);
   if (s == p.splits - 1)
     for (int k0 = chunks * kChunkK; k0 < p.cols; k0 += 32) mm_step<WK, NF, 1>(p, r0, r1, k0, g, c, acc);
+  if (threadIdx.x == 0 && p.tally.counters != nullptr) {  // the head is never split: one block per tile
+    const unsigned long long rows = unsigned(min(kTileM, p.rows - int(blockIdx.x) * kTileM));
+    tally_block(p.tally, blockIdx.x == 0, p.T, rows * (unsigned long long)p.row_bytes,
+                EPI == kOut ? rows * unsigned(p.T) * 4ull : 0ull);
+  }
 
   if constexpr (EPI == kArgmax) {
     __shared__ ArgMax best[4][kMaxRows];
@@ -249,6 +256,11 @@ __global__ void __launch_bounds__(256) mm_fma_kernel(MMParams p) {
   const int row = blockIdx.x * 8 + warp;
   const int rr = min(row, p.rows - 1);
   const float* x = static_cast<const float*>(p.x);
+  if (threadIdx.x == 0 && p.tally.counters != nullptr) {  // counted up front: nothing below returns early
+    const unsigned long long rows = unsigned(min(8, p.rows - int(blockIdx.x) * 8));
+    tally_block(p.tally, blockIdx.x == 0, p.T, rows * (unsigned long long)p.row_bytes,
+                EPI == kOut ? rows * unsigned(p.T) * 4ull : 0ull);
+  }
   for (int t0 = 0; t0 < p.T; t0 += 4) {
     const int t = t0 + q, tt = min(t, p.T - 1);
     float acc = 0.0f;
@@ -336,6 +348,18 @@ MMParams make_params(const DevMatrix& W, const void* X, int T, int ldx) {
 // the matrix, never by the token count.
 bool streamed(const DevMatrix& W, Act act) { return act == Act::BF16 && W.packed != nullptr; }
 
+// Bytes of one row of W in the generic kernels' layout (fp32 scales and biases).
+long long row_read_bytes(const DevMatrix& W) {
+  const long long cols = W.cols, groups = W.group > 0 ? cols / W.group : 0;
+  switch (W.kind) {
+    case WKind::F32: return cols * 4;
+    case WKind::BF16: return cols * 2;
+    case WKind::Q4: return cols / 2 + groups * 8;
+    case WKind::Q8: return cols + groups * 8;
+  }
+  return 0;
+}
+
 int argmax_blocks(const DevMatrix& W, Act act) {
   return act == Act::F32 ? ceil_div(W.rows, 8) : streamed(W, act) ? stream_tiles(W) : ceil_div(W.rows, kTileM);
 }
@@ -370,10 +394,17 @@ void check_matrix(const DevMatrix& m, const char* name) {
     fail("CUDA backend: matrix {}: bad split-K factor {}", name, m.splits);
 }
 
+int64_t head_read_bytes(const DevMatrix& W, Act act) {
+  return streamed(W, act) ? stream_layout_bytes(W) : int64_t(W.rows) * row_read_bytes(W);
+}
+
 void matmul(const DevMatrix& W, const void* X, Act act, int T, int ldx, float* Y, int ldy, bool accumulate,
-            float* scratch, cudaStream_t s) {
+            float* scratch, cudaStream_t s, const HeadTally& tally) {
   MMParams p = make_params(W, X, T, ldx);
-  if (streamed(W, act)) return stream_matmul(W, X, T, ldx, Y, ldy, accumulate, scratch, s);
+  if (tally.counters != nullptr && (W.splits != 1 || accumulate)) fail("matmul: a counted head projection is never split");
+  if (streamed(W, act)) return stream_matmul(W, X, T, ldx, Y, ldy, accumulate, scratch, s, tally);
+  p.tally = tally;
+  p.row_bytes = row_read_bytes(W);
   p.y = Y;
   p.ldy = ldy;
   const bool split = act == Act::BF16 && W.splits > 1;
@@ -411,23 +442,32 @@ void pack_quant(DevMatrix& m, void* dst, cudaStream_t s) {
 int64_t argmax_pairs_bytes(const DevMatrix& W) { return int64_t(ceil_div(W.rows, 8)) * kMaxRows * sizeof(ArgMax); }
 
 void matmul_argmax(const DevMatrix& W, const void* X, Act act, int T, int ldx, void* pairs, int32_t* out,
-                   const int* stop, cudaStream_t s) {
+                   const int* stop, cudaStream_t s, const HeadTally& tally) {
   if (act == Act::BF16 && W.splits != 1) fail("matmul_argmax: the head must not be split along k");
   MMParams p = make_params(W, X, T, ldx);
   if (streamed(W, act)) {
-    stream_matmul_argmax(W, X, T, ldx, pairs, stop, s);
+    stream_matmul_argmax(W, X, T, ldx, pairs, stop, s, tally);
   } else {
     p.pairs = static_cast<ArgMax*>(pairs);
     p.stop = stop;
     p.splits = 1;
+    p.tally = tally;
+    p.row_bytes = row_read_bytes(W);
     launch_mm<kArgmax>(W, act, dim3(unsigned(ceil_div(W.rows, kTileM))), s, p);
   }
-  if (out != nullptr) argmax_pairs(pairs, T, argmax_blocks(W, act), out, stop, s);
+  if (out != nullptr) argmax_pairs(pairs, T, argmax_blocks(W, act), out, stop, s, tally.counters);
 }
 
 void walk_compare(const DevMatrix& W, Act act, const void* pairs, int j, const int32_t* drafts, int n_drafts,
-                  int32_t* out, int* stop, int* count, cudaStream_t s) {
-  walk_compare_pairs(pairs, argmax_blocks(W, act), j, drafts, n_drafts, out, stop, count, s);
+                  int32_t* out, int* stop, int* count, cudaStream_t s, HeadCounters* counters) {
+  walk_compare_pairs(pairs, argmax_blocks(W, act), j, drafts, n_drafts, out, stop, count, s, counters);
+}
+
+void walk_step(const DevMatrix& W, Act act, const void* pairs, int* state, const int32_t* drafts, int n_last,
+               int32_t* out, int count_slot, const void* rows, int row_bytes, void* next, HeadCounters* counters,
+               cudaGraphConditionalHandle handle, int use_handle, cudaStream_t s) {
+  walk_step_pairs(pairs, argmax_blocks(W, act), state, drafts, n_last, out, count_slot, rows, row_bytes, next,
+                  counters, handle, use_handle, s);
 }
 
 }  // namespace nextn::cuda

@@ -75,6 +75,7 @@ struct StreamParams {
   int* counters;                 // [tiles], zero between calls
   ArgMax* pairs;                 // [T][tiles]
   const int* stop;
+  HeadTally tally;               // the LM head's counters (null elsewhere)
 };
 
 // ---- mbarrier and bulk copy (sm_90) ----
@@ -311,6 +312,11 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
         stage = 0;
         phase ^= 1u;
       }
+    }
+    if (threadIdx.x == 0 && p.tally.counters != nullptr) {  // the item's units are consumed (head: never split)
+      const unsigned long long rows = unsigned(min(kRows, p.rows - tile * kRows));
+      tally_block(p.tally, item == 0, p.T, (unsigned long long)(c1 - c0) * unsigned(p.unit_bytes),
+                  EPI == kOut ? rows * unsigned(p.T) * 4ull : 0ull);
     }
 
     // The two k halves: sum = half 0 + half 1.
@@ -604,8 +610,9 @@ int stream_splits(int rows, int cols) {
 int64_t stream_counter_floats() { return kCounterSlots; }
 
 void stream_matmul(const DevMatrix& W, const void* x, int T, int ldx, float* y, int ldy, bool accumulate,
-                   float* scratch, cudaStream_t s) {
+                   float* scratch, cudaStream_t s, const HeadTally& tally) {
   StreamParams p = base_params(W, x, T, ldx);
+  p.tally = tally;
   p.y = y;
   p.ldy = ldy;
   p.accumulate = accumulate ? 1 : 0;
@@ -619,8 +626,9 @@ void stream_matmul(const DevMatrix& W, const void* x, int T, int ldx, float* y, 
 }
 
 void stream_matmul_argmax(const DevMatrix& W, const void* x, int T, int ldx, void* pairs, const int* stop,
-                          cudaStream_t s) {
+                          cudaStream_t s, const HeadTally& tally) {
   StreamParams p = base_params(W, x, T, ldx);
+  p.tally = tally;
   p.splits = 1;
   p.pairs = static_cast<ArgMax*>(pairs);
   p.stop = stop;

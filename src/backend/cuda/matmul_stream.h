@@ -23,10 +23,11 @@ int stream_splits(int rows, int cols);
 // Floats at the start of a split-K scratch that hold the tile counters.
 int64_t stream_counter_floats();
 
+// With a tally (the LM head) the kernel counts its work (kernels.h, HeadCounters).
 void stream_matmul(const DevMatrix& W, const void* x, int T, int ldx, float* y, int ldy, bool accumulate,
-                   float* scratch, cudaStream_t s);
+                   float* scratch, cudaStream_t s, const HeadTally& tally = {});
 // Writes (max, index) pairs [T][stream_tiles(W)].
 void stream_matmul_argmax(const DevMatrix& W, const void* x, int T, int ldx, void* pairs, const int* stop,
-                          cudaStream_t s);
+                          cudaStream_t s, const HeadTally& tally = {});
 
 }  // namespace nextn::cuda

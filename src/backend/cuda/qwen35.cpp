@@ -1,6 +1,7 @@
-// The CUDA runtime for Qwen3.5: host side (buffers, graphs, steps). The class is
-// in qwen35_runtime.h, weight loading in qwen35_load.cpp; the kernels live in
-// the .cu files beside this one, behind kernels.h.
+// The CUDA runtime for Qwen3.5: host side (buffers, graphs, steps, reset). The
+// class is in qwen35_runtime.h, weight loading in qwen35_load.cpp, the LM-head
+// entry points in qwen35_head.cpp; the kernels live in the .cu files beside
+// this one, behind kernels.h.
 //
 // Same semantics as the CPU runtime (backend/cpu/qwen35.cpp), step by step:
 //  - a target_forward of T <= 64 tokens is one captured graph per T; longer
@@ -138,6 +139,13 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
     else fail("NEXTN_CUDA_ACT='{}': expected bf16 or fp32", s);
   }
   if (const char* g = std::getenv("NEXTN_CUDA_GRAPHS")) use_graphs_ = std::string(g) != "0";
+  if (const char* w = std::getenv("NEXTN_CUDA_WALK")) {
+    const std::string s(w);
+    if (s == "flag") walk_variant_ = WalkVariant::Flag;
+    else if (s == "while") walk_variant_ = WalkVariant::While;
+    else if (!s.empty()) fail("NEXTN_CUDA_WALK='{}': expected while or flag", s);
+  }
+  fault_ = read_fault_hook();
   check_shapes();
   {
     size_t free_b = 0, total_b = 0;
@@ -150,6 +158,7 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
   }
   cuda::init_kernels();
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&body_stream_, cudaStreamNonBlocking));
   const auto& c = cfg_;
   H_ = c.hidden_size;
   V_ = c.vocab_size;
@@ -184,6 +193,7 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
 
   // caches
   const size_t kv_bytes = size_t(max_tokens) * Hkv * hd * as;
+  kv_bytes_ = kv_bytes;
   auto alloc_kv = [&](LayerWeights& L) {
     L.k_cache = mem_.alloc(kv_bytes, "the KV cache");
     L.v_cache = mem_.alloc(kv_bytes, "the KV cache");
@@ -198,6 +208,8 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
   for (auto& t : gdn_host_) {
     const size_t conv_state = size_t(2) * (c.linear_conv_kernel_dim - 1) * cd * 4 + 16;
     const size_t S = size_t(2) * Hv * c.linear_key_head_dim * c.linear_value_head_dim * 4;
+    gdn_conv_bytes_ = conv_state;
+    gdn_S_bytes_ = S;
     t.proj = mem_.alloc<float>(size_t(kMaxRows) * gdn_ld * 4, "GDN projections");
     t.proj_ld = gdn_ld;
     t.conv_out = mem_.alloc<float>(size_t(kMaxRows) * cd * 4, "GDN conv outputs");
@@ -250,6 +262,8 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
   argmax_scratch_ = mem_.alloc(size_t(cuda::argmax_scratch_bytes(V_)) * R, "argmax");
   d_out_ = mem_.alloc<int32_t>(size_t(R + 2) * 4, "tokens");
   d_walk_ = mem_.alloc<int>(2 * sizeof(int), "walk counters");
+  d_head_ = mem_.alloc<HeadCounters>(sizeof(HeadCounters), "head counters");
+  CUDA_CHECK(cudaMemset(d_head_, 0, sizeof(HeadCounters)));
   for (auto& L : layers_)
     if (!L.full) gdn_host_[size_t(L.gdn_index)].y = act_buf_;
   gdn_table_ = mem_.alloc<cuda::GdnLayer>(std::max<size_t>(1, gdn_host_.size()) * sizeof(cuda::GdnLayer), "GDN table");
@@ -273,6 +287,38 @@ CudaQwen35::~CudaQwen35() {
   if (h_chain_args_) cudaFreeHost(h_chain_args_);
   if (h_out_) cudaFreeHost(h_out_);
   if (stream_) cudaStreamDestroy(stream_);
+  if (body_stream_) cudaStreamDestroy(body_stream_);
+}
+
+// Every buffer the constructor zeroes that a sequence writes, zeroed again in
+// place: the captured graphs keep their device pointers and stay valid.
+void CudaQwen35::reset() {
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  auto zero = [&](void* p, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_)); };
+  for (auto& L : layers_)
+    if (L.full) {
+      zero(L.k_cache, kv_bytes_);
+      zero(L.v_cache, kv_bytes_);
+    }
+  if (has_mtp_) {
+    zero(mtp_layer_.k_cache, kv_bytes_);
+    zero(mtp_layer_.v_cache, kv_bytes_);
+  }
+  for (auto& t : gdn_host_) {
+    zero(t.conv_state, gdn_conv_bytes_);
+    zero(t.S, gdn_S_bytes_);
+    zero(const_cast<float*>(t.proj), size_t(kMaxRows) * size_t(t.proj_ld) * 4);
+  }
+  const size_t as = size_t(act_size(act_));
+  zero(d_args_, sizeof(StepArgs));
+  zero(hidden_, size_t(hidden_rows_) * H_ * as);
+  zero(mtp_hidden_, size_t(hidden_rows_) * H_ * as);
+  zero(d_walk_, 2 * sizeof(int));
+  zero(d_head_, sizeof(HeadCounters));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  length_ = forward_start_ = last_T_ = last_chunk_T_ = parity_ = 0;
+  mtp_length_ = mtp_last_n_ = 0;
+  mtp_work_ = MtpWork{};
 }
 
 // ---------------------------------------------------------------------------
@@ -293,38 +339,6 @@ void CudaQwen35::upload(const StepArgs& a) {
   h_args_[slot] = a;
   CUDA_CHECK(cudaMemcpyAsync(d_args_, &h_args_[slot], sizeof(StepArgs), cudaMemcpyHostToDevice, stream_));
   CUDA_CHECK(cudaEventRecord(arg_events_[slot], stream_));
-}
-
-// Replays the graph for (kind, a, b), capturing `record` the first time; or
-// runs `record` directly when graphs are off (NEXTN_CUDA_GRAPHS=0).
-template <typename F>
-void CudaQwen35::replay(GraphKind kind, int a, int b, F&& record) {
-  if (!use_graphs_) {
-    record();
-    return;
-  }
-  const auto key = std::make_tuple(int(kind), a, b);
-  auto it = graphs_.find(key);
-  if (it == graphs_.end()) {
-    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    try {
-      record();
-    } catch (...) {
-      cudaGraph_t g = nullptr;
-      cudaStreamEndCapture(stream_, &g);
-      if (g) cudaGraphDestroy(g);
-      (void)cudaGetLastError();
-      throw;
-    }
-    cudaGraph_t graph = nullptr;
-    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    CUDA_CHECK(e);
-    it = graphs_.emplace(key, exec).first;
-  }
-  CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
 }
 
 // The one host sync of a call: copy results back.
@@ -444,88 +458,6 @@ void CudaQwen35::target_rollback(int keep) {
   length_ = forward_start_ + keep;
 }
 
-void CudaQwen35::head_project(int width) {
-  cuda::gather_rows(hidden_, H_, &d_args_->first_row, &d_args_->n_real, width, head_in_, act_, stream_);
-  cuda::matmul(head_, head_in_, act_, width, H_, logits_, V_, false, nullptr, stream_);
-}
-
-void CudaQwen35::head_argmax(int first, int count, int width, int32_t* out) {
-  if (first < 0 || count < 0 || width < count || first + count > last_T_)
-    fail("head_argmax: rows [{}, {}) of width {} outside the last forward's {} rows", first, first + count, width,
-         last_T_);
-  if (width > kMaxRows) fail("head_argmax: width {} above {}", width, kMaxRows);
-  if (count == 0) return;
-  StepArgs a = args();
-  a.first_row = first;
-  a.n_real = std::min(width, last_T_ - first);
-  upload(a);
-  replay(GraphKind::HeadArgmax, width, 0, [&] {
-    head_project(width);
-    cuda::argmax_rows(logits_, width, V_, V_, argmax_scratch_, d_out_, stream_);
-  });
-  fetch(d_out_, sizeof(int32_t) * size_t(count), out);
-}
-
-void CudaQwen35::head_argmax_fused(int first, int count, int32_t* out) {
-  if (first < 0 || count < 0 || first + count > last_T_) fail("head_argmax_fused: rows outside the last forward");
-  if (count > kMaxRows) fail("head_argmax_fused: {} rows above {}", count, kMaxRows);
-  fused_argmax_rows(GraphKind::HeadFused, hidden_, first, count, out);
-}
-
-// Rows [first, first + count) of `rows` (hidden_ or mtp_hidden_) through the
-// head with the argmax fused in; one graph per (kind, count).
-void CudaQwen35::fused_argmax_rows(GraphKind kind, const void* rows, int first, int count, int32_t* out) {
-  if (count == 0) return;
-  StepArgs a = args();
-  a.first_row = first;
-  a.n_real = count;
-  upload(a);
-  replay(kind, count, 0, [&] {
-    cuda::gather_rows(rows, H_, &d_args_->first_row, &d_args_->n_real, count, head_in_, act_, stream_);
-    cuda::matmul_argmax(head_, head_in_, act_, count, H_, pairs_, d_out_, nullptr, stream_);
-  });
-  fetch(d_out_, sizeof(int32_t) * size_t(count), out);
-}
-
-// Device-side early exit: per row, a projection+argmax whose blocks return at
-// once when the stop flag is set, then a compare that sets it at the first
-// mismatch and counts the rows it took. One graph; one copy back.
-int CudaQwen35::head_walk(std::span<const int32_t> drafts, int32_t* out) {
-  const int nd = int(drafts.size());
-  const int rows = std::min(nd + 1, last_T_);
-  if (rows < 1) fail("head_walk: no rows in the last forward");
-  if (nd > kMaxRows) fail("head_walk: {} drafts above {}", nd, kMaxRows);
-  StepArgs a = args();
-  std::copy(drafts.begin(), drafts.end(), a.drafts);
-  upload(a);
-  replay(GraphKind::Walk, rows, nd, [&] {
-    CUDA_CHECK(cudaMemsetAsync(d_walk_, 0, 2 * sizeof(int), stream_));
-    const size_t row_bytes = size_t(H_) * act_size(act_);
-    for (int j = 0; j < rows; ++j) {
-      const void* x = static_cast<const char*>(hidden_) + size_t(j) * row_bytes;
-      cuda::matmul_argmax(head_, x, act_, 1, H_, pairs_, nullptr, d_walk_, stream_);
-      cuda::walk_compare(head_, act_, pairs_, j, d_args_->drafts, nd, d_out_, d_walk_, d_walk_ + 1, stream_);
-    }
-    CUDA_CHECK(cudaMemcpyAsync(d_out_ + rows, d_walk_ + 1, sizeof(int), cudaMemcpyDeviceToDevice, stream_));
-  });
-  std::vector<int32_t> got(size_t(rows) + 1);
-  fetch(d_out_, sizeof(int32_t) * (size_t(rows) + 1), got.data());
-  const int steps = got[size_t(rows)];
-  if (steps < 1 || steps > rows) fail("internal: the device walk reports {} rows of {}", steps, rows);
-  std::copy(got.begin(), got.begin() + steps, out);
-  return steps;
-}
-
-void CudaQwen35::head_logits(int row, float* out) {
-  if (row < 0 || row >= last_T_) fail("head_logits: row {} outside the last forward's {} rows", row, last_T_);
-  StepArgs a = args();
-  a.first_row = row;
-  a.n_real = 1;
-  upload(a);
-  replay(GraphKind::Logits, 1, 0, [&] { head_project(1); });
-  fetch(logits_, sizeof(float) * size_t(V_), out);
-}
-
 void CudaQwen35::mtp_forward(std::span<const int32_t> next_tokens, int first_row) {
   if (!has_mtp_) fail("this checkpoint has no MTP head (mtp_num_hidden_layers is 0 and no mtp.layers.* tensors)");
   const int n = int(next_tokens.size());
@@ -572,7 +504,7 @@ void CudaQwen35::mtp_argmax(int count, int32_t* out) {
   if (count < 0 || count > mtp_last_n_) fail("mtp_argmax: {} entries, last call made {}", count, mtp_last_n_);
   mtp_work_.argmax_rows += count;  // counted before the launch below (which throws only on a bad count)
   if (count > kMaxRows) fail("mtp_argmax: {} entries above {}", count, kMaxRows);
-  fused_argmax_rows(GraphKind::MtpArgmax, mtp_hidden_, mtp_last_n_ - count, count, out);
+  fused_argmax_rows(GraphKind::MtpArgmax, mtp_hidden_, mtp_last_n_ - count, count, out, {});
 }
 
 // The draft chain on the device: argmax of the latest entry, then per draft

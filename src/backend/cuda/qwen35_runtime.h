@@ -16,6 +16,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/qwen35.h"
 #include "core/error.h"
+#include "core/fault.h"
 #include "io/checkpoint.h"
 
 namespace nextn::cuda {
@@ -105,8 +106,17 @@ struct LayerWeights {
 };
 
 enum class GraphKind : int {
-  Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, Rollback, MtpDraft
+  Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, Rollback, MtpDraft, WalkWhile
 };
+
+// How head_walk exits early (NEXTN_CUDA_WALK=while|flag, read at construction;
+// default flag):
+//   While  a conditional WHILE graph node runs one row's projection + argmax +
+//          compare per iteration and stops launching rows after the first
+//          mismatch (no launch for rows past it);
+//   Flag   all rows' kernels are launched in one graph; those past the first
+//          mismatch return at once on a device stop flag.
+enum class WalkVariant { While, Flag };
 
 class CudaQwen35 final : public ModelRuntime {
  public:
@@ -129,6 +139,10 @@ class CudaQwen35 final : public ModelRuntime {
   void mtp_argmax(int count, int32_t* out) override;
   void mtp_rollback(int length) override;
   void mtp_draft(int n, int32_t* out) override;
+  HeadWork head_work() const override;
+  void reset() override;
+
+  WalkVariant walk_variant() const { return walk_variant_; }
 
  private:
   // loading
@@ -146,8 +160,15 @@ class CudaQwen35 final : public ModelRuntime {
   void decoder_layer(const LayerWeights& L, int T, void* k_cache, void* v_cache);
   void mtp_chunk(int n, bool from_target);
   void run_linear(const Linear& lin, const void* x, int T, int ldx, float* y, int ldy);
-  void head_project(int width);
-  void fused_argmax_rows(GraphKind kind, const void* rows, int first, int count, int32_t* out);
+  void head_project(int width, const HeadTally& tally);
+  void fused_argmax_rows(GraphKind kind, const void* rows, int first, int count, int32_t* out,
+                         const HeadTally& tally);
+  HeadTally tally(HeadPath path) const { return {d_head_, int(path)}; }
+  // head_walk's variants (qwen35_head.cpp); each returns the rows taken.
+  int walk_while(int rows, int nd, int32_t* out);
+  void record_walk_body(int rows, int nd, cudaStream_t s, cudaGraphConditionalHandle handle, int use_handle);
+  int walk_flag(int rows, int nd, int32_t* out);
+  int walk_as_batched(std::span<const int32_t> drafts, int rows, int32_t* out);
 
   // host side
   void upload(const StepArgs& a);
@@ -161,12 +182,19 @@ class CudaQwen35 final : public ModelRuntime {
   int max_tokens_;
   Act act_ = Act::BF16;
   bool use_graphs_ = true;
+  // Default flag: on the H200 the flag walk's verify rounds were 0.3-1.7 points
+  // of batched faster than the while walk's at every K in 3..32 (0.8B and 4B
+  // q4 shapes, ABBA; docs/cuda-backend.md): a WHILE iteration costs about what
+  // launching a cancelled row does.
+  WalkVariant walk_variant_ = WalkVariant::Flag;
+  Fault fault_ = Fault::None;  // read once, at construction
   int H_ = 0, V_ = 0;
   cuda::AttnShape attn_shape_{};
   cuda::GdnShape gdn_shape_{};
 
   DeviceMemory mem_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t body_stream_ = nullptr;  // captures the while walk's body graph
   std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs_;
 
   // weights
@@ -206,7 +234,8 @@ class CudaQwen35 final : public ModelRuntime {
   void* pairs_ = nullptr;
   void* argmax_scratch_ = nullptr;
   int32_t* d_out_ = nullptr;    // [R] result tokens
-  int* d_walk_ = nullptr;       // [2]: stop flag, rows projected
+  int* d_walk_ = nullptr;       // [2]: flag walk: stop flag, rows taken; while walk: row j, stopped
+  HeadCounters* d_head_ = nullptr;  // the head's work counters (head_work, reset)
   int hidden_rows_ = 0;
 
   // pinned host side
@@ -223,8 +252,42 @@ class CudaQwen35 final : public ModelRuntime {
   int last_T_ = 0;        // rows of the last target_forward
   int last_chunk_T_ = 0;  // tokens of its last chunk (what rollback can undo)
   int parity_ = 0;
+  // bytes of the state buffers reset() zeroes
+  size_t kv_bytes_ = 0, gdn_conv_bytes_ = 0, gdn_S_bytes_ = 0;
   int mtp_length_ = 0;
   int mtp_last_n_ = 0;
 };
+
+// Replays the graph for (kind, a, b), capturing `record` the first time; or
+// runs `record` directly when graphs are off (NEXTN_CUDA_GRAPHS=0).
+template <typename F>
+inline void CudaQwen35::replay(GraphKind kind, int a, int b, F&& record) {
+  if (!use_graphs_) {
+    record();
+    return;
+  }
+  const auto key = std::make_tuple(int(kind), a, b);
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      record();
+    } catch (...) {
+      cudaGraph_t g = nullptr;
+      cudaStreamEndCapture(stream_, &g);
+      if (g) cudaGraphDestroy(g);
+      (void)cudaGetLastError();
+      throw;
+    }
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(e);
+    it = graphs_.emplace(key, exec).first;
+  }
+  CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+}
 
 }  // namespace nextn::cuda
