@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Development-machine half of the device run (see run.sh): builds nextn and
 # nextn_tests with the CUDA backend into build-cuda/ with libstdc++/libgcc
-# linked statically, copies the one shared library the GPU image lacks
-# (libfmt) beside them, strips the binaries and records the commit.
+# linked statically, copies the shared libraries the GPU image lacks
+# (libfmt, libhwy, libpcre2) beside them, strips the binaries and records the commit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${NEXTN_BUILD:-build-cuda}
@@ -10,7 +10,7 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc -Wl,--as-needed" >/dev/null
 cmake --build "$BUILD" --target nextn nextn_tests
 mkdir -p "$BUILD/lib"
-for lib in $(ldd "$BUILD/nextn_tests" | awk '/libfmt/ {print $3}'); do cp -L "$lib" "$BUILD/lib/"; done
+for lib in $(ldd "$BUILD/nextn_tests" | awk '/libfmt|libhwy|libpcre2/ {print $3}'); do cp -L "$lib" "$BUILD/lib/"; done
 strip "$BUILD/nextn" "$BUILD/nextn_tests"
 { git rev-parse HEAD; git status --porcelain -- src tests scripts CMakeLists.txt | sed 's/^/dirty: /'; } >"$BUILD/COMMIT"
 du -sh "$BUILD/nextn" "$BUILD/nextn_tests" "$BUILD/lib"
