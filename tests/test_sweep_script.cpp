@@ -23,7 +23,7 @@ TEST(SweepScript, CpuFlowWritesGuardAndRunsAndTables) {
   const std::string build = fs::path(NEXTN_BINARY).parent_path().string();
   const std::string cmd = "OUT=" + out.str() + " NEXTN_BUILD=" + build +
                           " NEXTN_SWEEP_BACKEND=cpu NEXTN_SWEEP_MODELS='tiny=@" + fixture +
-                          "' NEXTN_SWEEP_K=3,4 NEXTN_SWEEP_RATES='0.8' NEXTN_SWEEP_FLAG_RATES='0.8' NEXTN_SWEEP_REPEATS=1 NEXTN_SWEEP_N=12 "
+                          "' NEXTN_SWEEP_K=3,4 NEXTN_SWEEP_RATES='0.8' NEXTN_SWEEP_WHILE_RATES='0.8' NEXTN_SWEEP_REPEATS=1 NEXTN_SWEEP_N=12 "
                           "NEXTN_SWEEP_BUDGET=300 bash " + root + "/scripts/device/sweep_verify.sh >" + out.str() +
                           "/stdout 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << test::read_file(out.str() + "/stdout");
@@ -37,8 +37,8 @@ TEST(SweepScript, CpuFlowWritesGuardAndRunsAndTables) {
     EXPECT_EQ(j["arms"].size(), 8u);  // K = 3, 4 x four arms
     EXPECT_EQ(j["runtimes_built"], 1);
   }
-  const auto flag = nlohmann::json::parse(test::read_file(out.str() + "/json/verify_tiny_r0.8_free_flag.json"));
-  EXPECT_EQ(flag["arms"].size(), 4u);  // batched, walk at K = 3, 4
+  const auto alt_walk = nlohmann::json::parse(test::read_file(out.str() + "/json/verify_tiny_r0.8_free_while.json"));
+  EXPECT_EQ(alt_walk["arms"].size(), 4u);  // batched, walk at K = 3, 4
   EXPECT_TRUE(fs::exists(out.str() + "/logs.tar.gz"));
   if (std::system("python3 -c 'import json' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3 for sweep_tables.py";
   const std::string tables = out.str() + "/tables.md";
@@ -48,7 +48,7 @@ TEST(SweepScript, CpuFlowWritesGuardAndRunsAndTables) {
       << test::read_file(tables);
   const std::string md = test::read_file(tables);
   for (const char* s : {"Guard: NEXTN_FAULT=runtime-walk-as-batched on cpu: exit 2", "draft cost mtp, oracle acceptance 0.8",
-                        "| 4 | walk |", "flag-return walk (NEXTN_CUDA_WALK=flag)", "Winners per K",
+                        "| 4 | walk |", "WHILE-graph walk (NEXTN_CUDA_WALK=while)", "Winners per K",
                         "Spread between the two calls"})
     EXPECT_NE(md.find(s), std::string::npos) << s << "\n" << md;
 }

@@ -35,10 +35,10 @@ ARM_ORDER = ["batched", "walk", "pad", "fused"]
 def load_runs(out):
     runs = {}
     for path in sorted(glob.glob(os.path.join(out, "json", "verify_*.json"))):
-        m = re.match(r"verify_(.+)_r([0-9.]+)_(free|mtp)(_flag)?\.json$", os.path.basename(path))
+        m = re.match(r"verify_(.+)_r([0-9.]+)_(free|mtp)(_while)?\.json$", os.path.basename(path))
         if not m:
             continue
-        variant = "flag" if m.group(4) else "default"
+        variant = "while" if m.group(4) else "default"
         try:
             with open(path) as f:
                 j = json.load(f)
@@ -99,8 +99,8 @@ def verdict(arms):
 
 def model_section(model, cost, rate, variant, run, proj):
     title = f"### {model}, draft cost {cost}, oracle acceptance {rate}"
-    if variant == "flag":
-        title += ", flag-return walk (NEXTN_CUDA_WALK=flag)"
+    if variant == "while":
+        title += ", WHILE-graph walk (NEXTN_CUDA_WALK=while)"
     lines = [title, ""]
     if "error" in run:
         return lines + [f"unreadable: {run['error']}", ""]
@@ -213,7 +213,7 @@ def main(argv):
     for model in models:
         proj = load_projection(out1, model)
         print(f"## {model}\n")
-        for variant in ("default", "flag"):
+        for variant in ("default", "while"):
             for cost in ("free", "mtp"):
                 for rate in sorted({k[2] for k in runs if k[0] == model and k[1] == cost and k[3] == variant}):
                     res = model_section(model, cost, rate, variant, runs[(model, cost, rate, variant)], proj)

@@ -23,9 +23,9 @@
 #   NEXTN_SWEEP_K [3,4,8,16,32]  NEXTN_SWEEP_ARMS [batched,walk,pad,fused]
 #   NEXTN_SWEEP_RATES ["0.8 0.6 0.9"]  NEXTN_SWEEP_COSTS ["free mtp"]
 #   NEXTN_SWEEP_REPEATS [5]  NEXTN_SWEEP_N [48] tokens per run
-#   NEXTN_SWEEP_FLAG_RATES ["0.8" on cuda, "" on cpu]: also run batched,walk with the
-#                          flag-return walk (NEXTN_CUDA_WALK=flag) at these rates,
-#                          both costs (the default walk is the WHILE-graph walk)
+#   NEXTN_SWEEP_WHILE_RATES ["0.8" on cuda, "" on cpu]: also run batched,walk with the
+#                          WHILE-graph walk (NEXTN_CUDA_WALK=while) at these rates,
+#                          both costs (the default walk is the flag-return walk)
 #   NEXTN_SWEEP_BUDGET [520] s for the whole call; NEXTN_SWEEP_RESERVE [300] s
 #                          kept for the last model while earlier ones run
 #   NEXTN_BUILD [build-cuda]  NEXTN_CK_DIR [/tmp/nextn-ck]  NEXTN_SEED [0]
@@ -39,7 +39,7 @@
 # chain adds K-2 steps of ~0.7 ms per round (~+10 s). 27B: 3 rates x (29 + 39)
 # + make + projection = ~225 s; 4B about a third (~75 s); guard ~6 s: ~310 s
 # of the 520 s budget, so the K = 32 forward may cost twice the guess and
-# still fit; the flag-walk runs (batched,walk at 0.8, both costs) add ~35 s
+# still fit; the while-walk runs (batched,walk at 0.8, both costs) add ~35 s
 # (27B) and ~12 s (4B): ~360 s; past the budget the remaining runs are
 # skipped and listed.
 set -uo pipefail
@@ -60,9 +60,9 @@ N=${NEXTN_SWEEP_N:-48}
 CK=${NEXTN_CK_DIR:-/tmp/nextn-ck}
 SEED=${NEXTN_SEED:-0}
 MODELS=${NEXTN_SWEEP_MODELS:-4b=qwen3.5-4b 27b=qwen3.5-27b}
-# flag-walk runs by default on cuda only (the CPU has one walk; an explicit
-# NEXTN_SWEEP_FLAG_RATES there only exercises this script's flow)
-if [ "$BACKEND" = cuda ]; then FLAG_RATES=${NEXTN_SWEEP_FLAG_RATES-0.8}; else FLAG_RATES=${NEXTN_SWEEP_FLAG_RATES-}; fi
+# while-walk runs by default on cuda only (the CPU has one walk; an explicit
+# NEXTN_SWEEP_WHILE_RATES there only exercises this script's flow)
+if [ "$BACKEND" = cuda ]; then WHILE_RATES=${NEXTN_SWEEP_WHILE_RATES-0.8}; else WHILE_RATES=${NEXTN_SWEEP_WHILE_RATES-}; fi
 LOG=$OUT/logs
 SUMMARY=$OUT/summary.txt
 START=$(date +%s)
@@ -171,8 +171,8 @@ for idx in "${!models[@]}"; do
   for rate in $RATES; do
     for cost in $COSTS; do verify_run "${name}_r${rate}_${cost}" "$rate" "$cost" "$ARMS" ""; done
   done
-  for rate in $FLAG_RATES; do
-    for cost in $COSTS; do verify_run "${name}_r${rate}_${cost}_flag" "$rate" "$cost" batched,walk NEXTN_CUDA_WALK=flag; done
+  for rate in $WHILE_RATES; do
+    for cost in $COSTS; do verify_run "${name}_r${rate}_${cost}_while" "$rate" "$cost" batched,walk NEXTN_CUDA_WALK=while; done
   done
   case "$spec" in *=@*) ;; *) rm -rf "$dir" ;; esac
 done
