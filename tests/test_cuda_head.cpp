@@ -126,6 +126,7 @@ class HeadProbe final : public ModelRuntime {
   }
   void head_logits(int row, float* out) override { rt_.head_logits(row, out); }
   HeadWork head_work() const override { return rt_.head_work(); }
+  MtpWork mtp_work() const override { return rt_.mtp_work(); }
   void reset() override { rt_.reset(); }
   int mtp_length() const override { return rt_.mtp_length(); }
   void mtp_forward(std::span<const int32_t> next, int first_row) override { rt_.mtp_forward(next, first_row); }
