@@ -21,9 +21,9 @@ flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -I"$root/src"
 command -v "$cxx" >/dev/null || { echo "fuzz.sh: $cxx not found (scripts/install-deps.sh installs clang)" >&2; exit 1; }
 mkdir -p "$out/obj"
 
-# Library: src/core and src/io, compiled once into an archive so each target
+# Library: src/core, src/io and src/tokenizer, compiled once into an archive so each target
 # links only the objects it uses. Rebuilt when a source is newer than its object.
-lib_srcs=("$root"/src/core/*.cpp "$root"/src/io/*.cpp)
+lib_srcs=("$root"/src/core/*.cpp "$root"/src/io/*.cpp "$root"/src/tokenizer/*.cpp)
 objs=()
 pids=()
 for src in "${lib_srcs[@]}"; do
@@ -57,7 +57,7 @@ for t in "${targets[@]}"; do
   [ -e "$src" ] || { echo "fuzz.sh: no such target $src" >&2; exit 1; }
   bin="$out/fuzz_$t"
   echo "fuzz.sh: building fuzz_$t"
-  "$cxx" "${flags[@]}" -fsanitize=fuzzer "$src" "$out/libnextn_fuzz.a" -lfmt -o "$bin"
+  "$cxx" "${flags[@]}" -fsanitize=fuzzer "$src" "$out/libnextn_fuzz.a" -lfmt $(pkg-config --libs libpcre2-8 icu-uc) -o "$bin"
 
   # Fuzz a scratch copy: new inputs land there, the committed seeds stay small.
   work="$out/corpus/$t"
