@@ -46,7 +46,10 @@ nlohmann::json recorded(const std::string& dir, const std::string& text) {
 
 std::string join_ids(const nlohmann::json& ids, const char* sep) {
   std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? sep : "") + std::to_string(ids[i].get<int>());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) s += sep;
+    s += std::to_string(ids[i].get<int>());
+  }
   return s;
 }
 

@@ -154,7 +154,7 @@ std::vector<std::string> pre_tokenize(const PreTokenizer& p, std::vector<std::st
     case PreTokenizer::Kind::ByteLevel:
       for (auto& w : words) {
         std::string word = w;
-        if (p.add_prefix_space && word.rfind(' ', 0) != 0) word.insert(0, " ");
+        if (p.add_prefix_space && word.rfind(' ', 0) != 0) word = " " + word;
         std::vector<std::string> parts;
         if (p.byte_level_regex) {
           size_t prev = 0;
