@@ -85,8 +85,6 @@ Tokenizer Tokenizer::from_json(const std::string& text, const std::string& file)
       m.id_limit = std::max(m.id_limit, a.id + 1);
     }
   }
-  for (int32_t id : m.post.single)
-    if (id >= 0 && !t.has_token(id)) root.at("post_processor").fail(fmt::format("special token id {} is not in the vocabulary", id));
 
   std::vector<AddedToken> raw, normalized;
   std::vector<std::string> raw_text, normalized_text;
@@ -103,6 +101,8 @@ Tokenizer Tokenizer::from_json(const std::string& text, const std::string& file)
   }
   m.raw_matcher.build(raw, raw_text);
   m.normalized_matcher.build(normalized, normalized_text);
+  for (int32_t id : m.post.single)
+    if (id >= 0 && !t.has_token(id)) root.at("post_processor").fail(fmt::format("special token id {} is not in the vocabulary", id));
   return t;
 }
 
