@@ -141,6 +141,13 @@ TEST_F(CliGeneratePrompt, PromptTextEqualsItsIds) {
 TEST_F(CliGeneratePrompt, Errors) {
   expect_one_error(run_cli("generate -m " + dir_.str() + " --prompt '' -n 2"), "--prompt: the text encodes to no tokens");
   expect_one_error(run_cli("generate -m " + dir_.str() + " --prompt hi --prompt-ids 1 -n 2"), "not both");
+  // A model whose vocabulary (2048) is smaller than the tokenizer's ids.
+  test::TempDir small;
+  for (const auto& e : fs::directory_iterator(kRoot + "/qwen35-causal-tied"))
+    fs::create_symlink(e.path(), small.path / e.path().filename());
+  fs::copy_file(kQwen + "/tokenizer.json", small.path / "tokenizer.json");
+  expect_one_error(run_cli("generate -m " + small.str() + " --prompt '<|im_start|>' -n 2"),
+                   "tokenizer.json gives token id 3001, outside the model's vocabulary [0, 2048)");
   fs::remove(dir_.path / "tokenizer.json");
   std::ofstream(dir_.path / "tokenizer.json") << "{";
   expect_one_error(run_cli("generate -m " + dir_.str() + " --prompt hi -n 2"), "tokenizer.json: invalid JSON");

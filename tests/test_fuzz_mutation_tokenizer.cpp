@@ -53,7 +53,7 @@ class Mutator {
     static const char* const kTokens[] = {
         "{", "}", "[", "]", ",", ":", "\"", "\\", " ", "-1", "0", "1", "7", "2147483647", "2147483648", "1e999", "null",
         "true", "false", "[]", "{}", "\"type\"", "\"BPE\"", "\"Split\"", "\"ByteLevel\"", "\"Sequence\"", "\"Replace\"",
-        "\"NFC\"", "\"NFKD\"", "\"Prepend\"", "\"Strip\"", "\"Fuse\"", "\"ByteFallback\"", "\"TemplateProcessing\"",
+        "\"NFC\"", "\"NFKD\"", "\"Prepend\"", "\"Strip\"", "\"Metaspace\"", "\"prepend_scheme\":\"first\"", "\"split\":false", "\"Fuse\"", "\"ByteFallback\"", "\"TemplateProcessing\"",
         "\"Regex\"", "\"String\"", "\"(\"", "\"(a+)+$\"", "\"\\\\p{L}+\"", "\"(?=a)\"", "\"\"", "\"<0x41>\"",
         "\"<0xC3>\"", "\"<0x+A>\"", "\"merges\"", "\"vocab\"", "\"added_tokens\"", "\"content\"", "\"id\"",
         "\"lstrip\":true", "\"rstrip\":true", "\"single_word\":true", "\"normalized\":true", "\"special\":true",

@@ -82,8 +82,17 @@ TEST(TokenizerErrors, Components) {
                     "pre_tokenizer.pretokenizers[0].pattern.Regex: the regex does not compile");
   expect_edit_error("qwen35", [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Sideways"; },
                     "pre_tokenizer.pretokenizers[0].behavior: unsupported behavior 'Sideways'");
+  expect_edit_error("qwen35", [](json& j) { j["pre_tokenizer"]["pretokenizers"][1] = {{"type", "WhitespaceSplit"}}; },
+                    "pre_tokenizer.pretokenizers[1].type: unsupported type 'WhitespaceSplit' (supported: Split, ByteLevel, "
+                    "Metaspace, Sequence)");
   expect_edit_error("qwen35", [](json& j) { j["pre_tokenizer"]["pretokenizers"][1] = {{"type", "Metaspace"}}; },
-                    "pre_tokenizer.pretokenizers[1].type: unsupported type 'Metaspace' (supported: Split, ByteLevel, Sequence)");
+                    "pre_tokenizer.pretokenizers[1].replacement: missing");
+  expect_edit_error("qwen35",
+                    [](json& j) {
+                      j["pre_tokenizer"]["pretokenizers"][1] = {
+                          {"type", "Metaspace"}, {"replacement", "_"}, {"prepend_scheme", "sometimes"}};
+                    },
+                    "pre_tokenizer.pretokenizers[1].prepend_scheme: unsupported prepend_scheme 'sometimes'");
   expect_edit_error("qwen35", [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Other", "x"}}; },
                     "pre_tokenizer.pretokenizers[0].pattern: must be {\"String\": ...} or {\"Regex\": ...}");
   expect_edit_error("gemma3", [](json& j) { j["normalizer"]["pattern"] = {{"String", ""}}; }, "normalizer.pattern.String: is empty");

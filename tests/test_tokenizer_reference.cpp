@@ -41,7 +41,8 @@ class Reference : public ::testing::TestWithParam<std::string> {};
 TEST_P(Reference, EncodeAndDecodeMatchHuggingFace) {
   const Tokenizer t = Tokenizer::load(fixture(GetParam(), "tokenizer.json"));
   const auto cases = load_cases(GetParam());
-  ASSERT_GE(cases["encode"].size(), 2000u);
+  // The metaspace variants record every third case string.
+  ASSERT_GE(cases["encode"].size(), GetParam().rfind("metaspace", 0) == 0 ? 800u : 2000u);
   size_t failures = 0;
   for (const auto& c : cases["encode"]) {
     const std::string text = c["text"];
@@ -78,7 +79,7 @@ TEST_P(Reference, DecodeOfRandomIdsMatchesHuggingFace) {
   EXPECT_EQ(failures, 0u) << "of " << cases["decode"].size() << " decode cases";
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokenizers, Reference, ::testing::Values("qwen35", "gemma3", "gemma4"));
+INSTANTIATE_TEST_SUITE_P(Tokenizers, Reference, ::testing::Values("qwen35", "gemma3", "gemma4", "metaspace", "metaspace_split"));
 
 }  // namespace
 }  // namespace nextn::tok

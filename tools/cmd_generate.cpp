@@ -62,10 +62,12 @@ void run(const GenerateArgs& a) {
   }
   const auto ckpt = Qwen35Checkpoint::open(dir);
   const int vocab = ckpt.config().vocab_size;
-  for (int32_t t : prompt)
-    if (t >= vocab)
-      fail("{}: token id {} is outside the vocabulary [0, {})",
-           text_prompt ? "--prompt: " + tok::tokenizer_path(dir) + " gives a" : std::string("--prompt-ids"), t, vocab);
+  for (int32_t t : prompt) {
+    if (t < vocab) continue;
+    if (text_prompt)
+      fail("--prompt: {} gives token id {}, outside the model's vocabulary [0, {})", tok::tokenizer_path(dir), t, vocab);
+    fail("--prompt-ids: token id {} is outside the vocabulary [0, {})", t, vocab);
+  }
   if (o.draft == DraftKind::Mtp && ckpt.mtp_layers() == 0)
     fail("{}: --draft mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
   o.block_size = a.block_opt->count() > 0 ? a.block_size : default_block_size(ckpt.mtp_layers());

@@ -8,7 +8,7 @@ namespace nextn::tok {
 
 Decoder parse_decoder(const Field& f) {
   Decoder d;
-  const std::string t = f.type({"ByteLevel", "Replace", "ByteFallback", "Fuse", "Strip", "Sequence"});
+  const std::string t = f.type({"ByteLevel", "Replace", "ByteFallback", "Fuse", "Strip", "Metaspace", "Sequence"});
   if (t == "ByteLevel") {
     d.kind = Decoder::Kind::ByteLevel;
     for (const char* k : {"add_prefix_space", "trim_offsets", "use_regex"}) f.bool_or(k, false);  // no effect on decoding
@@ -32,6 +32,16 @@ Decoder parse_decoder(const Field& f) {
       c.fail("is not one character");
     d.start = f.at("start").u32();
     d.stop = f.at("stop").u32();
+  } else if (t == "Metaspace") {
+    d.kind = Decoder::Kind::Metaspace;
+    const Field r = f.at("replacement");
+    d.content = r.str();
+    size_t len = 0;
+    if (d.content.empty() || find_invalid_utf8(d.content) != std::string::npos ||
+        (decode_utf8_at(d.content, 0, len), len != d.content.size()))
+      r.fail("is not one character");
+    d.strip_first_replacement = parse_prepend_scheme(f) != PreTokenizer::Prepend::Never;
+    f.bool_or("split", true);
   } else {
     d.kind = Decoder::Kind::Sequence;
     for (const auto& s : f.at("decoders").items()) d.steps.push_back(parse_decoder(s));
@@ -124,6 +134,22 @@ std::vector<std::string> decode_chain(const Decoder& d, std::vector<std::string>
       }
       flush();
       return out;
+    }
+    case Decoder::Kind::Metaspace: {
+      // Replacement chars become spaces, except in the first token, where
+      // they are dropped (the prepended one), as Hugging Face does.
+      const char32_t repl = code_points(d.content)[0];
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        std::string s;
+        for (char32_t c : code_points(tokens[i])) {
+          if (c != repl)
+            append_utf8(s, c);
+          else if (!(i == 0 && d.strip_first_replacement))
+            s += ' ';
+        }
+        tokens[i] = s;
+      }
+      return tokens;
     }
     case Decoder::Kind::Strip:
       for (auto& t : tokens) {

@@ -1,5 +1,5 @@
 // Decoders of tokenizer.json: ByteLevel, Replace, ByteFallback, Fuse,
-// Strip, Sequence. Each maps a list of token strings to a new list (Hugging
+// Strip, Metaspace, Sequence. Each maps a list of token strings to a new list (Hugging
 // Face's decode_chain); the final text is their concatenation.
 #pragma once
 #include <string>
@@ -11,11 +11,12 @@
 namespace nextn::tok {
 
 struct Decoder {
-  enum class Kind { ByteLevel, Replace, ByteFallback, Fuse, Strip, Sequence };
+  enum class Kind { ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence };
   Kind kind = Kind::ByteLevel;
   Pattern pattern;        // Replace
   std::string content;    // Replace: replacement; Strip: the char stripped
   uint32_t start = 0, stop = 0;  // Strip
+  bool strip_first_replacement = false;  // Metaspace: prepend_scheme is not "never"
   std::vector<Decoder> steps;    // Sequence
 };
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -111,21 +112,25 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text, EncodeOptions o)
   if (size_t bad = find_invalid_utf8(text); bad != std::string::npos)
     fail("the text is not valid UTF-8 (byte offset {})", bad);
   std::vector<int32_t> ids;
+  bool at_origin = true;  // the next piece starts at byte 0 of `text`
   for (const TextPiece& raw : m.raw_matcher.split(text)) {
+    const bool raw_at_origin = std::exchange(at_origin, false);
     if (raw.added_id >= 0) {
       ids.push_back(raw.added_id);
       continue;
     }
     const std::string norm = m.normalizer ? normalize(*m.normalizer, raw.text) : raw.text;
+    bool first_piece = true;
     for (const TextPiece& piece : m.normalized_matcher.split(norm)) {
+      const bool piece_at_origin = raw_at_origin && std::exchange(first_piece, false);
       if (piece.added_id >= 0) {
         ids.push_back(piece.added_id);
         continue;
       }
-      std::vector<std::string> words{piece.text};
+      std::vector<Word> words{Word{piece.text, piece_at_origin}};
       if (m.pre_tokenizer) words = pre_tokenize(*m.pre_tokenizer, std::move(words));
       for (const auto& w : words)
-        if (!w.empty()) m.model.encode_word(w, ids);
+        if (!w.text.empty()) m.model.encode_word(w.text, ids);
     }
   }
   return o.add_special_tokens ? post_process(m.post, ids) : ids;
