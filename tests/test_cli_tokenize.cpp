@@ -81,7 +81,8 @@ TEST(CliTokenize, FileInputAndRoundTrip) {
   const auto r = run_cli("detokenize -m " + kQwen + " --ids " + join_ids(ids, ","));
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, text + "\n");
-  const auto skip = parse_json(run_cli("detokenize -m " + kQwen + " --ids " + join_ids(ids, ",") + " --skip-special --json"));
+  const auto skip =
+      parse_json(run_cli("detokenize -m " + kQwen + " --ids " + join_ids(ids, ",") + " --skip-special --json"));
   EXPECT_EQ(skip["text"], "def f(x):\r\n\treturn x  # 👨‍👩‍👧 café \n");
 }
 
@@ -123,14 +124,16 @@ TEST_F(CliGeneratePrompt, PromptTextEqualsItsIds) {
   const std::string prompt = "def fibonacci(n):";
   const auto ids = parse_json(run_cli("tokenize -m " + dir_.str() + " --text '" + prompt + "' --json"))["ids"];
   ASSERT_GT(ids.size(), 2u);
-  const auto by_text = parse_json(run_cli("generate -m " + dir_.str() + " --prompt '" + prompt + "' -n 6 --ignore-eos --json"));
+  const auto by_text =
+      parse_json(run_cli("generate -m " + dir_.str() + " --prompt '" + prompt + "' -n 6 --ignore-eos --json"));
   const auto by_ids = parse_json(
       run_cli("generate -m " + dir_.str() + " --prompt-ids " + join_ids(ids, ",") + " -n 6 --ignore-eos --json"));
   EXPECT_EQ(by_text["tokens"], by_ids["tokens"]);
   ASSERT_EQ(by_text["tokens"].size(), 6u);
   // The model's vocabulary (4096) is larger than the tokenizer's (3010), so
   // some generated ids may have no token: decode skips those, as tokenizers does.
-  const std::string text = tok::Tokenizer::load(kQwen + "/tokenizer.json").decode(by_text["tokens"].get<std::vector<int32_t>>());
+  const std::string text =
+      tok::Tokenizer::load(kQwen + "/tokenizer.json").decode(by_text["tokens"].get<std::vector<int32_t>>());
   EXPECT_EQ(by_text["text"], text);
   EXPECT_EQ(by_ids["text"], text);
   const auto plain = run_cli("generate -m " + dir_.str() + " --prompt '" + prompt + "' -n 6 --ignore-eos");
@@ -139,7 +142,8 @@ TEST_F(CliGeneratePrompt, PromptTextEqualsItsIds) {
 }
 
 TEST_F(CliGeneratePrompt, Errors) {
-  expect_one_error(run_cli("generate -m " + dir_.str() + " --prompt '' -n 2"), "--prompt: the text encodes to no tokens");
+  expect_one_error(run_cli("generate -m " + dir_.str() + " --prompt '' -n 2"),
+                   "--prompt: the text encodes to no tokens");
   expect_one_error(run_cli("generate -m " + dir_.str() + " --prompt hi --prompt-ids 1 -n 2"), "not both");
   // A model whose vocabulary (2048) is smaller than the tokenizer's ids.
   test::TempDir small;

@@ -50,19 +50,84 @@ class Mutator {
   size_t pos(const std::string& s) { return size_t(below(s.size() + 1)); }
 
   void mutate_once(std::string& s) {
-    static const char* const kTokens[] = {
-        "{", "}", "[", "]", ",", ":", "\"", "\\", " ", "-1", "0", "1", "7", "2147483647", "2147483648", "1e999", "null",
-        "true", "false", "[]", "{}", "\"type\"", "\"BPE\"", "\"Split\"", "\"ByteLevel\"", "\"Sequence\"", "\"Replace\"",
-        "\"NFC\"", "\"NFKD\"", "\"Prepend\"", "\"Strip\"", "\"Metaspace\"", "\"prepend_scheme\":\"first\"", "\"split\":false", "\"Fuse\"", "\"ByteFallback\"", "\"TemplateProcessing\"",
-        "\"Regex\"", "\"String\"", "\"(\"", "\"(a+)+$\"", "\"\\\\p{L}+\"", "\"(?=a)\"", "\"\"", "\"<0x41>\"",
-        "\"<0xC3>\"", "\"<0x+A>\"", "\"merges\"", "\"vocab\"", "\"added_tokens\"", "\"content\"", "\"id\"",
-        "\"lstrip\":true", "\"rstrip\":true", "\"single_word\":true", "\"normalized\":true", "\"special\":true",
-        "\"behavior\":\"Removed\"", "\"behavior\":\"Contiguous\"", "\"behavior\":\"MergedWithNext\"", "\"invert\":true",
-        "\"byte_fallback\":true", "\"fuse_unk\":true", "\"ignore_merges\":true", "\"unk_token\":\"<unk>\"",
-        "\"continuing_subword_prefix\":\"##\"", "\"end_of_word_suffix\":\"</w>\"", "\"use_regex\":true",
-        "\"add_prefix_space\":true", "\"\\u0000\"", "\"\\ud800\"", "\xff", "\xc3\xa9", "\xe2\x96\x81", "\"h e\"",
-        "[\"h\",\"e\"]", "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\"},\"behavior\":\"Isolated\"}",
-        "{\"type\":\"Strip\",\"content\":\" \",\"start\":3,\"stop\":9}"};
+    static const char* const kTokens[] = {"{",
+                                          "}",
+                                          "[",
+                                          "]",
+                                          ",",
+                                          ":",
+                                          "\"",
+                                          "\\",
+                                          " ",
+                                          "-1",
+                                          "0",
+                                          "1",
+                                          "7",
+                                          "2147483647",
+                                          "2147483648",
+                                          "1e999",
+                                          "null",
+                                          "true",
+                                          "false",
+                                          "[]",
+                                          "{}",
+                                          "\"type\"",
+                                          "\"BPE\"",
+                                          "\"Split\"",
+                                          "\"ByteLevel\"",
+                                          "\"Sequence\"",
+                                          "\"Replace\"",
+                                          "\"NFC\"",
+                                          "\"NFKD\"",
+                                          "\"Prepend\"",
+                                          "\"Strip\"",
+                                          "\"Metaspace\"",
+                                          "\"prepend_scheme\":\"first\"",
+                                          "\"split\":false",
+                                          "\"Fuse\"",
+                                          "\"ByteFallback\"",
+                                          "\"TemplateProcessing\"",
+                                          "\"Regex\"",
+                                          "\"String\"",
+                                          "\"(\"",
+                                          "\"(a+)+$\"",
+                                          "\"\\\\p{L}+\"",
+                                          "\"(?=a)\"",
+                                          "\"\"",
+                                          "\"<0x41>\"",
+                                          "\"<0xC3>\"",
+                                          "\"<0x+A>\"",
+                                          "\"merges\"",
+                                          "\"vocab\"",
+                                          "\"added_tokens\"",
+                                          "\"content\"",
+                                          "\"id\"",
+                                          "\"lstrip\":true",
+                                          "\"rstrip\":true",
+                                          "\"single_word\":true",
+                                          "\"normalized\":true",
+                                          "\"special\":true",
+                                          "\"behavior\":\"Removed\"",
+                                          "\"behavior\":\"Contiguous\"",
+                                          "\"behavior\":\"MergedWithNext\"",
+                                          "\"invert\":true",
+                                          "\"byte_fallback\":true",
+                                          "\"fuse_unk\":true",
+                                          "\"ignore_merges\":true",
+                                          "\"unk_token\":\"<unk>\"",
+                                          "\"continuing_subword_prefix\":\"##\"",
+                                          "\"end_of_word_suffix\":\"</w>\"",
+                                          "\"use_regex\":true",
+                                          "\"add_prefix_space\":true",
+                                          "\"\\u0000\"",
+                                          "\"\\ud800\"",
+                                          "\xff",
+                                          "\xc3\xa9",
+                                          "\xe2\x96\x81",
+                                          "\"h e\"",
+                                          "[\"h\",\"e\"]",
+                                          "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\"},\"behavior\":\"Isolated\"}",
+                                          "{\"type\":\"Strip\",\"content\":\" \",\"start\":3,\"stop\":9}"};
     switch (below(8)) {
       case 0:
         if (!s.empty()) s[size_t(below(s.size()))] ^= char(1u << below(8));
@@ -96,7 +161,8 @@ class Mutator {
         if (starts.empty()) break;
         size_t p = starts[below(starts.size())], e = p;
         while (e < s.size() && s[e] >= '0' && s[e] <= '9') ++e;
-        static const char* const kNums[] = {"0", "1", "2", "3", "65", "255", "4294967295", "2147483648", "99999999999999999999"};
+        static const char* const kNums[] = {
+            "0", "1", "2", "3", "65", "255", "4294967295", "2147483648", "99999999999999999999"};
         s.replace(p, e - p, below(2) ? kNums[below(sizeof kNums / sizeof kNums[0])] : std::to_string(below(80)));
         break;
       }
@@ -152,7 +218,8 @@ TEST(FuzzMutation, TokenizerJsonOnlyThrowsError) {
         // Load errors name the file; an encode-time regex failure names it too.
         ASSERT_EQ(msg.rfind(kFile, 0), 0u) << "message does not start with the file name: " << msg;
       } catch (const std::exception& e) {
-        FAIL() << "seed " << name << " mutation #" << i << " threw a non-Error exception: " << e.what() << "\ninput: " << s;
+        FAIL() << "seed " << name << " mutation #" << i << " threw a non-Error exception: " << e.what()
+               << "\ninput: " << s;
       }
     }
   }

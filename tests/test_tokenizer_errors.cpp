@@ -58,66 +58,123 @@ TEST(TokenizerErrors, JsonSyntax) {
 }
 
 TEST(TokenizerErrors, Model) {
-  expect_edit_error("qwen35", [](json& j) { j.erase("model"); }, "model: missing");
-  expect_edit_error("qwen35", [](json& j) { j["model"]["type"] = "WordPiece"; },
-                    "model.type: unsupported type 'WordPiece' (supported: BPE)");
-  expect_edit_error("qwen35", [](json& j) { j["model"]["vocab"] = json::array(); }, "model.vocab: is an array, not an object");
-  expect_edit_error("qwen35", [](json& j) { j["model"]["vocab"]["!"] = -1; }, "model.vocab['!']: is -1, not an integer");
-  expect_edit_error("qwen35", [](json& j) { j["model"]["vocab"]["zzz-new"] = 5; }, "is also the id of");
-  expect_edit_error("qwen35", [](json& j) { j["model"]["merges"][0] = "ab"; }, "model.merges[0]: 'ab' is not two tokens");
-  expect_edit_error("qwen35", [](json& j) { j["model"]["merges"][3] = json::array({"a", "b", "c"}); },
-                    "model.merges[3]: has 3 elements");
-  expect_edit_error("qwen35", [](json& j) { j["model"]["merges"][2] = json::array({"a", "zzz-missing"}); },
-                    "model.merges[2]: token 'zzz-missing' is not in model.vocab");
-  expect_edit_error("qwen35", [](json& j) { j["model"]["merges"][1] = 7; }, "model.merges[1]: is neither");
-  expect_edit_error("gemma3", [](json& j) { j["model"]["unk_token"] = "<nope>"; }, "model.unk_token: '<nope>' is not in model.vocab");
-  expect_edit_error("gemma3", [](json& j) { j["model"]["dropout"] = 0.1; }, "model.dropout: is not supported");
-  expect_edit_error("gemma3", [](json& j) { j["model"]["byte_fallback"] = "yes"; }, "model.byte_fallback: is a string, not a boolean");
+  expect_edit_error(
+      "qwen35", [](json& j) { j.erase("model"); }, "model: missing");
+  expect_edit_error(
+      "qwen35", [](json& j) { j["model"]["type"] = "WordPiece"; },
+      "model.type: unsupported type 'WordPiece' (supported: BPE)");
+  expect_edit_error(
+      "qwen35", [](json& j) { j["model"]["vocab"] = json::array(); }, "model.vocab: is an array, not an object");
+  expect_edit_error(
+      "qwen35", [](json& j) { j["model"]["vocab"]["!"] = -1; }, "model.vocab['!']: is -1, not an integer");
+  expect_edit_error(
+      "qwen35", [](json& j) { j["model"]["vocab"]["zzz-new"] = 5; }, "is also the id of");
+  expect_edit_error(
+      "qwen35", [](json& j) { j["model"]["merges"][0] = "ab"; }, "model.merges[0]: 'ab' is not two tokens");
+  expect_edit_error(
+      "qwen35",
+      [](json& j) {
+        j["model"]["merges"][3] = json::array({"a", "b", "c"});
+      },
+      "model.merges[3]: has 3 elements");
+  expect_edit_error(
+      "qwen35",
+      [](json& j) {
+        j["model"]["merges"][2] = json::array({"a", "zzz-missing"});
+      },
+      "model.merges[2]: token 'zzz-missing' is not in model.vocab");
+  expect_edit_error(
+      "qwen35", [](json& j) { j["model"]["merges"][1] = 7; }, "model.merges[1]: is neither");
+  expect_edit_error(
+      "gemma3", [](json& j) { j["model"]["unk_token"] = "<nope>"; }, "model.unk_token: '<nope>' is not in model.vocab");
+  expect_edit_error(
+      "gemma3", [](json& j) { j["model"]["dropout"] = 0.1; }, "model.dropout: is not supported");
+  expect_edit_error(
+      "gemma3", [](json& j) { j["model"]["byte_fallback"] = "yes"; },
+      "model.byte_fallback: is a string, not a boolean");
 }
 
 TEST(TokenizerErrors, Components) {
-  expect_edit_error("qwen35", [](json& j) { j["normalizer"] = {{"type", "Lowercase"}}; },
-                    "normalizer.type: unsupported type 'Lowercase' (supported: NFC, NFD, NFKC, NFKD, Replace, Prepend, Sequence)");
-  expect_edit_error("qwen35", [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(a"; },
-                    "pre_tokenizer.pretokenizers[0].pattern.Regex: the regex does not compile");
-  expect_edit_error("qwen35", [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Sideways"; },
-                    "pre_tokenizer.pretokenizers[0].behavior: unsupported behavior 'Sideways'");
-  expect_edit_error("qwen35", [](json& j) { j["pre_tokenizer"]["pretokenizers"][1] = {{"type", "WhitespaceSplit"}}; },
-                    "pre_tokenizer.pretokenizers[1].type: unsupported type 'WhitespaceSplit' (supported: Split, ByteLevel, "
-                    "Metaspace, Sequence)");
-  expect_edit_error("qwen35", [](json& j) { j["pre_tokenizer"]["pretokenizers"][1] = {{"type", "Metaspace"}}; },
-                    "pre_tokenizer.pretokenizers[1].replacement: missing");
-  expect_edit_error("qwen35",
-                    [](json& j) {
-                      j["pre_tokenizer"]["pretokenizers"][1] = {
-                          {"type", "Metaspace"}, {"replacement", "_"}, {"prepend_scheme", "sometimes"}};
-                    },
-                    "pre_tokenizer.pretokenizers[1].prepend_scheme: unsupported prepend_scheme 'sometimes'");
-  expect_edit_error("qwen35", [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Other", "x"}}; },
-                    "pre_tokenizer.pretokenizers[0].pattern: must be {\"String\": ...} or {\"Regex\": ...}");
-  expect_edit_error("gemma3", [](json& j) { j["normalizer"]["pattern"] = {{"String", ""}}; }, "normalizer.pattern.String: is empty");
-  expect_edit_error("gemma3", [](json& j) { j["decoder"]["decoders"][1]["type"] = "CTC"; },
-                    "decoder.decoders[1].type: unsupported type 'CTC'");
-  expect_edit_error("gemma3", [](json& j) { j["decoder"]["decoders"][0].erase("content"); }, "decoder.decoders[0].content: missing");
-  expect_edit_error("gemma3", [](json& j) { j["post_processor"]["single"][0]["SpecialToken"]["id"] = "<x>"; },
-                    "post_processor.single[0].SpecialToken.id: '<x>' is not in special_tokens");
-  expect_edit_error("gemma3", [](json& j) { j["post_processor"]["special_tokens"]["<bos>"]["ids"][0] = 99999; },
-                    "post_processor: special token id 99999 is not in the vocabulary");
-  expect_edit_error("gemma3", [](json& j) { j["post_processor"]["type"] = "RobertaProcessing"; },
-                    "post_processor.type: unsupported type 'RobertaProcessing'");
-  expect_edit_error("gemma3", [](json& j) { j["padding"] = 3; }, "padding: is neither null nor an object");
+  expect_edit_error(
+      "qwen35",
+      [](json& j) {
+        j["normalizer"] = {{"type", "Lowercase"}};
+      },
+      "normalizer.type: unsupported type 'Lowercase' (supported: NFC, NFD, NFKC, NFKD, Replace, Prepend, Sequence)");
+  expect_edit_error(
+      "qwen35", [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(a"; },
+      "pre_tokenizer.pretokenizers[0].pattern.Regex: the regex does not compile");
+  expect_edit_error(
+      "qwen35", [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Sideways"; },
+      "pre_tokenizer.pretokenizers[0].behavior: unsupported behavior 'Sideways'");
+  expect_edit_error(
+      "qwen35",
+      [](json& j) {
+        j["pre_tokenizer"]["pretokenizers"][1] = {{"type", "WhitespaceSplit"}};
+      },
+      "pre_tokenizer.pretokenizers[1].type: unsupported type 'WhitespaceSplit' (supported: Split, ByteLevel, "
+      "Metaspace, Sequence)");
+  expect_edit_error(
+      "qwen35",
+      [](json& j) {
+        j["pre_tokenizer"]["pretokenizers"][1] = {{"type", "Metaspace"}};
+      },
+      "pre_tokenizer.pretokenizers[1].replacement: missing");
+  expect_edit_error(
+      "qwen35",
+      [](json& j) {
+        j["pre_tokenizer"]["pretokenizers"][1] = {
+            {"type", "Metaspace"}, {"replacement", "_"}, {"prepend_scheme", "sometimes"}};
+      },
+      "pre_tokenizer.pretokenizers[1].prepend_scheme: unsupported prepend_scheme 'sometimes'");
+  expect_edit_error(
+      "qwen35",
+      [](json& j) {
+        j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Other", "x"}};
+      },
+      "pre_tokenizer.pretokenizers[0].pattern: must be {\"String\": ...} or {\"Regex\": ...}");
+  expect_edit_error(
+      "gemma3",
+      [](json& j) {
+        j["normalizer"]["pattern"] = {{"String", ""}};
+      },
+      "normalizer.pattern.String: is empty");
+  expect_edit_error(
+      "gemma3", [](json& j) { j["decoder"]["decoders"][1]["type"] = "CTC"; },
+      "decoder.decoders[1].type: unsupported type 'CTC'");
+  expect_edit_error(
+      "gemma3", [](json& j) { j["decoder"]["decoders"][0].erase("content"); }, "decoder.decoders[0].content: missing");
+  expect_edit_error(
+      "gemma3", [](json& j) { j["post_processor"]["single"][0]["SpecialToken"]["id"] = "<x>"; },
+      "post_processor.single[0].SpecialToken.id: '<x>' is not in special_tokens");
+  expect_edit_error(
+      "gemma3", [](json& j) { j["post_processor"]["special_tokens"]["<bos>"]["ids"][0] = 99999; },
+      "post_processor: special token id 99999 is not in the vocabulary");
+  expect_edit_error(
+      "gemma3", [](json& j) { j["post_processor"]["type"] = "RobertaProcessing"; },
+      "post_processor.type: unsupported type 'RobertaProcessing'");
+  expect_edit_error(
+      "gemma3", [](json& j) { j["padding"] = 3; }, "padding: is neither null nor an object");
 }
 
 TEST(TokenizerErrors, AddedTokens) {
-  expect_edit_error("qwen35", [](json& j) { j["added_tokens"][0]["id"] = "7"; }, "added_tokens[0].id: is a string, not an integer");
-  expect_edit_error("qwen35", [](json& j) { j["added_tokens"][1]["content"] = ""; }, "added_tokens[1].content: is empty");
-  expect_edit_error("qwen35", [](json& j) { j["added_tokens"][2]["special"] = 1; }, "added_tokens[2].special: is an integer, not a boolean");
-  expect_edit_error("qwen35", [](json& j) { j["added_tokens"][1]["id"] = 5; }, "added_tokens[1].id: 5 is the model.vocab id of");
-  expect_edit_error("qwen35", [](json& j) { j["added_tokens"][2]["id"] = j["added_tokens"][1]["id"]; },
-                    "is used by another added token");
-  expect_edit_error("gemma3", [](json& j) { j["added_tokens"][5]["id"] = 3000; },
-                    "added_tokens[5].id: 3000 differs from the model.vocab id 5 of '<start_of_turn>'");
-  expect_edit_error("qwen35", [](json& j) { j["added_tokens"] = json::object(); }, "added_tokens: is an object, not an array");
+  expect_edit_error(
+      "qwen35", [](json& j) { j["added_tokens"][0]["id"] = "7"; }, "added_tokens[0].id: is a string, not an integer");
+  expect_edit_error(
+      "qwen35", [](json& j) { j["added_tokens"][1]["content"] = ""; }, "added_tokens[1].content: is empty");
+  expect_edit_error(
+      "qwen35", [](json& j) { j["added_tokens"][2]["special"] = 1; },
+      "added_tokens[2].special: is an integer, not a boolean");
+  expect_edit_error(
+      "qwen35", [](json& j) { j["added_tokens"][1]["id"] = 5; }, "added_tokens[1].id: 5 is the model.vocab id of");
+  expect_edit_error(
+      "qwen35", [](json& j) { j["added_tokens"][2]["id"] = j["added_tokens"][1]["id"]; },
+      "is used by another added token");
+  expect_edit_error(
+      "gemma3", [](json& j) { j["added_tokens"][5]["id"] = 3000; },
+      "added_tokens[5].id: 3000 differs from the model.vocab id 5 of '<start_of_turn>'");
+  expect_edit_error(
+      "qwen35", [](json& j) { j["added_tokens"] = json::object(); }, "added_tokens: is an object, not an array");
 }
 
 TEST(TokenizerErrors, EncodeRefusesInvalidUtf8) {

@@ -34,7 +34,9 @@ std::string streamed(const Tokenizer& t, const std::vector<int32_t>& ids, Decode
 }
 
 // Escaped for failure messages: the cases hold control characters.
-std::string show(const std::string& s) { return nlohmann::json(s).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace); }
+std::string show(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
+}
 
 class Reference : public ::testing::TestWithParam<std::string> {};
 
@@ -55,9 +57,9 @@ TEST_P(Reference, EncodeAndDecodeMatchHuggingFace) {
                     streamed(t, ids, {}) == dec;
     if (!ok && ++failures <= 10) {
       ADD_FAILURE() << GetParam() << ": text " << show(text) << "\n  want ids " << c["ids"].dump() << "\n  got  ids "
-                    << nlohmann::json(got).dump() << "\n  want text " << show(c["decoded"]) << "\n  got  text " << show(dec)
-                    << "\n  skip-special want " << show(c["decoded_skip_special"]) << " got " << show(dec_skip)
-                    << "\n  streamed " << show(streamed(t, ids, {}));
+                    << nlohmann::json(got).dump() << "\n  want text " << show(c["decoded"]) << "\n  got  text "
+                    << show(dec) << "\n  skip-special want " << show(c["decoded_skip_special"]) << " got "
+                    << show(dec_skip) << "\n  streamed " << show(streamed(t, ids, {}));
     }
   }
   EXPECT_EQ(failures, 0u) << "of " << cases["encode"].size() << " encode cases";
@@ -79,7 +81,8 @@ TEST_P(Reference, DecodeOfRandomIdsMatchesHuggingFace) {
   EXPECT_EQ(failures, 0u) << "of " << cases["decode"].size() << " decode cases";
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokenizers, Reference, ::testing::Values("qwen35", "gemma3", "gemma4", "metaspace", "metaspace_split"));
+INSTANTIATE_TEST_SUITE_P(Tokenizers, Reference,
+                         ::testing::Values("qwen35", "gemma3", "gemma4", "metaspace", "metaspace_split"));
 
 }  // namespace
 }  // namespace nextn::tok

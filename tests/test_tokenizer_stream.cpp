@@ -25,14 +25,16 @@ int32_t id_of(const Tokenizer& t, const std::string& token) {
 TEST(TokenizerStream, ByteFallbackCharacterIsHeldUntilComplete) {
   const Tokenizer t = load("gemma3");
   // U+1F600 is not in the small vocabulary: four <0xNN> byte tokens.
-  const std::vector<int32_t> ids = {id_of(t, "a"), id_of(t, "<0xF0>"), id_of(t, "<0x9F>"), id_of(t, "<0x98>"),
-                                    id_of(t, "<0x80>"), id_of(t, "b")};
+  const std::vector<int32_t> ids = {id_of(t, "a"),      id_of(t, "<0xF0>"), id_of(t, "<0x9F>"),
+                                    id_of(t, "<0x98>"), id_of(t, "<0x80>"), id_of(t, "b")};
   StreamDecoder s(t);
   std::vector<std::string> out;
   for (int32_t id : ids) out.push_back(s.step(id));
   EXPECT_EQ(out, (std::vector<std::string>{"a", "", "", "", "\xF0\x9F\x98\x80", "b"}));
   EXPECT_EQ(s.finish(), "");
-  EXPECT_EQ(t.decode(ids), "a\xF0\x9F\x98\x80" "b");
+  EXPECT_EQ(t.decode(ids),
+            "a\xF0\x9F\x98\x80"
+            "b");
 }
 
 TEST(TokenizerStream, ByteLevelCharacterIsHeldUntilComplete) {
@@ -66,9 +68,9 @@ TEST(TokenizerStream, IncompleteLeftoversBecomeReplacementCharacters) {
 
 TEST(TokenizerStream, Utf8Lossy) {
   EXPECT_EQ(utf8_lossy("ok"), "ok");
-  EXPECT_EQ(utf8_lossy("\xE2\x82"), "\xEF\xBF\xBD");                          // truncated: one
-  EXPECT_EQ(utf8_lossy("\xE2\x82x"), "\xEF\xBF\xBDx");                        // cut short: one
-  EXPECT_EQ(utf8_lossy("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");              // overlong: each byte
+  EXPECT_EQ(utf8_lossy("\xE2\x82"), "\xEF\xBF\xBD");                              // truncated: one
+  EXPECT_EQ(utf8_lossy("\xE2\x82x"), "\xEF\xBF\xBDx");                            // cut short: one
+  EXPECT_EQ(utf8_lossy("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");                  // overlong: each byte
   EXPECT_EQ(utf8_lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate: each byte
   EXPECT_EQ(utf8_lossy("\xF4\x90\x80\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // > U+10FFFF
   EXPECT_EQ(utf8_lossy("\xF0\x9F\x98"), "\xEF\xBF\xBD");

@@ -124,7 +124,8 @@ std::vector<int32_t> BpeModel::merge_word(const std::string& w) const {
   if (ids.size() < 2) return ids;
 
   std::vector<Symbol> sym(ids.size());
-  for (size_t k = 0; k < ids.size(); ++k) sym[k] = Symbol{ids[k], int(k) - 1, k + 1 < ids.size() ? int(k + 1) : -1, true};
+  for (size_t k = 0; k < ids.size(); ++k)
+    sym[k] = Symbol{ids[k], int(k) - 1, k + 1 < ids.size() ? int(k + 1) : -1, true};
   struct Cand {
     uint32_t rank;
     int pos;

@@ -11,7 +11,8 @@ Decoder parse_decoder(const Field& f) {
   const std::string t = f.type({"ByteLevel", "Replace", "ByteFallback", "Fuse", "Strip", "Metaspace", "Sequence"});
   if (t == "ByteLevel") {
     d.kind = Decoder::Kind::ByteLevel;
-    for (const char* k : {"add_prefix_space", "trim_offsets", "use_regex"}) f.bool_or(k, false);  // no effect on decoding
+    for (const char* k : {"add_prefix_space", "trim_offsets", "use_regex"})
+      f.bool_or(k, false);  // no effect on decoding
   } else if (t == "Replace") {
     d.kind = Decoder::Kind::Replace;
     d.pattern = parse_pattern(f.at("pattern"));

@@ -13,11 +13,11 @@ namespace nextn::tok {
 struct Decoder {
   enum class Kind { ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence };
   Kind kind = Kind::ByteLevel;
-  Pattern pattern;        // Replace
-  std::string content;    // Replace: replacement; Strip: the char stripped
-  uint32_t start = 0, stop = 0;  // Strip
+  Pattern pattern;                       // Replace
+  std::string content;                   // Replace: replacement; Strip: the char stripped
+  uint32_t start = 0, stop = 0;          // Strip
   bool strip_first_replacement = false;  // Metaspace: prepend_scheme is not "never"
-  std::vector<Decoder> steps;    // Sequence
+  std::vector<Decoder> steps;            // Sequence
 };
 
 Decoder parse_decoder(const Field& f);

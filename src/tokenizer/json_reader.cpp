@@ -45,7 +45,8 @@ Json parse_json_strict(const std::string& text, const std::string& file) {
     j = Json::parse(text, cb, /*allow_exceptions=*/true);
   } catch (const Json::exception& e) {
     std::string msg = e.what();
-    if (auto p = msg.find("] "); msg.rfind("[json.exception", 0) == 0 && p != std::string::npos) msg = msg.substr(p + 2);
+    if (auto p = msg.find("] "); msg.rfind("[json.exception", 0) == 0 && p != std::string::npos)
+      msg = msg.substr(p + 2);
     fail("{}: invalid JSON: {}", file, printable(msg));
   }
   if (dup) fail("{}: invalid JSON: duplicate key '{}'", file, printable(*dup));
@@ -55,15 +56,23 @@ Json parse_json_strict(const std::string& text, const std::string& file) {
 namespace {
 const char* type_word(const Json& v) {
   switch (v.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::object: return "an object";
-    case Json::value_t::array: return "an array";
-    case Json::value_t::string: return "a string";
-    case Json::value_t::boolean: return "a boolean";
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::object:
+      return "an object";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::boolean:
+      return "a boolean";
     case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned: return "an integer";
-    case Json::value_t::number_float: return "a float";
-    default: return "not a JSON value";
+    case Json::value_t::number_unsigned:
+      return "an integer";
+    case Json::value_t::number_float:
+      return "a float";
+    default:
+      return "not a JSON value";
   }
 }
 }  // namespace

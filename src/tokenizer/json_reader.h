@@ -20,7 +20,8 @@ std::string printable(std::string_view s);
 
 class Field {
  public:
-  Field(const Json& value, std::string path, const std::string& file) : v_(&value), path_(std::move(path)), file_(&file) {}
+  Field(const Json& value, std::string path, const std::string& file)
+      : v_(&value), path_(std::move(path)), file_(&file) {}
 
   [[noreturn]] void fail(const std::string& what) const;
   const std::string& path() const { return path_; }

@@ -89,12 +89,18 @@ std::string unicode_normal_form(const icu::Normalizer2* (*instance)(UErrorCode&)
 
 std::string normalize(const Normalizer& n, const std::string& text) {
   switch (n.kind) {
-    case Normalizer::Kind::NFC: return unicode_normal_form(&icu::Normalizer2::getNFCInstance, text);
-    case Normalizer::Kind::NFD: return unicode_normal_form(&icu::Normalizer2::getNFDInstance, text);
-    case Normalizer::Kind::NFKC: return unicode_normal_form(&icu::Normalizer2::getNFKCInstance, text);
-    case Normalizer::Kind::NFKD: return unicode_normal_form(&icu::Normalizer2::getNFKDInstance, text);
-    case Normalizer::Kind::Replace: return replace_all(Pattern{n.literal, n.regex}, text, n.content);
-    case Normalizer::Kind::Prepend: return text.empty() ? text : n.content + text;
+    case Normalizer::Kind::NFC:
+      return unicode_normal_form(&icu::Normalizer2::getNFCInstance, text);
+    case Normalizer::Kind::NFD:
+      return unicode_normal_form(&icu::Normalizer2::getNFDInstance, text);
+    case Normalizer::Kind::NFKC:
+      return unicode_normal_form(&icu::Normalizer2::getNFKCInstance, text);
+    case Normalizer::Kind::NFKD:
+      return unicode_normal_form(&icu::Normalizer2::getNFKDInstance, text);
+    case Normalizer::Kind::Replace:
+      return replace_all(Pattern{n.literal, n.regex}, text, n.content);
+    case Normalizer::Kind::Prepend:
+      return text.empty() ? text : n.content + text;
     case Normalizer::Kind::Sequence: {
       std::string s = text;
       for (const auto& step : n.steps) s = normalize(step, s);

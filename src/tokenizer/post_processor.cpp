@@ -24,7 +24,8 @@ void parse_into(const Field& f, PostProcessor& p) {
   std::map<std::string, std::vector<int32_t>> specials;
   for (const auto& [name, st] : f.at("special_tokens").members()) {
     const Field idf = st.at("id");
-    if (idf.str() != name) idf.fail(fmt::format("'{}' differs from its key '{}'", printable(idf.str()), printable(name)));
+    if (idf.str() != name)
+      idf.fail(fmt::format("'{}' differs from its key '{}'", printable(idf.str()), printable(name)));
     std::vector<int32_t> ids;
     for (const auto& i : st.at("ids").items()) ids.push_back(int32_t(i.u32()));
     const auto toks = st.at("tokens").items();

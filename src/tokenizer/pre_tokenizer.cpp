@@ -70,7 +70,9 @@ void split_word(const Pattern& pattern, PreTokenizer::Behavior behavior, bool in
     case B::Isolated:
       for (auto& pc : pieces) kept.push_back({pc.first, false});
       break;
-    case B::Removed: kept = pieces; break;
+    case B::Removed:
+      kept = pieces;
+      break;
     case B::Contiguous: {
       bool previous_match = false;
       for (auto& [span, m] : pieces) {
@@ -180,8 +182,8 @@ std::vector<Word> pre_tokenize(const PreTokenizer& p, std::vector<Word> words) {
       const Pattern space{" ", nullptr}, repl{p.replacement, nullptr};
       for (const auto& w : words) {
         std::string s = replace_all(space, w.text, p.replacement);
-        const bool prepend = p.prepend == PreTokenizer::Prepend::Always ||
-                             (p.prepend == PreTokenizer::Prepend::First && w.at_origin);
+        const bool prepend =
+            p.prepend == PreTokenizer::Prepend::Always || (p.prepend == PreTokenizer::Prepend::First && w.at_origin);
         if (prepend && s.rfind(p.replacement, 0) != 0) s = p.replacement + s;
         if (p.split)
           split_word(repl, PreTokenizer::Behavior::MergedWithNext, /*invert=*/false, Word{s, w.at_origin}, out);

@@ -16,15 +16,15 @@ struct PreTokenizer {
   enum class Prepend { Always, Never, First };
   enum class Behavior { Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous };
   Kind kind = Kind::Split;
-  Pattern pattern;                 // Split
+  Pattern pattern;  // Split
   Behavior behavior = Behavior::Isolated;
-  bool invert = false;             // Split
-  bool add_prefix_space = false;   // ByteLevel
+  bool invert = false;                            // Split
+  bool add_prefix_space = false;                  // ByteLevel
   std::shared_ptr<const Regex> byte_level_regex;  // ByteLevel with use_regex: the GPT-2 pattern
-  std::string replacement;          // Metaspace: the char spaces become
-  Prepend prepend = Prepend::Always;  // Metaspace: when to prepend `replacement`
-  bool split = true;                  // Metaspace: cut before each `replacement`
-  std::vector<PreTokenizer> steps;    // Sequence
+  std::string replacement;                        // Metaspace: the char spaces become
+  Prepend prepend = Prepend::Always;              // Metaspace: when to prepend `replacement`
+  bool split = true;                              // Metaspace: cut before each `replacement`
+  std::vector<PreTokenizer> steps;                // Sequence
 };
 
 // A piece of text; at_origin: it starts at byte 0 of the encoded text

@@ -30,8 +30,8 @@ Regex::Regex(const std::string& pattern, const std::string& where) : impl_(std::
   if (find_invalid_utf8(pattern) != std::string::npos) fail("{}: the pattern is not valid UTF-8", where);
   int err = 0;
   PCRE2_SIZE off = 0;
-  impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
-                              &err, &off, nullptr);
+  impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &err,
+                              &off, nullptr);
   if (!impl_->code) fail("{}: the regex does not compile at offset {}: {}", where, off, pcre2_message(err));
   pcre2_jit_compile(impl_->code, PCRE2_JIT_COMPLETE);  // optional speed-up; the interpreter is used if JIT fails
   impl_->mctx = pcre2_match_context_create(nullptr);

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
-#include <utility>
 #include <unordered_map>
+#include <utility>
 
 #include "core/error.h"
 #include "tokenizer/added_vocab.h"
@@ -77,7 +77,8 @@ Tokenizer Tokenizer::from_json(const std::string& text, const std::string& file)
       const AddedToken& a = m.added[k];
       // The id Hugging Face gives a token in the model vocab is its vocab id.
       if (auto vid = m.model.token_to_id(a.content); vid && *vid != a.id)
-        items[k].at("id").fail(fmt::format("{} differs from the model.vocab id {} of '{}'", a.id, *vid, printable(a.content)));
+        items[k].at("id").fail(
+            fmt::format("{} differs from the model.vocab id {} of '{}'", a.id, *vid, printable(a.content)));
       if (const std::string* other = m.model.id_to_token(a.id); other && *other != a.content)
         items[k].at("id").fail(fmt::format("{} is the model.vocab id of '{}', not of '{}'", a.id, printable(*other),
                                            printable(a.content)));
@@ -103,7 +104,8 @@ Tokenizer Tokenizer::from_json(const std::string& text, const std::string& file)
   m.raw_matcher.build(raw, raw_text);
   m.normalized_matcher.build(normalized, normalized_text);
   for (int32_t id : m.post.single)
-    if (id >= 0 && !t.has_token(id)) root.at("post_processor").fail(fmt::format("special token id {} is not in the vocabulary", id));
+    if (id >= 0 && !t.has_token(id))
+      root.at("post_processor").fail(fmt::format("special token id {} is not in the vocabulary", id));
   return t;
 }
 
@@ -137,7 +139,8 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text, EncodeOptions o)
 }
 
 const std::string* Tokenizer::id_to_token(int32_t id) const {
-  if (auto it = impl_->added_by_id.find(id); it != impl_->added_by_id.end()) return &impl_->added_token_text[it->second];
+  if (auto it = impl_->added_by_id.find(id); it != impl_->added_by_id.end())
+    return &impl_->added_token_text[it->second];
   return impl_->model.id_to_token(id);
 }
 
