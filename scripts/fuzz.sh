@@ -57,7 +57,7 @@ for t in "${targets[@]}"; do
   [ -e "$src" ] || { echo "fuzz.sh: no such target $src" >&2; exit 1; }
   bin="$out/fuzz_$t"
   echo "fuzz.sh: building fuzz_$t"
-  "$cxx" "${flags[@]}" -fsanitize=fuzzer "$src" "$out/libnextn_fuzz.a" -lfmt -o "$bin"
+  "$cxx" "${flags[@]}" -fsanitize=fuzzer "$src" "$out/libnextn_fuzz.a" -lfmt $(pkg-config --libs libpcre2-8 icu-uc) -o "$bin"
 
   # Fuzz a scratch copy: new inputs land there, the committed seeds stay small.
   work="$out/corpus/$t"

@@ -11,6 +11,7 @@
 #include "io/checkpoint.h"
 #include "model/runtime.h"
 #include "speculative/generate.h"
+#include "tokenizer/model_tokenizer.h"
 
 namespace nextn::cli {
 namespace {
@@ -36,10 +37,10 @@ struct GenerateArgs {
 void run(const GenerateArgs& a) {
   // Flags first: everything that can be refused without reading the model.
   if (a.prompt_opt->count() > 0 && a.ids_opt->count() > 0) fail("give --prompt or --prompt-ids, not both");
-  if (a.prompt_opt->count() > 0)
-    fail("--prompt: the tokenizer is not implemented yet; pass token ids with --prompt-ids 1,2,3");
-  if (a.ids_opt->count() == 0) fail("no prompt: pass token ids with --prompt-ids 1,2,3");
-  const std::vector<int32_t> prompt = parse_id_list(a.prompt_ids, "--prompt-ids");
+  const bool text_prompt = a.prompt_opt->count() > 0;
+  if (!text_prompt && a.ids_opt->count() == 0) fail("no prompt: pass --prompt TEXT or token ids with --prompt-ids 1,2,3");
+  std::vector<int32_t> prompt;
+  if (!text_prompt) prompt = parse_id_list(a.prompt_ids, "--prompt-ids");
   if (a.n < 0) fail("-n {} is negative", a.n);
   GenerateOptions o;
   o.max_new_tokens = a.n;
@@ -55,10 +56,27 @@ void run(const GenerateArgs& a) {
   const BackendKind kind = parse_backend(a.backend);
 
   const std::string dir = model_dir_or_default(a.model);
+  // The tokenizer first: --prompt needs it, and a bad tokenizer.json is
+  // refused before the weights are read.
+  std::optional<tok::Tokenizer> tokenizer =
+      text_prompt ? std::optional<tok::Tokenizer>(tok::load_model_tokenizer(dir, "--prompt"))
+                  : tok::load_model_tokenizer_if_present(dir);
+  if (text_prompt) {
+    try {
+      prompt = tokenizer->encode(a.prompt);
+    } catch (const Error& e) {
+      fail("--prompt: {}", e.what());
+    }
+    if (prompt.empty()) fail("--prompt: the text encodes to no tokens");
+  }
   const auto ckpt = Qwen35Checkpoint::open(dir);
   const int vocab = ckpt.config().vocab_size;
-  for (int32_t t : prompt)
-    if (t >= vocab) fail("--prompt-ids: token id {} is outside the vocabulary [0, {})", t, vocab);
+  for (int32_t t : prompt) {
+    if (t < vocab) continue;
+    if (text_prompt)
+      fail("--prompt: {} gives token id {}, outside the model's vocabulary [0, {})", tok::tokenizer_path(dir), t, vocab);
+    fail("--prompt-ids: token id {} is outside the vocabulary [0, {})", t, vocab);
+  }
   if (o.draft == DraftKind::Mtp && ckpt.mtp_layers() == 0)
     fail("{}: --draft mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
   if (o.draft_cost == DraftCost::Mtp && ckpt.mtp_layers() == 0)
@@ -81,15 +99,21 @@ void run(const GenerateArgs& a) {
   const RuntimeFactory factory = [&ckpt, kind, &a](int cap) { return make_runtime(ckpt, kind, cap, a.threads); };
   const GenerateResult r = generate_fresh(factory, prompt, o);
   const auto stats = stats_json(r.stats);
+  const std::optional<std::string> text =
+      tokenizer ? std::optional<std::string>(tokenizer->decode(r.tokens)) : std::nullopt;
   if (a.json) {
     nlohmann::ordered_json j;
     j["tokens"] = r.tokens;
-    j["text"] = nullptr;
+    j["text"] = text ? nlohmann::ordered_json(*text) : nlohmann::ordered_json(nullptr);
     j["stats"] = stats;
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return;
   }
-  for (size_t i = 0; i < r.tokens.size(); ++i) std::printf("%s%d", i ? " " : "", r.tokens[i]);
+  if (text) {
+    std::fwrite(text->data(), 1, text->size(), stdout);
+  } else {
+    for (size_t i = 0; i < r.tokens.size(); ++i) std::printf("%s%d", i ? " " : "", r.tokens[i]);
+  }
   std::printf("\n");
   std::fflush(stdout);
   const auto& c = r.stats.counters;
@@ -111,7 +135,7 @@ void register_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   auto* cmd = app.add_subcommand("generate", "Greedy decoding, plain or MTP-speculative (exact)");
   cmd->add_option("-m,--model", a->model, "Checkpoint directory (default: the shipped model)");
-  a->prompt_opt = cmd->add_option("--prompt", a->prompt, "Prompt text (needs the tokenizer: not implemented yet)");
+  a->prompt_opt = cmd->add_option("--prompt", a->prompt, "Prompt text, encoded with the model's tokenizer.json");
   a->ids_opt = cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt as comma-separated token ids");
   cmd->add_option("-n", a->n, "Tokens to generate (default 32)");
   cmd->add_option("--draft", a->draft, "Drafter: none (plain greedy), mtp (the checkpoint's MTP head), oracle");
@@ -127,7 +151,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--backend", a->backend, "cpu or cuda (default cpu)");
   add_threads_option(cmd, &a->threads);
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the EOS token");
-  cmd->add_flag("--json", a->json, "Print one JSON object: tokens, text, stats");
+  cmd->add_flag("--json", a->json, "Print one JSON object: tokens, text (null without tokenizer.json), stats");
   cmd->callback([a] { run(*a); });
 }
 

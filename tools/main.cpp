@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
   nextn::cli::register_quantize(app);
   nextn::cli::register_bench(app);
   nextn::cli::register_make_checkpoint(app);
+  nextn::cli::register_tokenize(app);
+  nextn::cli::register_detokenize(app);
   try {
     std::string known;
     bool found = false;
