@@ -176,10 +176,8 @@ GenerateResult generate(ModelRuntime& rt, std::span<const int32_t> prompt, const
                         const std::vector<int32_t>* oracle_truth) {
   if (options.draft == DraftKind::None) return greedy_generate(rt, prompt, options.max_new_tokens, options.ignore_eos);
   GenerateOptions o = options;
-  if (o.block_size == 0) {  // -1: not in the config; Qwen3.5 ships one MTP layer
-    const int layers = rt.config().mtp_num_hidden_layers;
-    o.block_size = default_block_size(layers < 0 ? 1 : layers);
-  }
+  // Qwen35Checkpoint::open sets the config's count to the checkpoint's, as the CLI reads it.
+  if (o.block_size == 0) o.block_size = default_block_size(rt.config().mtp_num_hidden_layers);
   if (o.draft == DraftKind::Mtp) {
     MtpDrafter d(rt);
     return speculative_generate(rt, d, prompt, o);
