@@ -1,6 +1,7 @@
 #include "speculative/generate.h"
 
 #include <algorithm>
+#include <climits>
 #include <chrono>
 
 #include "core/error.h"
@@ -188,7 +189,12 @@ GenerateResult generate(ModelRuntime& rt, std::span<const int32_t> prompt, const
 }
 
 int runtime_capacity(int prompt_tokens, int max_new_tokens, int block_size) {
-  return prompt_tokens + std::max(0, max_new_tokens) + std::max(1, block_size) + 1;
+  // Summed in 64 bits: -n near INT_MAX must be an error, not a signed overflow.
+  const int64_t cap = int64_t(prompt_tokens) + std::max(0, max_new_tokens) + std::max(1, block_size) + 1;
+  if (cap > INT_MAX)
+    fail("{} prompt tokens + {} new tokens + a verify block of {} need {} positions, more than a runtime holds ({})",
+         prompt_tokens, max_new_tokens, block_size, cap, INT_MAX);
+  return int(cap);
 }
 
 GenerateResult generate_fresh(const RuntimeFactory& factory, std::span<const int32_t> prompt,
