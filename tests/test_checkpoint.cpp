@@ -14,6 +14,7 @@
 #include "cli_util.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "model/runtime.h"
 
 namespace nextn::synth {
 
@@ -151,9 +152,9 @@ SynthModel make_model(const SynthOptions& o) {
   for (auto& [name, sv] : logical_tensors(o.tied, o.mtp)) {
     auto [shape, values] = sv;
     std::string stored;
-    if (name.rfind("mtp.", 0) == 0) {
+    if (name.starts_with("mtp.")) {
       stored = o.mtp_prefix + name.substr(4);
-    } else if (name.rfind("lm_head", 0) == 0) {
+    } else if (name.starts_with("lm_head")) {
       stored = head + name.substr(7);
     } else {
       stored = prefix + name;
@@ -306,15 +307,74 @@ TEST(Checkpoint, MtpLayerCount) {
   TempDir a;
   EXPECT_EQ(make(a, {.mtp_in_config = -1}).mtp_layers(), 1);  // counted from mtp.layers.*
   TempDir b;
-  EXPECT_EQ(make(b, {.mtp = false, .mtp_in_config = 1}).mtp_layers(), 0);  // no mtp.* tensors: no head
+  auto no_head = make(b, {.mtp = false, .mtp_in_config = 1});
+  EXPECT_EQ(no_head.mtp_layers(), 0);  // no mtp.* tensors: no head
+  // The config carries the same count, so a runtime (which sees only the
+  // config) and the CLI (which sees the checkpoint) pick the same default K.
+  EXPECT_EQ(no_head.config().mtp_num_hidden_layers, 0);
   TempDir c;
   EXPECT_EQ(make(c, {.mtp = true, .mtp_in_config = 0}).mtp_layers(), 0);  // config says 0
+  EXPECT_EQ(make(a, {.mtp_in_config = -1}).config().mtp_num_hidden_layers, 1);
   TempDir e;
   auto ck = make(e, {.layout = Layout::Mlx, .mtp_in_config = -1, .mtp_prefix = "language_model.mtp."});
   EXPECT_EQ(ck.mtp_layers(), 1);
   EXPECT_EQ(ck.mtp_prefix(), "language_model.mtp.");
   EXPECT_EQ(ck.stored_name("mtp.fc"), "language_model.mtp.fc");
   EXPECT_NO_THROW(ck.validate());
+}
+
+TEST(Checkpoint, MoreThanOneMtpLayerIsRefused) {
+  // Config says 2: the runtimes would run mtp.layers.0 only.
+  TempDir a;
+  synth::write_model(synth::make_model({.mtp_in_config = 2}), a.str());
+  std::string m = error_of([&] { Qwen35Checkpoint::open(a.str()); });
+  EXPECT_NE(m.find("'mtp_num_hidden_layers' is 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("single MTP layer"), std::string::npos) << m;
+  // No count in the config: two stored layers are counted and refused alike.
+  TempDir b;
+  auto sm = synth::make_model({.mtp_in_config = -1});
+  sm.tensors["mtp.layers.1.input_layernorm.weight"] = sm.tensors["mtp.layers.0.input_layernorm.weight"];
+  synth::write_model(sm, b.str());
+  m = error_of([&] { Qwen35Checkpoint::open(b.str()); });
+  EXPECT_NE(m.find("2 mtp.layers.* tensor layers"), std::string::npos) << m;
+}
+
+TEST(Checkpoint, TiedFlagMustMatchTheTensors) {
+  // Untied, but no LM head stored: transformers would start from a random head.
+  TempDir a;
+  auto untied = synth::make_model({.tied = false});
+  untied.tensors.erase("lm_head.weight");
+  synth::write_model(untied, a.str());
+  std::string m = error_of([&] { Qwen35Checkpoint::open(a.str()); });
+  EXPECT_NE(m.find("'tie_word_embeddings' is false but no 'lm_head.weight'"), std::string::npos) << m;
+
+  // Tied, with a stored head that is not the embedding: which one is meant?
+  TempDir b;
+  auto tied = synth::make_model({.tied = true});
+  tied.tensors["lm_head.weight"] = synth::make_model({.tied = false}).tensors.at("lm_head.weight");
+  synth::write_model(tied, b.str());
+  m = error_of([&] { Qwen35Checkpoint::open(b.str()); });
+  EXPECT_NE(m.find("'tie_word_embeddings' is true but the stored 'lm_head.weight' differs"), std::string::npos) << m;
+
+  // Tied, with a stored copy of the embedding: consistent, accepted.
+  TempDir c;
+  tied.tensors["lm_head.weight"] = tied.tensors.at("model.embed_tokens.weight");
+  synth::write_model(tied, c.str());
+  EXPECT_NO_THROW(Qwen35Checkpoint::open(c.str()).validate());
+}
+
+TEST(Checkpoint, RuntimeCapacityWithinMaxPositionEmbeddings) {
+  TempDir d;
+  auto sm = synth::make_model({});
+  sm.config["max_position_embeddings"] = 16;
+  synth::write_model(sm, d.str());
+  const auto ck = Qwen35Checkpoint::open(d.str());
+  EXPECT_NO_THROW(make_runtime(ck, BackendKind::Cpu, 16));
+  std::string m = error_of([&] { make_runtime(ck, BackendKind::Cpu, 17); });
+  EXPECT_NE(m.find("needs up to 17 positions"), std::string::npos) << m;
+  EXPECT_NE(m.find("max_position_embeddings is 16"), std::string::npos) << m;
+  m = error_of([&] { make_runtime(ck, BackendKind::Cpu, 0); });
+  EXPECT_NE(m.find("capacity 0"), std::string::npos) << m;
 }
 
 TEST(Checkpoint, LayoutErrors) {
@@ -603,7 +663,7 @@ class FixtureCheckpoint : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(FixtureCheckpoint, OpensAndValidates) {
   const std::string dir = std::string(NEXTN_FIXTURES) + "/" + GetParam();
-  if (!std::filesystem::exists(dir)) GTEST_SKIP() << dir << " not generated yet";
+  ASSERT_TRUE(std::filesystem::exists(dir)) << dir << " is committed; a missing fixture is a failure";
   auto ck = Qwen35Checkpoint::open(dir);
   EXPECT_NO_THROW(ck.validate());
   EXPECT_FALSE(ck.norms_shifted());

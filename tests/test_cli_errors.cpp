@@ -60,7 +60,7 @@ std::string gen(const TempDir& d) { return "generate -m " + d.str() + " --prompt
 class CliErrors : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(kFixture)) GTEST_SKIP() << "fixture missing";
+    ASSERT_TRUE(fs::exists(kFixture)) << kFixture << " is committed; a missing fixture is a failure";
     copy_fixture(dir.path);
   }
   fs::path st() const { return dir.path / "model.safetensors"; }
@@ -191,7 +191,7 @@ TEST(CliBenchDecode, MtpOnTheCpuReportsAcceptance) {
 }
 
 TEST(CliDraftTrace, MatchesTheReference) {
-  if (!fs::exists(kFixture)) GTEST_SKIP() << "fixture missing";
+  ASSERT_TRUE(fs::exists(kFixture)) << kFixture << " is committed; a missing fixture is a failure";
   const auto ref = nlohmann::json::parse(test::read_file(kFixture + "/reference.json"));
   std::string ids;
   for (const auto& v : ref["sequence"]) {

@@ -112,7 +112,6 @@ TEST(Config, TransformersDefaults) {
   EXPECT_DOUBLE_EQ(c.rope_theta, 10000.0);
   EXPECT_DOUBLE_EQ(c.partial_rotary_factor, 0.25);
   EXPECT_EQ(c.rotary_dim(), 64);
-  EXPECT_EQ(c.mrope_section, (std::vector<int>{11, 11, 10}));
   // full_attention_interval default 4
   EXPECT_EQ(c.full_attention, (std::vector<bool>{false, false, false, true, false, false, false, true}));
 }
@@ -178,7 +177,6 @@ TEST(Config, RopePrecedence) {
   EXPECT_DOUBLE_EQ(c.rope_theta, 5000.0);
   EXPECT_DOUBLE_EQ(c.partial_rotary_factor, 0.5);
   EXPECT_EQ(c.rotary_dim(), 8);
-  EXPECT_EQ(c.mrope_section, (std::vector<int>{2, 1, 1}));
 
   j["rope_parameters"] = {{"rope_type", "default"},
                           {"rope_theta", 1e7},
@@ -189,13 +187,11 @@ TEST(Config, RopePrecedence) {
   EXPECT_DOUBLE_EQ(c.rope_theta, 1e7);
   EXPECT_DOUBLE_EQ(c.partial_rotary_factor, 0.25);
   EXPECT_EQ(c.rotary_dim(), 4);
-  EXPECT_EQ(c.mrope_section, (std::vector<int>{1, 1, 0}));
 
   j["rope_parameters"] = {{"rope_theta", 1e6}};  // partial: the rest from the top level
   c = parse(j);
   EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
   EXPECT_DOUBLE_EQ(c.partial_rotary_factor, 0.5);
-  EXPECT_EQ(c.mrope_section, (std::vector<int>{2, 1, 1}));
 
   json k = cond_config();  // qwen3_5: text_config.rope_parameters
   k["text_config"]["rope_parameters"] = {{"rope_theta", 1e7}, {"partial_rotary_factor", 0.25}};
@@ -388,10 +384,6 @@ TEST(ConfigErrors, Rope) {
   expect_error(k, "text_config.rope_parameters.rope_theta");
   k["text_config"]["rope_parameters"] = {{"rope_type", "yarn"}};
   expect_error(k, "text_config.rope_parameters.rope_type");
-  k["text_config"]["rope_parameters"] = {{"mrope_section", {1, -1, 1}}};
-  expect_error(k, "text_config.rope_parameters.mrope_section[1]");
-  k["text_config"]["rope_parameters"] = {{"mrope_section", 3}};
-  expect_error(k, "text_config.rope_parameters.mrope_section");
   k["text_config"]["rope_parameters"] = 1e7;
   expect_error(k, "text_config.rope_parameters");
 }
@@ -428,4 +420,56 @@ TEST(ConfigErrors, Quantization) {
   t.erase("quantization");
   t["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
   expect_error(t, "quantization_config.quant_method");
+}
+
+TEST(Config, MropeSectionIsNotRead) {
+  // Text-only positions are equal in all three M-RoPE streams: the split
+  // cannot change a result, so the field is not parsed (nor validated).
+  json k = cond_config();
+  k["text_config"]["rope_parameters"] = {{"partial_rotary_factor", 0.25}, {"mrope_section", {1, -1, 1}}};
+  EXPECT_NO_THROW(parse(k));
+}
+
+// quantization_config blocks as transformers' quantizers and their tools
+// write them into config.json. GPTQ and AWQ carry bits and group_size like
+// MLX's block does: before the quant_method check they parsed as MLX affine.
+TEST(ConfigErrors, ForeignQuantizationMethods) {
+  const std::vector<std::pair<std::string, json>> blocks = {
+      {"gptq",
+       {{"bits", 4}, {"group_size", 128}, {"damp_percent", 0.01}, {"desc_act", false}, {"static_groups", false},
+        {"sym", true}, {"true_sequential", true}, {"model_name_or_path", nullptr},
+        {"model_file_base_name", "model"}, {"quant_method", "gptq"}, {"checkpoint_format", "gptq"}}},
+      {"awq",
+       {{"quant_method", "awq"}, {"zero_point", true}, {"group_size", 128}, {"bits", 4}, {"version", "gemm"},
+        {"modules_to_not_convert", nullptr}}},
+      {"bitsandbytes",
+       {{"_load_in_4bit", true}, {"_load_in_8bit", false}, {"bnb_4bit_compute_dtype", "bfloat16"},
+        {"bnb_4bit_quant_storage", "uint8"}, {"bnb_4bit_quant_type", "nf4"}, {"bnb_4bit_use_double_quant", true},
+        {"llm_int8_enable_fp32_cpu_offload", false}, {"llm_int8_has_fp16_weight", false},
+        {"llm_int8_skip_modules", nullptr}, {"llm_int8_threshold", 6.0}, {"load_in_4bit", true},
+        {"load_in_8bit", false}, {"quant_method", "bitsandbytes"}}},
+      {"compressed-tensors",
+       {{"config_groups",
+         {{"group_0",
+           {{"input_activations", nullptr}, {"output_activations", nullptr}, {"targets", {"Linear"}},
+            {"weights",
+             {{"actorder", nullptr}, {"block_structure", nullptr}, {"dynamic", false}, {"group_size", 128},
+              {"num_bits", 4}, {"observer", "minmax"}, {"strategy", "group"}, {"symmetric", true},
+              {"type", "int"}}}}}}},
+        {"format", "pack-quantized"}, {"ignore", {"lm_head"}}, {"kv_cache_scheme", nullptr},
+        {"quant_method", "compressed-tensors"}, {"quantization_status", "compressed"}}},
+      {"fp8",
+       {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"},
+        {"weight_block_size", {128, 128}}}},
+  };
+  for (const auto& [method, block] : blocks) {
+    json t = text_config();
+    t["quantization_config"] = block;
+    const std::string m = expect_error(t, "quantization_config.quant_method");
+    EXPECT_NE(m.find("'" + method + "' quantization is not supported"), std::string::npos) << m;
+    EXPECT_NE(m.find("MLX affine"), std::string::npos) << m;
+    // Beside an MLX block too: the foreign method still decides.
+    t["quantization"] = {{"bits", 4}, {"group_size", 64}, {"mode", "affine"}};
+    expect_error(t, "quantization_config.quant_method");
+  }
 }

@@ -1,6 +1,7 @@
 #include "cli_common.h"
 
 #include <cerrno>
+#include <charconv>
 #include <climits>
 #include <cstdlib>
 
@@ -26,6 +27,26 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& f
     start = comma + 1;
   }
   return ids;
+}
+
+const CLI::Validator& number() {
+  static const CLI::Validator v(
+      [](std::string& s) { return s.empty() ? std::string("expected a number, got an empty value") : std::string(); },
+      "NUMBER");
+  return v;
+}
+
+const CLI::Validator& non_negative() {
+  static const CLI::Validator v(
+      [](std::string& s) {
+        uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (s.empty() || ec != std::errc() || end != s.data() + s.size())
+          return "expected a non-negative integer below 2^64, got '" + s + "'";
+        return std::string();
+      },
+      "UINT");
+  return v;
 }
 
 std::string model_dir_or_default(const std::string& dir) { return dir.empty() ? default_model_dir() : dir; }

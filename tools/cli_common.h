@@ -1,14 +1,25 @@
 // Small helpers shared by the subcommands.
 #pragma once
 #include <CLI/CLI.hpp>
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace nextn::cli {
 
-// "1,2,3" -> {1,2,3}; `flag` names the option in errors.
+// "1,2,3" -> {1,2,3}; `flag` names the option in errors. Parsed by hand on
+// purpose: CLI11 2.1.2's delimiter() drops empty items ("1,,2" and "1," pass
+// as {1,2} and {1}) and merges a repeated flag into one list, where a typo
+// must be an error. Taking the list as one string keeps CLI11's refusal of a
+// repeated option (MultiOptionPolicy::Throw).
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);
+// CLI11 2.1.2 reads an empty value as 0 for a number option, and "-1" as
+// 2^64 - 1 for an unsigned one; these validators make both an error that
+// names the flag. `number()` for any numeric option, `non_negative()` for
+// unsigned ones (seeds).
+const CLI::Validator& number();
+const CLI::Validator& non_negative();
 // -m value, or the default model when empty.
 std::string model_dir_or_default(const std::string& dir);
 // --threads N (1..1024) into *threads; 0 (unset) means NEXTN_THREADS or all cores.

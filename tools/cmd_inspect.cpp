@@ -21,10 +21,6 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
-bool ends_with(const std::string& s, const std::string& p) {
-  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
-}
-
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -67,7 +63,7 @@ json config_json(const Qwen35Config& c) {
   j["rope_theta"] = c.rope_theta;
   j["partial_rotary_factor"] = c.partial_rotary_factor;
   j["rotary_dim"] = c.rotary_dim();
-  j["mrope_section"] = c.mrope_section;
+  j["max_position_embeddings"] = c.max_position_embeddings;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   std::vector<std::string> types;
   for (bool f : c.full_attention) types.push_back(f ? "full_attention" : "linear_attention");
@@ -81,7 +77,10 @@ void run_inspect(const std::string& path, bool as_json) {
   std::error_code ec;
   if (path.empty()) fail("inspect: PATH is required (a model directory or a .safetensors file)");
   if (!fs::exists(path, ec)) fail("{}: no such file or directory", path);
-  const bool model_dir = fs::is_directory(path, ec) && fs::is_regular_file(fs::path(path) / "config.json", ec);
+  const fs::path config = fs::path(path) / "config.json";
+  if (fs::is_directory(path, ec) && fs::exists(config, ec) && !fs::is_regular_file(config, ec))
+    fail("{}: not a regular file", config.string());  // a directory or FIFO, not a missing config
+  const bool model_dir = fs::is_directory(path, ec) && fs::is_regular_file(config, ec);
 
   std::optional<Qwen35Checkpoint> ck;
   std::optional<TensorStore> loose;
@@ -117,7 +116,7 @@ void run_inspect(const std::string& path, bool as_json) {
     const TensorView& t = store.get(n);
     Row r{&t, std::nullopt, false};
     for (const char* suffix : {".weight", ".scales", ".biases"}) {
-      if (!ends_with(n, suffix)) continue;
+      if (!n.ends_with(suffix)) continue;
       const std::string mod = n.substr(0, n.size() - std::strlen(suffix));
       if (store.find(mod + ".scales")) {
         r.affine = true;
@@ -186,9 +185,9 @@ void run_inspect(const std::string& path, bool as_json) {
       std::printf("model_type: %s\n", c.model_type.c_str());
       std::printf("dims: hidden %d, intermediate %d, vocab %d, layers %d: %s\n", c.hidden_size, c.intermediate_size,
                   c.vocab_size, c.num_hidden_layers, schedule_text(c.full_attention).c_str());
-      std::printf("attention: %d q heads / %d kv heads x %d, rotary dim %d (theta %g, mrope %s)\n",
+      std::printf("attention: %d q heads / %d kv heads x %d, rotary dim %d (theta %g), %d positions\n",
                   c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rotary_dim(), c.rope_theta,
-                  ids_text(c.mrope_section).c_str());
+                  c.max_position_embeddings);
       std::printf("gated deltanet: %d key heads x %d, %d value heads x %d, conv kernel %d\n", c.linear_num_key_heads,
                   c.linear_key_head_dim, c.linear_num_value_heads, c.linear_value_head_dim, c.linear_conv_kernel_dim);
       std::printf("rms_norm_eps: %g\n", double(c.rms_norm_eps));

@@ -2,6 +2,7 @@
 // shapes (src/io/synthetic.h), for whole-model benchmarks without a download.
 #include <cstdio>
 
+#include "cli_common.h"
 #include "commands.h"
 #include "core/error.h"
 #include "io/synthetic.h"
@@ -21,9 +22,11 @@ void register_make_checkpoint(CLI::App& app) {
   cmd->add_option("--preset", o->preset, "qwen3.5-0.8b, qwen3.5-4b, qwen3.5-27b, small-19m (test-tiny, test-stream: tests only)");
   cmd->add_option("--quant", o->quant, "q4 (MLX affine 4-bit g64, mlx-community layout) or bf16 (HF layout)");
   cmd->add_option("-o,--out", o->out, "Output directory (created; must not hold safetensors)");
-  cmd->add_option("--seed", o->seed, "RNG seed (default 0); the bytes depend on preset, quant and seed only");
-  cmd->add_option("--shard-gb", o->shard_gb, "Shard size in GiB (default 4)");
-  cmd->add_option("--threads", o->threads, "Generator threads (default: all cores; does not change the bytes)");
+  cmd->add_option("--seed", o->seed, "RNG seed (default 0); the bytes depend on preset, quant and seed only")
+      ->check(non_negative());
+  cmd->add_option("--shard-gb", o->shard_gb, "Shard size in GiB, at most 1024 (default 4)")->check(number());
+  cmd->add_option("--threads", o->threads, "Generator threads (default: all cores; does not change the bytes)")
+      ->check(number());
   cmd->callback([o] {
     if (o->preset.empty()) fail("make-checkpoint: --preset is required");
     if (o->out.empty()) fail("make-checkpoint: --out is required");
@@ -33,11 +36,18 @@ void register_make_checkpoint(CLI::App& app) {
       for (const auto& n : synthetic_preset_names()) known += (known.empty() ? "" : ", ") + n;
       fail("make-checkpoint: unknown --preset '{}' (expected one of: {})", o->preset, known);
     }
-    if (!(o->shard_gb > 0)) fail("make-checkpoint: --shard-gb must be positive");
+    // Bounded before the conversion to bytes (a float-to-integer overflow is undefined).
+    constexpr double kMaxShardGb = 1024;
+    const double shard_bytes = o->shard_gb * double(uint64_t(1) << 30);
+    if (!(o->shard_gb > 0 && o->shard_gb <= kMaxShardGb && shard_bytes >= 1))
+      fail("make-checkpoint: --shard-gb {}: expected a size in GiB in (0, {}]", o->shard_gb, kMaxShardGb);
+    constexpr int kMaxThreads = 4096;
+    if (o->threads < 0 || o->threads > kMaxThreads)
+      fail("make-checkpoint: --threads {}: expected 0 (all cores) to {}", o->threads, kMaxThreads);
     MakeCheckpointOptions mo;
     mo.quant = o->quant;
     mo.seed = o->seed;
-    mo.shard_bytes = uint64_t(o->shard_gb * double(uint64_t(1) << 30));
+    mo.shard_bytes = uint64_t(shard_bytes);
     mo.threads = o->threads;
     const auto r = make_checkpoint(*p, mo, o->out);
     std::printf("wrote %s: preset %s, %s, seed %llu: %d tensors, %.3f GiB in %zu shard%s, %.1f s\n", o->out.c_str(),

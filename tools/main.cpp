@@ -31,22 +31,24 @@ int main(int argc, char** argv) {
   nextn::cli::register_tokenize(app);
   nextn::cli::register_detokenize(app);
   try {
-    std::string known;
-    bool found = false;
-    for (const auto* sub : app.get_subcommands({})) {
-      known += (known.empty() ? "" : ", ") + sub->get_name();
-      found = found || (argc > 1 && sub->get_name() == argv[1]);
-    }
-    if (argc > 1 && argv[1][0] != '-' && !found) {
-      std::fprintf(stderr, "error: unknown command '%s' (expected one of: %s)\n", argv[1], known.c_str());
-      return 1;
-    }
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    // Where a subcommand is required, CLI11 leaves an unknown word (or flag)
+    // over and reports only "A subcommand is required": name what was given.
+    const CLI::App* at = &app;
+    while (!at->get_subcommands().empty()) at = at->get_subcommands().front();
+    if (at->get_require_subcommand_min() > 0 && at->get_subcommands().empty() && !at->remaining().empty()) {
+      std::string known;
+      for (const auto* sub : at->get_subcommands({})) known += (known.empty() ? "" : ", ") + sub->get_name();
+      const std::string word = at->remaining().front();
+      std::fprintf(stderr, "error: %s%s '%s' (expected one of: %s)\n", at == &app ? "" : (at->get_name() + ": ").c_str(),
+                   word.starts_with("-") ? "unknown option" : "unknown command", word.c_str(), known.c_str());
+      return 1;
+    }
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   } catch (const nextn::RefusedError& e) {

@@ -2,6 +2,7 @@
 // dtype validation, norm shifting, dense and MLX-affine weights.
 #include "io/checkpoint.h"
 
+#include <cstring>
 #include <set>
 
 #include "core/error.h"
@@ -9,11 +10,6 @@
 namespace nextn {
 
 namespace {
-
-bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
-bool ends_with(const std::string& s, const std::string& p) {
-  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
-}
 
 std::string shape_str(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -46,12 +42,12 @@ const char* layout_head(Layout l) { return l == Layout::Mlx ? "language_model.lm
 std::optional<Layout> detect_layout(const std::vector<std::string>& names, std::string* why) {
   bool mlx = false, cond = false, causal = false;
   for (const auto& n : names) {
-    if (starts_with(n, "language_model.model.")) {
+    if (n.starts_with("language_model.model.")) {
       mlx = true;
-    } else if (starts_with(n, "model.language_model.")) {
+    } else if (n.starts_with("model.language_model.")) {
       cond = true;
-    } else if (starts_with(n, "model.layers.") || starts_with(n, "model.embed_tokens.") ||
-               starts_with(n, "model.norm.")) {
+    } else if (n.starts_with("model.layers.") || n.starts_with("model.embed_tokens.") ||
+               n.starts_with("model.norm.")) {
       causal = true;
     }
   }
@@ -74,11 +70,11 @@ std::optional<Layout> detect_layout(const std::vector<std::string>& names, std::
 
 bool is_one_plus_norm(const std::string& logical_in) {
   std::string n = logical_in;
-  if (ends_with(n, ".weight")) n.resize(n.size() - 7);
+  if (n.ends_with(".weight")) n.resize(n.size() - 7);
   if (n == "norm" || n == "mtp.norm" || n == "mtp.pre_fc_norm_embedding" || n == "mtp.pre_fc_norm_hidden") return true;
-  if (!starts_with(n, "layers.") && !starts_with(n, "mtp.layers.")) return false;
-  return ends_with(n, ".input_layernorm") || ends_with(n, ".post_attention_layernorm") ||
-         ends_with(n, ".self_attn.q_norm") || ends_with(n, ".self_attn.k_norm");
+  if (!n.starts_with("layers.") && !n.starts_with("mtp.layers.")) return false;
+  return n.ends_with(".input_layernorm") || n.ends_with(".post_attention_layernorm") ||
+         n.ends_with(".self_attn.q_norm") || n.ends_with(".self_attn.k_norm");
 }
 
 Qwen35Checkpoint Qwen35Checkpoint::open(const std::string& dir) {
@@ -98,13 +94,13 @@ Qwen35Checkpoint Qwen35Checkpoint::open(const std::string& dir) {
   bool top = false, nested = false;
   std::set<std::string> mtp_layer_ids;
   for (const auto& n : names) {
-    if (starts_with(n, "mtp.")) top = true;
-    if (starts_with(n, "language_model.mtp.")) nested = true;
+    if (n.starts_with("mtp.")) top = true;
+    if (n.starts_with("language_model.mtp.")) nested = true;
   }
   ck.mtp_prefix_ = (!top && nested) ? "language_model.mtp." : "mtp.";
   const std::string layers_prefix = ck.mtp_prefix_ + "layers.";
   for (const auto& n : names) {
-    if (!starts_with(n, layers_prefix)) continue;
+    if (!n.starts_with(layers_prefix)) continue;
     std::string rest = n.substr(layers_prefix.size());
     std::string id = rest.substr(0, rest.find('.'));
     if (!id.empty() && id.find_first_not_of("0123456789") == std::string::npos) mtp_layer_ids.insert(id);
@@ -116,6 +112,18 @@ Qwen35Checkpoint Qwen35Checkpoint::open(const std::string& dir) {
   } else {
     ck.mtp_layers_ = static_cast<int>(mtp_layer_ids.size());
   }
+  // Both runtimes load mtp.layers.0 only; a deeper head would be silently
+  // truncated (and the default block size would count layers never run).
+  if (ck.mtp_layers_ > 1) {
+    const std::string where = ck.config_.mtp_num_hidden_layers >= 0
+                                  ? fmt::format("config.json: field 'mtp_num_hidden_layers' is {}", ck.mtp_layers_)
+                                  : fmt::format("{} {}* tensor layers are stored", ck.mtp_layers_, layers_prefix);
+    fail("{}: {}: nextn runs a single MTP layer (mtp.layers.0); multi-layer MTP heads are not supported", ck.dir_,
+         where);
+  }
+  // One count for everybody: runtimes carry the config, the CLI the checkpoint.
+  ck.config_.mtp_num_hidden_layers = ck.mtp_layers_;
+  ck.check_tied_head();
 
   // Norm convention from the first linear-attention layer's conv1d shape.
   ck.norms_shifted_ = ck.layout_ == Layout::Mlx;
@@ -133,21 +141,48 @@ Qwen35Checkpoint Qwen35Checkpoint::open(const std::string& dir) {
   return ck;
 }
 
+void Qwen35Checkpoint::check_tied_head() const {
+  const std::string head = stored_name("lm_head") + ".weight";
+  const TensorView* h = store_.find(head);
+  if (!config_.tie_word_embeddings) {
+    if (!h)
+      fail("{}: config.json: field 'tie_word_embeddings' is false but no '{}' is stored (an untied model needs its "
+           "own LM head)",
+           dir_, head);
+    return;
+  }
+  if (!h) return;
+  // Tied, yet a head is stored: transformers ties it to the embedding and
+  // ignores the stored bytes, so they must be the embedding's bytes.
+  const std::string embed = stored_name("embed_tokens");
+  for (const char* suffix : {".weight", ".scales", ".biases"}) {
+    const TensorView* a = store_.find(stored_name("lm_head") + suffix);
+    const TensorView* b = store_.find(embed + suffix);
+    if (!a && !b) continue;
+    const bool same = a && b && a->dtype == b->dtype && a->shape == b->shape && a->nbytes == b->nbytes &&
+                      std::memcmp(a->data, b->data, a->nbytes) == 0;
+    if (!same)
+      fail("{}: config.json: field 'tie_word_embeddings' is true but the stored '{}' differs from '{}{}' (set it "
+           "to false to use the stored head)",
+           dir_, head, embed, suffix);
+  }
+}
+
 std::string Qwen35Checkpoint::stored_name(const std::string& logical) const {
-  if (starts_with(logical, "mtp.")) return mtp_prefix_ + logical.substr(4);
-  if (logical == "lm_head" || starts_with(logical, "lm_head.")) return layout_head(layout_) + logical.substr(7);
+  if (logical.starts_with("mtp.")) return mtp_prefix_ + logical.substr(4);
+  if (logical == "lm_head" || logical.starts_with("lm_head.")) return layout_head(layout_) + logical.substr(7);
   return layout_prefix(layout_) + logical;
 }
 
 std::optional<std::string> Qwen35Checkpoint::logical_name(const std::string& stored) const {
-  if (starts_with(stored, mtp_prefix_)) return "mtp." + stored.substr(mtp_prefix_.size());
+  if (stored.starts_with(mtp_prefix_)) return "mtp." + stored.substr(mtp_prefix_.size());
   const std::string head = layout_head(layout_);
-  if (stored == head || starts_with(stored, head + ".")) return "lm_head" + stored.substr(head.size());
+  if (stored == head || stored.starts_with(head + ".")) return "lm_head" + stored.substr(head.size());
   const std::string prefix = layout_prefix(layout_);
-  if (starts_with(stored, prefix)) {
+  if (stored.starts_with(prefix)) {
     std::string rest = stored.substr(prefix.size());
-    if (layout_ == Layout::CausalLM && starts_with(rest, "language_model.")) return std::nullopt;
-    if (starts_with(rest, "visual.")) return std::nullopt;
+    if (layout_ == Layout::CausalLM && rest.starts_with("language_model.")) return std::nullopt;
+    if (rest.starts_with("visual.")) return std::nullopt;
     return rest;
   }
   return std::nullopt;

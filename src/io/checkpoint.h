@@ -48,7 +48,10 @@ struct WeightRef {
 
 class Qwen35Checkpoint {
  public:
-  static Qwen35Checkpoint open(const std::string& dir);  // throws Error
+  // Throws Error; also for a config that contradicts the tensors (more than
+  // one MTP layer, tie_word_embeddings false without a stored LM head, or true
+  // with a stored head whose bytes differ from the embedding's).
+  static Qwen35Checkpoint open(const std::string& dir);
 
   const Qwen35Config& config() const { return config_; }
   Layout layout() const { return layout_; }
@@ -57,7 +60,10 @@ class Qwen35Checkpoint {
   // True when the (1+w) norms are stored as the real gamma (mlx-converted,
   // detected by conv1d stored [C, K, 1]).
   bool norms_shifted() const { return norms_shifted_; }
-  int mtp_layers() const { return mtp_layers_; }  // 0 when the checkpoint has no MTP head
+  // 0 when the checkpoint has no MTP head, else 1: open() refuses more (the
+  // runtimes run mtp.layers.0 only). config().mtp_num_hidden_layers is set to
+  // the same count, so runtimes and the CLI derive the same default block size.
+  int mtp_layers() const { return mtp_layers_; }
 
   bool has(const std::string& logical) const;  // "<logical>.weight" (or bare name) stored
   // A linear/embedding weight; shape checked against [rows, cols] (for a
@@ -86,6 +92,8 @@ class Qwen35Checkpoint {
   void validate() const;
 
  private:
+  void check_tied_head() const;
+
   std::string dir_;
   Qwen35Config config_;
   TensorStore store_;

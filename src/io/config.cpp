@@ -54,7 +54,7 @@ json parse_json(const std::string& text, const std::string& file) {
   } catch (const json::parse_error& e) {
     std::string what = e.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> drop the tag
-    if (auto p = what.find("] "); p != std::string::npos && what.rfind("[json.exception", 0) == 0)
+    if (auto p = what.find("] "); p != std::string::npos && what.starts_with("[json.exception"))
       what = what.substr(p + 2);
     for (char& c : what)
       if (c == '\n' || c == '\r') c = ' ';
@@ -197,12 +197,20 @@ QuantConfig parse_quant(const std::string& file, const json& root) {
   }
   const json& q = *it;
   if (!q.is_object()) fail("{}: field '{}': expected an object, got {}", file, key, type_word(q));
-  // A non-MLX quantization_config (fp8, gptq, awq, ...) names its method and has no bits.
-  if (auto m = q.find("quant_method"); m != q.end() && q.find("bits") == q.end()) {
-    std::string method = m->is_string() ? m->get<std::string>() : std::string("?");
-    fail("{}: field '{}.quant_method': unsupported quantization method '{}' (supported: MLX affine, "
-         "{{\"bits\", \"group_size\", \"mode\": \"affine\"}})",
-         file, key, printable(method));
+  // transformers' quantizers (gptq, awq, bitsandbytes, compressed-tensors,
+  // fp8, ...) always write `quant_method`; MLX's affine block never does. A
+  // GPTQ or AWQ block also carries bits and group_size, so without this check
+  // it would pass for MLX affine and fail later as a missing tensor.
+  for (const char* k : {"quantization", "quantization_config"}) {
+    auto blk = root.find(k);
+    if (blk == root.end() || !blk->is_object()) continue;
+    auto m = blk->find("quant_method");
+    if (m == blk->end()) continue;
+    const std::string method = m->is_string() ? printable(m->get<std::string>()) : std::string(type_word(*m));
+    fail("{}: field '{}.quant_method': '{}' quantization is not supported (nextn reads MLX affine quantization: "
+         "{{\"bits\": 4 or 8, \"group_size\": 32, 64 or 128, \"mode\": \"affine\"}}; quantize the unquantized "
+         "checkpoint with `nextn quantize`)",
+         file, k, method);
   }
   qc.present = true;
   qc.defaults = parse_quant_params(file, q, key, nullptr);
@@ -219,7 +227,7 @@ QuantConfig parse_quant(const std::string& file, const json& root) {
         qc.overrides[k] = std::nullopt;
       }
     }
-    // Other scalar keys (metadata such as "quant_method") are ignored.
+    // Other scalar keys are ignored.
   }
   return qc;
 }
@@ -379,15 +387,9 @@ Qwen35Config parse_qwen35_config(const std::string& config_json, const std::stri
       if (rd <= 0 || rd % 2 != 0)
         r.bad(factor_path, fmt::format("rotary dim int(head_dim {} * {}) = {} must be even and positive", c.head_dim,
                                        c.partial_rotary_factor, rd));
-      c.mrope_section = {11, 11, 10};
-      if (auto f = rr.find("mrope_section")) {
-        if (!f->value->is_array() || f->value->size() > 16)
-          rr.bad(f->path, "expected a list of at most 16 non-negative integers");
-        c.mrope_section.clear();
-        for (size_t i = 0; i < f->value->size(); ++i)
-          c.mrope_section.push_back(rr.nonneg_int(Found{&(*f->value)[i], fmt::format("{}[{}]", f->path, i)}, 1 << 20));
-      }
     }
+    // mrope_section is not read: nextn decodes text only, where the three
+    // M-RoPE position streams are equal, so the section split changes nothing.
 
     // ---- MTP ----
     if (auto f = r.find("mtp_num_hidden_layers")) c.mtp_num_hidden_layers = r.nonneg_int(*f, kMaxLayers);
@@ -434,6 +436,7 @@ Qwen35Config load_qwen35_config(const std::string& dir) {
   if (!fs::is_regular_file(cfg, ec) || !read(cfg, text)) fail("{}: cannot read config.json", dir);
   const fs::path gen = fs::path(dir) / "generation_config.json";
   std::string gtext;
+  if (fs::exists(gen, ec) && !fs::is_regular_file(gen, ec)) fail("{}: not a regular file", gen.string());
   if (fs::is_regular_file(gen, ec)) {
     if (!read(gen, gtext)) fail("{}: cannot read", gen.string());
     return parse_qwen35_config(text, cfg.string(), &gtext, gen.string());

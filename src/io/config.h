@@ -6,15 +6,18 @@
 //     an error listing the supported types. A null value counts as absent.
 //  2. layer_types: the explicit list, else full_attention_interval (default 4):
 //     layer i is full attention iff (i+1) % interval == 0.
-//  3. rope: `rope_parameters` {rope_theta, partial_rotary_factor,
-//     mrope_section}, then top-level keys of the same names, then
-//     transformers' defaults (theta 10000, factor 0.25, section [11,11,10]).
+//  3. rope: `rope_parameters` {rope_theta, partial_rotary_factor}, then
+//     top-level keys of the same names, then transformers' defaults (theta
+//     10000, factor 0.25). mrope_section is not read: for text-only input the
+//     three M-RoPE position streams are equal and the split changes nothing.
 //  4. EOS: generation_config.json `eos_token_id`, then config (text_config,
 //     then top level); int or list; none when null/absent everywhere.
 //  5. mtp_num_hidden_layers from the config, else counted from `mtp.layers.*`
 //     tensors by the checkpoint loader (-1 here means "not in the config").
 //  6. quantization (top level): `quantization`, else `quantization_config`;
-//     only mode "affine"; per-module overrides keyed by module path.
+//     only MLX affine (mode "affine"); per-module overrides keyed by module
+//     path. A block with `quant_method` (GPTQ, AWQ, bitsandbytes,
+//     compressed-tensors, FP8, ...) is an error naming the method.
 //  Required: model_type, hidden_size, num_hidden_layers, intermediate_size,
 //  vocab_size, num_attention_heads, num_key_value_heads. Every other field
 //  falls back to transformers' Qwen3_5TextConfig default.
@@ -60,10 +63,9 @@ struct Qwen35Config {
   float rms_norm_eps = 1e-6f;
   double rope_theta = 10000.0;
   double partial_rotary_factor = 0.25;
-  std::vector<int> mrope_section;
   bool attn_output_gate = true;
   bool tie_word_embeddings = false;
-  int max_position_embeddings = 32768;
+  int max_position_embeddings = 32768;  // a runtime holding more positions is refused (make_runtime)
   std::vector<bool> full_attention;  // per layer: true = gated full attention, false = Gated DeltaNet
   int mtp_num_hidden_layers = -1;     // -1: not given by the config
   std::vector<int> eos_token_ids;     // empty: generate to -n

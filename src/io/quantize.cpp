@@ -67,11 +67,6 @@ void quantize_affine(const float* w, int64_t rows, int64_t cols, int bits, int g
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& p) {
-  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
-}
-bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
-
 // Runs f(begin, end) over [0, n) split across the machine's cores.
 template <typename F>
 void parallel_rows(int64_t n, F f) {
@@ -127,7 +122,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
   const std::vector<std::string> names = store.names();
   if (ck.config().quant.present) fail("{}: already quantized (config.json has 'quantization')", ck.dir());
   for (const auto& n : names)
-    if (ends_with(n, ".scales")) fail("{}: already quantized (tensor '{}')", ck.dir(), n);
+    if (n.ends_with(".scales")) fail("{}: already quantized (tensor '{}')", ck.dir(), n);
   ck.validate();  // a broken input fails here, before anything is written
 
   // The output directory must not be the input nor hold another checkpoint.
@@ -137,7 +132,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
     if (fs::equivalent(out_dir, in_dir, ec)) fail("{}: the output directory is the input directory", out_dir);
     for (const auto& e : fs::directory_iterator(out_dir, ec)) {
       const std::string f = e.path().filename().string();
-      if (ends_with(f, ".safetensors") || f == "model.safetensors.index.json")
+      if (f.ends_with(".safetensors") || f == "model.safetensors.index.json")
         fail("{}: already holds {}; remove it or choose another output directory", out_dir, f);
     }
   } else {
@@ -167,15 +162,15 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
       continue;
     }
     std::string oname;
-    if (starts_with(*logical, "mtp.")) {
+    if (logical->starts_with("mtp.")) {
       oname = *logical;
-    } else if (*logical == "lm_head" || starts_with(*logical, "lm_head.")) {
+    } else if (*logical == "lm_head" || logical->starts_with("lm_head.")) {
       oname = "language_model." + *logical;
     } else {
       oname = "language_model.model." + *logical;
     }
 
-    if (is_one_plus_norm(*logical) && ends_with(*logical, ".weight")) {
+    if (is_one_plus_norm(*logical) && logical->ends_with(".weight")) {
       if (!is_float_dtype(t.dtype)) fail("{}: tensor '{}': dtype {}, expected a float norm", ck.dir(), name, dtype_name(t.dtype));
       if (ck.norms_shifted()) {
         out.push_back({oname, t.dtype, t.shape, t.data, t.nbytes});
@@ -191,7 +186,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
       }
       continue;
     }
-    if (ends_with(*logical, ".conv1d.weight") && t.shape.size() == 3) {
+    if (logical->ends_with(".conv1d.weight") && t.shape.size() == 3) {
       // [C, 1, K] (HF) and [C, K, 1] (MLX) are the same bytes.
       std::vector<int64_t> shape = t.shape;
       if (shape[1] == 1) std::swap(shape[1], shape[2]);
@@ -199,7 +194,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
       ++rep.kept;
       continue;
     }
-    if (t.shape.size() == 2 && ends_with(*logical, ".weight") && is_float_dtype(t.dtype)) {
+    if (t.shape.size() == 2 && logical->ends_with(".weight") && is_float_dtype(t.dtype)) {
       const int64_t rows = t.shape[0], cols = t.shape[1];
       if (cols % group != 0 || rows == 0) {
         out.push_back({oname, t.dtype, t.shape, t.data, t.nbytes});

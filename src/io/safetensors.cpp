@@ -76,7 +76,7 @@ std::optional<std::string> parse_json_strict(const char* begin, const char* end,
   } catch (const json::exception& e) {
     // nlohmann messages are one line: "[json.exception.parse_error.101] parse error at line 1, ..."
     std::string msg = e.what();
-    if (auto p = msg.find("] "); msg.rfind("[json.exception", 0) == 0 && p != std::string::npos) msg = msg.substr(p + 2);
+    if (auto p = msg.find("] "); msg.starts_with("[json.exception") && p != std::string::npos) msg = msg.substr(p + 2);
     return "invalid JSON: " + printable(msg);
   }
   if (dup) return fmt::format("duplicate key '{}'", printable(*dup));
@@ -192,7 +192,8 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t size, co
 }
 
 std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (fstat rejects it next).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -247,6 +248,8 @@ namespace {
 void open_indexed(const fs::path& dir, const fs::path& index_path, std::vector<std::unique_ptr<SafetensorsFile>>& files,
                   std::map<std::string, const TensorView*>& index) {
   const std::string ip = index_path.string();
+  std::error_code ec;
+  if (!fs::is_regular_file(index_path, ec)) fail("{}: not a regular file", ip);  // a FIFO would block the read
   std::ifstream in(index_path, std::ios::binary);
   if (!in) fail("{}: cannot open", ip);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

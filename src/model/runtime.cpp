@@ -2,6 +2,7 @@
 
 #include "backend/cpu/qwen35.h"
 #include "core/error.h"
+#include "io/checkpoint.h"
 #ifdef NEXTN_HAVE_CUDA
 #include "backend/cuda/qwen35.h"
 #endif
@@ -37,6 +38,14 @@ BackendKind parse_backend(const std::string& name) {
 
 std::unique_ptr<ModelRuntime> make_runtime(const Qwen35Checkpoint& ckpt, BackendKind kind, int max_tokens,
                                            int cpu_threads) {
+  if (max_tokens <= 0) fail("runtime capacity {} tokens: expected at least 1", max_tokens);
+  // The capacity bounds every position a run can reach (prompt + new tokens
+  // + one verify block of slack); the model was trained up to this limit.
+  const int limit = ckpt.config().max_position_embeddings;
+  if (max_tokens > limit)
+    fail("{}: this run needs up to {} positions (prompt + tokens to generate + verify block) but config.json's "
+         "max_position_embeddings is {}",
+         ckpt.dir(), max_tokens, limit);
   if (kind == BackendKind::Cpu) return make_cpu_runtime(ckpt, max_tokens, CpuRuntimeOptions{.threads = cpu_threads});
 #ifdef NEXTN_HAVE_CUDA
   return make_cuda_runtime(ckpt, max_tokens);

@@ -1,6 +1,7 @@
 #include "speculative/generate.h"
 
 #include <algorithm>
+#include <climits>
 #include <chrono>
 
 #include "core/error.h"
@@ -211,10 +212,8 @@ GenerateResult generate(ModelRuntime& rt, std::span<const int32_t> prompt, const
                         const std::vector<int32_t>* oracle_truth) {
   if (options.draft == DraftKind::None) return greedy_generate(rt, prompt, options.max_new_tokens, options.ignore_eos);
   GenerateOptions o = options;
-  if (o.block_size == 0) {  // -1: not in the config; Qwen3.5 ships one MTP layer
-    const int layers = rt.config().mtp_num_hidden_layers;
-    o.block_size = default_block_size(layers < 0 ? 1 : layers);
-  }
+  // Qwen35Checkpoint::open sets the config's count to the checkpoint's, as the CLI reads it.
+  if (o.block_size == 0) o.block_size = default_block_size(rt.config().mtp_num_hidden_layers);
   if (o.draft == DraftKind::Mtp) {
     MtpDrafter d(rt);
     return speculative_generate(rt, d, prompt, o);
@@ -231,7 +230,12 @@ GenerateResult generate(ModelRuntime& rt, std::span<const int32_t> prompt, const
 }
 
 int runtime_capacity(int prompt_tokens, int max_new_tokens, int block_size) {
-  return prompt_tokens + std::max(0, max_new_tokens) + std::max(1, block_size) + 1;
+  // Summed in 64 bits: -n near INT_MAX must be an error, not a signed overflow.
+  const int64_t cap = int64_t(prompt_tokens) + std::max(0, max_new_tokens) + std::max(1, block_size) + 1;
+  if (cap > INT_MAX)
+    fail("{} prompt tokens + {} new tokens + a verify block of {} need {} positions, more than a runtime holds ({})",
+         prompt_tokens, max_new_tokens, block_size, cap, INT_MAX);
+  return int(cap);
 }
 
 GenerateResult generate_fresh(const RuntimeFactory& factory, std::span<const int32_t> prompt,
