@@ -12,9 +12,15 @@ build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job on the shipped default model: MTP speculative greedy decoding.
+# The main job on the shipped default model (models/nextn-code-15m): a code
+# prompt continued by plain greedy decoding, then by MTP speculative decoding
+# (the same text; the stats line gives tokens/s and per-position acceptance).
+PROMPT ?= def fibonacci(n):
 run: build
-	$(BUILD)/nextn generate --prompt-ids 764,2009,1185,347,498,393,1093,1155,785,1252 -n 24 --draft mtp --block-size 3 --json
+	@echo "== greedy (--draft none)"
+	@$(BUILD)/nextn generate --prompt "$(PROMPT)" -n 48 --draft none
+	@echo "== MTP speculative decoding (--draft mtp --block-size 3)"
+	@$(BUILD)/nextn generate --prompt "$(PROMPT)" -n 48 --draft mtp --block-size 3
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -90,6 +90,37 @@ TEST_F(CliGenerate, DefaultBlockSizeAndModel) {
   EXPECT_EQ(r["tokens"].size(), 8u);
 }
 
+// Issue 10's "done when", on the shipped default model: a text prompt in,
+// recognizable code out, MTP output equal to plain greedy, and the trained
+// MTP head's first draft accepted in more than half of the rounds.
+TEST_F(CliGenerate, DefaultModelContinuesCodeWithAnAcceptedMtpHead) {
+  const std::string args = "generate --prompt \"def fibonacci(n):\" -n 48 --json";
+  const auto greedy = parse_json(run_cli(args + " --draft none"));
+  const auto mtp = parse_json(run_cli(args + " --draft mtp --block-size 3"));
+  EXPECT_EQ(mtp["tokens"], greedy["tokens"]);
+  ASSERT_TRUE(mtp["text"].is_string());
+  EXPECT_EQ(mtp["text"], greedy["text"]);
+  const std::string text = mtp["text"].get<std::string>();
+  EXPECT_NE(text.find("\n"), std::string::npos) << text;
+  EXPECT_TRUE(text.find("return") != std::string::npos || text.find("def ") != std::string::npos ||
+              text.find("self") != std::string::npos)
+      << text;
+  const auto& stats = mtp["stats"];
+  ASSERT_GT(stats["rounds"].get<int>(), 0);
+  EXPECT_GT(stats["accepted_at"][0].get<double>() / stats["rounds"].get<double>(), 0.5) << stats.dump();
+}
+
+TEST_F(CliGenerate, ChatWrapsThePromptInTheModelsTemplate) {
+  const auto plain = parse_json(run_cli("generate --prompt \"Sort a list\" -n 4 --json"));
+  const auto chat = parse_json(run_cli("generate --prompt \"Sort a list\" --chat -n 4 --json"));
+  // <|im_start|>user ... <|im_end|> <|im_start|>assistant ...: at least four more tokens.
+  EXPECT_GE(chat["stats"]["prompt_tokens"].get<int>(), plain["stats"]["prompt_tokens"].get<int>() + 4);
+  const auto no_prompt = run_cli("generate --prompt-ids 1,2 --chat -n 2");
+  EXPECT_EQ(no_prompt.code, 1);
+  ASSERT_EQ(no_prompt.err_lines().size(), 1u) << no_prompt.err;
+  EXPECT_NE(no_prompt.err.find("--chat"), std::string::npos) << no_prompt.err;
+}
+
 TEST_F(CliGenerate, PlainTextOutputAndStatsLine) {
   const auto r = run_cli("generate -m " + kTied + " " + kPrompt + " -n 6 --draft mtp");
   EXPECT_EQ(r.code, 0) << r.err;

@@ -2,6 +2,7 @@
 // (--draft mtp|oracle) with a selectable, counted verify arm. The output is
 // the same token ids either way; --json adds the counters (docs/speculative.md).
 #include <cstdio>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "bench/calibration.h"
@@ -11,6 +12,7 @@
 #include "io/checkpoint.h"
 #include "model/runtime.h"
 #include "speculative/generate.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/model_tokenizer.h"
 
 namespace nextn::cli {
@@ -29,16 +31,27 @@ struct GenerateArgs {
   double accept_rate = -1;
   uint64_t seed = 1;
   int block_size = 0, pad_width = 0, threads = 0;
-  bool ignore_eos = false, json = false;
+  bool ignore_eos = false, json = false, chat = false;
   CLI::Option *rate_opt = nullptr, *pattern_opt = nullptr, *block_opt = nullptr, *pad_opt = nullptr,
               *seed_opt = nullptr, *prompt_opt = nullptr, *ids_opt = nullptr, *cost_opt = nullptr;
 };
+
+// Per draft position i: the share of rounds whose draft i was accepted
+// (", accepted at draft 1..3: 0.78 0.59 0.41"); empty without drafts.
+std::string per_position_acceptance(const VerifyCounters& c) {
+  if (c.rounds == 0 || c.accepted_at.empty()) return "";
+  std::string out = fmt::format(", accepted at draft 1..{}:", c.accepted_at.size());
+  for (size_t i = 0; i < c.accepted_at.size(); ++i)
+    out += fmt::format(" {:.2f}", double(c.accepted_at[i]) / double(c.rounds));
+  return out;
+}
 
 void run(const GenerateArgs& a) {
   // Flags first: everything that can be refused without reading the model.
   if (a.prompt_opt->count() > 0 && a.ids_opt->count() > 0) fail("give --prompt or --prompt-ids, not both");
   const bool text_prompt = a.prompt_opt->count() > 0;
   if (!text_prompt && a.ids_opt->count() == 0) fail("no prompt: pass --prompt TEXT or token ids with --prompt-ids 1,2,3");
+  if (a.chat && !text_prompt) fail("--chat needs --prompt TEXT (it wraps the text as one user turn)");
   std::vector<int32_t> prompt;
   if (!text_prompt) prompt = parse_id_list(a.prompt_ids, "--prompt-ids");
   if (a.n < 0) fail("-n {} is negative", a.n);
@@ -62,8 +75,23 @@ void run(const GenerateArgs& a) {
       text_prompt ? std::optional<tok::Tokenizer>(tok::load_model_tokenizer(dir, "--prompt"))
                   : tok::load_model_tokenizer_if_present(dir);
   if (text_prompt) {
+    std::string text = a.prompt;
+    tok::EncodeOptions encode_options;
+    if (a.chat) {
+      // One user turn through the checkpoint's own template, as transformers'
+      // apply_chat_template(add_generation_prompt=True) renders it; the
+      // template writes any BOS itself, so the encoder adds none
+      // (add_special_tokens=False) and matches the special tokens it wrote.
+      const ChatTemplate chat_template = load_chat_template(dir);
+      nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+      messages.push_back({{"role", "user"}, {"content", a.prompt}});
+      ChatOptions chat_options;
+      chat_options.add_generation_prompt = true;
+      text = render_chat(chat_template, messages, chat_options);
+      encode_options.add_special_tokens = false;
+    }
     try {
-      prompt = tokenizer->encode(a.prompt);
+      prompt = tokenizer->encode(text, encode_options);
     } catch (const Error& e) {
       fail("--prompt: {}", e.what());
     }
@@ -119,11 +147,12 @@ void run(const GenerateArgs& a) {
   const auto& c = r.stats.counters;
   std::fprintf(stderr,
                "stats: draft %s, block_size %d, verify %s -> %s (runtime: %s), rounds %lld, drafted %lld, accepted %lld "
-               "(%.3f), rows_projected %lld, walk_rows %lld, %d tokens, stop %s, %.1f tokens/s decode, prefill %.3f "
-               "ms%s%s\n",
+               "(%.3f)%s, rows_projected %lld, walk_rows %lld, %d tokens, stop %s, %.1f "
+               "tokens/s decode, prefill %.3f ms%s%s\n",
                r.stats.draft.c_str(), c.block_size, c.verify_requested.c_str(), c.verify_chosen.c_str(),
                c.verify_taken.c_str(), (long long)c.rounds, (long long)c.drafted, (long long)c.accepted,
-               stats["acceptance"].get<double>(), (long long)c.rows_projected, (long long)c.walk_rows,
+               stats["acceptance"].get<double>(), per_position_acceptance(c).c_str(),
+               (long long)c.rows_projected, (long long)c.walk_rows,
                r.stats.generated, r.stats.stop.c_str(),
                r.stats.tokens_per_second(), r.stats.prefill_ms, r.stats.auto_reason.empty() ? "" : "; auto: ",
                r.stats.auto_reason.c_str());
@@ -151,6 +180,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--backend", a->backend, "cpu or cuda (default cpu)");
   add_threads_option(cmd, &a->threads);
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the EOS token");
+  cmd->add_flag("--chat", a->chat, "Render --prompt as one user turn with the model's chat template");
   cmd->add_flag("--json", a->json, "Print one JSON object: tokens, text (null without tokenizer.json), stats");
   cmd->callback([a] { run(*a); });
 }
