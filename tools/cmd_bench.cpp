@@ -186,7 +186,9 @@ void register_bench(CLI::App& app) {
   dec->add_option("--prompt-len", d->o.prompt_len, "Synthetic prompt length (default 64)");
   dec->add_option("-n", d->o.max_new_tokens, "Tokens to generate (default 64)");
   dec->add_option("--repeats", d->o.repeats, "Timed repeats after one warm-up (default 5)");
-  dec->add_option("--prefill-len", d->o.prefill_len, "Also time prefill of a prompt this long (separate runs)");
+  dec->add_option("--prefill-len", d->o.prefill_len, "Also time prefill of a prompt this long (separate runs)")
+      ->check(number())
+      ->check(CLI::NonNegativeNumber);
   dec->add_option("--draft", d->draft, "none (plain greedy, default) or mtp (speculative with the MTP head)");
   d->block_opt = dec->add_option("--block-size", d->o.block_size, "--draft mtp: verify width K (default: MTP layers + 2)");
   add_threads_option(dec, &d->threads);
@@ -201,7 +203,7 @@ void register_bench(CLI::App& app) {
   ver->add_option("--draft", v->draft, "Drafter: mtp (default) or oracle");
   v->rate_opt = ver->add_option("--accept-rate", v->accept_rate, "Oracle: probability each draft is the true token");
   v->pattern_opt = ver->add_option("--accept-pattern", v->pattern, "Oracle: 1 = true draft, 0 = wrong, cyclic");
-  v->seed_opt = ver->add_option("--seed", v->seed, "Oracle: RNG seed (default 1)");
+  v->seed_opt = ver->add_option("--seed", v->seed, "Oracle: RNG seed (default 1)")->check(non_negative());
   ver->add_option("--draft-cost", v->draft_cost,
                   "Oracle: free (default) or mtp (run the MTP draft chain for its cost, use the oracle's tokens)");
   ver->add_option("--pad-width", v->pad_width, "Pad arm width (default per K: next multiple of 16, at most 64)");

@@ -166,17 +166,18 @@ void register_generate(CLI::App& app) {
   cmd->add_option("-m,--model", a->model, "Checkpoint directory (default: the shipped model)");
   a->prompt_opt = cmd->add_option("--prompt", a->prompt, "Prompt text, encoded with the model's tokenizer.json");
   a->ids_opt = cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt as comma-separated token ids");
-  cmd->add_option("-n", a->n, "Tokens to generate (default 32)");
+  cmd->add_option("-n", a->n, "Tokens to generate (default 32)")->check(number());
   cmd->add_option("--draft", a->draft, "Drafter: none (plain greedy), mtp (the checkpoint's MTP head), oracle");
   a->rate_opt = cmd->add_option("--accept-rate", a->accept_rate, "Oracle: probability each draft is the true token");
   a->pattern_opt = cmd->add_option("--accept-pattern", a->pattern, "Oracle: 1 = true draft, 0 = wrong, cyclic");
-  a->seed_opt = cmd->add_option("--seed", a->seed, "Oracle: RNG seed for --accept-rate (default 1)");
+  a->seed_opt = cmd->add_option("--seed", a->seed, "Oracle: RNG seed for --accept-rate (default 1)")->check(non_negative());
   a->cost_opt = cmd->add_option("--draft-cost", a->draft_cost,
                                  "Oracle: free (default) or mtp (run the MTP draft chain for its cost, use the oracle's tokens)");
-  a->block_opt = cmd->add_option("--block-size", a->block_size, "Verify width K, 2..64 (default: MTP layers + 2)");
+  a->block_opt = cmd->add_option("--block-size", a->block_size, "Verify width K, 2..64 (default: MTP layers + 2)")->check(number());
   cmd->add_option("--verify", a->verify,
                  "Verify arm: batched, walk, pad, fused, auto (calibration, else the recorded winner per K; default batched)");
-  a->pad_opt = cmd->add_option("--pad-width", a->pad_width, "Pad arm width P, K < P <= 64 (default: next multiple of 16)");
+  a->pad_opt = cmd->add_option("--pad-width", a->pad_width, "Pad arm width P, K < P <= 64 (default: next multiple of 16)")
+                   ->check(number());
   cmd->add_option("--backend", a->backend, "cpu or cuda (default cpu)");
   add_threads_option(cmd, &a->threads);
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the EOS token");
