@@ -81,7 +81,6 @@ TEST_P(SpecExactness, SpeculativeEqualsGreedy) {
     return it->second;
   };
 
-  int runs = 0;
   int64_t accepted = 0, drafted = 0;
   const int K = c.block_size;
   {
@@ -112,13 +111,11 @@ TEST_P(SpecExactness, SpeculativeEqualsGreedy) {
         EXPECT_TRUE(v.empty()) << v.front();
         EXPECT_EQ(r.stats.counters.verify_taken, r.stats.counters.rounds > 0 ? verify_arm_name(arm) : "none");
         EXPECT_EQ(r.stats.counters.verify_chosen, verify_arm_name(arm));
-        ++runs;
         accepted += r.stats.counters.accepted;
         drafted += r.stats.counters.drafted;
       }
     }
   }
-  EXPECT_EQ(runs, 4 * 4);
   // The oracle must exercise drafts both ways, or the test proves little. (An
   // MTP head may accept nothing: the quantized fixtures' heads disagree with
   // their quantized targets; exactness holds all the same.)
