@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "tokenizer/jinja_ast.h"
+#include "tokenizer/utf8.h"
 
 namespace nextn::jinja {
 
@@ -175,24 +176,6 @@ class Lexer {
     }
   }
 
-  static void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-      out += char(cp);
-    } else if (cp < 0x800) {
-      out += char(0xC0 | (cp >> 6));
-      out += char(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += char(0xE0 | (cp >> 12));
-      out += char(0x80 | ((cp >> 6) & 0x3F));
-      out += char(0x80 | (cp & 0x3F));
-    } else {
-      out += char(0xF0 | (cp >> 18));
-      out += char(0x80 | ((cp >> 12) & 0x3F));
-      out += char(0x80 | ((cp >> 6) & 0x3F));
-      out += char(0x80 | (cp & 0x3F));
-    }
-  }
-
   // Python string literal escapes, as Jinja unescapes them.
   size_t lex_string(size_t pos, int line) {
     const char quote = src_[pos++];
@@ -230,12 +213,12 @@ class Lexer {
         case '\'': out += '\''; break;
         case '"': out += '"'; break;
         case '\n': break;
-        case 'x': append_utf8(out, hex(2)); break;
-        case 'u': append_utf8(out, hex(4)); break;
+        case 'x': tok::append_utf8(out, char32_t(hex(2))); break;
+        case 'u': tok::append_utf8(out, char32_t(hex(4))); break;
         case 'U': {
           const uint32_t cp = hex(8);
           if (cp > 0x10FFFF) throw Error(fmt::format("line {}: bad \\U escape in string literal", line));
-          append_utf8(out, cp);
+          tok::append_utf8(out, char32_t(cp));
           break;
         }
         default:  // Python keeps unknown escapes verbatim
