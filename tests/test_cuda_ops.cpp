@@ -1,5 +1,5 @@
-// Every CUDA op against the CPU reference ops on fresh random inputs
-// (relative error ||gpu - cpu|| / ||cpu||, bounds per METHOD.md: fp32
+// Every CUDA op against the CPU reference ops on random inputs from fixed
+// seeds (relative error ||gpu - cpu|| / ||cpu||, bounds per docs/kernels.md: fp32
 // arithmetic far under 1e-3, bf16 operands between 1e-3 and 1e-2), outputs
 // poisoned with NaN first; and batch invariance: a row computed alone equals
 // the same row inside a larger call, bit for bit. Skipped without a GPU.
