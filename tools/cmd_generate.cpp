@@ -19,12 +19,11 @@ namespace nextn::cli {
 namespace {
 
 struct GenerateArgs {
-  // --verify defaults to batched: the measured reason is the record behind
-  // speculative/recorded_winners.h (until the issue-11 H200 sweep lands: 27B
-  // q4, oracle 0.8, K = 3/4, docs/benchmark_results/cuda-backend-h200-2026-11-29.md:
-  // walk 0.966x/0.952x of batched, pad 0.998x/0.996x, fused 1.000x/0.999x;
-  // LEAD: replace with the sweep's per-K verdicts). `--verify auto` follows a
-  // calibration of this machine, else that record, per K.
+  // --verify defaults to batched, the measured winner at every K on the H200
+  // (docs/benchmark_results/mtp-verify-early-exit-decision-h200-2026-11-30.md:
+  // the walk 0.81-0.99x of batched, pad 0.98-1.00x, fused a tie at
+  // 0.998-1.008x) and on the CPU (speculative/recorded_winners.h).
+  // `--verify auto` follows a calibration of this machine, else that record, per K.
   std::string model, prompt, prompt_ids, draft = "none", pattern, verify = "batched", backend = "cpu",
                      draft_cost = "free";
   int n = 32;

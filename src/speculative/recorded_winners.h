@@ -5,13 +5,13 @@
 // smallest), and names the row in its reason.
 //
 // Why these values (the measured reason; update with the record):
-//  - cuda: batched at every K. Source until the issue-11 sweep lands: the
-//    preview in docs/benchmark_results/cuda-backend-h200-2026-11-29.md
-//    (27B q4, oracle 0.8, K = 3 and 4, 3 repeats): walk 0.966x / 0.952x of
-//    batched, pad 0.998x / 0.996x, fused 1.000x / 0.999x; no arm beat
-//    batched outside its own spread. LEAD: replace with the per-K winners and
-//    margins of docs/benchmark_results/mtp-verify-early-exit-decision-h200-<date>.md
-//    (scripts/device/sweep_verify.sh + sweep_tables.py print this table).
+//  - cuda: batched at every K. docs/benchmark_results/mtp-verify-early-exit-decision-h200-2026-11-30.md
+//    (H200, real-shape q4 4B and 27B, K = 3/4/8/16/32, oracle 0.6/0.8/0.9,
+//    drafting free and at MTP cost, 5 repeats ABBA, 27B repeated in a second
+//    call): the walk is 0.81-0.99x of batched (every row it takes reads the
+//    head again), pad 0.98-1.00x, fused 0.998-1.008x (a tie: it beat
+//    batched's whole spread in 5 of 80 cells, by under 1 %, and nowhere
+//    twice in a row). The early-exit ceiling is at most ~1 % of a round.
 //  - cpu: batched at every K. docs/benchmark_results/verify-arms-cpu-2026-11-29.md
 //    (fixture qwen35-causal-tied, MTP and oracle 0.8 drafters, K = 3..32):
 //    every arm's [min, max] over 7 repeats overlaps batched's at every K
@@ -30,8 +30,11 @@ struct RecordedWinner {
 };
 
 inline constexpr RecordedWinner kRecordedWinners[] = {
-    {"cuda", 3, VerifyArm::Batched, "docs/benchmark_results/cuda-backend-h200-2026-11-29.md"},
-    {"cuda", 4, VerifyArm::Batched, "docs/benchmark_results/cuda-backend-h200-2026-11-29.md"},
+    {"cuda", 3, VerifyArm::Batched, "docs/benchmark_results/mtp-verify-early-exit-decision-h200-2026-11-30.md"},
+    {"cuda", 4, VerifyArm::Batched, "docs/benchmark_results/mtp-verify-early-exit-decision-h200-2026-11-30.md"},
+    {"cuda", 8, VerifyArm::Batched, "docs/benchmark_results/mtp-verify-early-exit-decision-h200-2026-11-30.md"},
+    {"cuda", 16, VerifyArm::Batched, "docs/benchmark_results/mtp-verify-early-exit-decision-h200-2026-11-30.md"},
+    {"cuda", 32, VerifyArm::Batched, "docs/benchmark_results/mtp-verify-early-exit-decision-h200-2026-11-30.md"},
     {"cpu", 3, VerifyArm::Batched, "docs/benchmark_results/verify-arms-cpu-2026-11-29.md"},
     {"cpu", 4, VerifyArm::Batched, "docs/benchmark_results/verify-arms-cpu-2026-11-29.md"},
     {"cpu", 8, VerifyArm::Batched, "docs/benchmark_results/verify-arms-cpu-2026-11-29.md"},
