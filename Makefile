@@ -17,6 +17,7 @@ build: deps
 # (the same text; the stats line gives tokens/s and per-position acceptance).
 PROMPT ?= def fibonacci(n):
 run: build
+	@echo "== prompt: $(PROMPT)"
 	@echo "== greedy (--draft none)"
 	@$(BUILD)/nextn generate --prompt "$(PROMPT)" -n 48 --draft none
 	@echo "== MTP speculative decoding (--draft mtp --block-size 3)"
