@@ -226,7 +226,8 @@ void register_bench(CLI::App& app) {
   proj->add_option("--widths", *pw, "Comma-separated row counts (default 1,2,3,4,5,6,8,12,16,24,32)");
   proj->add_flag("--argmax", pr->argmax, "Fused projection + argmax (the head's production path)");
   proj->add_option("--repeats", pr->repeats, "Timed launches per width (default 30)");
-  proj->add_option("--splits", pr->splits, "Split-K override for tuning (default 0: the production choice)");
+  proj->add_option("--splits", pr->splits, "Split-K override for tuning (default 0: the production choice)")
+      ->check(number());
   proj->add_flag("--json", pr->json, "Print one JSON object");
   proj->callback([pr, pw] {
     pr->widths.clear();

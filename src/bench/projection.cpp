@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -14,10 +16,26 @@ namespace nextn::bench {
 
 int run_projection(const ProjectionOptions& o) {
   // Options first, so that bad input reads the same with or without CUDA.
-  int rows = 0, cols = 0, used = 0;
-  if (std::sscanf(o.shape.c_str(), "%dx%d%n", &rows, &cols, &used) != 2 || used != int(o.shape.size()) || rows < 1 ||
-      cols < 1)
-    fail("bench projection: --shape must be ROWSxCOLS, got '{}'", o.shape);
+  // ROWSxCOLS, each 1..2^24 (the largest head is 262144 x 16384): parsed
+  // whole, so "10x20junk" and out-of-range numbers are refused, never wrapped.
+  constexpr int64_t kMaxDim = int64_t(1) << 24;
+  int64_t dims[2] = {0, 0};
+  const char* p = o.shape.data();
+  const char* end = p + o.shape.size();
+  bool shape_ok = true;
+  for (int d = 0; d < 2 && shape_ok; ++d) {
+    const auto [next, ec] = std::from_chars(p, end, dims[d]);
+    shape_ok = ec == std::errc() && dims[d] >= 1 && dims[d] <= kMaxDim && (d == 1 ? next == end : next < end && *next == 'x');
+    p = next + 1;
+  }
+  if (!shape_ok) fail("bench projection: --shape must be ROWSxCOLS with each in 1..{}, got '{}'", kMaxDim, o.shape);
+  [[maybe_unused]] const int rows = int(dims[0]);  // read by the CUDA bench only
+  const int cols = int(dims[1]);
+  if (o.group_size != 32 && o.group_size != 64 && o.group_size != 128)
+    fail("bench projection: --group-size must be 32, 64 or 128, got {}", o.group_size);
+  for (int w : o.widths)
+    if (w < 1 || w > 64) fail("bench projection: --widths entries must be 1..64, got {}", w);
+  if (o.repeats < 1) fail("bench projection: --repeats must be at least 1, got {}", o.repeats);
   if (o.quant != "q4" && o.quant != "q8") fail("bench projection: --quant must be q4 or q8, got '{}'", o.quant);
   if (o.splits < 0 || (o.splits > 0 && (o.argmax || o.splits > cols / 128)))
     fail("bench projection: --splits {} must be 0 (automatic) or 1..{} without --argmax", o.splits, cols / 128);
