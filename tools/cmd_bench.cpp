@@ -7,6 +7,7 @@
 
 #include "bench/calibration.h"
 #include "bench/decode_bench.h"
+#include "bench/decode_breakdown.h"
 #include "bench/decode_roofline.h"
 #include "bench/machine.h"
 #include "bench/projection.h"
@@ -26,7 +27,7 @@ struct DecodeArgs {
   int threads = 0;
   CLI::Option* block_opt = nullptr;
   bench::DecodeBenchOptions o;
-  bool json = false;
+  bool json = false, breakdown = false;
 };
 
 void run_decode(const DecodeArgs& a) {
@@ -55,6 +56,8 @@ void run_decode(const DecodeArgs& a) {
   RuntimeFactory factory = [&ckpt, kind, threads](int cap) { return make_runtime(ckpt, kind, cap, threads); };
   if (kind == BackendKind::Cuda) factory = bench::probe_memory(factory, &fig);
   const auto r = bench::run_decode_bench(factory, ckpt.config().vocab_size, o);
+  bench::BreakdownReport breakdown;
+  if (a.breakdown) breakdown = bench::run_breakdown(factory, ckpt.config().vocab_size, o);
   bench::machine_end(machine, a.backend);
   const auto bytes = bench::decode_bytes(ckpt);
   const auto budget = bench::memory_budget(ckpt, fig.peak_capacity > 0 ? fig.peak_capacity : 1);
@@ -66,6 +69,7 @@ void run_decode(const DecodeArgs& a) {
     auto body = bench::decode_report_json(r, o);
     for (auto it = body.begin(); it != body.end(); ++it) j[it.key()] = it.value();
     j["roofline"] = bench::roofline_json(bytes, budget, fig, r.decode.median);
+    if (a.breakdown) j["breakdown"] = bench::breakdown_json(breakdown);
     j["machine"] = bench::machine_json(machine);
     std::printf("%s\n", j.dump().c_str());
     return;
@@ -76,6 +80,7 @@ void run_decode(const DecodeArgs& a) {
               o.draft == DraftKind::None ? "plain greedy" : "speculative, MTP drafts");
   std::printf("%s", bench::decode_table_text(r, o).c_str());
   std::printf("%s", bench::roofline_text(bytes, budget, fig, r.decode.median, 0).c_str());
+  if (a.breakdown) std::printf("%s", bench::breakdown_text(breakdown).c_str());
   std::printf("%s", bench::machine_text(machine).c_str());
 }
 
@@ -193,6 +198,8 @@ void register_bench(CLI::App& app) {
   d->block_opt = dec->add_option("--block-size", d->o.block_size, "--draft mtp: verify width K (default: MTP layers + 2)");
   add_threads_option(dec, &d->threads);
   dec->add_flag("--json", d->json, "Print one JSON object");
+  dec->add_flag("--breakdown", d->breakdown,
+                "Also time each operation class per token / round / prefill (CUDA: timing events in the graphs)");
   dec->callback([d] { run_decode(*d); });
 
   auto v = std::make_shared<VerifyArgs>();

@@ -41,6 +41,7 @@ DecodeBenchReport run_decode_bench(const RuntimeFactory& factory, int vocab, con
     r.decode_tps.push_back(g.stats.tokens_per_second());
     r.prefill_ms.push_back(g.stats.prefill_ms);
     r.decode_ms_per_token.push_back(g.stats.decode_ms / double(std::max(1, g.stats.generated - 1)));
+    r.decode_ms_per_round.push_back(g.stats.decode_ms / double(std::max<int64_t>(1, g.stats.counters.rounds)));
   }
   if (o.prefill_len > 0) {
     const auto long_prompt = synthetic_prompt(o.prefill_len, vocab);
@@ -61,6 +62,7 @@ DecodeBenchReport run_decode_bench(const RuntimeFactory& factory, int vocab, con
   r.decode = summarize(r.decode_tps);
   r.prefill_time = summarize(r.prefill_ms);
   r.per_token = summarize(r.decode_ms_per_token);
+  r.per_round = summarize(r.decode_ms_per_round);
   return r;
 }
 
@@ -70,9 +72,11 @@ std::string decode_table_text(const DecodeBenchReport& r, const DecodeBenchOptio
   s += fmt::format("  prefill tokens/s  {:>32}   ({} ms)\n", format_summary(r.prefill, 1), format_summary(r.prefill_time, 3));
   s += fmt::format("  decode tokens/s   {:>32}   ({} ms/token)\n", format_summary(r.decode, 1),
                    format_summary(r.per_token, 4));
-  if (o.draft != DraftKind::None)
+  if (o.draft != DraftKind::None) {
     s += fmt::format("  draft {}, block size {}: accepted {} of {} drafts ({:.3f})\n", draft_kind_name(o.draft),
                      o.block_size, r.accepted, r.drafted, r.drafted ? double(r.accepted) / double(r.drafted) : 0.0);
+    s += fmt::format("  ms per round      {:>32}\n", format_summary(r.per_round, 4));
+  }
   if (o.prefill_len > 0)
     s += fmt::format("  prefill {} tokens/s {:>{}}   ({} ms; separate runs)\n", o.prefill_len,
                      format_summary(r.long_prefill, 1), std::max<int>(1, 28 - int(std::to_string(o.prefill_len).size())),
@@ -89,6 +93,7 @@ nlohmann::ordered_json decode_report_json(const DecodeBenchReport& r, const Deco
     j["drafted"] = r.drafted;
     j["accepted"] = r.accepted;
     j["acceptance"] = r.drafted ? double(r.accepted) / double(r.drafted) : 0.0;
+    j["decode_ms_per_round"] = summary_json(r.per_round);
   }
   j["prefill_tokens_per_second"] = summary_json(r.prefill);
   j["decode_tokens_per_second"] = summary_json(r.decode);

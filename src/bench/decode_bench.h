@@ -22,8 +22,8 @@ struct DecodeBenchOptions {
 };
 
 struct DecodeBenchReport {
-  std::vector<double> prefill_tps, decode_tps, prefill_ms, decode_ms_per_token;
-  Summary prefill, decode, prefill_time, per_token;
+  std::vector<double> prefill_tps, decode_tps, prefill_ms, decode_ms_per_token, decode_ms_per_round;
+  Summary prefill, decode, prefill_time, per_token, per_round;  // per_round: decode ms / rounds (Mtp)
   int generated = 0;
   int64_t drafted = 0, accepted = 0;  // Mtp: totals over the timed repeats
   std::vector<double> long_prefill_tps, long_prefill_ms;  // prefill_len runs

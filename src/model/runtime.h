@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "io/config.h"
 
@@ -26,6 +27,13 @@ struct MtpWork {
 };
 
 class Qwen35Checkpoint;
+
+// One operation class's measured device time (ModelRuntime::op_timings).
+struct OpTiming {
+  std::string op;      // e.g. "gdn.rec", "mlp.down", "mtp.attn.qkv", "head_fused"
+  int64_t count = 0;   // intervals measured (one per launch of the class)
+  double ms = 0.0;     // their summed device time
+};
 
 // The kernel path of an LM-head call, as recorded by the code that ran it.
 enum class HeadPath : int32_t { None = 0, Batched = 1, Padded = 2, Fused = 3, Walk = 4, WalkFlag = 5 };
@@ -99,6 +107,17 @@ class ModelRuntime {
   virtual void mtp_draft(int n, int32_t* out);
   // Counters of the MTP head's work so far (see MtpWork); reset() clears them.
   virtual MtpWork mtp_work() const = 0;
+
+  // ---- where the time goes (bench decode --breakdown) ----
+  // Device time per operation class, summed since construction or
+  // clear_op_timings(): only when the backend measures it (CUDA with
+  // NEXTN_CUDA_PROFILE=1 places timing events between the operations of its
+  // graphs); otherwise empty.
+  virtual std::vector<OpTiming> op_timings() const { return {}; }
+  virtual void clear_op_timings() {}
+  // Kernels launched so far (CUDA: the kernel nodes of every graph replayed);
+  // 0 where the backend does not launch kernels.
+  virtual int64_t kernels_launched() const { return 0; }
 };
 
 enum class BackendKind { Cpu, Cuda };

@@ -3,6 +3,7 @@
 // not depend on how the work is split. Also the walk's compare step.
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace nextn::cuda {
@@ -25,6 +26,7 @@ __device__ ArgMax block_argmax(ArgMax a) {
 
 // First pass: block (chunk, t) -> the best of logits[t][chunk * 4096 ...].
 __global__ void __launch_bounds__(256) argmax_chunks_kernel(const float* logits, int V, int ld, ArgMax* pairs) {
+  pdl_prologue();
   const int t = blockIdx.y, n_chunks = gridDim.x;
   const float* row = logits + size_t(t) * ld;
   const int begin = blockIdx.x * kArgmaxChunk, end = min(V, begin + kArgmaxChunk);
@@ -44,6 +46,7 @@ __device__ ArgMax reduce_pairs(const ArgMax* pairs, int n) {
 
 __global__ void __launch_bounds__(256) argmax_pairs_kernel(const ArgMax* pairs, int n_blocks, int32_t* out,
                                                            const int* stop, HeadCounters* calls) {
+  pdl_prologue();
   if (stop != nullptr && *stop != 0) return;
   const int t = blockIdx.x;
   const ArgMax a = reduce_pairs(pairs + size_t(t) * n_blocks, n_blocks);
@@ -56,6 +59,7 @@ __global__ void __launch_bounds__(256) argmax_pairs_kernel(const ArgMax* pairs, 
 __global__ void __launch_bounds__(256) walk_compare_kernel(const ArgMax* pairs, int n_blocks, int j,
                                                            const int32_t* drafts, int n_drafts, int32_t* out,
                                                            int* stop, int* count, HeadCounters* counters) {
+  pdl_prologue();
   if (*stop != 0) return;
   const ArgMax a = reduce_pairs(pairs, n_blocks);
   if (threadIdx.x == 0) {
@@ -77,6 +81,7 @@ __global__ void __launch_bounds__(256) walk_step_kernel(const ArgMax* pairs, int
                                                         int count_slot, const uint4* rows, int row_vecs, uint4* next,
                                                         HeadCounters* counters, cudaGraphConditionalHandle handle,
                                                         int use_handle) {
+  pdl_prologue();
   __shared__ int go;
   const int j = state[0];
   const ArgMax a = reduce_pairs(pairs, n_blocks);
@@ -109,21 +114,21 @@ void argmax_rows(const float* logits, int T, int V, int ld, void* scratch, int32
                  HeadCounters* calls) {
   const int n_chunks = ceil_div(V, kArgmaxChunk);
   auto* pairs = static_cast<ArgMax*>(scratch);
-  argmax_chunks_kernel<<<dim3(unsigned(n_chunks), unsigned(T)), 256, 0, s>>>(logits, V, ld, pairs);
+  CUDA_CHECK(launch_kernel(argmax_chunks_kernel, dim3(unsigned(n_chunks), unsigned(T)), 256, 0, s, logits, V, ld, pairs));
   CUDA_CHECK_LAUNCH("argmax_chunks_kernel");
   argmax_pairs(pairs, T, n_chunks, out, nullptr, s, calls);
 }
 
 void argmax_pairs(const void* pairs, int T, int n_blocks, int32_t* out, const int* stop, cudaStream_t s,
                   HeadCounters* calls) {
-  argmax_pairs_kernel<<<unsigned(T), 256, 0, s>>>(static_cast<const ArgMax*>(pairs), n_blocks, out, stop, calls);
+  CUDA_CHECK(launch_kernel(argmax_pairs_kernel, unsigned(T), 256, 0, s, static_cast<const ArgMax*>(pairs), n_blocks, out, stop, calls));
   CUDA_CHECK_LAUNCH("argmax_pairs_kernel");
 }
 
 void walk_compare_pairs(const void* pairs, int n_blocks, int j, const int32_t* drafts, int n_drafts, int32_t* out,
                         int* stop, int* count, cudaStream_t s, HeadCounters* counters) {
-  walk_compare_kernel<<<1, 256, 0, s>>>(static_cast<const ArgMax*>(pairs), n_blocks, j, drafts, n_drafts, out, stop,
-                                        count, counters);
+  CUDA_CHECK(launch_kernel(walk_compare_kernel, 1, 256, 0, s, static_cast<const ArgMax*>(pairs), n_blocks, j, drafts, n_drafts, out, stop,
+                                        count, counters));
   CUDA_CHECK_LAUNCH("walk_compare_kernel");
 }
 
@@ -131,9 +136,9 @@ void walk_step_pairs(const void* pairs, int n_blocks, int* state, const int32_t*
                      int count_slot, const void* rows, int row_bytes, void* next, HeadCounters* counters,
                      cudaGraphConditionalHandle handle, int use_handle, cudaStream_t s) {
   if (row_bytes % 16 != 0) fail("walk_step: row of {} bytes is not a multiple of 16", row_bytes);
-  walk_step_kernel<<<1, 256, 0, s>>>(static_cast<const ArgMax*>(pairs), n_blocks, state, drafts, n_last, out,
+  CUDA_CHECK(launch_kernel(walk_step_kernel, 1, 256, 0, s, static_cast<const ArgMax*>(pairs), n_blocks, state, drafts, n_last, out,
                                      count_slot, static_cast<const uint4*>(rows), row_bytes / 16,
-                                     static_cast<uint4*>(next), counters, handle, use_handle);
+                                     static_cast<uint4*>(next), counters, handle, use_handle));
   CUDA_CHECK_LAUNCH("walk_step_kernel");
 }
 

@@ -8,6 +8,7 @@
 // its position and the cache, never on how many queries share the launch.
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace nextn::cuda {
@@ -21,6 +22,7 @@ __global__ void __launch_bounds__(kMaxHeadDim) attn_prepare_kernel(AttnShape a, 
                                                                    const float* q_norm, const float* k_norm,
                                                                    const float* inv_freq, const int* pos0,
                                                                    float* qout, TX* kc, TX* vc) {
+  pdl_prologue();
   __shared__ float scratch[32];
   __shared__ float xn[kMaxHeadDim];
   const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x, hd = a.hd;
@@ -59,6 +61,7 @@ template <typename TX>
 __global__ void __launch_bounds__(kAttnThreads) attn_split_kernel(AttnShape a, const float* q, const TX* kc,
                                                                   const TX* vc, const int* pos0, int max_splits,
                                                                   float scale, float* partial) {
+  pdl_prologue();
   __shared__ float qs[kMaxHeadDim];
   __shared__ float sc[kAttnSplit];
   __shared__ float scratch[32];
@@ -109,6 +112,7 @@ template <typename TX>
 __global__ void __launch_bounds__(kMaxHeadDim) attn_combine_kernel(AttnShape a, const float* partial, int max_splits,
                                                                    const float* proj, int ld, const int* pos0,
                                                                    TX* out) {
+  pdl_prologue();
   const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x, hd = a.hd;
   const int nk = *pos0 + t + 1;
   const int nsplit = (nk + kAttnSplit - 1) / kAttnSplit;
@@ -139,11 +143,11 @@ void attn_prepare(const AttnShape& a, const float* proj, int ld, int T, const fl
                   cudaStream_t s) {
   const dim3 grid(unsigned(a.Hq + a.Hkv), unsigned(T));
   if (act == Act::BF16)
-    attn_prepare_kernel<bf16><<<grid, a.hd, 0, s>>>(a, proj, ld, q_norm, k_norm, inv_freq, pos, qout,
-                                                    static_cast<bf16*>(kcache), static_cast<bf16*>(vcache));
+    CUDA_CHECK(launch_kernel(attn_prepare_kernel<bf16>, grid, a.hd, 0, s, a, proj, ld, q_norm, k_norm, inv_freq, pos, qout,
+                                                    static_cast<bf16*>(kcache), static_cast<bf16*>(vcache)));
   else
-    attn_prepare_kernel<float><<<grid, a.hd, 0, s>>>(a, proj, ld, q_norm, k_norm, inv_freq, pos, qout,
-                                                     static_cast<float*>(kcache), static_cast<float*>(vcache));
+    CUDA_CHECK(launch_kernel(attn_prepare_kernel<float>, grid, a.hd, 0, s, a, proj, ld, q_norm, k_norm, inv_freq, pos, qout,
+                                                     static_cast<float*>(kcache), static_cast<float*>(vcache)));
   CUDA_CHECK_LAUNCH("attn_prepare_kernel");
 }
 
@@ -155,20 +159,20 @@ void attention(const AttnShape& a, const float* q, const void* kcache, const voi
   const dim3 grid(unsigned(std::min(max_splits, 16)), unsigned(a.Hq), unsigned(T));
   const float scale = 1.0f / sqrtf(float(a.hd));
   if (act == Act::BF16)
-    attn_split_kernel<bf16><<<grid, kAttnThreads, 0, s>>>(a, q, static_cast<const bf16*>(kcache),
+    CUDA_CHECK(launch_kernel(attn_split_kernel<bf16>, grid, kAttnThreads, 0, s, a, q, static_cast<const bf16*>(kcache),
                                                           static_cast<const bf16*>(vcache), pos, max_splits, scale,
-                                                          partial);
+                                                          partial));
   else
-    attn_split_kernel<float><<<grid, kAttnThreads, 0, s>>>(a, q, static_cast<const float*>(kcache),
+    CUDA_CHECK(launch_kernel(attn_split_kernel<float>, grid, kAttnThreads, 0, s, a, q, static_cast<const float*>(kcache),
                                                            static_cast<const float*>(vcache), pos, max_splits, scale,
-                                                           partial);
+                                                           partial));
   CUDA_CHECK_LAUNCH("attn_split_kernel");
   const dim3 grid2(unsigned(a.Hq), unsigned(T));
   if (act == Act::BF16)
-    attn_combine_kernel<bf16><<<grid2, a.hd, 0, s>>>(a, partial, max_splits, proj, ld, pos, static_cast<bf16*>(out));
+    CUDA_CHECK(launch_kernel(attn_combine_kernel<bf16>, grid2, a.hd, 0, s, a, partial, max_splits, proj, ld, pos, static_cast<bf16*>(out)));
   else
-    attn_combine_kernel<float><<<grid2, a.hd, 0, s>>>(a, partial, max_splits, proj, ld, pos,
-                                                      static_cast<float*>(out));
+    CUDA_CHECK(launch_kernel(attn_combine_kernel<float>, grid2, a.hd, 0, s, a, partial, max_splits, proj, ld, pos,
+                                                      static_cast<float*>(out)));
   CUDA_CHECK_LAUNCH("attn_combine_kernel");
 }
 

@@ -3,6 +3,7 @@
 // input with zero padding.
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/weights.cuh"
 
@@ -11,6 +12,7 @@ namespace {
 
 template <WKind WK>
 __global__ void __launch_bounds__(256) embed_kernel(DevMatrix E, const int32_t* tokens, float* x, int ldx) {
+  pdl_prologue();
   const int t = blockIdx.x;
   const int tok = tokens[t];
   for (int c = threadIdx.x; c < E.cols; c += blockDim.x)
@@ -19,6 +21,7 @@ __global__ void __launch_bounds__(256) embed_kernel(DevMatrix E, const int32_t* 
 
 template <typename T>
 __global__ void __launch_bounds__(256) gather_kernel(const T* src, int n, const int* first, const int* n_real, T* dst) {
+  pdl_prologue();
   const int r = blockIdx.x;
   const bool real = r < *n_real;
   const T* s = src + size_t(*first + (real ? r : 0)) * n;
@@ -29,10 +32,10 @@ __global__ void __launch_bounds__(256) gather_kernel(const T* src, int n, const 
 
 void embed_rows(const DevMatrix& E, const int32_t* tokens, int T, float* x, int ldx, cudaStream_t s) {
   switch (E.kind) {
-    case WKind::F32: embed_kernel<WKind::F32><<<T, 256, 0, s>>>(E, tokens, x, ldx); break;
-    case WKind::BF16: embed_kernel<WKind::BF16><<<T, 256, 0, s>>>(E, tokens, x, ldx); break;
-    case WKind::Q4: embed_kernel<WKind::Q4><<<T, 256, 0, s>>>(E, tokens, x, ldx); break;
-    case WKind::Q8: embed_kernel<WKind::Q8><<<T, 256, 0, s>>>(E, tokens, x, ldx); break;
+    case WKind::F32: CUDA_CHECK(launch_kernel(embed_kernel<WKind::F32>, T, 256, 0, s, E, tokens, x, ldx)); break;
+    case WKind::BF16: CUDA_CHECK(launch_kernel(embed_kernel<WKind::BF16>, T, 256, 0, s, E, tokens, x, ldx)); break;
+    case WKind::Q4: CUDA_CHECK(launch_kernel(embed_kernel<WKind::Q4>, T, 256, 0, s, E, tokens, x, ldx)); break;
+    case WKind::Q8: CUDA_CHECK(launch_kernel(embed_kernel<WKind::Q8>, T, 256, 0, s, E, tokens, x, ldx)); break;
   }
   CUDA_CHECK_LAUNCH("embed_kernel");
 }
@@ -40,10 +43,10 @@ void embed_rows(const DevMatrix& E, const int32_t* tokens, int T, float* x, int 
 void gather_rows(const void* src, int n, const int* first, const int* n_real, int width, void* dst, Act act,
                  cudaStream_t s) {
   if (act == Act::BF16)
-    gather_kernel<bf16><<<width, 256, 0, s>>>(static_cast<const bf16*>(src), n, first, n_real, static_cast<bf16*>(dst));
+    CUDA_CHECK(launch_kernel(gather_kernel<bf16>, width, 256, 0, s, static_cast<const bf16*>(src), n, first, n_real, static_cast<bf16*>(dst)));
   else
-    gather_kernel<float><<<width, 256, 0, s>>>(static_cast<const float*>(src), n, first, n_real,
-                                                static_cast<float*>(dst));
+    CUDA_CHECK(launch_kernel(gather_kernel<float>, width, 256, 0, s, static_cast<const float*>(src), n, first, n_real,
+                                                static_cast<float*>(dst)));
   CUDA_CHECK_LAUNCH("gather_kernel");
 }
 

@@ -12,6 +12,7 @@
 // very same arithmetic (model-spec B, option 2, without a snapshot copy).
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace nextn::cuda {
@@ -25,6 +26,7 @@ constexpr int kGdnThreads = 128;  // >= dk and >= dv: conv segments, state colum
 // conv state.
 __global__ void __launch_bounds__(kGdnThreads) gdn_conv_kernel(GdnShape g, const GdnLayer* table, int layer0, int T,
                                                                const int* parity, int invert, int skip_out) {
+  pdl_prologue();
   __shared__ float scratch[32];
   const GdnLayer L = table[layer0 + blockIdx.z];
   const int cd = g.conv_dim(), kd = g.Hk * g.dk, K = g.K;
@@ -80,6 +82,7 @@ template <typename TX>
 __global__ void __launch_bounds__(kRecThreads, 1) gdn_recurrence_kernel(GdnShape g, const GdnLayer* table,
                                                                         int layer0, int T, const int* parity,
                                                                         int invert, int replay) {
+  pdl_prologue();
   __shared__ float qs[kMaxDk], ks[kMaxDk];
   __shared__ float red_mem[2][kGdnThreads], red_o[2][kGdnThreads];
   __shared__ float scratch[32];
@@ -157,7 +160,7 @@ void gdn_conv(const GdnShape& g, const GdnLayer* table, int layer, int n_layers,
   if (g.dk > kMaxDk || g.dv > kGdnThreads) fail("gdn: head dims {}x{} above {}", g.dk, g.dv, kMaxDk);
   const int segs = 2 * g.Hk + ceil_div(g.Hv * g.dv, kGdnThreads);
   const dim3 grid(unsigned(segs), unsigned(T + 1), unsigned(n_layers));
-  gdn_conv_kernel<<<grid, kGdnThreads, 0, s>>>(g, table, layer, T, parity, invert, skip_out ? 1 : 0);
+  CUDA_CHECK(launch_kernel(gdn_conv_kernel, grid, kGdnThreads, 0, s, g, table, layer, T, parity, invert, skip_out ? 1 : 0));
   CUDA_CHECK_LAUNCH("gdn_conv_kernel");
 }
 
@@ -166,9 +169,9 @@ void gdn_recurrence(const GdnShape& g, const GdnLayer* table, int layer, int n_l
   if (g.dk > kMaxDk || g.dv > kGdnThreads) fail("gdn: head dims {}x{} above {}", g.dk, g.dv, kMaxDk);
   const dim3 grid(unsigned(g.Hv), unsigned(n_layers));
   if (act == Act::BF16)
-    gdn_recurrence_kernel<bf16><<<grid, kRecThreads, 0, s>>>(g, table, layer, T, parity, invert, replay ? 1 : 0);
+    CUDA_CHECK(launch_kernel(gdn_recurrence_kernel<bf16>, grid, kRecThreads, 0, s, g, table, layer, T, parity, invert, replay ? 1 : 0));
   else
-    gdn_recurrence_kernel<float><<<grid, kRecThreads, 0, s>>>(g, table, layer, T, parity, invert, replay ? 1 : 0);
+    CUDA_CHECK(launch_kernel(gdn_recurrence_kernel<float>, grid, kRecThreads, 0, s, g, table, layer, T, parity, invert, replay ? 1 : 0));
   CUDA_CHECK_LAUNCH("gdn_recurrence_kernel");
 }
 

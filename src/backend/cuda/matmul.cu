@@ -29,6 +29,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/matmul_stream.h"
 #include "backend/cuda/mma.cuh"
@@ -140,6 +141,7 @@ __device__ __forceinline__ void mm_step(const MMParams& p, int r0, int r1, int k
 
 template <WKind WK, int NF, int EPI>
 __global__ void __launch_bounds__(128, 1) mm_tc_kernel(MMParams p) {
+  pdl_prologue();
   if constexpr (EPI == kArgmax) {
     if (p.stop != nullptr && *p.stop != 0) return;
   }
@@ -214,6 +216,7 @@ __global__ void __launch_bounds__(128, 1) mm_tc_kernel(MMParams p) {
 
 // Repack each Q4 word: element j (bits [4j, 4j+4)) to bit q4_bit(j).
 __global__ void repack_q4_kernel(uint32_t* w, size_t n) {
+  pdl_prologue();
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const uint32_t v = w[i];
     uint32_t r = 0;
@@ -226,6 +229,7 @@ __global__ void repack_q4_kernel(uint32_t* w, size_t n) {
 // Split-K reduction in split order: Y (+)= ((p0 + p1) + p2) + ...
 __global__ void splitk_reduce_kernel(const float* partial, int splits, int T, int rows, float* y, int ldy,
                                      int accumulate) {
+  pdl_prologue();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= T * rows) return;
   const int t = i / rows, row = i % rows;
@@ -247,6 +251,7 @@ __device__ __forceinline__ float weight_of(const MMParams& p, int row, int k) {
 // ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)): cpu::dot's order, bit for bit.
 template <WKind WK, int EPI>
 __global__ void __launch_bounds__(256) mm_fma_kernel(MMParams p) {
+  pdl_prologue();
   if constexpr (EPI == kArgmax) {
     if (p.stop != nullptr && *p.stop != 0) return;
   }
@@ -293,14 +298,14 @@ __global__ void __launch_bounds__(256) mm_fma_kernel(MMParams p) {
 template <int EPI, WKind WK>
 void launch_tc_nf(int nf, dim3 grid, cudaStream_t s, const MMParams& p) {
   switch (nf) {
-    case 1: mm_tc_kernel<WK, 1, EPI><<<grid, 128, 0, s>>>(p); break;
-    case 2: mm_tc_kernel<WK, 2, EPI><<<grid, 128, 0, s>>>(p); break;
-    case 3: mm_tc_kernel<WK, 3, EPI><<<grid, 128, 0, s>>>(p); break;
-    case 4: mm_tc_kernel<WK, 4, EPI><<<grid, 128, 0, s>>>(p); break;
-    case 5: mm_tc_kernel<WK, 5, EPI><<<grid, 128, 0, s>>>(p); break;
-    case 6: mm_tc_kernel<WK, 6, EPI><<<grid, 128, 0, s>>>(p); break;
-    case 7: mm_tc_kernel<WK, 7, EPI><<<grid, 128, 0, s>>>(p); break;
-    default: mm_tc_kernel<WK, 8, EPI><<<grid, 128, 0, s>>>(p); break;
+    case 1: CUDA_CHECK(launch_kernel(mm_tc_kernel<WK, 1, EPI>, grid, 128, 0, s, p)); break;
+    case 2: CUDA_CHECK(launch_kernel(mm_tc_kernel<WK, 2, EPI>, grid, 128, 0, s, p)); break;
+    case 3: CUDA_CHECK(launch_kernel(mm_tc_kernel<WK, 3, EPI>, grid, 128, 0, s, p)); break;
+    case 4: CUDA_CHECK(launch_kernel(mm_tc_kernel<WK, 4, EPI>, grid, 128, 0, s, p)); break;
+    case 5: CUDA_CHECK(launch_kernel(mm_tc_kernel<WK, 5, EPI>, grid, 128, 0, s, p)); break;
+    case 6: CUDA_CHECK(launch_kernel(mm_tc_kernel<WK, 6, EPI>, grid, 128, 0, s, p)); break;
+    case 7: CUDA_CHECK(launch_kernel(mm_tc_kernel<WK, 7, EPI>, grid, 128, 0, s, p)); break;
+    default: CUDA_CHECK(launch_kernel(mm_tc_kernel<WK, 8, EPI>, grid, 128, 0, s, p)); break;
   }
 }
 
@@ -309,10 +314,10 @@ void launch_mm(const DevMatrix& W, Act act, dim3 grid_tc, cudaStream_t s, const 
   if (act == Act::F32) {
     const dim3 grid(unsigned(ceil_div(W.rows, 8)));
     switch (W.kind) {
-      case WKind::F32: mm_fma_kernel<WKind::F32, EPI><<<grid, 256, 0, s>>>(p); break;
-      case WKind::BF16: mm_fma_kernel<WKind::BF16, EPI><<<grid, 256, 0, s>>>(p); break;
-      case WKind::Q4: mm_fma_kernel<WKind::Q4, EPI><<<grid, 256, 0, s>>>(p); break;
-      case WKind::Q8: mm_fma_kernel<WKind::Q8, EPI><<<grid, 256, 0, s>>>(p); break;
+      case WKind::F32: CUDA_CHECK(launch_kernel(mm_fma_kernel<WKind::F32, EPI>, grid, 256, 0, s, p)); break;
+      case WKind::BF16: CUDA_CHECK(launch_kernel(mm_fma_kernel<WKind::BF16, EPI>, grid, 256, 0, s, p)); break;
+      case WKind::Q4: CUDA_CHECK(launch_kernel(mm_fma_kernel<WKind::Q4, EPI>, grid, 256, 0, s, p)); break;
+      case WKind::Q8: CUDA_CHECK(launch_kernel(mm_fma_kernel<WKind::Q8, EPI>, grid, 256, 0, s, p)); break;
     }
   } else {
     const int nf = ceil_div(p.T, 8);
@@ -415,7 +420,7 @@ void matmul(const DevMatrix& W, const void* X, Act act, int T, int ldx, float* Y
   launch_mm<kOut>(W, act, dim3(unsigned(ceil_div(W.rows, kTileM)), unsigned(split ? W.splits : 1)), s, p);
   if (split) {
     const int n = T * W.rows;
-    splitk_reduce_kernel<<<ceil_div(n, 256), 256, 0, s>>>(p.partial, W.splits, T, W.rows, Y, ldy, accumulate ? 1 : 0);
+    CUDA_CHECK(launch_kernel(splitk_reduce_kernel, ceil_div(n, 256), 256, 0, s, p.partial, W.splits, T, W.rows, Y, ldy, accumulate ? 1 : 0));
     CUDA_CHECK_LAUNCH("splitk_reduce_kernel");
   }
 }
@@ -431,8 +436,7 @@ void pack_quant(DevMatrix& m, void* dst, cudaStream_t s) {
   }
   if (m.kind == WKind::Q4) {
     const size_t words = size_t(m.rows) * (m.cols / 8);
-    repack_q4_kernel<<<unsigned(std::min<size_t>(8192, (words + 255) / 256)), 256, 0, s>>>(
-        static_cast<uint32_t*>(const_cast<void*>(m.w)), words);
+    CUDA_CHECK(launch_kernel(repack_q4_kernel, unsigned(std::min<size_t>(8192, (words + 255) / 256)), 256, 0, s, static_cast<uint32_t*>(const_cast<void*>(m.w)), words));
     CUDA_CHECK_LAUNCH("repack_q4_kernel");
   }
   m.quant_packed = true;

@@ -40,6 +40,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/matmul_stream.h"
 #include "backend/cuda/mma.cuh"
@@ -233,6 +234,7 @@ __device__ __forceinline__ void unit_compute(const uint8_t* st, const LaneOffset
 
 template <int BITS, int NF, int EPI, int MINB>
 __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamParams p) {
+  pdl_prologue();
   if constexpr (EPI == kArgmax) {
     if (p.stop != nullptr && *p.stop != 0) return;
   }
@@ -419,6 +421,7 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
 template <int BITS>
 __global__ void stream_pack_kernel(const uint32_t* w, const float* scales, const float* biases, int rows, int cols,
                                    int group, int tiles, int chunks, int unit_bytes, uint8_t* out) {
+  pdl_prologue();
   constexpr int LB = lane_bytes(BITS), kUnits = 8 * 4 * 32;
   const int gpc = kK / group, per_unit = kUnits + kRows * gpc;
   const size_t total = size_t(tiles) * chunks * per_unit;
@@ -530,7 +533,7 @@ void launch(const DevMatrix& W, int epi, StreamParams p, cudaStream_t s) {
   const int smem = p.stages * p.stage_smem + red;
   const int items = p.tiles * p.splits;
   const int grid = std::min(items, g_sms * per_sm);
-  kernel_for(bits, epi, nf)<<<grid, kThreads, smem, s>>>(p);
+  CUDA_CHECK(launch_kernel(kernel_for(bits, epi, nf), grid, kThreads, size_t(smem), s, p));
   CUDA_CHECK_LAUNCH("stream_kernel");
 }
 
@@ -581,9 +584,9 @@ void stream_pack(const DevMatrix& m, void* dst, cudaStream_t s) {
   auto* w = static_cast<const uint32_t*>(m.w);
   auto* out = static_cast<uint8_t*>(dst);
   if (m.kind == WKind::Q4)
-    stream_pack_kernel<4><<<blocks, 256, 0, s>>>(w, m.scales, m.biases, m.rows, m.cols, m.group, tiles, chunks, ub, out);
+    CUDA_CHECK(launch_kernel(stream_pack_kernel<4>, blocks, 256, 0, s, w, m.scales, m.biases, m.rows, m.cols, m.group, tiles, chunks, ub, out));
   else
-    stream_pack_kernel<8><<<blocks, 256, 0, s>>>(w, m.scales, m.biases, m.rows, m.cols, m.group, tiles, chunks, ub, out);
+    CUDA_CHECK(launch_kernel(stream_pack_kernel<8>, blocks, 256, 0, s, w, m.scales, m.biases, m.rows, m.cols, m.group, tiles, chunks, ub, out));
   CUDA_CHECK_LAUNCH("stream_pack_kernel");
 }
 

@@ -139,6 +139,12 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
     else fail("NEXTN_CUDA_ACT='{}': expected bf16 or fp32", s);
   }
   if (const char* g = std::getenv("NEXTN_CUDA_GRAPHS")) use_graphs_ = std::string(g) != "0";
+  if (const char* p = std::getenv("NEXTN_CUDA_PROFILE")) profile_ = std::string(p) == "1";
+  if (const char* p = std::getenv("NEXTN_CUDA_PREFILL")) {
+    const std::string v(p);
+    if (v == "chunked") prefill_gemm_enabled_ = false;
+    else if (v != "gemm" && !v.empty()) fail("NEXTN_CUDA_PREFILL='{}': expected gemm or chunked", v);
+  }
   if (const char* w = std::getenv("NEXTN_CUDA_WALK")) {
     const std::string s(w);
     if (s == "flag") walk_variant_ = WalkVariant::Flag;
@@ -280,7 +286,10 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
 
 CudaQwen35::~CudaQwen35() {
   if (stream_) cudaStreamSynchronize(stream_);
-  for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
+  for (auto& [k, g] : graphs_) {
+    cudaGraphExecDestroy(g.exec);
+    for (auto& m : g.marks) cudaEventDestroy(m.first);
+  }
   for (auto& e : arg_events_)
     if (e) cudaEventDestroy(e);
   if (h_args_) cudaFreeHost(h_args_);
@@ -319,6 +328,65 @@ void CudaQwen35::reset() {
   length_ = forward_start_ = last_T_ = last_chunk_T_ = parity_ = 0;
   mtp_length_ = mtp_last_n_ = 0;
   mtp_work_ = MtpWork{};
+}
+
+// ---------------------------------------------------------------------------
+// where the time goes (profile mode)
+
+const char* graph_kind_name(GraphKind kind) {
+  switch (kind) {
+    case GraphKind::Forward: return "forward";
+    case GraphKind::MtpForward: return "mtp_forward";
+    case GraphKind::MtpStep: return "mtp_step";
+    case GraphKind::HeadArgmax: return "head_argmax";
+    case GraphKind::HeadFused: return "head_fused";
+    case GraphKind::Walk: return "walk";
+    case GraphKind::Logits: return "logits";
+    case GraphKind::MtpArgmax: return "mtp_argmax";
+    case GraphKind::Rollback: return "rollback";
+    case GraphKind::MtpDraft: return "mtp_draft";
+    case GraphKind::WalkWhile: return "walk_while";
+  }
+  return "?";
+}
+
+int CudaQwen35::count_kernel_nodes(cudaGraph_t g) {
+  size_t n = 0;
+  CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n > 0) CUDA_CHECK(cudaGraphGetNodes(g, nodes.data(), &n));
+  int kernels = 0;
+  for (auto node : nodes) {
+    cudaGraphNodeType t{};
+    CUDA_CHECK(cudaGraphNodeGetType(node, &t));
+    if (t == cudaGraphNodeTypeKernel) ++kernels;
+  }
+  return kernels;
+}
+
+void CudaQwen35::mark(const char* op) {
+  if (capturing_marks_ == nullptr) return;
+  cudaEvent_t ev = nullptr;
+  CUDA_CHECK(cudaEventCreate(&ev));
+  capturing_marks_->emplace_back(ev, prof_prefix_ + op);
+  CUDA_CHECK(cudaEventRecordWithFlags(ev, stream_, cudaEventRecordExternal));
+}
+
+void CudaQwen35::add_intervals(const Graph& g) {
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (size_t i = 0; i + 1 < g.marks.size(); ++i) {
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, g.marks[i].first, g.marks[i + 1].first));
+    auto& slot = op_ms_[g.marks[i].second];
+    slot.first += 1;
+    slot.second += double(ms);
+  }
+}
+
+std::vector<OpTiming> CudaQwen35::op_timings() const {
+  std::vector<OpTiming> v;
+  for (const auto& [op, t] : op_ms_) v.push_back({op, t.first, t.second});
+  return v;
 }
 
 // ---------------------------------------------------------------------------
@@ -361,39 +429,68 @@ void CudaQwen35::check_tokens(std::span<const int32_t> tokens) const {
 // ---------------------------------------------------------------------------
 // steps
 
-void CudaQwen35::run_linear(const Linear& lin, const void* x, int T, int ldx, float* y, int ldy) {
-  for (const auto& p : lin.parts) cuda::matmul(p.m, x, act_, T, ldx, y + p.offset, ldy, false, splitk_, stream_);
+void CudaQwen35::run_linear(const Linear& lin, const void* x, int T, int ldx, float* y, int ldy,
+                            const StepBuffers& b) {
+  for (const auto& p : lin.parts) project(p.m, x, T, ldx, y + p.offset, ldy, false, b);
 }
 
-void CudaQwen35::decoder_layer(const LayerWeights& L, int T, void* k_cache, void* v_cache) {
+void CudaQwen35::project(const DevMatrix& W, const void* x, int T, int ldx, float* y, int ldy, bool accumulate,
+                         const StepBuffers& b) {
+  if (b.prefill) prefill_project(W, x, T, ldx, y, ldy, accumulate);
+  else cuda::matmul(W, x, act_, T, ldx, y, ldy, accumulate, splitk_, stream_);
+}
+
+StepBuffers CudaQwen35::decode_buffers() const {
+  return {x_, xn_, proj_, act_buf_, q_, gdn_table_, &gdn_host_, d_args_->tokens, false};
+}
+
+void CudaQwen35::decoder_layer(const LayerWeights& L, int T, void* k_cache, void* v_cache, const StepBuffers& b) {
   const auto& c = cfg_;
   const float eps = c.rms_norm_eps;
   const int* pos = &d_args_->pos;
-  cuda::rmsnorm(x_, Act::F32, H_, L.input_norm, eps, T, H_, xn_, act_, H_, nullptr, stream_);
+  mark("norm");
+  cuda::rmsnorm(b.x, Act::F32, H_, L.input_norm, eps, T, H_, b.xn, act_, H_, nullptr, stream_);
   if (L.full) {
     const int qd = c.num_attention_heads * c.head_dim;
-    run_linear(L.attn.qkv, xn_, T, H_, proj_, proj_ld_);
-    cuda::attn_prepare(attn_shape_, proj_, proj_ld_, T, L.attn.q_norm, L.attn.k_norm, inv_freq_, pos, q_, k_cache,
+    mark("attn.qkv");
+    run_linear(L.attn.qkv, b.xn, T, H_, b.proj, proj_ld_, b);
+    mark("attn.prepare");
+    cuda::attn_prepare(attn_shape_, b.proj, proj_ld_, T, L.attn.q_norm, L.attn.k_norm, inv_freq_, pos, b.q, k_cache,
                        v_cache, act_, stream_);
-    cuda::attention(attn_shape_, q_, k_cache, v_cache, act_, proj_, proj_ld_, T, pos, max_tokens_, attn_partial_,
-                    act_buf_, stream_);
-    cuda::matmul(L.attn.o, act_buf_, act_, T, qd, x_, H_, true, splitk_, stream_);
+    mark("attn.core");
+    if (b.prefill) prefill_attention(T, k_cache, v_cache, b);
+    else
+      cuda::attention(attn_shape_, b.q, k_cache, v_cache, act_, b.proj, proj_ld_, T, pos, max_tokens_, attn_partial_,
+                      b.act, stream_);
+    mark("attn.o");
+    project(L.attn.o, b.act, T, qd, b.x, H_, true, b);
   } else {
-    const cuda::GdnLayer& g = gdn_host_[size_t(L.gdn_index)];
-    run_linear(L.gdn_in, xn_, T, H_, const_cast<float*>(g.proj), g.proj_ld);
-    cuda::gdn_conv(gdn_shape_, gdn_table_, L.gdn_index, 1, T, &d_args_->parity, 0, false, stream_);
-    cuda::gdn_recurrence(gdn_shape_, gdn_table_, L.gdn_index, 1, T, &d_args_->parity, 0, false, act_, stream_);
-    cuda::matmul(L.gdn_out, act_buf_, act_, T, c.value_dim(), x_, H_, true, splitk_, stream_);
+    const cuda::GdnLayer& g = (*b.gdn_host)[size_t(L.gdn_index)];
+    mark("gdn.in");
+    run_linear(L.gdn_in, b.xn, T, H_, const_cast<float*>(g.proj), g.proj_ld, b);
+    mark("gdn.conv");
+    cuda::gdn_conv(gdn_shape_, b.gdn_table, L.gdn_index, 1, T, &d_args_->parity, 0, false, stream_);
+    mark("gdn.rec");
+    cuda::gdn_recurrence(gdn_shape_, b.gdn_table, L.gdn_index, 1, T, &d_args_->parity, 0, false, act_, stream_);
+    mark("gdn.out");
+    project(L.gdn_out, b.act, T, c.value_dim(), b.x, H_, true, b);
   }
-  cuda::rmsnorm(x_, Act::F32, H_, L.post_norm, eps, T, H_, xn_, act_, H_, nullptr, stream_);
-  run_linear(L.gate_up, xn_, T, H_, proj_, proj_ld_);
-  cuda::swiglu(proj_, proj_ld_, c.intermediate_size, T, act_buf_, act_, act_ld_, stream_);
-  cuda::matmul(L.down, act_buf_, act_, T, act_ld_, x_, H_, true, splitk_, stream_);
+  mark("norm");
+  cuda::rmsnorm(b.x, Act::F32, H_, L.post_norm, eps, T, H_, b.xn, act_, H_, nullptr, stream_);
+  mark("mlp.gate_up");
+  run_linear(L.gate_up, b.xn, T, H_, b.proj, proj_ld_, b);
+  mark("mlp.swiglu");
+  cuda::swiglu(b.proj, proj_ld_, c.intermediate_size, T, b.act, act_, act_ld_, stream_);
+  mark("mlp.down");
+  project(L.down, b.act, T, act_ld_, b.x, H_, true, b);
 }
 
 void CudaQwen35::forward_chunk(int T) {
+  mark("embed");
   cuda::embed_rows(embed_, d_args_->tokens, T, x_, H_, stream_);
-  for (auto& L : layers_) decoder_layer(L, T, L.k_cache, L.v_cache);
+  const StepBuffers b = decode_buffers();
+  for (auto& L : layers_) decoder_layer(L, T, L.k_cache, L.v_cache, b);
+  mark("norm");
   cuda::rmsnorm(x_, Act::F32, H_, final_norm_, cfg_.rms_norm_eps, T, H_, hidden_, act_, H_, &d_args_->out_row,
                 stream_);
 }
@@ -403,6 +500,8 @@ void CudaQwen35::forward_chunk(int T) {
 // first_row of `mtp_hidden_` for a chained step).
 void CudaQwen35::mtp_chunk(int n, bool from_target) {
   const float eps = cfg_.rms_norm_eps;
+  prof_prefix_ = "mtp.";
+  mark("inputs");
   cuda::gather_rows(from_target ? hidden_ : mtp_hidden_, H_, &d_args_->first_row, &d_args_->n_real, n, mtp_src_, act_,
                     stream_);
   cuda::embed_rows(embed_, d_args_->tokens, n, x_, H_, stream_);
@@ -410,9 +509,13 @@ void CudaQwen35::mtp_chunk(int n, bool from_target) {
   cuda::rmsnorm(x_, Act::F32, H_, mtp_norm_emb_, eps, n, H_, xn, act_, 2 * H_, nullptr, stream_);
   cuda::rmsnorm(mtp_src_, act_, H_, mtp_norm_hid_, eps, n, H_, xn + size_t(H_) * act_size(act_), act_, 2 * H_,
                 nullptr, stream_);
+  mark("fc");
   cuda::matmul(mtp_fc_, xn_, act_, n, 2 * H_, x_, H_, false, splitk_, stream_);
-  decoder_layer(mtp_layer_, n, mtp_layer_.k_cache, mtp_layer_.v_cache);
+  decoder_layer(mtp_layer_, n, mtp_layer_.k_cache, mtp_layer_.v_cache, decode_buffers());
+  mark("norm");
   cuda::rmsnorm(x_, Act::F32, H_, mtp_norm_, eps, n, H_, mtp_hidden_, act_, H_, &d_args_->out_row, stream_);
+  mark("head");  // what follows in the same graph (mtp_draft: the argmax)
+  prof_prefix_.clear();
 }
 
 void CudaQwen35::target_forward(std::span<const int32_t> tokens) {
@@ -422,7 +525,14 @@ void CudaQwen35::target_forward(std::span<const int32_t> tokens) {
   if (T > hidden_rows_ - kMaxRows) fail("target_forward: {} tokens exceed the hidden-row buffer", T);
   check_tokens(tokens);
   forward_start_ = length_;
-  for (int done = 0; done < T;) {
+  int done = 0;
+  if (prefill_applies(T)) {
+    // All but the last <= kMaxRows tokens through the prefill GEMMs; the rest
+    // (what a rollback can undo) through the graphs below.
+    done = T - ((T - 1) % kMaxRows + 1);
+    prefill(tokens.first(size_t(done)));
+  }
+  while (done < T) {
     const int n = std::min(kMaxRows, T - done);
     StepArgs a = args();
     a.pos = length_ + done;

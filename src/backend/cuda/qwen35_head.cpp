@@ -16,6 +16,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/qwen35_runtime.h"
 #include "core/error.h"
 
@@ -113,6 +114,8 @@ int CudaQwen35::walk_while(int rows, int nd, int32_t* out) {
     CUDA_CHECK(cudaMemsetAsync(d_walk_, 0, 2 * sizeof(int), stream_));
     CUDA_CHECK(cudaMemcpyAsync(head_in_, hidden_, row_bytes, cudaMemcpyDeviceToDevice, stream_));
   };
+  // The conditional node and its body graph take plain edges only.
+  const PdlSuspend no_pdl;
   if (use_graphs_) {
     replay(GraphKind::WalkWhile, rows, nd, [&] {
       prelude();

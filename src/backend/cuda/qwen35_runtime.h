@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <tuple>
@@ -14,6 +15,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/prefill.h"
 #include "backend/cuda/qwen35.h"
 #include "core/error.h"
 #include "core/fault.h"
@@ -105,9 +107,25 @@ struct LayerWeights {
   void *k_cache = nullptr, *v_cache = nullptr;
 };
 
+// The buffers a forward step reads and writes: the decode workspace
+// (kMaxRows rows, the one the captured graphs use) or the prefill workspace
+// (kPrefillRows rows, run without graphs).
+struct StepBuffers {
+  float* x;               // [rows][H] fp32 residual
+  void* xn;               // [rows][2H] act: norm outputs
+  float* proj;            // [rows][proj_ld_] fp32 projections
+  void* act;              // [rows][act_ld_] act: inputs of o_proj / out_proj / down (and GDN y)
+  float* q;               // [rows][Hq*hd]
+  cuda::GdnLayer* gdn_table;                    // device table whose proj/conv_out/y point into these rows
+  const std::vector<cuda::GdnLayer>* gdn_host;  // its host copy
+  const int32_t* tokens;  // [rows] device token ids
+  bool prefill;           // matmuls through PrefillGemm, attention in kMaxRows slices
+};
+
 enum class GraphKind : int {
   Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, Rollback, MtpDraft, WalkWhile
 };
+const char* graph_kind_name(GraphKind kind);
 
 // How head_walk exits early (NEXTN_CUDA_WALK=while|flag, read at construction;
 // default flag):
@@ -143,6 +161,9 @@ class CudaQwen35 final : public ModelRuntime {
   void reset() override;
 
   WalkVariant walk_variant() const { return walk_variant_; }
+  std::vector<OpTiming> op_timings() const override;
+  void clear_op_timings() override { op_ms_.clear(); }
+  int64_t kernels_launched() const override { return kernels_launched_; }
 
  private:
   // loading
@@ -157,9 +178,20 @@ class CudaQwen35 final : public ModelRuntime {
 
   // steps (capturable: launches only)
   void forward_chunk(int T);
-  void decoder_layer(const LayerWeights& L, int T, void* k_cache, void* v_cache);
+  void decoder_layer(const LayerWeights& L, int T, void* k_cache, void* v_cache, const StepBuffers& b);
+  StepBuffers decode_buffers() const;
+  void project(const DevMatrix& W, const void* x, int T, int ldx, float* y, int ldy, bool accumulate,
+               const StepBuffers& b);
+  // prefill (qwen35_prefill.cpp): forwards longer than kMaxRows, all but their
+  // last <= kMaxRows tokens, in chunks of kPrefillRows through PrefillGemm.
+  bool prefill_applies(int T) const;
+  void prefill(std::span<const int32_t> tokens);
+  void prefill_chunk(int n);
+  void prefill_project(const DevMatrix& W, const void* x, int T, int ldx, float* y, int ldy, bool accumulate);
+  void prefill_attention(int T, void* k_cache, void* v_cache, const StepBuffers& b);
+  void prefill_allocate();
   void mtp_chunk(int n, bool from_target);
-  void run_linear(const Linear& lin, const void* x, int T, int ldx, float* y, int ldy);
+  void run_linear(const Linear& lin, const void* x, int T, int ldx, float* y, int ldy, const StepBuffers& b);
   void head_project(int width, const HeadTally& tally);
   void fused_argmax_rows(GraphKind kind, const void* rows, int first, int count, int32_t* out,
                          const HeadTally& tally);
@@ -195,7 +227,27 @@ class CudaQwen35 final : public ModelRuntime {
   DeviceMemory mem_;
   cudaStream_t stream_ = nullptr;
   cudaStream_t body_stream_ = nullptr;  // captures the while walk's body graph
-  std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs_;
+  // A captured step: its executable graph, the kernel nodes in it, and (in
+  // the profile mode) the timing events between its operations.
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    int kernels = 0;
+    std::vector<std::pair<cudaEvent_t, std::string>> marks;
+  };
+  std::map<std::tuple<int, int, int>, Graph> graphs_;
+  int64_t kernels_launched_ = 0;
+  // Profile mode (NEXTN_CUDA_PROFILE=1, read at construction): mark(op)
+  // records an event node where op begins; after each replay the intervals
+  // between consecutive marks are added to op_ms_[op]. Event nodes keep the
+  // kernels on both sides from overlapping, so this mode times each class
+  // without PDL's overlap.
+  bool profile_ = false;
+  std::string prof_prefix_;                       // "mtp." inside the MTP's layer
+  std::vector<std::pair<cudaEvent_t, std::string>>* capturing_marks_ = nullptr;
+  std::map<std::string, std::pair<int64_t, double>> op_ms_;
+  void mark(const char* op);
+  void add_intervals(const Graph& g);
+  static int count_kernel_nodes(cudaGraph_t g);
 
   // weights
   DevMatrix embed_, head_;
@@ -238,6 +290,16 @@ class CudaQwen35 final : public ModelRuntime {
   HeadCounters* d_head_ = nullptr;  // the head's work counters (head_work, reset)
   int hidden_rows_ = 0;
 
+  // prefill workspace (allocated at the first long forward; NEXTN_CUDA_PREFILL=
+  // chunked keeps every forward on the 64-row graphs)
+  bool prefill_gemm_enabled_ = true;
+  std::unique_ptr<PrefillGemm> prefill_gemm_;
+  StepBuffers prefill_buffers_{};
+  std::vector<cuda::GdnLayer> prefill_gdn_host_;
+  int32_t* d_prefill_tokens_ = nullptr;  // [kPrefillRows]
+  int* d_prefill_pos_ = nullptr;         // [kPrefillRows / kMaxRows]: attention slice positions
+  void* prefill_scratch_ = nullptr;      // bf16 expansion of the largest quantized matrix
+
   // pinned host side
   StepArgs* h_args_ = nullptr;  // ring of kArgSlots
   StepArgs* h_chain_args_ = nullptr;  // [2R], staged for d_chain_args_
@@ -269,25 +331,33 @@ inline void CudaQwen35::replay(GraphKind kind, int a, int b, F&& record) {
   const auto key = std::make_tuple(int(kind), a, b);
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
+    Graph entry;
+    capturing_marks_ = profile_ ? &entry.marks : nullptr;
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
+      mark(graph_kind_name(kind));
       record();
+      mark("end");
     } catch (...) {
+      capturing_marks_ = nullptr;
       cudaGraph_t g = nullptr;
       cudaStreamEndCapture(stream_, &g);
       if (g) cudaGraphDestroy(g);
       (void)cudaGetLastError();
       throw;
     }
+    capturing_marks_ = nullptr;
     cudaGraph_t graph = nullptr;
     CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    entry.kernels = count_kernel_nodes(graph);
+    const cudaError_t e = cudaGraphInstantiate(&entry.exec, graph, 0);
     cudaGraphDestroy(graph);
     CUDA_CHECK(e);
-    it = graphs_.emplace(key, exec).first;
+    it = graphs_.emplace(key, std::move(entry)).first;
   }
-  CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+  CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
+  kernels_launched_ += it->second.kernels;
+  if (profile_) add_intervals(it->second);
 }
 
 }  // namespace nextn::cuda

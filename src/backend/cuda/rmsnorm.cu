@@ -3,6 +3,7 @@
 // one block per row, sum of squares in a fixed-shape block reduction.
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace nextn::cuda {
@@ -11,6 +12,7 @@ namespace {
 template <typename TI, typename TO>
 __global__ void __launch_bounds__(256) rmsnorm_kernel(const TI* x, int ldx, const float* gamma, float eps, int n, TO* y,
                                                       int ldy, const int* out_row0) {
+  pdl_prologue();
   __shared__ float scratch[32];
   const int row = blockIdx.x;
   const TI* xr = x + size_t(row) * ldx;
@@ -29,9 +31,9 @@ template <typename TI>
 void rmsnorm_in(const TI* x, int ldx, const float* gamma, float eps, int rows, int n, void* y, Act out_act, int ldy,
                 const int* out_row0, cudaStream_t s) {
   if (out_act == Act::BF16)
-    rmsnorm_kernel<TI, bf16><<<rows, 256, 0, s>>>(x, ldx, gamma, eps, n, static_cast<bf16*>(y), ldy, out_row0);
+    CUDA_CHECK(launch_kernel(rmsnorm_kernel<TI, bf16>, rows, 256, 0, s, x, ldx, gamma, eps, n, static_cast<bf16*>(y), ldy, out_row0));
   else
-    rmsnorm_kernel<TI, float><<<rows, 256, 0, s>>>(x, ldx, gamma, eps, n, static_cast<float*>(y), ldy, out_row0);
+    CUDA_CHECK(launch_kernel(rmsnorm_kernel<TI, float>, rows, 256, 0, s, x, ldx, gamma, eps, n, static_cast<float*>(y), ldy, out_row0));
 }
 
 }  // namespace

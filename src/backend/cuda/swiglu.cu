@@ -2,6 +2,7 @@
 // gate|up projection (fp32) to the down projection's input type.
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace nextn::cuda {
@@ -9,6 +10,7 @@ namespace {
 
 template <typename TO>
 __global__ void __launch_bounds__(256) swiglu_kernel(const float* gu, int ld, int I, TO* out, int ldo) {
+  pdl_prologue();
   const int t = blockIdx.y;
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= I) return;
@@ -21,9 +23,9 @@ __global__ void __launch_bounds__(256) swiglu_kernel(const float* gu, int ld, in
 void swiglu(const float* gu, int ld, int I, int T, void* out, Act act, int ldo, cudaStream_t s) {
   const dim3 grid(unsigned(ceil_div(I, 256)), unsigned(T));
   if (act == Act::BF16)
-    swiglu_kernel<bf16><<<grid, 256, 0, s>>>(gu, ld, I, static_cast<bf16*>(out), ldo);
+    CUDA_CHECK(launch_kernel(swiglu_kernel<bf16>, grid, 256, 0, s, gu, ld, I, static_cast<bf16*>(out), ldo));
   else
-    swiglu_kernel<float><<<grid, 256, 0, s>>>(gu, ld, I, static_cast<float*>(out), ldo);
+    CUDA_CHECK(launch_kernel(swiglu_kernel<float>, grid, 256, 0, s, gu, ld, I, static_cast<float*>(out), ldo));
   CUDA_CHECK_LAUNCH("swiglu_kernel");
 }
 

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Issue 12's record, one device call: whole-model decode and prefill at the
+# real Qwen3.5 shapes (random q4 checkpoints written here by
+# `nextn make-checkpoint`, never committed), with the current defaults (PDL,
+# prefill GEMM) and the previous state (NEXTN_CUDA_PDL=0
+# NEXTN_CUDA_PREFILL=chunked) timed in the same call, the per-operation
+# breakdown (bench decode --breakdown), and MTP rounds at K = 4 and 8
+# (ms per round against ms per greedy token).
+#
+#   scripts/device/prepare.sh     # here: builds build-cuda/
+#   device run, carry [build-cuda/nextn, build-cuda/lib, build-cuda/COMMIT]:
+#     bash scripts/device/decode_record.sh
+#
+# Environment: NEXTN_BUILD (build-cuda), NEXTN_RECORD_SIZES ("0.8b 4b 27b"),
+# NEXTN_BENCH_BUDGET seconds (420; steps that would start past it are
+# skipped and say so), NEXTN_CK_DIR (/tmp/nextn-ck), NEXTN_SEED (0).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/out}
+BUILD=${NEXTN_BUILD:-build-cuda}
+BUDGET=${NEXTN_BENCH_BUDGET:-420}
+CK=${NEXTN_CK_DIR:-/tmp/nextn-ck}
+SEED=${NEXTN_SEED:-0}
+LOG=$OUT/logs
+SUMMARY=$OUT/summary.txt
+START=$(date +%s)
+. scripts/device/lib.sh
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+# cuBLAS (the prefill GEMM) from the toolkit, else from the Python wheels.
+CUBLAS_DIR=/usr/local/cuda/lib64
+[ -e "$CUBLAS_DIR/libcublas.so.13" ] || CUBLAS_DIR=$(dirname "$(find / -name 'libcublas.so.13*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:$CUBLAS_DIR:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+N=$BUILD/nextn
+mkdir -p "$CK"
+record_start
+say "cuBLAS from $CUBLAS_DIR"
+
+run() {  # name limit command...: runs it, logs it, puts its summary lines in the summary
+  local name=$1 limit=$2
+  shift 2
+  if [ "$(left)" -lt 20 ]; then say "skip $name: $(left) s of the budget left"; return; fi
+  local t0=$(date +%s)
+  timeout "$limit" "$@" >"$LOG/$name.txt" 2>&1
+  say "$name: exit $? in $(( $(date +%s) - t0 )) s: $*"
+  grep -E "tokens/s|ms per round|roofline|peak device|error:" "$LOG/$name.txt" | sed 's/^/    /' | tee -a "$SUMMARY" >/dev/null
+}
+
+for size in ${NEXTN_RECORD_SIZES:-0.8b 4b 27b}; do
+  dir=$CK/$size-q4
+  n=256
+  [ "$size" = 27b ] && n=128
+  run "make_$size" 120 "$N" make-checkpoint --preset "qwen3.5-$size" --quant q4 --seed "$SEED" --out "$dir"
+  common=(bench decode --backend cuda -m "$dir" --prompt-len 16 -n "$n" --repeats 3)
+  run "decode_${size}_new" 200 "$N" "${common[@]}" --prefill-len 2048 --breakdown
+  run "decode_${size}_old" 200 env NEXTN_CUDA_PDL=0 NEXTN_CUDA_PREFILL=chunked "$N" "${common[@]}" --prefill-len 2048
+  run "mtp4_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 4 --breakdown
+  run "mtp8_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 8
+  run "mtp4_${size}_old" 200 env NEXTN_CUDA_PDL=0 "$N" "${common[@]}" --draft mtp --block-size 4
+  rm -rf "$dir"
+done
+
+say "elapsed: $(( $(date +%s) - START )) s"
+record_finish

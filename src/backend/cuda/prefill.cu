@@ -1,0 +1,135 @@
+// PrefillGemm (prefill.h): bf16 expansion of the streamed q4/q8 layout, then
+// one cuBLAS GEMM with fp32 accumulation and fp32 output.
+#include "backend/cuda/prefill.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/matmul_stream.h"
+#include "core/error.h"
+
+namespace nextn::cuda {
+namespace {
+
+// The streamed layout (matmul_stream.cu): tiles of 128 rows x 128 k ("units"),
+// each unit 1024 lane entries of packed weights, then the bf16 (scale, bias)
+// pairs [128 rows][128 / group]. Lane entry u of unit (tile, chunk) holds, for
+// jj = 0, 1, the 8 elements of row `row` at k = 128 chunk + 32 (2 kh + jj) + 8 c.
+constexpr int kUnitRows = 128, kUnitK = 128, kLanes = 1024;
+
+template <int BITS>
+__global__ void __launch_bounds__(256) expand_stream_kernel(const uint8_t* packed, int rows, int cols, int group,
+                                                            int tiles, int chunks, int unit_bytes, bf16* out) {
+  pdl_prologue();
+  constexpr int LB = BITS == 4 ? 8 : 16;  // bytes per lane entry
+  const int gpc = kUnitK / group;
+  const size_t total = size_t(tiles) * chunks * kLanes;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
+    const size_t tc = i / kLanes;
+    const int u = int(i % kLanes);
+    const int tile = int(tc / chunks), ch = int(tc % chunks);
+    const int lane = u & 31, mh = (u >> 5) & 3, wg = u >> 7;
+    const int kh = wg >> 2, rg = wg & 3, g = lane >> 2, c = lane & 3;
+    const int r = rg * 32 + 16 * (mh >> 1) + 8 * (mh & 1) + g;  // row within the tile
+    const int row = tile * kUnitRows + r;
+    if (row >= rows) continue;
+    const uint8_t* base = packed + tc * size_t(unit_bytes);
+    const uint32_t* v = reinterpret_cast<const uint32_t*>(base + size_t(u) * LB);
+    const uint32_t* sbs = reinterpret_cast<const uint32_t*>(base + kUnitRows * kUnitK * BITS / 8);
+#pragma unroll
+    for (int jj = 0; jj < 2; ++jj) {
+      const int kk = 32 * (2 * kh + jj) + 8 * c;
+      const uint32_t sb = sbs[r * gpc + kk / group];
+      const uint16_t s16 = uint16_t(sb & 0xffffu), b16 = uint16_t(sb >> 16);
+      const float s = __bfloat162float(*reinterpret_cast<const bf16*>(&s16));
+      const float b = __bfloat162float(*reinterpret_cast<const bf16*>(&b16));
+      alignas(16) bf16 e8[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        uint32_t q;
+        if constexpr (BITS == 4) q = (v[jj] >> q4_bit(e)) & 0xfu;
+        else q = (v[2 * jj + e / 4] >> (8 * (e % 4))) & 0xffu;
+        e8[e] = __float2bfloat16_rn(fmaf(s, float(q), b));
+      }
+      *reinterpret_cast<uint4*>(out + size_t(row) * cols + size_t(ch) * kUnitK + kk) =
+          *reinterpret_cast<const uint4*>(e8);
+    }
+  }
+}
+
+const char* cublas_status_text(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "architecture mismatch";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
+    default: return "error";
+  }
+}
+
+void cublas_check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) fail("--backend cuda: cuBLAS {} failed: {} ({})", what, cublas_status_text(s), int(s));
+}
+
+}  // namespace
+
+PrefillGemm::PrefillGemm(cudaStream_t s) : stream_(s) {
+  cublasHandle_t h = nullptr;
+  cublas_check(cublasCreate(&h), "cublasCreate");
+  handle_ = h;
+  const cublasStatus_t st = cublasSetStream(h, s);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    cublasDestroy(h);
+    handle_ = nullptr;
+    cublas_check(st, "cublasSetStream");
+  }
+}
+
+PrefillGemm::~PrefillGemm() {
+  if (handle_ != nullptr) cublasDestroy(static_cast<cublasHandle_t>(handle_));
+}
+
+bool PrefillGemm::supported(const DevMatrix& W) {
+  return W.kind == WKind::BF16 || ((W.kind == WKind::Q4 || W.kind == WKind::Q8) && W.packed != nullptr);
+}
+
+int64_t PrefillGemm::scratch_bytes(const DevMatrix& W) {
+  return W.kind == WKind::BF16 ? 0 : int64_t(W.rows) * W.cols * 2;
+}
+
+void PrefillGemm::matmul(const DevMatrix& W, const void* X, int T, int ldx, float* Y, int ldy, bool accumulate,
+                         void* scratch) {
+  if (!supported(W)) fail("prefill: matrix kind {} without the streamed layout", int(W.kind));
+  if (T < 1) fail("prefill: {} rows", T);
+  const void* w = W.w;
+  if (W.kind != WKind::BF16) {
+    const int tiles = stream_tiles(W), chunks = W.cols / kUnitK;
+    const int unit_bytes = int(stream_layout_bytes(W) / (int64_t(tiles) * chunks));
+    const size_t total = size_t(tiles) * chunks * kLanes;
+    const unsigned blocks = unsigned(std::min<size_t>(16384, (total + 255) / 256));
+    auto* out = static_cast<bf16*>(scratch);
+    const auto* packed = static_cast<const uint8_t*>(W.packed);
+    if (W.kind == WKind::Q4)
+      CUDA_CHECK(launch_kernel(expand_stream_kernel<4>, blocks, 256, 0, stream_, packed, W.rows, W.cols, W.group,
+                               tiles, chunks, unit_bytes, out));
+    else
+      CUDA_CHECK(launch_kernel(expand_stream_kernel<8>, blocks, 256, 0, stream_, packed, W.rows, W.cols, W.group,
+                               tiles, chunks, unit_bytes, out));
+    w = scratch;
+  }
+  // Column-major view: Y^T [rows x T] = W [rows x cols] . X^T [cols x T].
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  cublas_check(cublasGemmEx(static_cast<cublasHandle_t>(handle_), CUBLAS_OP_T, CUBLAS_OP_N, W.rows, T, W.cols, &alpha,
+                            w, CUDA_R_16BF, W.cols, X, CUDA_R_16BF, ldx, &beta, Y, CUDA_R_32F, ldy,
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx");
+}
+
+}  // namespace nextn::cuda

@@ -1,0 +1,140 @@
+// CudaQwen35's prefill: the tokens of a long forward, all but its last
+// <= kMaxRows (which the 64-row graphs run, so that rollback and the
+// batch-invariance contract of short forwards are untouched), in chunks of
+// kPrefillRows through PrefillGemm (cuBLAS tensor cores on bf16-expanded
+// weights) instead of 64-row slices of the streamed decode kernel. The other
+// operations are the decode kernels on more rows; attention runs in kMaxRows
+// slices so it reuses the decode workspace. Only in the bf16 mode: the fp32
+// mode, which the CPU parity tests use, keeps every forward on the graphs.
+#ifdef NEXTN_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/prefill.h"
+#include "backend/cuda/qwen35_runtime.h"
+#include "core/error.h"
+
+namespace nextn::cuda {
+
+bool CudaQwen35::prefill_applies(int T) const { return prefill_gemm_enabled_ && act_ == Act::BF16 && T > kMaxRows; }
+
+void CudaQwen35::prefill_allocate() {
+  if (prefill_gemm_) return;
+  const auto& c = cfg_;
+  const size_t P = kPrefillRows, as = size_t(act_size(act_));
+  const int qd = c.num_attention_heads * c.head_dim;
+  StepBuffers& b = prefill_buffers_;
+  b.x = mem_.alloc<float>(P * H_ * 4, "prefill activations");
+  b.xn = mem_.alloc(P * 2 * H_ * as, "prefill activations");
+  b.proj = mem_.alloc<float>(P * size_t(proj_ld_) * 4, "prefill activations");
+  b.act = mem_.alloc(P * size_t(act_ld_) * as, "prefill activations");
+  b.q = mem_.alloc<float>(P * size_t(qd) * 4, "prefill activations");
+  d_prefill_tokens_ = mem_.alloc<int32_t>(P * 4, "prefill tokens");
+  d_prefill_pos_ = mem_.alloc<int>(P / kMaxRows * sizeof(int), "prefill positions");
+  b.tokens = d_prefill_tokens_;
+  b.prefill = true;
+  prefill_gdn_host_ = gdn_host_;
+  if (!gdn_host_.empty()) {
+    const int gdn_ld = gdn_host_.front().proj_ld, cd = c.conv_dim();
+    auto* proj = mem_.alloc<float>(P * size_t(gdn_ld) * 4, "prefill GDN projections");
+    auto* conv_out = mem_.alloc<float>(P * size_t(cd) * 4, "prefill GDN conv outputs");
+    for (auto& t : prefill_gdn_host_) {
+      t.proj = proj;
+      t.conv_out = conv_out;
+      t.y = b.act;
+    }
+  }
+  b.gdn_table = mem_.alloc<GdnLayer>(std::max<size_t>(1, prefill_gdn_host_.size()) * sizeof(GdnLayer),
+                                     "prefill GDN table");
+  if (!prefill_gdn_host_.empty())
+    CUDA_CHECK(cudaMemcpy(b.gdn_table, prefill_gdn_host_.data(), prefill_gdn_host_.size() * sizeof(GdnLayer),
+                          cudaMemcpyHostToDevice));
+  b.gdn_host = &prefill_gdn_host_;
+  int64_t scratch = 0;
+  auto track = [&](const DevMatrix& m) {
+    if (PrefillGemm::supported(m)) scratch = std::max(scratch, PrefillGemm::scratch_bytes(m));
+  };
+  for (const auto& L : layers_) {
+    for (const auto* lin : {&L.attn.qkv, &L.gdn_in, &L.gate_up})
+      for (const auto& p : lin->parts) track(p.m);
+    track(L.attn.o);
+    track(L.gdn_out);
+    track(L.down);
+  }
+  prefill_scratch_ = mem_.alloc(size_t(std::max<int64_t>(scratch, 16)), "prefill weight expansion");
+  prefill_gemm_ = std::make_unique<PrefillGemm>(stream_);
+}
+
+void CudaQwen35::prefill_project(const DevMatrix& W, const void* x, int T, int ldx, float* y, int ldy,
+                                 bool accumulate) {
+  if (PrefillGemm::supported(W)) {
+    prefill_gemm_->matmul(W, x, T, ldx, y, ldy, accumulate, prefill_scratch_);
+    return;
+  }
+  const size_t as = size_t(act_size(act_));
+  for (int t0 = 0; t0 < T; t0 += kMaxRows)
+    cuda::matmul(W, static_cast<const char*>(x) + size_t(t0) * size_t(ldx) * as, act_, std::min(kMaxRows, T - t0),
+                 ldx, y + size_t(t0) * size_t(ldy), ldy, accumulate, splitk_, stream_);
+}
+
+void CudaQwen35::prefill_attention(int T, void* k_cache, void* v_cache, const StepBuffers& b) {
+  const int qd = cfg_.num_attention_heads * cfg_.head_dim;
+  const size_t as = size_t(act_size(act_));
+  for (int t0 = 0, i = 0; t0 < T; t0 += kMaxRows, ++i)
+    cuda::attention(attn_shape_, b.q + size_t(t0) * qd, k_cache, v_cache, act_, b.proj + size_t(t0) * proj_ld_,
+                    proj_ld_, std::min(kMaxRows, T - t0), d_prefill_pos_ + i, max_tokens_, attn_partial_,
+                    static_cast<char*>(b.act) + size_t(t0) * qd * as, stream_);
+}
+
+void CudaQwen35::prefill_chunk(int n) {
+  const StepBuffers& b = prefill_buffers_;
+  mark("embed");
+  cuda::embed_rows(embed_, b.tokens, n, b.x, H_, stream_);
+  for (auto& L : layers_) decoder_layer(L, n, L.k_cache, L.v_cache, b);
+  mark("norm");
+  cuda::rmsnorm(b.x, Act::F32, H_, final_norm_, cfg_.rms_norm_eps, n, H_, hidden_, act_, H_, &d_args_->out_row,
+                stream_);
+}
+
+void CudaQwen35::prefill(std::span<const int32_t> tokens) {
+  prefill_allocate();
+  const int total = int(tokens.size());
+  // Profile mode: the same marks as in the graphs, recorded as plain events.
+  std::vector<std::pair<cudaEvent_t, std::string>> marks;
+  if (profile_) {
+    capturing_marks_ = &marks;
+    prof_prefix_ = "prefill.";
+  }
+  for (int done = 0; done < total;) {
+    const int n = std::min(kPrefillRows, total - done);
+    StepArgs a = args();
+    a.pos = length_ + done;
+    a.out_row = done;
+    upload(a);
+    std::vector<int> pos(size_t(kPrefillRows / kMaxRows));
+    for (size_t i = 0; i < pos.size(); ++i) pos[i] = a.pos + int(i) * kMaxRows;
+    CUDA_CHECK(cudaMemcpyAsync(d_prefill_tokens_, tokens.data() + done, size_t(n) * 4, cudaMemcpyHostToDevice,
+                               stream_));
+    CUDA_CHECK(cudaMemcpyAsync(d_prefill_pos_, pos.data(), pos.size() * sizeof(int), cudaMemcpyHostToDevice,
+                               stream_));
+    prefill_chunk(n);
+    parity_ ^= 1;
+    done += n;
+  }
+  if (profile_) {
+    mark("end");
+    capturing_marks_ = nullptr;
+    prof_prefix_.clear();
+    Graph timed;
+    timed.marks = std::move(marks);
+    add_intervals(timed);
+    for (auto& m : timed.marks) cudaEventDestroy(m.first);
+  }
+}
+
+}  // namespace nextn::cuda
+#endif  // NEXTN_HAVE_CUDA
