@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/device_handles.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/qwen35.h"
 #include "core/error.h"
@@ -20,8 +21,6 @@
 #include "io/checkpoint.h"
 
 namespace nextn::cuda {
-
-inline constexpr double kGiB = double(1ull << 30);
 
 // Values a step reads from device memory.
 struct StepArgs {
@@ -33,47 +32,6 @@ struct StepArgs {
   int pad[3];
   int32_t tokens[kMaxRows];
   int32_t drafts[kMaxRows];
-};
-
-// Owns every device allocation; frees them in the destructor (or earlier,
-// through release, for load-time copies the kernels no longer read).
-class DeviceMemory {
- public:
-  ~DeviceMemory() {
-    for (const auto& b : blocks_) cudaFree(b.first);
-  }
-  template <typename T = void>
-  T* alloc(size_t bytes, const char* what) {
-    void* p = nullptr;
-    if (bytes == 0) bytes = 16;
-    const cudaError_t e = cudaMalloc(&p, bytes);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      size_t free_b = 0, total_b = 0;
-      cudaMemGetInfo(&free_b, &total_b);
-      fail("--backend cuda: out of device memory allocating {:.1f} MiB for {} ({:.2f} GiB allocated by nextn, "
-           "{:.2f} of {:.2f} GiB free): {}",
-           double(bytes) / double(1 << 20), what, double(total_) / kGiB, double(free_b) / kGiB,
-           double(total_b) / kGiB, cudaGetErrorString(e));
-    }
-    blocks_.emplace_back(p, bytes);
-    total_ += bytes;
-    return static_cast<T*>(p);
-  }
-  void release(const void* p) {
-    for (size_t i = 0; i < blocks_.size(); ++i)
-      if (blocks_[i].first == p) {
-        CUDA_CHECK(cudaFree(blocks_[i].first));
-        total_ -= blocks_[i].second;
-        blocks_.erase(blocks_.begin() + long(i));
-        return;
-      }
-  }
-  size_t total() const { return total_; }
-
- private:
-  std::vector<std::pair<void*, size_t>> blocks_;
-  size_t total_ = 0;
 };
 
 // One projection, possibly fused from several checkpoint matrices (rows
@@ -192,10 +150,13 @@ class CudaQwen35 final : public ModelRuntime {
   cuda::AttnShape attn_shape_{};
   cuda::GdnShape gdn_shape_{};
 
+  // Owning members (device_handles.h), declared so that they go in reverse:
+  // graphs, then streams, then device memory. A constructor that throws
+  // releases whatever of them it had made.
   DeviceMemory mem_;
-  cudaStream_t stream_ = nullptr;
-  cudaStream_t body_stream_ = nullptr;  // captures the while walk's body graph
-  std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs_;
+  Stream stream_;
+  Stream body_stream_;  // captures the while walk's body graph
+  std::map<std::tuple<int, int, int>, GraphExec> graphs_;
 
   // weights
   DevMatrix embed_, head_;
@@ -239,12 +200,12 @@ class CudaQwen35 final : public ModelRuntime {
   int hidden_rows_ = 0;
 
   // pinned host side
-  StepArgs* h_args_ = nullptr;  // ring of kArgSlots
-  StepArgs* h_chain_args_ = nullptr;  // [2R], staged for d_chain_args_
-  cudaEvent_t arg_events_[16] = {};
+  PinnedBuffer<StepArgs> h_args_;        // ring of kArgSlots
+  PinnedBuffer<StepArgs> h_chain_args_;  // [2R], staged for d_chain_args_
+  Event arg_events_[16];
   static constexpr int kArgSlots = 16;
   int arg_slot_ = 0;
-  int32_t* h_out_ = nullptr;  // [R + 2]
+  PinnedBuffer<int32_t> h_out_;  // [R + 2]
 
   // sequence state (host mirror)
   int length_ = 0;
@@ -273,19 +234,14 @@ inline void CudaQwen35::replay(GraphKind kind, int a, int b, F&& record) {
     try {
       record();
     } catch (...) {
-      cudaGraph_t g = nullptr;
-      cudaStreamEndCapture(stream_, &g);
-      if (g) cudaGraphDestroy(g);
+      Graph partial;
+      (void)end_capture(stream_, &partial);
       (void)cudaGetLastError();
       throw;
     }
-    cudaGraph_t graph = nullptr;
-    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    CUDA_CHECK(e);
-    it = graphs_.emplace(key, exec).first;
+    Graph graph;
+    CUDA_CHECK(end_capture(stream_, &graph));
+    it = graphs_.emplace(key, instantiate(graph)).first;
   }
   CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
 }
