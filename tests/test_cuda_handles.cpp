@@ -40,8 +40,8 @@ TEST(CudaHandles, MovesHandOverAndDestructorsRelease) {
   {
     cuda::Stream s = cuda::make_stream();
     cuda::Event e = cuda::make_event();
-    cuda::PinnedBuffer<int> pinned(16);
-    cuda::DeviceBuffer buf(1024);
+    cuda::PinnedBuffer<int> pinned = cuda::make_pinned<int>(16);
+    cuda::DeviceBuffer buf = cuda::make_device_buffer(1024);
     cuda::DeviceMemory mem;
     void* block = mem.alloc(4096, "test");
     EXPECT_EQ(cuda::live_count(), base + 5);

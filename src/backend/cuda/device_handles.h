@@ -34,7 +34,8 @@ inline std::atomic<int64_t>& live_handles() {
 // CUDA objects held by the wrappers below, summed over all kinds.
 inline int64_t live_count() { return detail::live_handles().load(); }
 
-// One CUDA object of handle type H (a pointer type), destroyed by Release.
+// One CUDA object or allocation of handle type H (a pointer type), released
+// by Release.
 template <typename H, typename Release>
 class Handle {
  public:
@@ -114,82 +115,35 @@ inline GraphExec instantiate(const Graph& g) {
   return GraphExec(exec);
 }
 
-// `count` elements of T in page-locked host memory (cudaMallocHost).
+struct PinnedRelease {
+  void operator()(void* p) const { (void)cudaFreeHost(p); }
+};
+struct DeviceRelease {
+  void operator()(void* p) const { (void)cudaFree(p); }
+};
+
+// Page-locked host memory (cudaMallocHost) and one device allocation (cudaMalloc).
 template <typename T>
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  explicit PinnedBuffer(size_t count) {
-    void* p = nullptr;
-    CUDA_CHECK(cudaMallocHost(&p, count * sizeof(T)));
-    p_ = static_cast<T*>(p);
-    ++detail::live_handles();
-  }
-  ~PinnedBuffer() { reset(); }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  PinnedBuffer(PinnedBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      p_ = std::exchange(o.p_, nullptr);
-    }
-    return *this;
-  }
-  T* get() const { return p_; }
-  operator T*() const { return p_; }  // the buffer, where a pointer is taken; ownership stays here
-  void reset() {
-    if (p_) {
-      (void)cudaFreeHost(p_);
-      --detail::live_handles();
-      p_ = nullptr;
-    }
-  }
+using PinnedBuffer = Handle<T*, PinnedRelease>;
+using DeviceBuffer = Handle<void*, DeviceRelease>;
 
- private:
-  T* p_ = nullptr;
-};
+template <typename T>
+PinnedBuffer<T> make_pinned(size_t count) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMallocHost(&p, count * sizeof(T)));
+  return PinnedBuffer<T>(static_cast<T*>(p));
+}
 
-// One device allocation (cudaMalloc) of at least 16 bytes.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes) {
-    const cudaError_t e = cudaMalloc(&p_, bytes < 16 ? 16 : bytes);
-    if (e != cudaSuccess) {
-      p_ = nullptr;
-      (void)cudaGetLastError();  // not sticky: clear it so that later checks do not see it
-      cuda_fail(e, "cudaMalloc", __FILE__, __LINE__);
-    }
-    ++detail::live_handles();
+// At least 16 bytes.
+inline DeviceBuffer make_device_buffer(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes < 16 ? 16 : bytes);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: clear it so that later checks do not see it
+    cuda_fail(e, "cudaMalloc", __FILE__, __LINE__);
   }
-  ~DeviceBuffer() { reset(); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      p_ = std::exchange(o.p_, nullptr);
-    }
-    return *this;
-  }
-  void* get() const { return p_; }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(p_);
-  }
-  void reset() {
-    if (p_) {
-      (void)cudaFree(p_);
-      --detail::live_handles();
-      p_ = nullptr;
-    }
-  }
-
- private:
-  void* p_ = nullptr;
-};
+  return DeviceBuffer(p);
+}
 
 // The runtime's device allocations: freed in the destructor (or earlier,
 // through release, for load-time copies the kernels no longer read).

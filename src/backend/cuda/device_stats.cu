@@ -22,7 +22,7 @@ size_t device_memory_total() {
 
 double copy_bandwidth_gbs(size_t bytes, int iters) {
   // Owned (device_handles.h): a check that throws below releases all of them.
-  const cuda::DeviceBuffer a(bytes), b(bytes);
+  const cuda::DeviceBuffer a = cuda::make_device_buffer(bytes), b = cuda::make_device_buffer(bytes);
   const cuda::Stream s = cuda::make_stream();
   const cuda::Event e0 = cuda::make_event(), e1 = cuda::make_event();
   CUDA_CHECK(cudaMemsetAsync(a.get(), 1, bytes, s));

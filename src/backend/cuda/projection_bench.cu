@@ -47,7 +47,7 @@ __global__ void fill_act(bf16* x, size_t n, uint32_t seed) {
 struct Buf {
   DeviceBuffer mem;  // owned (device_handles.h)
   void* p;
-  explicit Buf(size_t n) : mem(n), p(mem.get()) {}
+  explicit Buf(size_t n) : mem(make_device_buffer(n)), p(mem.get()) {}
 };
 
 double median(std::vector<double> v) {

@@ -273,9 +273,9 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
     CUDA_CHECK(cudaMemcpy(gdn_table_, gdn_host_.data(), gdn_host_.size() * sizeof(cuda::GdnLayer),
                           cudaMemcpyHostToDevice));
 
-  h_args_ = PinnedBuffer<StepArgs>(kArgSlots);
-  h_out_ = PinnedBuffer<int32_t>(size_t(R) + 2);
-  h_chain_args_ = PinnedBuffer<StepArgs>(size_t(2) * kMaxRows);
+  h_args_ = make_pinned<StepArgs>(kArgSlots);
+  h_out_ = make_pinned<int32_t>(size_t(R) + 2);
+  h_chain_args_ = make_pinned<StepArgs>(size_t(2) * kMaxRows);
   for (auto& e : arg_events_) e = make_event(cudaEventDisableTiming);
   CUDA_CHECK(cudaDeviceSynchronize());
 }
