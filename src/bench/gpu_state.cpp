@@ -89,21 +89,23 @@ class Nvml {
     const auto power = sym<nvml::PowerFn>("nvmlDeviceGetPowerUsage");
     if (!error_.empty()) return unavailable(error_);
     nvml::Device dev = nullptr;
+    if (const nvml::Return r = by_bus(pci_bus_id, &dev); r != 0)
+      return unavailable(fmt::format("NVML: nvmlDeviceGetHandleByPciBusId failed: {}", error_string_(r)));
+    // Each reading on its own: a GPU that does not report one (e.g. power
+    // under some virtualisations) still gives the others.
+    auto field = [&](nvml::Return r, const std::string& value, const char* what) {
+      return r == 0 ? value : fmt::format("{} unavailable ({})", what, error_string_(r));
+    };
     unsigned sm = 0, mem = 0, temp_c = 0, mw = 0;
     nvml::Utilization u{};
-    auto check = [&](nvml::Return r, const char* what) {
-      if (r != 0 && error_.empty()) error_ = fmt::format("NVML: {} failed: {}", what, error_string_(r));
-      return r == 0;
-    };
-    if (check(by_bus(pci_bus_id, &dev), "nvmlDeviceGetHandleByPciBusId") &&
-        check(clock(dev, nvml::kClockSm, &sm), "nvmlDeviceGetClockInfo(SM)") &&
-        check(clock(dev, nvml::kClockMem, &mem), "nvmlDeviceGetClockInfo(MEM)") &&
-        check(util(dev, &u), "nvmlDeviceGetUtilizationRates") &&
-        check(temp(dev, nvml::kTemperatureGpu, &temp_c), "nvmlDeviceGetTemperature") &&
-        check(power(dev, &mw), "nvmlDeviceGetPowerUsage"))
-      return fmt::format("{} MHz SM, {} MHz memory, {}% util, {} C, {:.1f} W", sm, mem, u.gpu, temp_c,
-                         double(mw) / 1000.0);
-    return unavailable(error_);
+    const nvml::Return r_sm = clock(dev, nvml::kClockSm, &sm), r_mem = clock(dev, nvml::kClockMem, &mem);
+    const nvml::Return r_util = util(dev, &u), r_temp = temp(dev, nvml::kTemperatureGpu, &temp_c);
+    const nvml::Return r_power = power(dev, &mw);
+    return fmt::format("{}, {}, {}, {}, {}", field(r_sm, fmt::format("{} MHz SM", sm), "SM clock"),
+                       field(r_mem, fmt::format("{} MHz memory", mem), "memory clock"),
+                       field(r_util, fmt::format("{}% util", u.gpu), "utilization"),
+                       field(r_temp, fmt::format("{} C", temp_c), "temperature"),
+                       field(r_power, fmt::format("{:.1f} W", double(mw) / 1000.0), "power"));
   }
 
  private:

@@ -12,8 +12,9 @@ namespace nextn::bench {
 // CUDA device 0's name ("NVIDIA H200"), or "unavailable (<reason>)".
 std::string gpu_name();
 // CUDA device 0 through NVML, found by its PCI bus id:
-// "<sm> MHz SM, <mem> MHz memory, <util>% util, <temp> C, <power> W",
-// or "unavailable (<reason>)".
+// "<sm> MHz SM, <mem> MHz memory, <util>% util, <temp> C, <power> W", a
+// reading the GPU does not give as "<what> unavailable (<reason>)" in its
+// place; "unavailable (<reason>)" when NVML or the device cannot be reached.
 std::string gpu_state();
 
 }  // namespace nextn::bench
