@@ -1,15 +1,20 @@
-// Timings of the matmul family at the Qwen3.5-27B LM-head shape (248320 x
-// 5120), bf16 and MLX q4 g64, for W = 1..64 rows: plain projection and the
-// fused projection+argmax. Disabled by default; the device script runs them
-// with NEXTN_DEVICE_BENCH=1 (--gtest_also_run_disabled_tests). Prints
-// "[bench] ..." lines: median of 20 timed launches after 3 warm-ups, CUDA
-// events, random (not zero) data.
+// The matmul family at the Qwen3.5-27B LM-head shape (248320 x 5120), bf16
+// and MLX q4 g64, for W = 1..64 rows: plain projection and the fused
+// projection+argmax. Asserts that at this shape (the vocabulary spans
+// thousands of argmax chunks and pairs) the fused argmax picks, for every row
+// and every W, what argmax of the projected logits picks; prints "[bench]"
+// timings beside it: median of 20 timed launches after 3 warm-ups, CUDA
+// events, random (not zero) data from a fixed seed. Disabled by default (a
+// 2.5 GB matrix); the device script runs it with NEXTN_DEVICE_BENCH=1
+// (--gtest_also_run_disabled_tests).
 #ifdef NEXTN_HAVE_CUDA
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "backend/cpu/ops.h"
+#include "backend/cuda/device_handles.h"
 #include "backend/cuda/kernels.h"
 #include "test_cuda_util.h"
 
@@ -33,9 +38,7 @@ void fill_random(DevBuf& b, std::mt19937_64& rng, bool bf16_values) {
 
 template <typename F>
 double median_ms(F&& launch) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
+  const cuda::Event a = cuda::make_event(), b = cuda::make_event();
   for (int i = 0; i < 3; ++i) launch();
   std::vector<float> t;
   for (int i = 0; i < 20; ++i) {
@@ -47,15 +50,15 @@ double median_ms(F&& launch) {
     cudaEventElapsedTime(&ms, a, b);
     t.push_back(ms);
   }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
 
 TEST(CudaBench, DISABLED_LmHeadProjection) {
   NEXTN_REQUIRE_GPU();
-  std::mt19937_64 rng(test::fresh_seed());
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
   const int V = 248320, H = 5120;
   for (WKind kind : {WKind::BF16, WKind::Q4}) {
     cuda::DevMatrix m;
@@ -92,6 +95,11 @@ TEST(CudaBench, DISABLED_LmHeadProjection) {
       });
       std::printf("[bench] head %s %dx%d W=%2d: project %.3f ms (%.0f GB/s of weights), fused argmax %.3f ms (%.0f GB/s)\n",
                   kind == WKind::BF16 ? "bf16" : "q4g64", V, H, W, ms, bytes / ms / 1e6, fms, bytes / fms / 1e6);
+      const auto logits = y.get<float>(size_t(W) * V);
+      const auto fused = out.get<int32_t>(size_t(W));
+      for (int r = 0; r < W; ++r)
+        ASSERT_EQ(fused[size_t(r)], cpu::argmax(&logits[size_t(r) * V], V))
+            << (kind == WKind::BF16 ? "bf16" : "q4g64") << " W=" << W << " row " << r;
     }
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   }

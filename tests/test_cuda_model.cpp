@@ -8,23 +8,28 @@
 //  - plain greedy equal to the reference (fp32 mode);
 //  - speculative output identical to plain greedy on CUDA, byte for byte, for
 //    K = 2..32 x every verify arm x budgets {K-1, K, K+1, 24};
+//  - the runtime contract of runtime_contract.h (as the CPU runtime in CI);
 //  - and, on a machine without a GPU, `nextn generate --backend cuda` exits 1
-//    with one error line naming the missing device (this one runs in CI).
+//    with one error line naming the missing device, and the machine record's
+//    GPU fields say "unavailable (reason)" (these run in CI).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <regex>
 #include <string>
 #include <vector>
 
+#include "bench/machine.h"
 #include "cli_util.h"
 #include "fixture_util.h"
 #ifdef NEXTN_HAVE_CUDA
 #include "backend/cuda/qwen35.h"
 #include "io/checkpoint.h"
 #include "io/synthetic.h"
+#include "runtime_contract.h"
 #include "speculative/generate.h"
 #include "test_cuda_util.h"
 #endif
@@ -61,6 +66,28 @@ TEST(CudaCli, WithoutGpuGenerateFailsWithOneErrorLine) {
   EXPECT_NE(lines[0].find("without the CUDA backend"), std::string::npos) << lines[0];
 #endif
   EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+// The machine record's GPU fields: read (the device name; NVML's clocks,
+// utilization, temperature and power) where there is a GPU, labelled
+// "unavailable (reason)" where there is none, in every build.
+TEST(CudaCli, MachineRecordGpuFieldsAreReadOrLabelled) {
+  auto m = bench::machine_begin("cuda");
+  bench::machine_end(m, "cuda");
+  const std::regex state("[0-9]+ MHz SM, [0-9]+ MHz memory, [0-9]+% util, [0-9]+ C, [0-9]+\\.[0-9] W");
+  const std::regex labelled("unavailable \\(.+\\)");
+  if (gpu_present()) {
+    EXPECT_FALSE(std::regex_match(m.gpu, labelled)) << m.gpu;
+    EXPECT_TRUE(std::regex_match(m.gpu_before, state)) << m.gpu_before;
+    EXPECT_TRUE(std::regex_match(m.gpu_after, state)) << m.gpu_after;
+    EXPECT_EQ(bench::hardware_id("cuda"), "gpu " + m.gpu);
+  } else {
+    EXPECT_TRUE(std::regex_match(m.gpu, labelled)) << m.gpu;
+    EXPECT_TRUE(std::regex_match(m.gpu_before, labelled)) << m.gpu_before;
+    EXPECT_TRUE(std::regex_match(m.gpu_after, labelled)) << m.gpu_after;
+    EXPECT_EQ(bench::hardware_id("cuda"), "gpu unknown");
+  }
+  EXPECT_NE(bench::machine_text(m).find("gpu state (NVML): before " + m.gpu_before), std::string::npos);
 }
 
 #ifdef NEXTN_HAVE_CUDA
@@ -318,6 +345,21 @@ TEST_P(CudaModel, GraphsMatchEagerLaunches) {
     rt->head_logits(0, logits.back().data());
   }
   EXPECT_EQ(logits[0], logits[1]);
+}
+
+// The call sequence of runtime_contract.h, which the CPU runtime answers in
+// CI (RuntimeContract.Cpu): capacity checks, two rollbacks of one forward,
+// rows past the kept ones refused, decoding on equal to a runtime that never
+// saw the rolled-back tokens; in both activation modes.
+TEST_P(CudaModel, RuntimeContract) {
+  NEXTN_REQUIRE_GPU();
+  const std::string dir = GetParam();
+  const auto ref = test::load_reference(dir);
+  const auto ck = Qwen35Checkpoint::open(dir);
+  for (ActMode mode : {ActMode{true}, ActMode{false}}) {
+    SCOPED_TRACE(mode.name());
+    test::check_runtime_contract([&](int n) { return make_rt(ck, n, mode); }, ref.prompt, ck.mtp_layers() > 0);
+  }
 }
 
 std::vector<std::string> fixture_params() {

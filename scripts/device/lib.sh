@@ -7,6 +7,18 @@ gpu_state() {
     --format=csv 2>&1
 }
 
+# The test binary has the development machine's absolute paths compiled in
+# (fixtures, the nextn binary): make them resolve here. Expects ROOT too.
+link_source_root() {
+  local src
+  src=$(grep -a -o -m1 '/[[:alnum:]_./-]*/tests/fixtures' "$BUILD/nextn_tests" 2>/dev/null | head -1 | sed 's#/tests/fixtures$##')
+  if [ -n "$src" ] && [ "$src" != "$ROOT" ] && [ ! -e "$src" ]; then
+    mkdir -p "$(dirname "$src")" && ln -s "$ROOT" "$src"
+    say "linked $src -> $ROOT"
+  fi
+  export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+}
+
 # Commit, date, machine (logs/machine.txt), GPU state and host load before the run.
 record_start() {
   mkdir -p "$LOG"

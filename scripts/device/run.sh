@@ -24,14 +24,7 @@ SUMMARY=$OUT/summary.txt
 . scripts/device/lib.sh
 record_start
 
-# The test binary has the development machine's absolute paths compiled in
-# (fixtures, the nextn binary): make them resolve here.
-SRC_ROOT=$(grep -a -o -m1 '/[[:alnum:]_./-]*/tests/fixtures' "$BUILD/nextn_tests" 2>/dev/null | head -1 | sed 's#/tests/fixtures$##')
-if [ -n "$SRC_ROOT" ] && [ "$SRC_ROOT" != "$ROOT" ] && [ ! -e "$SRC_ROOT" ]; then
-  mkdir -p "$(dirname "$SRC_ROOT")" && ln -s "$ROOT" "$SRC_ROOT"
-  say "linked $SRC_ROOT -> $ROOT"
-fi
-export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+link_source_root
 
 status=0
 if [ ! -x "$BUILD/nextn_tests" ] || [ ! -x "$BUILD/nextn" ]; then
@@ -44,7 +37,7 @@ else
   # 1. the CUDA tests, in phases (a crash or a sticky CUDA error ends one
   # phase only): ops, model parity, speculative == greedy, benchmarks.
   phases=("ops|CudaCli.*:CudaOps.*:CudaHeadOps.*|${NEXTN_T_OPS:-120}"
-          "model|*CudaModel.TeacherForced*:*CudaModel.Greedy*:*CudaModel.Graphs*|${NEXTN_T_MODEL:-120}"
+          "model|*CudaModel.TeacherForced*:*CudaModel.Greedy*:*CudaModel.Graphs*:*CudaModel.RuntimeContract*:CudaHandles.*|${NEXTN_T_MODEL:-120}"
           "spec|*CudaModel.Speculative*:CudaModelStreamed.*:*CudaHead.*|${NEXTN_T_SPEC:-300}")
   [ "${NEXTN_DEVICE_BENCH:-0}" = 1 ] && phases+=("bench|CudaBench.*|${NEXTN_T_BENCH:-90}")
   [ -n "${NEXTN_GTEST_FILTER:-}" ] && phases=("custom|$NEXTN_GTEST_FILTER|${NEXTN_T_CUSTOM:-480}")

@@ -3,13 +3,12 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "bench/gpu_state.h"
 #include "nextn_build_stamp.h"  // generated at build time (cmake/build_stamp.cmake)
 
 namespace nextn::bench {
@@ -20,17 +19,6 @@ std::string trim(std::string s) {
   size_t i = 0;
   while (i < s.size() && s[i] == ' ') ++i;
   return s.substr(i);
-}
-
-// stdout of a shell command (stderr discarded); empty on failure.
-std::string capture(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>/dev/null").c_str(), "r");
-  if (p == nullptr) return out;
-  std::array<char, 512> buf{};
-  while (size_t n = std::fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  if (::pclose(p) != 0) return "";
-  return trim(out);
 }
 
 std::string read_first_line(const std::string& path) {
@@ -55,11 +43,6 @@ std::string cpu_model() {
       if (colon != std::string::npos) return trim(line.substr(colon + 1));
     }
   return "unknown";
-}
-
-std::string gpu_state() {
-  return capture("nvidia-smi --query-gpu=clocks.sm,clocks.mem,utilization.gpu,temperature.gpu,power.draw "
-                 "--format=csv,noheader | head -n 1");
 }
 
 std::string command_line() {
@@ -128,8 +111,9 @@ std::string source_commit_origin() { return NEXTN_BUILD_COMMIT_SOURCE; }
 
 std::string hardware_id(const std::string& backend) {
   if (backend == "cuda") {
-    const std::string gpu = capture("nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1");
-    return "gpu " + (gpu.empty() ? std::string("unknown") : gpu);
+    // A name that could not be read keys no calibration written on a GPU.
+    const std::string gpu = gpu_name();
+    return "gpu " + (gpu.starts_with("unavailable") ? std::string("unknown") : gpu);
   }
   return fmt::format("cpu {} x {}", cpu_model(), std::thread::hardware_concurrency());
 }
@@ -141,7 +125,7 @@ MachineRecord machine_begin(const std::string& backend) {
   m.cpu = cpu_model();
   m.cores = int(std::thread::hardware_concurrency());
   if (backend == "cuda") {
-    m.gpu = capture("nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1");
+    m.gpu = gpu_name();
     m.gpu_before = gpu_state();
   }
   m.commit = source_commit();
@@ -185,7 +169,7 @@ std::string machine_text(const MachineRecord& m) {
   s += fmt::format("command: {}\n", m.command);
   s += fmt::format("started: {}; load average (1/5/15 min) before {}, after {}\n", m.started, m.load_before,
                    m.load_after.empty() ? "-" : m.load_after);
-  if (!m.gpu.empty()) s += fmt::format("gpu (sm MHz, mem MHz, util, temp, power): before {}, after {}\n", m.gpu_before, m.gpu_after);
+  if (!m.gpu.empty()) s += fmt::format("gpu state (NVML): before {}; after {}\n", m.gpu_before, m.gpu_after);
   return s;
 }
 

@@ -11,13 +11,13 @@ struct MachineRecord {
   std::string host;
   std::string cpu;   // /proc/cpuinfo model name
   int cores = 0;     // hardware threads
-  std::string gpu;   // backend cuda: nvidia-smi name (empty otherwise)
+  std::string gpu;   // backend cuda: CUDA device 0's name, or "unavailable (reason)" (empty otherwise)
   std::string commit;
   std::string build;    // compiler, optimisation, sanitizers, CUDA
   std::string command;  // the command line, as run
   std::string started;  // UTC, ISO 8601
   std::string load_before, load_after;  // /proc/loadavg: 1, 5, 15 min
-  std::string gpu_before, gpu_after;    // cuda: clocks, utilization, temperature
+  std::string gpu_before, gpu_after;    // cuda: NVML clocks, utilization, temperature, power (bench/gpu_state.h)
 };
 
 // The record at the start of a benchmark (load_after/gpu_after empty).

@@ -169,6 +169,7 @@ CpuQwen35::CpuQwen35(const Qwen35Checkpoint& ck, int max_tokens, const CpuRuntim
       pool_(options.threads > 0 ? options.threads : default_thread_count()),
       min_chunk_work_(options.min_chunk_work),
       fault_(read_fault_hook()) {
+  if (max_tokens < 1) fail("--backend cpu: max_tokens {} must be positive", max_tokens);
   const int H = cfg_.hidden_size;
   embed_ = Matrix::load(ck.matrix("embed_tokens", cfg_.vocab_size, H));
   const WeightRef head = ck.lm_head();

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/device_handles.h"
 #include "backend/cuda/kernels.h"
 #include "core/error.h"
 
@@ -44,11 +45,9 @@ __global__ void fill_act(bf16* x, size_t n, uint32_t seed) {
 }
 
 struct Buf {
-  void* p = nullptr;
-  explicit Buf(size_t n) { CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 16))); }
-  ~Buf() { cudaFree(p); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
+  DeviceBuffer mem;  // owned (device_handles.h)
+  void* p;
+  explicit Buf(size_t n) : mem(make_device_buffer(n)), p(mem.get()) {}
 };
 
 double median(std::vector<double> v) {
@@ -147,9 +146,7 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
     }
   }
 
-  cudaEvent_t e0, e1;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
+  const Event e0 = make_event(), e1 = make_event();
   // Copy bandwidth: 1 GiB device to device (read + write counted).
   {
     r.copy_bytes = int64_t(1) << 30;
@@ -173,16 +170,14 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
   // replay of a graph of kGraphLaunches launches (rotating the copies),
   // divided by kGraphLaunches; the widths interleave ABBA over rounds.
   constexpr int kGraphLaunches = 10;
-  cudaStream_t stream;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  std::vector<cudaGraphExec_t> graphs(c.widths.size());
+  const Stream stream = make_stream();
+  std::vector<GraphExec> graphs(c.widths.size());
   for (size_t k = 0; k < c.widths.size(); ++k) {
-    cudaGraph_t g;
+    Graph g;
     CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < kGraphLaunches; ++i) launch(i, x.p, c.widths[k], stream);
-    CUDA_CHECK(cudaStreamEndCapture(stream, &g));
-    CUDA_CHECK(cudaGraphInstantiate(&graphs[k], g, 0));
-    CUDA_CHECK(cudaGraphDestroy(g));
+    CUDA_CHECK(end_capture(stream, &g));
+    graphs[k] = instantiate(g);
     CUDA_CHECK(cudaGraphLaunch(graphs[k], stream));  // warm-up
   }
   CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -202,8 +197,6 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
       }
     }
   }
-  for (auto& ge : graphs) cudaGraphExecDestroy(ge);
-  cudaStreamDestroy(stream);
   for (size_t k = 0; k < c.widths.size(); ++k) {
     ProjBenchRow row;
     row.W = c.widths[k];
@@ -213,8 +206,6 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
     row.bytes = r.weight_bytes + double(row.W) * c.cols * 2 + (c.argmax ? 0.0 : double(row.W) * c.rows * 4);
     r.rows.push_back(row);
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   return r;
 }
 

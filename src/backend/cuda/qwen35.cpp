@@ -33,6 +33,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/workspace_dims.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
@@ -130,8 +131,9 @@ size_t estimate_bytes(const Qwen35Checkpoint& ck, int max_tokens, Act act) {
 }  // namespace
 
 CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.config()), max_tokens_(max_tokens) {
+  static_assert(kWorkspaceRows == kMaxRows);
+  const WorkspaceDims dims = workspace_dims(cfg_, max_tokens);  // sizes checked before any device work
   (void)cuda_device_summary();
-  if (max_tokens < 1) fail("--backend cuda: max_tokens {} must be positive", max_tokens);
   if (const char* a = std::getenv("NEXTN_CUDA_ACT")) {
     const std::string s(a);
     if (s == "fp32") act_ = Act::F32;
@@ -163,12 +165,12 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
            double(need) / kGiB, max_tokens, double(free_b) / kGiB, double(total_b) / kGiB);
   }
   cuda::init_kernels();
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaStreamCreateWithFlags(&body_stream_, cudaStreamNonBlocking));
+  stream_ = make_stream();
+  body_stream_ = make_stream();
   const auto& c = cfg_;
   H_ = c.hidden_size;
   V_ = c.vocab_size;
-  const int hd = c.head_dim, Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, I = c.intermediate_size;
+  const int hd = c.head_dim, Hq = c.num_attention_heads, Hkv = c.num_key_value_heads;
   attn_shape_ = {Hq, Hkv, hd, c.rotary_dim(), c.rms_norm_eps};
   gdn_shape_ = {c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim,
                 c.linear_conv_kernel_dim, c.rms_norm_eps};
@@ -209,8 +211,8 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
   for (auto& L : layers_)
     if (L.full) alloc_kv(L);
   if (has_mtp_) alloc_kv(mtp_layer_);
-  const int cd = c.conv_dim(), vd = c.value_dim(), Hv = c.linear_num_value_heads;
-  const int gdn_ld = cd + vd + 2 * Hv;
+  const int cd = c.conv_dim(), Hv = c.linear_num_value_heads;
+  const int gdn_ld = dims.gdn_ld;
   for (auto& t : gdn_host_) {
     const size_t conv_state = size_t(2) * (c.linear_conv_kernel_dim - 1) * cd * 4 + 16;
     const size_t S = size_t(2) * Hv * c.linear_key_head_dim * c.linear_value_head_dim * 4;
@@ -228,9 +230,9 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
 
   // workspace
   const int R = kMaxRows;
-  proj_ld_ = std::max(Hq * hd * 2 + 2 * Hkv * hd, 2 * I);
-  act_ld_ = std::max({I, Hq * hd, vd});
-  hidden_rows_ = std::max(max_tokens, R) + R;
+  proj_ld_ = dims.proj_ld;
+  act_ld_ = dims.act_ld;
+  hidden_rows_ = dims.hidden_rows;
   d_args_ = mem_.alloc<StepArgs>(sizeof(StepArgs), "step arguments");
   d_chain_args_ = mem_.alloc<StepArgs>(sizeof(StepArgs) * 2 * kMaxRows, "draft chain arguments");
   CUDA_CHECK(cudaMemset(d_args_, 0, sizeof(StepArgs)));
@@ -277,26 +279,17 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
     CUDA_CHECK(cudaMemcpy(gdn_table_, gdn_host_.data(), gdn_host_.size() * sizeof(cuda::GdnLayer),
                           cudaMemcpyHostToDevice));
 
-  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_args_), sizeof(StepArgs) * kArgSlots));
-  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_out_), sizeof(int32_t) * (R + 2)));
-  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_chain_args_), sizeof(StepArgs) * 2 * kMaxRows));
-  for (auto& e : arg_events_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  h_args_ = make_pinned<StepArgs>(kArgSlots);
+  h_out_ = make_pinned<int32_t>(size_t(R) + 2);
+  h_chain_args_ = make_pinned<StepArgs>(size_t(2) * kMaxRows);
+  for (auto& e : arg_events_) e = make_event(cudaEventDisableTiming);
   CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+// The members release themselves (device_handles.h); work still queued on
+// the stream must finish before its buffers go.
 CudaQwen35::~CudaQwen35() {
-  if (stream_) cudaStreamSynchronize(stream_);
-  for (auto& [k, g] : graphs_) {
-    cudaGraphExecDestroy(g.exec);
-    for (auto& m : g.marks) cudaEventDestroy(m.first);
-  }
-  for (auto& e : arg_events_)
-    if (e) cudaEventDestroy(e);
-  if (h_args_) cudaFreeHost(h_args_);
-  if (h_chain_args_) cudaFreeHost(h_chain_args_);
-  if (h_out_) cudaFreeHost(h_out_);
-  if (stream_) cudaStreamDestroy(stream_);
-  if (body_stream_) cudaStreamDestroy(body_stream_);
+  if (stream_) (void)cudaStreamSynchronize(stream_);
 }
 
 // Every buffer the constructor zeroes that a sequence writes, zeroed again in
@@ -366,18 +359,16 @@ int CudaQwen35::count_kernel_nodes(cudaGraph_t g) {
 
 void CudaQwen35::mark(const char* op) {
   if (capturing_marks_ == nullptr) return;
-  cudaEvent_t ev = nullptr;
-  CUDA_CHECK(cudaEventCreate(&ev));
-  capturing_marks_->emplace_back(ev, prof_prefix_ + op);
-  CUDA_CHECK(cudaEventRecordWithFlags(ev, stream_, cudaEventRecordExternal));
+  capturing_marks_->emplace_back(make_event(), prof_prefix_ + op);
+  CUDA_CHECK(cudaEventRecordWithFlags(capturing_marks_->back().first, stream_, cudaEventRecordExternal));
 }
 
-void CudaQwen35::add_intervals(const Graph& g) {
+void CudaQwen35::add_intervals(const std::vector<std::pair<Event, std::string>>& marks) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (size_t i = 0; i + 1 < g.marks.size(); ++i) {
+  for (size_t i = 0; i + 1 < marks.size(); ++i) {
     float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, g.marks[i].first, g.marks[i + 1].first));
-    auto& slot = op_ms_[g.marks[i].second];
+    CUDA_CHECK(cudaEventElapsedTime(&ms, marks[i].first, marks[i + 1].first));
+    auto& slot = op_ms_[marks[i].second];
     slot.first += 1;
     slot.second += double(ms);
   }
@@ -566,6 +557,13 @@ void CudaQwen35::target_rollback(int keep) {
     });
   }
   length_ = forward_start_ + keep;
+  // As the CPU runtime: a second rollback of the same forward keeps a prefix
+  // of these rows (the untouched state buffer and the chunk's projections
+  // still hold what a replay needs), and rows past keep are gone for the
+  // head and the MTP. The last chunk now starts at the same row and is
+  // replay_n tokens long.
+  last_T_ = keep;
+  last_chunk_T_ = replay_n;
 }
 
 void CudaQwen35::mtp_forward(std::span<const int32_t> next_tokens, int first_row) {

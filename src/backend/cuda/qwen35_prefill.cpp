@@ -104,7 +104,7 @@ void CudaQwen35::prefill(std::span<const int32_t> tokens) {
   prefill_allocate();
   const int total = int(tokens.size());
   // Profile mode: the same marks as in the graphs, recorded as plain events.
-  std::vector<std::pair<cudaEvent_t, std::string>> marks;
+  std::vector<std::pair<Event, std::string>> marks;
   if (profile_) {
     capturing_marks_ = &marks;
     prof_prefix_ = "prefill.";
@@ -129,10 +129,7 @@ void CudaQwen35::prefill(std::span<const int32_t> tokens) {
     mark("end");
     capturing_marks_ = nullptr;
     prof_prefix_.clear();
-    Graph timed;
-    timed.marks = std::move(marks);
-    add_intervals(timed);
-    for (auto& m : timed.marks) cudaEventDestroy(m.first);
+    add_intervals(marks);
   }
 }
 

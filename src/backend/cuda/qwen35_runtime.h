@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/device_handles.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/prefill.h"
 #include "backend/cuda/qwen35.h"
@@ -22,8 +23,6 @@
 #include "io/checkpoint.h"
 
 namespace nextn::cuda {
-
-inline constexpr double kGiB = double(1ull << 30);
 
 // Values a step reads from device memory.
 struct StepArgs {
@@ -35,47 +34,6 @@ struct StepArgs {
   int pad[3];
   int32_t tokens[kMaxRows];
   int32_t drafts[kMaxRows];
-};
-
-// Owns every device allocation; frees them in the destructor (or earlier,
-// through release, for load-time copies the kernels no longer read).
-class DeviceMemory {
- public:
-  ~DeviceMemory() {
-    for (const auto& b : blocks_) cudaFree(b.first);
-  }
-  template <typename T = void>
-  T* alloc(size_t bytes, const char* what) {
-    void* p = nullptr;
-    if (bytes == 0) bytes = 16;
-    const cudaError_t e = cudaMalloc(&p, bytes);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      size_t free_b = 0, total_b = 0;
-      cudaMemGetInfo(&free_b, &total_b);
-      fail("--backend cuda: out of device memory allocating {:.1f} MiB for {} ({:.2f} GiB allocated by nextn, "
-           "{:.2f} of {:.2f} GiB free): {}",
-           double(bytes) / double(1 << 20), what, double(total_) / kGiB, double(free_b) / kGiB,
-           double(total_b) / kGiB, cudaGetErrorString(e));
-    }
-    blocks_.emplace_back(p, bytes);
-    total_ += bytes;
-    return static_cast<T*>(p);
-  }
-  void release(const void* p) {
-    for (size_t i = 0; i < blocks_.size(); ++i)
-      if (blocks_[i].first == p) {
-        CUDA_CHECK(cudaFree(blocks_[i].first));
-        total_ -= blocks_[i].second;
-        blocks_.erase(blocks_.begin() + long(i));
-        return;
-      }
-  }
-  size_t total() const { return total_; }
-
- private:
-  std::vector<std::pair<void*, size_t>> blocks_;
-  size_t total_ = 0;
 };
 
 // One projection, possibly fused from several checkpoint matrices (rows
@@ -224,17 +182,20 @@ class CudaQwen35 final : public ModelRuntime {
   cuda::AttnShape attn_shape_{};
   cuda::GdnShape gdn_shape_{};
 
+  // Owning members (device_handles.h), declared so that they go in reverse:
+  // graphs, then streams, then device memory. A constructor that throws
+  // releases whatever of them it had made.
   DeviceMemory mem_;
-  cudaStream_t stream_ = nullptr;
-  cudaStream_t body_stream_ = nullptr;  // captures the while walk's body graph
+  Stream stream_;
+  Stream body_stream_;  // captures the while walk's body graph
   // A captured step: its executable graph, the kernel nodes in it, and (in
   // the profile mode) the timing events between its operations.
-  struct Graph {
-    cudaGraphExec_t exec = nullptr;
+  struct CapturedGraph {
+    GraphExec exec;
     int kernels = 0;
-    std::vector<std::pair<cudaEvent_t, std::string>> marks;
+    std::vector<std::pair<Event, std::string>> marks;
   };
-  std::map<std::tuple<int, int, int>, Graph> graphs_;
+  std::map<std::tuple<int, int, int>, CapturedGraph> graphs_;
   int64_t kernels_launched_ = 0;
   // Profile mode (NEXTN_CUDA_PROFILE=1, read at construction): mark(op)
   // records an event node where op begins; after each replay the intervals
@@ -243,10 +204,10 @@ class CudaQwen35 final : public ModelRuntime {
   // without PDL's overlap.
   bool profile_ = false;
   std::string prof_prefix_;                       // "mtp." inside the MTP's layer
-  std::vector<std::pair<cudaEvent_t, std::string>>* capturing_marks_ = nullptr;
+  std::vector<std::pair<Event, std::string>>* capturing_marks_ = nullptr;
   std::map<std::string, std::pair<int64_t, double>> op_ms_;
   void mark(const char* op);
-  void add_intervals(const Graph& g);
+  void add_intervals(const std::vector<std::pair<Event, std::string>>& marks);
   static int count_kernel_nodes(cudaGraph_t g);
 
   // weights
@@ -301,12 +262,12 @@ class CudaQwen35 final : public ModelRuntime {
   void* prefill_scratch_ = nullptr;      // bf16 expansion of the largest quantized matrix
 
   // pinned host side
-  StepArgs* h_args_ = nullptr;  // ring of kArgSlots
-  StepArgs* h_chain_args_ = nullptr;  // [2R], staged for d_chain_args_
-  cudaEvent_t arg_events_[16] = {};
+  PinnedBuffer<StepArgs> h_args_;        // ring of kArgSlots
+  PinnedBuffer<StepArgs> h_chain_args_;  // [2R], staged for d_chain_args_
+  Event arg_events_[16];
   static constexpr int kArgSlots = 16;
   int arg_slot_ = 0;
-  int32_t* h_out_ = nullptr;  // [R + 2]
+  PinnedBuffer<int32_t> h_out_;  // [R + 2]
 
   // sequence state (host mirror)
   int length_ = 0;
@@ -331,7 +292,7 @@ inline void CudaQwen35::replay(GraphKind kind, int a, int b, F&& record) {
   const auto key = std::make_tuple(int(kind), a, b);
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
-    Graph entry;
+    CapturedGraph entry;
     capturing_marks_ = profile_ ? &entry.marks : nullptr;
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
@@ -340,24 +301,21 @@ inline void CudaQwen35::replay(GraphKind kind, int a, int b, F&& record) {
       mark("end");
     } catch (...) {
       capturing_marks_ = nullptr;
-      cudaGraph_t g = nullptr;
-      cudaStreamEndCapture(stream_, &g);
-      if (g) cudaGraphDestroy(g);
+      Graph partial;
+      (void)end_capture(stream_, &partial);
       (void)cudaGetLastError();
       throw;
     }
     capturing_marks_ = nullptr;
-    cudaGraph_t graph = nullptr;
-    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    Graph graph;
+    CUDA_CHECK(end_capture(stream_, &graph));
     entry.kernels = count_kernel_nodes(graph);
-    const cudaError_t e = cudaGraphInstantiate(&entry.exec, graph, 0);
-    cudaGraphDestroy(graph);
-    CUDA_CHECK(e);
+    entry.exec = instantiate(graph);
     it = graphs_.emplace(key, std::move(entry)).first;
   }
   CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
   kernels_launched_ += it->second.kernels;
-  if (profile_) add_intervals(it->second);
+  if (profile_) add_intervals(it->second.marks);
 }
 
 }  // namespace nextn::cuda

@@ -1,0 +1,26 @@
+// The CUDA runtime's workspace row widths and row counts, derived from the
+// config and the capacity in checked 64-bit arithmetic (core/checked_int.h):
+// each is held in an int by the kernels' launch arguments, and the config's
+// own checks bound its fields one product at a time, not these sums. Plain
+// C++ (no CUDA types), built in every configuration so that CPU-only CI
+// tests the limits too.
+#pragma once
+#include "io/config.h"
+
+namespace nextn::cuda {
+
+// kernels.h's kMaxRows (qwen35.cpp asserts they agree; this header has no CUDA types).
+inline constexpr int kWorkspaceRows = 64;
+
+struct WorkspaceDims {
+  int proj_ld = 0;      // fp32 projections per row: max(q|gate + k + v, gate + up)
+  int act_ld = 0;       // act inputs of o_proj / out_proj / down per row
+  int gdn_ld = 0;       // GDN in-projections per row: qkv (conv_dim) + z + b + a
+  int hidden_rows = 0;  // rows of the target's (and MTP's) post-norm hidden buffer
+};
+
+// Throws Error naming the first quantity that does not fit in an int, or a
+// max_tokens below 1.
+WorkspaceDims workspace_dims(const Qwen35Config& c, int max_tokens);
+
+}  // namespace nextn::cuda

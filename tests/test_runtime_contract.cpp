@@ -1,0 +1,68 @@
+// The runtime contract (runtime_contract.h) on the CPU runtime, and the CUDA
+// runtime's size checks, which are plain host arithmetic and run here too.
+#include <gtest/gtest.h>
+
+#include <climits>
+
+#include "backend/cpu/qwen35.h"
+#include "backend/cuda/workspace_dims.h"
+#include "fixture_util.h"
+#include "io/checkpoint.h"
+#include "runtime_contract.h"
+
+namespace nextn {
+namespace {
+
+TEST(RuntimeContract, Cpu) {
+  const auto dirs = test::fixture_dirs();
+  ASSERT_FALSE(dirs.empty());
+  for (const std::string& dir : dirs) {
+    SCOPED_TRACE(dir);
+    const auto ckpt = Qwen35Checkpoint::open(dir);
+    const auto ref = test::load_reference(dir);
+    test::check_runtime_contract([&](int n) { return make_cpu_runtime(ckpt, n); }, ref.prompt,
+                                 ckpt.mtp_layers() > 0);
+  }
+}
+
+// A config whose fields each pass the config's own checks but whose sums do not fit.
+Qwen35Config big_config() {
+  Qwen35Config c;
+  c.hidden_size = 64;
+  c.intermediate_size = 128;
+  c.head_dim = 256;
+  c.num_attention_heads = 1 << 21;  // 2 * Hq * hd = 2^30: fits
+  c.num_key_value_heads = 1 << 21;  // plus 2 * Hkv * hd = 2^30: the sum is 2^31
+  c.linear_num_key_heads = 2;
+  c.linear_key_head_dim = 64;
+  c.linear_num_value_heads = 4;
+  c.linear_value_head_dim = 64;
+  return c;
+}
+
+TEST(CudaWorkspaceDims, SumsAreCheckedIn64Bits) {
+  Qwen35Config small = big_config();
+  small.num_attention_heads = small.num_key_value_heads = 4;
+  const auto d = cuda::workspace_dims(small, 100);
+  EXPECT_EQ(d.proj_ld, 4 * 256 * 2 + 2 * 4 * 256);
+  EXPECT_EQ(d.act_ld, 4 * 256);
+  EXPECT_EQ(d.gdn_ld, 2 * 2 * 64 + 4 * 64 + 4 * 64 + 2 * 4);
+  EXPECT_EQ(d.hidden_rows, 100 + 64);
+  EXPECT_EQ(cuda::workspace_dims(small, 1).hidden_rows, 64 + 64);
+
+  test::expect_error([&] { (void)cuda::workspace_dims(big_config(), 100); }, "projection row width",
+                     "q/k/v row width");
+  test::expect_error([&] { (void)cuda::workspace_dims(big_config(), 100); }, "= 2147483648 does not fit in 32 bits",
+                     "q/k/v row width value");
+  Qwen35Config gdn = small;
+  gdn.linear_num_value_heads = 1 << 22;
+  gdn.linear_value_head_dim = 256;  // value_dim = 2^30: conv_dim + value_dim > 2^31
+  gdn.linear_num_key_heads = 1;
+  test::expect_error([&] { (void)cuda::workspace_dims(gdn, 100); }, "GDN projection row width", "GDN row width");
+  test::expect_error([&] { (void)cuda::workspace_dims(small, INT_MAX - 10); }, "hidden rows (max_tokens + 64)",
+                     "hidden rows");
+  test::expect_error([&] { (void)cuda::workspace_dims(small, 0); }, "max_tokens 0 must be positive", "capacity 0");
+}
+
+}  // namespace
+}  // namespace nextn
