@@ -25,7 +25,7 @@ uint64_t device_bytes(const TensorView& t) {
 }
 
 #ifdef NEXTN_HAVE_CUDA
-// Forwards everything; records device memory in use after creation and
+// Forwards every ModelRuntime method (a new virtual must be added here too); records device memory in use after creation and
 // before destruction.
 class MemoryProbe final : public ModelRuntime {
  public:
@@ -55,6 +55,12 @@ class MemoryProbe final : public ModelRuntime {
   void mtp_argmax(int count, int32_t* out) override { rt_->mtp_argmax(count, out); }
   void mtp_rollback(int length) override { rt_->mtp_rollback(length); }
   MtpWork mtp_work() const override { return rt_->mtp_work(); }
+  // The backend's own draft chain (CUDA: one graph, one copy back), not the
+  // host loop of the base class.
+  void mtp_draft(int n, int32_t* out) override { rt_->mtp_draft(n, out); }
+  std::vector<OpTiming> op_timings() const override { return rt_->op_timings(); }
+  void clear_op_timings() override { rt_->clear_op_timings(); }
+  int64_t kernels_launched() const override { return rt_->kernels_launched(); }
 
  private:
   void sample() {
