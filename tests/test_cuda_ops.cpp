@@ -305,7 +305,7 @@ TEST(CudaOps, RmsNormAndSwiGlu) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(seed);
   std::mt19937_64 rng(seed);
-  for (int n : {64, 96, 5120}) {
+  for (int n : {64, 96, 2560, 5120, 7168}) {  // each register width of the kernel, and the loop
     const int rows = 7;
     const auto x = test::randn(rng, size_t(rows) * n, 3.0f);
     auto gamma = test::randn(rng, size_t(n), 0.3f);

@@ -360,7 +360,13 @@ int CudaQwen35::count_kernel_nodes(cudaGraph_t g) {
 void CudaQwen35::mark(const char* op) {
   if (capturing_marks_ == nullptr) return;
   capturing_marks_->emplace_back(make_event(), prof_prefix_ + op);
-  CUDA_CHECK(cudaEventRecordWithFlags(capturing_marks_->back().first, stream_, cudaEventRecordExternal));
+  cudaStreamCaptureStatus status{};
+  CUDA_CHECK(cudaStreamIsCapturing(stream_, &status));
+  // In a capture the event becomes a graph node; outside one (the prefill) a plain record.
+  if (status == cudaStreamCaptureStatusActive)
+    CUDA_CHECK(cudaEventRecordWithFlags(capturing_marks_->back().first, stream_, cudaEventRecordExternal));
+  else
+    CUDA_CHECK(cudaEventRecord(capturing_marks_->back().first, stream_));
 }
 
 void CudaQwen35::add_intervals(const std::vector<std::pair<Event, std::string>>& marks) {
