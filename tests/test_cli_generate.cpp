@@ -327,5 +327,18 @@ TEST_F(CliGenerate, BenchDecode) {
   EXPECT_GT(j["prefill_tokens_per_second"]["median"].get<double>(), 0);
 }
 
+// --breakdown on a backend that does not time its operations says so (CUDA's
+// profile tables are tested in tests/test_cuda_prefill.cpp), and MTP runs
+// report ms per round.
+TEST(CliBench, DecodeBreakdownOnTheCpuSaysItIsNotMeasured) {
+  const auto r = run_cli("bench decode -m " + kTied + " --prompt-len 8 -n 8 --repeats 1 --breakdown --draft mtp");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("breakdown: this backend does not time its operations"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ms per round"), std::string::npos) << r.out;
+  const auto j = parse_json(run_cli("bench decode -m " + kTied + " --prompt-len 8 -n 8 --repeats 1 --breakdown --json"));
+  EXPECT_FALSE(j["breakdown"]["measured"].get<bool>());
+  EXPECT_TRUE(j["breakdown"]["parts"].empty());
+}
+
 }  // namespace
 }  // namespace nextn
