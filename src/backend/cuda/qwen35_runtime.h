@@ -106,7 +106,7 @@ struct LayerWeights {
 };
 
 enum class GraphKind : int {
-  Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, Rollback, MtpDraft, WalkWhile
+  Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, Rollback, MtpDraft, WalkWhile, MtpLogits
 };
 
 // How head_walk exits early (NEXTN_CUDA_WALK=while|flag, read at construction;
@@ -139,6 +139,7 @@ class CudaQwen35 final : public ModelRuntime {
   void mtp_argmax(int count, int32_t* out) override;
   void mtp_rollback(int length) override;
   void mtp_draft(int n, int32_t* out) override;
+  void mtp_logits(float* out) override;
   HeadWork head_work() const override;
   void reset() override;
 
