@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "model/runtime.h"
+#include "speculative/round_times.h"
 
 namespace nextn {
 namespace {
@@ -205,12 +206,8 @@ GenerateResult speculative_generate(ModelRuntime& rt, Drafter& drafter, std::spa
     }
     rt.target_rollback(v.accepted + 1);
     if (!done) drafter.commit(drafts, v.accepted, v.next);
-    const auto r3 = Clock::now();
     bonus = v.next;
-    s.draft_ms += ms_since(r0, r1);
-    s.verify_ms += ms_since(r1, r2);
-    s.rollback_ms += ms_since(r2, r3);
-    s.round_ms += ms_since(r0, r3);
+    add_round_times(s, r0, r1, r2, Clock::now());
   }
   s.decode_ms = ms_since(t1, Clock::now());
   s.generated = int(res.tokens.size());

@@ -1,19 +1,16 @@
 #include "speculative/sampled_generate.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "core/error.h"
 #include "model/runtime.h"
 #include "speculative/drafter.h"
+#include "speculative/round_times.h"
 
 namespace nextn {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0, Clock::time_point t1) {
-  return std::chrono::duration<double, std::milli>(t1 - t0).count();
-}
+using Clock = RoundClock;
 
 // One target or MTP row turned into its sampling distribution.
 struct RowSampler {
@@ -91,7 +88,7 @@ GenerateResult sampled_generate(ModelRuntime& rt, std::span<const int32_t> promp
   MtpDrafter drafter(rt);  // begin/commit keep the MTP entries paired with the committed text
   if (!done && speculative) drafter.begin(prompt, bonus);
   const auto t1 = Clock::now();
-  s.prefill_ms = ms_since(t0, t1);
+  s.prefill_ms = ms_between(t0, t1);
 
   std::vector<std::vector<double>> q(static_cast<size_t>(K));
   std::vector<int32_t> drafts, block, round;
@@ -141,13 +138,9 @@ GenerateResult sampled_generate(ModelRuntime& rt, std::span<const int32_t> promp
     rt.target_rollback(accepted + 1);
     if (!done && speculative) drafter.commit(drafts, accepted, next);
     bonus = next;
-    const auto r3 = Clock::now();
-    s.draft_ms += ms_since(r0, r1);
-    s.verify_ms += ms_since(r1, r2);
-    s.rollback_ms += ms_since(r2, r3);
-    s.round_ms += ms_since(r0, r3);
+    add_round_times(s, r0, r1, r2, Clock::now());
   }
-  s.decode_ms = ms_since(t1, Clock::now());
+  s.decode_ms = ms_between(t1, Clock::now());
   s.generated = int(res.tokens.size());
   return res;
 }
