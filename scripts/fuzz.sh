@@ -21,9 +21,9 @@ flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -I"$root/src"
 command -v "$cxx" >/dev/null || { echo "fuzz.sh: $cxx not found (scripts/install-deps.sh installs clang)" >&2; exit 1; }
 mkdir -p "$out/obj"
 
-# Library: src/core, src/io and src/tokenizer, compiled once into an archive so each target
+# Library: src/core, src/io, src/tokenizer and the server's request parser, compiled once into an archive so each target
 # links only the objects it uses. Rebuilt when a source is newer than its object.
-lib_srcs=("$root"/src/core/*.cpp "$root"/src/io/*.cpp "$root"/src/tokenizer/*.cpp)
+lib_srcs=("$root"/src/core/*.cpp "$root"/src/io/*.cpp "$root"/src/tokenizer/*.cpp "$root"/src/server/request.cpp)
 objs=()
 pids=()
 for src in "${lib_srcs[@]}"; do

@@ -184,6 +184,24 @@ const std::vector<Case> kCases = {
     {"generate -m '{IDXFIFO}' --prompt-ids 1", "not a regular file"},
     {"generate -m '{GENDIR}' --prompt-ids 1", "generation_config.json"},
 
+    // ---- serve (each fails before it listens) ----
+    {"serve --draft oracle", "--draft oracle"},
+    {"serve --draft '{DIR}'", "--draft"},
+    {"serve --block-size 3", "--block-size applies to --draft mtp"},
+    {"serve --draft mtp --block-size 1", "--block-size 1"},
+    {"serve --port 70000", "--port 70000"},
+    {"serve --port -1", "--port -1"},
+    {"serve --port x", "--port"},
+    {"serve --max-tokens 0", "--max-tokens 0"},
+    {"serve --max-prompt-tokens -5", "--max-prompt-tokens -5"},
+    {"serve --queue-depth 0", "--queue-depth 0"},
+    {"serve --max-body-kib 0", "--max-body-kib 0"},
+    {"serve --max-body-kib 99999999999", "--max-body-kib"},
+    {"serve --backend tpu", "--backend"},
+    {"serve -m '{DIR}'", "tokenizer.json"},
+    {"serve --max-prompt-tokens 4000", "max_position_embeddings"},
+    {"serve --host 999.1.1.1 --port 0", "--host 999.1.1.1"},
+
     // ---- bench ----
     {"bench", "subcommand"},
     {"bench frobnicate", "bench: unknown command 'frobnicate'"},

@@ -14,6 +14,7 @@ void register_bench(CLI::App& app);
 void register_make_checkpoint(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_detokenize(CLI::App& app);
+void register_serve(CLI::App& app);
 
 // The checkpoint used when -m is not given: the repo's shipped default model.
 std::string default_model_dir();

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   nextn::cli::register_make_checkpoint(app);
   nextn::cli::register_tokenize(app);
   nextn::cli::register_detokenize(app);
+  nextn::cli::register_serve(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -38,7 +38,7 @@ else
   # phase only): ops, model parity, speculative == greedy, benchmarks.
   phases=("ops|CudaCli.*:CudaOps.*:CudaHeadOps.*|${NEXTN_T_OPS:-120}"
           "model|*CudaModel.TeacherForced*:*CudaModel.Greedy*:*CudaModel.Graphs*:*CudaModel.RuntimeContract*:CudaHandles.*|${NEXTN_T_MODEL:-120}"
-          "spec|*CudaModel.Speculative*:CudaModelStreamed.*:*CudaHead.*:CudaPrefill.*:CudaPdl.*:CudaProfile.*|${NEXTN_T_SPEC:-300}")
+          "spec|*CudaModel.Speculative*:CudaModelStreamed.*:*CudaHead.*:CudaPrefill.*:CudaPdl.*:CudaProfile.*:CudaMtpLogits.*:CudaSampledSpeculative.*|${NEXTN_T_SPEC:-300}")
   [ "${NEXTN_DEVICE_BENCH:-0}" = 1 ] && phases+=("bench|CudaBench.*|${NEXTN_T_BENCH:-90}")
   [ -n "${NEXTN_GTEST_FILTER:-}" ] && phases=("custom|$NEXTN_GTEST_FILTER|${NEXTN_T_CUSTOM:-480}")
   for ph in "${phases[@]}"; do

@@ -30,6 +30,8 @@ void ModelRuntime::mtp_draft(int n, int32_t* out) {
   }
 }
 
+void ModelRuntime::mtp_logits(float*) { fail("the {} backend has no MTP logits (needed to sample drafts)", backend_name()); }
+
 BackendKind parse_backend(const std::string& name) {
   if (name == "cpu") return BackendKind::Cpu;
   if (name == "cuda") return BackendKind::Cuda;

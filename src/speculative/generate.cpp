@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "model/runtime.h"
+#include "speculative/round_times.h"
 
 namespace nextn {
 namespace {
@@ -77,7 +78,8 @@ double GenerateStats::prefill_tokens_per_second() const {
   return prefill_ms > 0 ? double(prompt_tokens) / (prefill_ms / 1000.0) : 0.0;
 }
 
-GenerateResult greedy_generate(ModelRuntime& rt, std::span<const int32_t> prompt, int max_new_tokens, bool ignore_eos) {
+GenerateResult greedy_generate(ModelRuntime& rt, std::span<const int32_t> prompt, int max_new_tokens, bool ignore_eos,
+                               const TokenSink& sink) {
   check_start(rt, prompt, max_new_tokens);
   const Eos eos = eos_of(rt, ignore_eos);
   GenerateResult res;
@@ -92,12 +94,14 @@ GenerateResult greedy_generate(ModelRuntime& rt, std::span<const int32_t> prompt
   const auto t1 = Clock::now();
   s.prefill_ms = ms_since(t0, t1);
   res.tokens.push_back(tok);
+  bool stopped = sink && !sink({&tok, 1}, int(prompt.size()) - 1);
   const HeadWork before = rt.head_work();
-  while (!eos(tok) && int(res.tokens.size()) < max_new_tokens) {
+  while (!stopped && !eos(tok) && int(res.tokens.size()) < max_new_tokens) {
     rt.target_forward({&tok, 1});
     rt.head_argmax(0, 1, 1, &tok);
     res.tokens.push_back(tok);
     ++s.counters.rounds;
+    stopped = sink && !sink({&tok, 1}, 0);
   }
   const HeadWork after = rt.head_work();  // copied from the runtime, as the verifier does
   s.counters.rows_projected = after.rows_projected - before.rows_projected;
@@ -106,7 +110,7 @@ GenerateResult greedy_generate(ModelRuntime& rt, std::span<const int32_t> prompt
   s.counters.head_calls = after.head_calls - before.head_calls;
   s.decode_ms = s.round_ms = s.verify_ms = ms_since(t1, Clock::now());
   s.generated = int(res.tokens.size());
-  s.stop = eos(tok) ? "eos" : "budget";
+  s.stop = eos(tok) ? "eos" : stopped ? "sink" : "budget";
   return res;
 }
 
@@ -142,6 +146,10 @@ GenerateResult speculative_generate(ModelRuntime& rt, Drafter& drafter, std::spa
   res.tokens.push_back(bonus);
   bool done = eos(bonus) || n == 1;
   if (eos(bonus)) s.stop = "eos";
+  if (o.sink && !o.sink({&bonus, 1}, int(prompt.size()) - 1)) {
+    if (!done) s.stop = "sink";
+    done = true;
+  }
   if (!done) drafter.begin(prompt, bonus);
   const auto t1 = Clock::now();
   s.prefill_ms = ms_since(t0, t1);
@@ -181,6 +189,7 @@ GenerateResult speculative_generate(ModelRuntime& rt, Drafter& drafter, std::spa
       if (c.round_violations.size() < 20) c.round_violations.push_back(fmt::format("round {}: {}", c.rounds, msg));
     }
 
+    const size_t round_start = res.tokens.size();
     for (int i = 0; i <= v.accepted && !done; ++i) {
       const int32_t t = i < v.accepted ? drafts[size_t(i)] : v.next;
       res.tokens.push_back(t);
@@ -190,14 +199,15 @@ GenerateResult speculative_generate(ModelRuntime& rt, Drafter& drafter, std::spa
       }
     }
     if (int(res.tokens.size()) >= n) done = true;
+    // Rows 0..a of this verify forward produced the round's tokens.
+    if (o.sink && !o.sink(std::span<const int32_t>(res.tokens).subspan(round_start), 0)) {
+      if (!done) s.stop = "sink";
+      done = true;
+    }
     rt.target_rollback(v.accepted + 1);
     if (!done) drafter.commit(drafts, v.accepted, v.next);
-    const auto r3 = Clock::now();
     bonus = v.next;
-    s.draft_ms += ms_since(r0, r1);
-    s.verify_ms += ms_since(r1, r2);
-    s.rollback_ms += ms_since(r2, r3);
-    s.round_ms += ms_since(r0, r3);
+    add_round_times(s, r0, r1, r2, Clock::now());
   }
   s.decode_ms = ms_since(t1, Clock::now());
   s.generated = int(res.tokens.size());
@@ -210,7 +220,8 @@ GenerateResult speculative_generate(ModelRuntime& rt, Drafter& drafter, std::spa
 
 GenerateResult generate(ModelRuntime& rt, std::span<const int32_t> prompt, const GenerateOptions& options,
                         const std::vector<int32_t>* oracle_truth) {
-  if (options.draft == DraftKind::None) return greedy_generate(rt, prompt, options.max_new_tokens, options.ignore_eos);
+  if (options.draft == DraftKind::None)
+    return greedy_generate(rt, prompt, options.max_new_tokens, options.ignore_eos, options.sink);
   GenerateOptions o = options;
   // Qwen35Checkpoint::open sets the config's count to the checkpoint's, as the CLI reads it.
   if (o.block_size == 0) o.block_size = default_block_size(rt.config().mtp_num_hidden_layers);

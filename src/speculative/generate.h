@@ -46,6 +46,13 @@ DraftKind parse_draft_kind(const std::string& name);
 // The default block size: MTP layer count + 2 (3 for Qwen3.5; 2 without MTP).
 int default_block_size(int mtp_layers);
 
+// Receives tokens as they are committed: tokens[i] came from row
+// first_row + i of the runtime's last target forward (so a sink may call
+// head_logits on those rows, e.g. for logprobs). Returning false stops the
+// generation after these tokens (stats.stop "sink"): a client went away or a
+// stop string matched.
+using TokenSink = std::function<bool(std::span<const int32_t> tokens, int first_row)>;
+
 struct GenerateOptions {
   int max_new_tokens = 32;
   DraftKind draft = DraftKind::None;
@@ -60,6 +67,7 @@ struct GenerateOptions {
   // decided ("calibration" or "record") and the reason.
   bool chosen_by_auto = false;
   std::string auto_source, auto_reason;
+  TokenSink sink;  // optional
 };
 
 struct GenerateStats {
@@ -67,7 +75,7 @@ struct GenerateStats {
   VerifyCounters counters;  // plain greedy: one "round" per decode forward, block_size 1, arm "none"
   int prompt_tokens = 0;
   int generated = 0;
-  std::string stop = "budget";  // "budget" or "eos"
+  std::string stop = "budget";  // "budget", "eos" or "sink"
   std::string auto_source, auto_reason;  // empty unless --verify auto
   std::string draft_cost = "free";        // oracle: "free" or "mtp"
   MtpWork mtp_work;                       // the runtime's MTP counters over the decode (after the prefill)
@@ -89,7 +97,8 @@ struct GenerateResult {
 };
 
 // Plain greedy decoding on a fresh runtime (target_length() == 0).
-GenerateResult greedy_generate(ModelRuntime& rt, std::span<const int32_t> prompt, int max_new_tokens, bool ignore_eos);
+GenerateResult greedy_generate(ModelRuntime& rt, std::span<const int32_t> prompt, int max_new_tokens, bool ignore_eos,
+                               const TokenSink& sink = {});
 
 // The speculative round loop with any drafter, on a fresh runtime.
 // options.draft is informational here; options.verify must not be Auto.

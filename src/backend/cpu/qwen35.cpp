@@ -79,6 +79,7 @@ class CpuQwen35 final : public ModelRuntime {
   void mtp_forward(std::span<const int32_t> next_tokens, int first_row) override;
   void mtp_step(int32_t token) override;
   void mtp_argmax(int count, int32_t* out) override;
+  void mtp_logits(float* out) override;
   void mtp_rollback(int length) override;
 
  private:
@@ -544,6 +545,13 @@ void CpuQwen35::mtp_argmax(int count, int32_t* out) {
     out[i] = cpu::argmax(logits.data(), V);
     ++mtp_work_.argmax_rows;
   }
+}
+
+void CpuQwen35::mtp_logits(float* out) {
+  if (mtp_last_n_ == 0) fail("mtp_logits before any mtp_forward");
+  const int H = cfg_.hidden_size;
+  // The same projection mtp_argmax takes its argmax of.
+  cpu::matmul(*lm_head_, &mtp_hidden_[size_t(mtp_last_n_ - 1) * H], 1, out, 0, -1, &pool_, min_chunk_work_);
 }
 
 void CpuQwen35::mtp_rollback(int length) {

@@ -196,6 +196,19 @@ void CudaQwen35::head_logits(int row, float* out) {
   fetch(logits_, sizeof(float) * size_t(V_), out);
 }
 
+void CudaQwen35::mtp_logits(float* out) {
+  if (mtp_last_n_ == 0) fail("mtp_logits before any mtp_forward");
+  StepArgs a = args();
+  a.first_row = mtp_last_n_ - 1;
+  a.n_real = 1;
+  upload(a);
+  replay(GraphKind::MtpLogits, 1, 0, [&] {  // uncounted, as head_logits
+    cuda::gather_rows(mtp_hidden_, H_, &d_args_->first_row, &d_args_->n_real, 1, head_in_, act_, stream_);
+    cuda::matmul(head_, head_in_, act_, 1, H_, logits_, V_, false, nullptr, stream_, {});
+  });
+  fetch(logits_, sizeof(float) * size_t(V_), out);
+}
+
 HeadWork CudaQwen35::head_work() const {
   HeadCounters c{};
   CUDA_CHECK(cudaMemcpyAsync(&c, d_head_, sizeof(c), cudaMemcpyDeviceToHost, stream_));

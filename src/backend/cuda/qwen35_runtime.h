@@ -81,7 +81,7 @@ struct StepBuffers {
 };
 
 enum class GraphKind : int {
-  Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, Rollback, MtpDraft, WalkWhile
+  Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, Rollback, MtpDraft, WalkWhile, MtpLogits
 };
 const char* graph_kind_name(GraphKind kind);
 
@@ -115,6 +115,7 @@ class CudaQwen35 final : public ModelRuntime {
   void mtp_argmax(int count, int32_t* out) override;
   void mtp_rollback(int length) override;
   void mtp_draft(int n, int32_t* out) override;
+  void mtp_logits(float* out) override;
   HeadWork head_work() const override;
   void reset() override;
 

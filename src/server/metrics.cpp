@@ -1,0 +1,94 @@
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+namespace nextn::server {
+
+void Histogram::observe(double x) {
+  for (size_t i = 0; i < bounds_.size(); ++i)
+    if (x <= bounds_[i]) {
+      ++counts_[i];
+      break;
+    }
+  ++count_;
+  sum_ += x;
+}
+
+void Histogram::render(std::string& out, const std::string& name, const std::string& help) const {
+  out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[i], cumulative);
+  }
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, count_, name, sum_, name, count_);
+}
+
+namespace {
+std::vector<double> latency_buckets() { return {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}; }
+}  // namespace
+
+Metrics::Metrics() : queue_(latency_buckets()), first_token_(latency_buckets()), latency_(latency_buckets()) {}
+
+void Metrics::request(const std::string& endpoint, int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++requests_[{endpoint, status}];
+}
+
+void Metrics::generation(const GenerateStats& s, int completion_tokens, double queue_s, double first_token_s,
+                         double total_s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const VerifyCounters& c = s.counters;
+  ++generations_;
+  prompt_tokens_ += uint64_t(s.prompt_tokens);
+  completion_tokens_ += uint64_t(completion_tokens);
+  rounds_ += uint64_t(c.rounds);
+  drafted_ += uint64_t(c.drafted);
+  accepted_ += uint64_t(c.accepted);
+  if (accepted_at_.size() < c.accepted_at.size()) accepted_at_.resize(c.accepted_at.size(), 0);
+  for (size_t i = 0; i < c.accepted_at.size(); ++i) accepted_at_[i] += uint64_t(c.accepted_at[i]);
+  if (c.rounds > 0) rounds_by_arm_[c.verify_chosen] += uint64_t(c.rounds);
+  queue_.observe(queue_s);
+  if (first_token_s >= 0) first_token_.observe(first_token_s);
+  latency_.observe(total_s);
+}
+
+void Metrics::set_queue(int waiting, int running) {
+  std::lock_guard<std::mutex> lock(mu_);
+  waiting_ = waiting;
+  running_ = running;
+}
+
+std::string Metrics::render() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string out;
+  auto counter = [&](const char* name, const char* help, uint64_t v) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help, name, name, v);
+  };
+  out += "# HELP nextn_requests_total HTTP requests by endpoint and status.\n# TYPE nextn_requests_total counter\n";
+  for (const auto& [key, n] : requests_)
+    out += fmt::format("nextn_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first, key.second, n);
+  counter("nextn_generations_total", "Generations run to completion (or cancelled) by the engine.", generations_);
+  counter("nextn_prompt_tokens_total", "Prompt tokens prefilled.", prompt_tokens_);
+  counter("nextn_completion_tokens_total", "Tokens generated.", completion_tokens_);
+  counter("nextn_rounds_total", "Decode rounds (one target forward each after the prefill).", rounds_);
+  counter("nextn_drafted_tokens_total", "Draft tokens proposed by the drafter.", drafted_);
+  counter("nextn_accepted_tokens_total", "Draft tokens accepted by verification.", accepted_);
+  out += "# HELP nextn_accepted_at_position_total Rounds whose draft at this position (1-based) was accepted.\n"
+         "# TYPE nextn_accepted_at_position_total counter\n";
+  for (size_t i = 0; i < accepted_at_.size(); ++i)
+    out += fmt::format("nextn_accepted_at_position_total{{position=\"{}\"}} {}\n", i + 1, accepted_at_[i]);
+  out += "# HELP nextn_verify_rounds_total Rounds by verify arm (none: plain decoding).\n"
+         "# TYPE nextn_verify_rounds_total counter\n";
+  for (const auto& [arm, n] : rounds_by_arm_) out += fmt::format("nextn_verify_rounds_total{{arm=\"{}\"}} {}\n", arm, n);
+  out += fmt::format("# HELP nextn_queue_waiting Requests waiting for the engine.\n# TYPE nextn_queue_waiting gauge\n"
+                     "nextn_queue_waiting {}\n", waiting_);
+  out += fmt::format("# HELP nextn_requests_running Requests the engine is generating.\n"
+                     "# TYPE nextn_requests_running gauge\nnextn_requests_running {}\n", running_);
+  queue_.render(out, "nextn_queue_wait_seconds", "Seconds from arrival to the start of generation.");
+  first_token_.render(out, "nextn_time_to_first_token_seconds", "Seconds from arrival to the first generated token.");
+  latency_.render(out, "nextn_generation_seconds", "Seconds from arrival to the end of generation.");
+  return out;
+}
+
+}  // namespace nextn::server

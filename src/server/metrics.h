@@ -1,0 +1,49 @@
+// The server's Prometheus metrics (GET /metrics, text format 0.0.4):
+// requests by endpoint and status, tokens, speculative rounds, drafted and
+// accepted tokens (in total and per draft position), rounds per verify arm,
+// queue gauges and latency histograms. Thread-safe.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "speculative/generate.h"
+
+namespace nextn::server {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size(), 0) {}
+  void observe(double x);
+  void render(std::string& out, const std::string& name, const std::string& help) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket, not cumulative
+  uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
+class Metrics {
+ public:
+  Metrics();
+  void request(const std::string& endpoint, int status);
+  // One finished generation: its counters, the seconds it waited in the
+  // queue, until its first token and in all.
+  void generation(const GenerateStats& stats, int completion_tokens, double queue_s, double first_token_s, double total_s);
+  void set_queue(int waiting, int running);
+  std::string render() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_;
+  uint64_t prompt_tokens_ = 0, completion_tokens_ = 0, rounds_ = 0, drafted_ = 0, accepted_ = 0, generations_ = 0;
+  std::vector<uint64_t> accepted_at_;
+  std::map<std::string, uint64_t> rounds_by_arm_;
+  int waiting_ = 0, running_ = 0;
+  Histogram queue_, first_token_, latency_;
+};
+
+}  // namespace nextn::server

@@ -1,0 +1,48 @@
+// Parsing and validating the bodies of POST /v1/completions and
+// POST /v1/chat/completions. Every refusal is an HttpError (400, or 413 for
+// a body over the limit) naming the field; nothing here touches the model,
+// so it is fuzzed on its own (fuzz/fuzz_server_request.cpp).
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "sampling/sampling.h"
+
+namespace nextn::server {
+
+struct ServerLimits {
+  size_t max_body_bytes = 1 << 20;
+  int max_prompt_tokens = 2048;
+  int max_tokens = 1024;  // the cap on a request's max_tokens (and its default for chat)
+  int queue_depth = 16;   // requests waiting behind the running one
+  int max_stop_strings = 4;
+  int max_top_logprobs = 20;
+};
+
+enum class Endpoint { Completions, ChatCompletions };
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::Completions;
+  std::string model;                      // empty: not given
+  std::string prompt;                     // completions: the prompt text
+  std::vector<int32_t> prompt_ids;        // completions: a prompt given as token ids
+  bool prompt_is_ids = false;
+  nlohmann::ordered_json messages;        // chat: the messages array
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();  // chat: extra template variables
+  int max_tokens = 16;
+  SamplingParams sampling;
+  bool seed_given = false;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;
+  int top_logprobs = 0;
+  bool ignore_eos = false;
+};
+
+// `body` is the raw request body. Throws HttpError.
+CompletionRequest parse_completion_request(const std::string& body, Endpoint endpoint, const ServerLimits& limits);
+
+}  // namespace nextn::server

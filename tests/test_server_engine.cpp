@@ -1,0 +1,140 @@
+// The serving engine (server/engine.h) without HTTP: greedy responses equal
+// generate() byte for byte also when several requests arrive at once, with
+// and without the MTP drafter; a cancelled job frees the engine; a full queue
+// refuses; stop strings cut the text.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "io/checkpoint.h"
+#include "server/engine.h"
+#include "speculative/generate.h"
+#include "tokenizer/model_tokenizer.h"
+
+namespace nextn::server {
+namespace {
+
+using namespace std::chrono_literals;
+const std::string kModel = std::string(NEXTN_SOURCE_DIR) + "/models/default";
+
+struct Finished {
+  std::string text, finish_reason;
+  int completion_tokens = 0;
+};
+
+Finished wait(Job& job) {
+  Finished f;
+  for (;;)
+    for (JobEvent& ev : job.take(1000ms)) {
+      f.text += ev.text;
+      if (ev.final) {
+        EXPECT_EQ(ev.error, "");
+        f.finish_reason = ev.finish_reason;
+        f.completion_tokens = ev.completion_tokens;
+        return f;
+      }
+    }
+}
+
+std::shared_ptr<Job> greedy_job(const tok::Tokenizer& t, const std::string& prompt, int max_tokens,
+                                std::vector<std::string> stop = {}, bool ignore_eos = false) {
+  CompletionRequest r;
+  r.prompt = prompt;
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.stop = std::move(stop);
+  r.ignore_eos = ignore_eos;
+  return std::make_shared<Job>(r, t.encode(prompt));
+}
+
+// What `nextn generate --prompt P -n N` computes: its text without a final EOS token.
+std::string reference_text(const Qwen35Checkpoint& ckpt, const tok::Tokenizer& t, const std::string& prompt, int n,
+                           DraftKind draft) {
+  const auto ids = t.encode(prompt);
+  GenerateOptions o;
+  o.max_new_tokens = n;
+  o.draft = draft;
+  auto r = generate_fresh([&](int cap) { return make_runtime(ckpt, BackendKind::Cpu, cap); }, ids, o);
+  const auto& eos = ckpt.config().eos_token_ids;
+  if (!r.tokens.empty() && std::find(eos.begin(), eos.end(), r.tokens.back()) != eos.end()) r.tokens.pop_back();
+  return t.decode(r.tokens);
+}
+
+TEST(ServerEngine, ConcurrentGreedyResponsesEqualGenerate) {
+  const auto ckpt = Qwen35Checkpoint::open(kModel);
+  const auto tokenizer = tok::load_model_tokenizer(kModel, "test");
+  const std::vector<std::string> prompts = {"def fibonacci(n):", "import os\n", "class Stack:", "for i in range(",
+                                            "x = [", "# sort a list\n"};
+  for (DraftKind draft : {DraftKind::None, DraftKind::Mtp}) {
+    Metrics metrics;
+    EngineOptions eo;
+    eo.draft = draft;
+    eo.limits.max_prompt_tokens = 64;
+    eo.limits.max_tokens = 64;
+    Engine engine(ckpt, tokenizer, eo, metrics);
+    std::vector<std::shared_ptr<Job>> jobs;
+    std::vector<std::thread> clients;
+    std::vector<Finished> got(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) jobs.push_back(greedy_job(tokenizer, prompts[i], 40));
+    for (size_t i = 0; i < prompts.size(); ++i)
+      clients.emplace_back([&, i] {
+        ASSERT_TRUE(engine.submit(jobs[i]));
+        got[i] = wait(*jobs[i]);
+      });
+    for (auto& c : clients) c.join();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(got[i].text, reference_text(ckpt, tokenizer, prompts[i], 40, draft))
+          << draft_kind_name(draft) << " prompt " << i;
+      EXPECT_TRUE(got[i].finish_reason == "length" || got[i].finish_reason == "stop");
+    }
+    const std::string m = metrics.render();
+    EXPECT_NE(m.find("nextn_generations_total 6"), std::string::npos) << m;
+    if (draft == DraftKind::Mtp) EXPECT_NE(m.find("nextn_verify_rounds_total{arm=\"batched\"}"), std::string::npos);
+  }
+}
+
+TEST(ServerEngine, CancelFreesTheEngineAndAFullQueueRefuses) {
+  const auto ckpt = Qwen35Checkpoint::open(kModel);
+  const auto tokenizer = tok::load_model_tokenizer(kModel, "test");
+  Metrics metrics;
+  EngineOptions eo;
+  eo.limits.max_prompt_tokens = 64;
+  eo.limits.max_tokens = 2000;
+  eo.limits.queue_depth = 1;
+  Engine engine(ckpt, tokenizer, eo, metrics);
+  auto long_job = greedy_job(tokenizer, "def f():", 2000, {}, /*ignore_eos=*/true);
+  ASSERT_TRUE(engine.submit(long_job));
+  // Running once its first event arrives.
+  std::vector<JobEvent> first;
+  while (first.empty()) first = long_job->take(1000ms);
+  auto queued = greedy_job(tokenizer, "import", 8);
+  ASSERT_TRUE(engine.submit(queued));
+  EXPECT_FALSE(engine.submit(greedy_job(tokenizer, "x", 8)));  // depth 1: full
+  long_job->cancel();
+  const Finished cancelled = wait(*long_job);
+  EXPECT_EQ(cancelled.finish_reason, "cancelled");
+  EXPECT_LT(cancelled.completion_tokens, 2000);
+  const Finished next = wait(*queued);
+  EXPECT_EQ(next.text, reference_text(ckpt, tokenizer, "import", 8, DraftKind::None));
+}
+
+TEST(ServerEngine, StopStringsCutTheText) {
+  const auto ckpt = Qwen35Checkpoint::open(kModel);
+  const auto tokenizer = tok::load_model_tokenizer(kModel, "test");
+  const std::string full = reference_text(ckpt, tokenizer, "def fibonacci(n):", 40, DraftKind::None);
+  ASSERT_GT(full.size(), 12u);
+  const std::string stop = full.substr(8, 3);
+  Metrics metrics;
+  EngineOptions eo;
+  eo.limits.max_prompt_tokens = 64;
+  eo.limits.max_tokens = 64;
+  Engine engine(ckpt, tokenizer, eo, metrics);
+  auto job = greedy_job(tokenizer, "def fibonacci(n):", 40, {stop});
+  ASSERT_TRUE(engine.submit(job));
+  const Finished f = wait(*job);
+  EXPECT_EQ(f.text, full.substr(0, full.find(stop)));
+  EXPECT_EQ(f.finish_reason, "stop");
+}
+
+}  // namespace
+}  // namespace nextn::server
