@@ -58,6 +58,7 @@ class MemoryProbe final : public ModelRuntime {
   // The backend's own draft chain (CUDA: one graph, one copy back), not the
   // host loop of the base class.
   void mtp_draft(int n, int32_t* out) override { rt_->mtp_draft(n, out); }
+  void mtp_logits(float* out) override { rt_->mtp_logits(out); }
   std::vector<OpTiming> op_timings() const override { return rt_->op_timings(); }
   void clear_op_timings() override { rt_->clear_op_timings(); }
   int64_t kernels_launched() const override { return rt_->kernels_launched(); }

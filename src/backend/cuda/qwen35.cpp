@@ -339,6 +339,7 @@ const char* graph_kind_name(GraphKind kind) {
     case GraphKind::Rollback: return "rollback";
     case GraphKind::MtpDraft: return "mtp_draft";
     case GraphKind::WalkWhile: return "walk_while";
+    case GraphKind::MtpLogits: return "mtp_logits";
   }
   return "?";
 }
