@@ -28,6 +28,9 @@ struct Gemma4Reference {
   std::vector<float> long_logits;  // [long_rows][vocab]: the rows that chose the last long_rows long tokens
   int64_t vocab = 0, long_rows = 0;
   std::vector<Gemma4Prefix> drafts;
+  // Fixtures with a tokenizer beside the weights: a text prompt, plain and as one chat turn.
+  std::string prompt_text, text_greedy_text, chat_greedy_text;
+  std::vector<int32_t> text_greedy, chat_greedy;
   std::string target() const { return dir + "/target"; }
   std::string assistant() const { return dir + "/assistant"; }
 };
@@ -60,6 +63,13 @@ inline Gemma4Reference load_gemma4_reference(const std::string& dir) {
   for (const auto& d : j.at("drafts_from_prefix"))
     r.drafts.push_back({d.at("prefix_len").get<int>(), d.at("bonus").get<int32_t>(),
                         d.at("drafts").get<std::vector<int32_t>>()});
+  if (j.contains("prompt_text")) {
+    r.prompt_text = j.at("prompt_text").get<std::string>();
+    r.text_greedy = j.at("text_greedy_tokens").get<std::vector<int32_t>>();
+    r.chat_greedy = j.at("chat_greedy_tokens").get<std::vector<int32_t>>();
+    r.text_greedy_text = j.at("text_greedy_text").get<std::string>();
+    r.chat_greedy_text = j.at("chat_greedy_text").get<std::string>();
+  }
   const auto st = TensorStore::open(dir + "/reference.safetensors");
   r.logits = read_all_floats(st.get("logits"));
   r.vocab = st.get("logits").shape.at(1);

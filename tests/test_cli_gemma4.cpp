@@ -54,6 +54,27 @@ TEST(CliGemma4, GreedyAssistantAndOracleGiveTransformersTokens) {
   }
 }
 
+TEST(CliGemma4, TextPromptAndChatGiveTransformersTokensAndText) {
+  int checked = 0;
+  for (const std::string& dir : test::gemma4_fixture_dirs()) {
+    const auto ref = test::load_gemma4_reference(dir);
+    if (ref.prompt_text.empty()) continue;
+    ASSERT_EQ(ref.prompt_text.find('\''), std::string::npos);
+    const std::string base = "generate -m " + ref.target() + " --prompt '" + ref.prompt_text + "' -n " +
+                             std::to_string(ref.text_greedy.size()) + " --ignore-eos --json";
+    for (const std::string& draft : {std::string("none"), ref.assistant()}) {
+      const auto plain = run_cli(base + " --draft " + draft);
+      EXPECT_EQ(tokens_of(plain), ref.text_greedy) << draft;
+      EXPECT_EQ(nlohmann::json::parse(plain.out)["text"], ref.text_greedy_text);
+      const auto chat = run_cli(base + " --chat --draft " + draft);
+      EXPECT_EQ(tokens_of(chat), ref.chat_greedy) << draft;
+      EXPECT_EQ(nlohmann::json::parse(chat.out)["text"], ref.chat_greedy_text);
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 1) << "no Gemma 4 fixture ships a tokenizer";
+}
+
 TEST(CliGemma4, PairingsThatCannotRunAreOneErrorLine) {
   const auto dirs = test::gemma4_fixture_dirs();
   ASSERT_GE(dirs.size(), 2u);
