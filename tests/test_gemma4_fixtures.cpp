@@ -7,8 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "backend/cpu/gemma4.h"
+#include "cli_util.h"
 #include "gemma4_fixture_util.h"
 #include "io/gemma4_checkpoint.h"
 #include "speculative/generate.h"
@@ -154,6 +157,35 @@ TEST_P(Gemma4Fixture, OracleSpeculativeEqualsGreedyForEveryBlockSize) {
       EXPECT_GT(r.stats.counters.accepted, 0);
     }
   }
+}
+
+TEST_P(Gemma4Fixture, ConditionalGenerationLayoutGivesTheSameTokens) {
+  // The released checkpoints are `gemma4` (a text_config inside, tensors under
+  // model.language_model.*, a vision tower beside them): the same weights in
+  // that layout must decode the same tokens.
+  const Gemma4Reference ref = load_gemma4_reference(GetParam());
+  const test::TempDir tmp;
+  const TensorStore src = TensorStore::open(ref.target());
+  std::vector<TensorToWrite> out;
+  const std::vector<std::string> names = src.names();
+  std::vector<std::string> renamed;
+  renamed.reserve(names.size() + 1);
+  for (const std::string& n : names) renamed.push_back("model.language_model." + n.substr(std::string("model.").size()));
+  for (size_t i = 0; i < names.size(); ++i) {
+    const TensorView& t = src.get(names[i]);
+    out.push_back({renamed[i], t.dtype, t.shape, t.data, t.nbytes});
+  }
+  const float vision = 1.0f;  // a stray vision tensor is skipped
+  out.push_back({"model.vision_tower.dummy.weight", DType::F32, {1}, &vision, sizeof vision});
+  write_safetensors((tmp.path / "model.safetensors").string(), out);
+  std::ifstream cf(ref.target() + "/config.json");
+  nlohmann::json text = nlohmann::json::parse(cf);
+  const nlohmann::json config = {{"model_type", "gemma4"}, {"text_config", text}, {"vision_config", {{"hidden_size", 8}}}};
+  std::ofstream(tmp.path / "config.json") << config.dump();
+  const auto ck = Gemma4Checkpoint::open(tmp.path.string());
+  EXPECT_EQ(ck.config().model_type, "gemma4");
+  auto rt = runtime(ck, int(ref.sequence.size()) + 4);
+  EXPECT_EQ(decode(*rt, ref.prompt, int(ref.greedy.size())), ref.greedy);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transformers, Gemma4Fixture, ::testing::ValuesIn(test::gemma4_fixture_dirs()),
