@@ -42,6 +42,33 @@ TEST_P(Gemma4AssistantFixture, DraftsMatchTransformersAfterEveryPrefix) {
   EXPECT_EQ(matched, int(ref.drafts.size()));
 }
 
+TEST_P(Gemma4AssistantFixture, DraftsAfterAPartlyAcceptedBlockMatchTransformers) {
+  // The state after a verify block whose first j drafts were right: the
+  // target ran [x_P .. x_P+5] (the true continuation) and kept j + 1 rows.
+  // The next round pairs the bonus x_P+j+1 with the last kept row, which
+  // must give transformers' drafts after the prefix x_0 .. x_P+j.
+  const Gemma4Reference ref = load_gemma4_reference(GetParam());
+  const auto target_ck = Gemma4Checkpoint::open(ref.target());
+  const auto assistant_ck = Gemma4Checkpoint::open_assistant(ref.assistant());
+  CpuGemma4Assistant assistant(assistant_ck, target_ck.config(), 2);
+  const int P = int(ref.prompt.size()), block = 6;
+  for (int keep = 1; keep <= block; ++keep) {
+    auto rt = make_cpu_gemma4_runtime(target_ck, int(ref.sequence.size()) + 4, CpuRuntimeOptions{.threads = 2});
+    rt->target_forward(std::span<const int32_t>(ref.sequence.data(), size_t(P)));
+    rt->target_forward(std::span<const int32_t>(ref.sequence.data() + P, size_t(block)));
+    rt->target_rollback(keep);
+    const int length = P + keep;
+    const auto it = std::find_if(ref.drafts.begin(), ref.drafts.end(),
+                                 [&](const test::Gemma4Prefix& p) { return p.prefix_len == length; });
+    ASSERT_NE(it, ref.drafts.end()) << length;
+    Gemma4AssistantDrafter drafter(*rt, assistant);
+    drafter.begin({}, it->bonus);
+    std::vector<int32_t> got;
+    drafter.propose(int(it->drafts.size()), got);
+    EXPECT_EQ(got, it->drafts) << "kept " << keep << " of " << block;
+  }
+}
+
 TEST_P(Gemma4AssistantFixture, SpeculativeWithTheAssistantEqualsGreedyForEveryBlockSize) {
   const Gemma4Reference ref = load_gemma4_reference(GetParam());
   const auto ck = Gemma4Checkpoint::open(ref.target());
