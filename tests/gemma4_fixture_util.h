@@ -61,8 +61,8 @@ inline Gemma4Reference load_gemma4_reference(const std::string& dir) {
   r.sequence = j.at("sequence").get<std::vector<int32_t>>();
   r.long_greedy = j.at("long_greedy_tokens").get<std::vector<int32_t>>();
   for (const auto& d : j.at("drafts_from_prefix"))
-    r.drafts.push_back({d.at("prefix_len").get<int>(), d.at("bonus").get<int32_t>(),
-                        d.at("drafts").get<std::vector<int32_t>>()});
+    r.drafts.push_back(
+        {d.at("prefix_len").get<int>(), d.at("bonus").get<int32_t>(), d.at("drafts").get<std::vector<int32_t>>()});
   if (j.contains("prompt_text")) {
     r.prompt_text = j.at("prompt_text").get<std::string>();
     r.text_greedy = j.at("text_greedy_tokens").get<std::vector<int32_t>>();

@@ -15,9 +15,9 @@ namespace {
 using json = nlohmann::json;
 
 json text() {
-  return json{{"model_type", "gemma4_text"}, {"hidden_size", 64},       {"num_hidden_layers", 6},
-              {"intermediate_size", 96},     {"vocab_size", 512},       {"num_attention_heads", 4},
-              {"num_key_value_heads", 2},    {"head_dim", 16},          {"hidden_size_per_layer_input", 0}};
+  return json{{"model_type", "gemma4_text"}, {"hidden_size", 64}, {"num_hidden_layers", 6},
+              {"intermediate_size", 96},     {"vocab_size", 512}, {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},    {"head_dim", 16},    {"hidden_size_per_layer_input", 0}};
 }
 
 Gemma4TextConfig parse(const json& j) { return parse_gemma4_config(j.dump(), "config.json"); }
@@ -47,8 +47,8 @@ TEST(Gemma4Config, DefaultsFollowTransformers) {
   EXPECT_EQ(c.layers[0].head_dim, 16);
   EXPECT_EQ(c.layers[0].rope_pairs, 8);  // default RoPE: all pairs
   EXPECT_EQ(c.layers[0].rope_theta, 10000.0);
-  EXPECT_EQ(c.layers[5].head_dim, 512);  // global_head_dim default
-  EXPECT_EQ(c.layers[5].kv_heads, 2);    // num_global_key_value_heads applies with K = V only
+  EXPECT_EQ(c.layers[5].head_dim, 512);   // global_head_dim default
+  EXPECT_EQ(c.layers[5].kv_heads, 2);     // num_global_key_value_heads applies with K = V only
   EXPECT_EQ(c.layers[5].rope_pairs, 64);  // proportional: int(0.25 * 512 // 2)
   EXPECT_EQ(c.layers[5].rope_theta, 1e6);
   EXPECT_FALSE(c.layers[5].k_eq_v);
@@ -134,8 +134,8 @@ json assistant() {
   json tc = text();
   tc["num_hidden_layers"] = 2;
   tc["layer_types"] = {"sliding_attention", "full_attention"};
-  return json{{"model_type", "gemma4_assistant"}, {"text_config", tc}, {"backbone_hidden_size", 64},
-              {"use_ordered_embeddings", true}, {"num_centroids", 16}, {"centroid_intermediate_top_k", 4}};
+  return json{{"model_type", "gemma4_assistant"}, {"text_config", tc},   {"backbone_hidden_size", 64},
+              {"use_ordered_embeddings", true},   {"num_centroids", 16}, {"centroid_intermediate_top_k", 4}};
 }
 
 TEST(Gemma4Config, Assistant) {

@@ -78,7 +78,8 @@ TEST_P(Gemma4Fixture, LongGreedyRunWrapsTheSlidingRingsAndMatchesTransformers) {
   for (int r = 0; r < tail; ++r) {
     if (r > 0) rt->target_forward(std::span<const int32_t>(&got.back(), 1));
     rt->head_logits(0, logits.data());
-    EXPECT_LE(relative_row_error(logits.data(), &ref.long_logits[size_t(r) * ref.vocab], ref.vocab), 1e-4) << "row " << r;
+    EXPECT_LE(relative_row_error(logits.data(), &ref.long_logits[size_t(r) * ref.vocab], ref.vocab), 1e-4)
+        << "row " << r;
     int32_t tok = 0;
     rt->head_argmax(0, 1, 1, &tok);
     got.push_back(tok);
@@ -170,7 +171,8 @@ TEST_P(Gemma4Fixture, ConditionalGenerationLayoutGivesTheSameTokens) {
   const std::vector<std::string> names = src.names();
   std::vector<std::string> renamed;
   renamed.reserve(names.size() + 1);
-  for (const std::string& n : names) renamed.push_back("model.language_model." + n.substr(std::string("model.").size()));
+  for (const std::string& n : names)
+    renamed.push_back("model.language_model." + n.substr(std::string("model.").size()));
   for (size_t i = 0; i < names.size(); ++i) {
     const TensorView& t = src.get(names[i]);
     out.push_back({renamed[i], t.dtype, t.shape, t.data, t.nbytes});
@@ -180,7 +182,8 @@ TEST_P(Gemma4Fixture, ConditionalGenerationLayoutGivesTheSameTokens) {
   write_safetensors((tmp.path / "model.safetensors").string(), out);
   std::ifstream cf(ref.target() + "/config.json");
   nlohmann::json text = nlohmann::json::parse(cf);
-  const nlohmann::json config = {{"model_type", "gemma4"}, {"text_config", text}, {"vision_config", {{"hidden_size", 8}}}};
+  const nlohmann::json config = {
+      {"model_type", "gemma4"}, {"text_config", text}, {"vision_config", {{"hidden_size", 8}}}};
   std::ofstream(tmp.path / "config.json") << config.dump();
   const auto ck = Gemma4Checkpoint::open(tmp.path.string());
   EXPECT_EQ(ck.config().model_type, "gemma4");

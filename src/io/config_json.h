@@ -2,10 +2,9 @@
 // config.cpp, Gemma 4 in gemma4_config.cpp): every failure is one Error line
 // "<file>: field '<path>': <what was expected>".
 #pragma once
-#include <nlohmann/json.hpp>
-
 #include <climits>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,15 +32,23 @@ inline std::string printable(const std::string& s) {
 
 inline const char* type_word(const json& v) {
   switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "an array";
-    case json::value_t::string: return "a string";
-    case json::value_t::boolean: return "a boolean";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::boolean:
+      return "a boolean";
     case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    case json::value_t::number_float: return "a float";
-    default: return "something else";
+    case json::value_t::number_unsigned:
+      return "an integer";
+    case json::value_t::number_float:
+      return "a float";
+    default:
+      return "something else";
   }
 }
 

@@ -74,7 +74,8 @@ WeightRef Gemma4Checkpoint::lm_head() const {
 std::vector<float> Gemma4Checkpoint::vector(const std::string& name, int64_t size) const {
   const TensorView* t = store_.find(name);
   if (!t) fail("{}: missing tensor '{}'", dir_, name);
-  if (!is_float_dtype(t->dtype)) fail("{}: tensor '{}': dtype {}, expected F32, BF16 or F16", dir_, name, dtype_name(t->dtype));
+  if (!is_float_dtype(t->dtype))
+    fail("{}: tensor '{}': dtype {}, expected F32, BF16 or F16", dir_, name, dtype_name(t->dtype));
   if (t->shape != std::vector<int64_t>{size})
     fail("{}: tensor '{}': shape {}, expected [{}]", dir_, name, shape_text(t->shape), size);
   std::vector<float> out(static_cast<size_t>(size));
@@ -86,9 +87,12 @@ float Gemma4Checkpoint::embed_scale() const {
   const float s = std::sqrt(float(config_.hidden_size));
   const WeightRef e = matrix("embed_tokens", config_.vocab_size, config_.hidden_size);
   switch (e.weight->dtype) {
-    case DType::BF16: return bf16_to_f32(f32_to_bf16(s));
-    case DType::F16: return f16_to_f32(f32_to_f16(s));
-    default: return s;
+    case DType::BF16:
+      return bf16_to_f32(f32_to_bf16(s));
+    case DType::F16:
+      return f16_to_f32(f32_to_f16(s));
+    default:
+      return s;
   }
 }
 
@@ -104,8 +108,8 @@ std::vector<int32_t> Gemma4Checkpoint::token_ordering() const {
   std::vector<int32_t> out(static_cast<size_t>(V));
   std::vector<bool> seen(static_cast<size_t>(V), false);
   for (int64_t i = 0; i < V; ++i) {
-    const int64_t v = t->dtype == DType::I64 ? load_unaligned<int64_t>(t->data + 8 * i)
-                                             : load_unaligned<int32_t>(t->data + 4 * i);
+    const int64_t v =
+        t->dtype == DType::I64 ? load_unaligned<int64_t>(t->data + 8 * i) : load_unaligned<int32_t>(t->data + 4 * i);
     if (v < 0 || v >= V || seen[size_t(v)])
       fail("{}: tensor '{}': entry {} ({}) makes it no permutation of the vocabulary", dir_, name, i, v);
     seen[size_t(v)] = true;

@@ -100,9 +100,11 @@ Gemma4TextConfig parse_text(const Reader& r, const std::string& model_type, bool
   // ---- layer schedule ----
   std::vector<bool> sliding;
   if (auto lt = r.find("layer_types")) {
-    if (!lt->value->is_array()) r.bad(lt->path, fmt::format("expected a list of layer types, got {}", type_word(*lt->value)));
+    if (!lt->value->is_array())
+      r.bad(lt->path, fmt::format("expected a list of layer types, got {}", type_word(*lt->value)));
     if (lt->value->size() != size_t(c.num_hidden_layers))
-      r.bad(lt->path, fmt::format("has {} entries, expected num_hidden_layers = {}", lt->value->size(), c.num_hidden_layers));
+      r.bad(lt->path,
+            fmt::format("has {} entries, expected num_hidden_layers = {}", lt->value->size(), c.num_hidden_layers));
     for (size_t i = 0; i < lt->value->size(); ++i) {
       const json& t = (*lt->value)[i];
       const std::string p = fmt::format("{}[{}]", lt->path, i);
@@ -170,7 +172,8 @@ Gemma4TextConfig parse_text(const Reader& r, const std::string& model_type, bool
     L.rope_pairs = rs.proportional ? int(std::floor(rs.factor * double(L.head_dim) / 2.0)) : L.head_dim / 2;
     c.layers.push_back(L);
   }
-  if (int64_t(c.hidden_size) * 2 > INT_MAX) r.bad(r.preferred("hidden_size"), "2 * hidden_size does not fit in 32 bits");
+  if (int64_t(c.hidden_size) * 2 > INT_MAX)
+    r.bad(r.preferred("hidden_size"), "2 * hidden_size does not fit in 32 bits");
   return c;
 }
 

@@ -201,8 +201,10 @@ void CpuGemma4::attention(const Gemma4Layer& L, RingKv& kv, int pos, int T, cons
   std::vector<float> q(size_t(T) * Hq * hd), k(size_t(T) * kv_row), v(size_t(T) * kv_row);
   matmul(*L.q, xn, T, q.data());
   matmul(*L.k, xn, T, k.data());
-  if (L.v) matmul(*L.v, xn, T, v.data());
-  else v = k;  // K = V: values are the raw key projection (before k_norm and RoPE)
+  if (L.v)
+    matmul(*L.v, xn, T, v.data());
+  else
+    v = k;  // K = V: values are the raw key projection (before k_norm and RoPE)
   const std::vector<float> ones(static_cast<size_t>(hd), 1.0f);
   std::vector<float> cs(static_cast<size_t>(hd / 2)), sn(static_cast<size_t>(hd / 2)), tmp(static_cast<size_t>(hd));
   for (int t = 0; t < T; ++t) {
@@ -267,12 +269,14 @@ void CpuGemma4::head_logits(int row, float* out) {
 
 std::unique_ptr<ModelRuntime> make_cpu_gemma4_runtime(const Gemma4Checkpoint& ckpt, int max_tokens,
                                                       const CpuRuntimeOptions& options) {
-  if (ckpt.is_assistant()) fail("{}: a gemma4_assistant checkpoint drafts for a target; it is not a target", ckpt.dir());
+  if (ckpt.is_assistant())
+    fail("{}: a gemma4_assistant checkpoint drafts for a target; it is not a target", ckpt.dir());
   if (max_tokens <= 0) fail("runtime capacity {} tokens: expected at least 1", max_tokens);
   if (max_tokens > ckpt.config().max_position_embeddings)
-    fail("{}: this run needs up to {} positions (prompt + tokens to generate + verify block) but config.json's "
-         "max_position_embeddings is {}",
-         ckpt.dir(), max_tokens, ckpt.config().max_position_embeddings);
+    fail(
+        "{}: this run needs up to {} positions (prompt + tokens to generate + verify block) but config.json's "
+        "max_position_embeddings is {}",
+        ckpt.dir(), max_tokens, ckpt.config().max_position_embeddings);
   return std::make_unique<CpuGemma4>(ckpt, max_tokens, options);
 }
 

@@ -10,7 +10,7 @@ namespace nextn::cpu {
 
 namespace {
 
-float gelu_tanh(float x) {  // transformers' gelu_pytorch_tanh
+float gelu_tanh(float x) {              // transformers' gelu_pytorch_tanh
   const float c = 0.7978845608028654f;  // sqrt(2 / pi)
   return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
 }

@@ -22,7 +22,8 @@ struct Gemma4Layer {
   Gemma4LayerSpec spec;
   std::vector<float> input_norm, post_attn_norm, pre_ff_norm, post_ff_norm;  // [H]
   std::vector<float> q_norm, k_norm;                                         // [head_dim] (k_norm empty: no K/V)
-  std::shared_ptr<Matrix> q, k, v, o;  // q [Hq*hd, H], k/v [kv*hd, H] (v null with K = V; both null: shared K/V), o [H, Hq*hd]
+  std::shared_ptr<Matrix> q, k, v,
+      o;  // q [Hq*hd, H], k/v [kv*hd, H] (v null with K = V; both null: shared K/V), o [H, Hq*hd]
   std::shared_ptr<Matrix> gate, up, down;  // gate/up [I, H], down [H, I]
   float layer_scalar = 1.0f;
 };
