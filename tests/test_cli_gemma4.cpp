@@ -12,6 +12,7 @@
 namespace nextn {
 namespace {
 
+using test::expect_one_error_line;
 using test::run_cli;
 
 std::string ids(const std::vector<int32_t>& v) {
@@ -26,14 +27,6 @@ std::string ids(const std::vector<int32_t>& v) {
 std::vector<int32_t> tokens_of(const test::CliResult& r) {
   EXPECT_EQ(r.code, 0) << r.err;
   return nlohmann::json::parse(r.out).at("tokens").get<std::vector<int32_t>>();
-}
-
-void expect_one_error(const test::CliResult& r, const std::string& needle) {
-  EXPECT_EQ(r.code, 1) << r.out << r.err;
-  const auto lines = r.err_lines();
-  ASSERT_EQ(lines.size(), 1u) << r.err;
-  EXPECT_EQ(lines[0].rfind("error: ", 0), 0u) << lines[0];
-  EXPECT_NE(lines[0].find(needle), std::string::npos) << "expected '" << needle << "' in: " << lines[0];
 }
 
 TEST(CliGemma4, GreedyAssistantAndOracleGiveTransformersTokens) {
@@ -81,12 +74,12 @@ TEST(CliGemma4, PairingsThatCannotRunAreOneErrorLine) {
   const auto a = test::load_gemma4_reference(dirs[0]), b = test::load_gemma4_reference(dirs[1]);
   const std::string g = " --prompt-ids 5,6,7 -n 4";
   // Another target's assistant: hidden sizes differ (48 vs 64).
-  expect_one_error(run_cli("generate -m " + a.target() + g + " --draft " + b.assistant()), "backbone_hidden_size");
-  expect_one_error(run_cli("generate -m " + a.assistant() + g), "gemma4_assistant");
-  expect_one_error(run_cli("generate -m " + a.target() + g + " --draft " + a.target()), "not a Gemma 4 assistant");
-  expect_one_error(run_cli("generate -m " + a.target() + g + " --draft mtp"), "no MTP head");
-  expect_one_error(run_cli("generate -m " + a.target() + g + " --backend cuda"), "--backend cuda");
-  expect_one_error(run_cli("generate -m " + a.target() + g + " --draft " + a.assistant() + " --verify auto"),
+  expect_one_error_line(run_cli("generate -m " + a.target() + g + " --draft " + b.assistant()), "backbone_hidden_size");
+  expect_one_error_line(run_cli("generate -m " + a.assistant() + g), "gemma4_assistant");
+  expect_one_error_line(run_cli("generate -m " + a.target() + g + " --draft " + a.target()), "not a Gemma 4 assistant");
+  expect_one_error_line(run_cli("generate -m " + a.target() + g + " --draft mtp"), "no MTP head");
+  expect_one_error_line(run_cli("generate -m " + a.target() + g + " --backend cuda"), "--backend cuda");
+  expect_one_error_line(run_cli("generate -m " + a.target() + g + " --draft " + a.assistant() + " --verify auto"),
                    "--verify auto");
 }
 
