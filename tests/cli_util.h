@@ -1,5 +1,6 @@
 // Runs the built `nextn` binary and captures exit code, stdout and stderr.
 #pragma once
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -60,5 +61,14 @@ struct TempDir {
   ~TempDir() { std::filesystem::remove_all(path); }
   std::string str() const { return path.string(); }
 };
+
+// The command failed with `code` and printed exactly one `error: ` line containing `needle`.
+inline void expect_one_error_line(const CliResult& r, const std::string& needle, int code = 1) {
+  EXPECT_EQ(r.code, code) << r.out << r.err;
+  const auto lines = r.err_lines();
+  ASSERT_EQ(lines.size(), 1u) << r.err;
+  EXPECT_EQ(lines[0].rfind("error: ", 0), 0u) << lines[0];
+  EXPECT_NE(lines[0].find(needle), std::string::npos) << "expected '" << needle << "' in: " << lines[0];
+}
 
 }  // namespace nextn::test

@@ -138,7 +138,7 @@ TEST_F(CliGenerate, PlainTextOutputAndStatsLine) {
 TEST_F(CliGenerate, ImpossibleFlagsAreOneErrorLine) {
   const std::string g = "generate -m " + kTied + " " + kPrompt + " -n 4 ";
   expect_one_error(run_cli("generate -m " + kTied + " --prompt hello -n 4"), "tokenizer.json: not found");
-  expect_one_error(run_cli(g + "--draft " + kTied), "separate drafter checkpoints are not supported yet");
+  expect_one_error(run_cli(g + "--draft " + kTied), "drafts for a Gemma 4 target");
   expect_one_error(run_cli(g + "--draft mtp --block-size 1"), "--block-size 1");
   expect_one_error(run_cli(g + "--draft mtp --block-size 65"), "--block-size 65");
   expect_one_error(run_cli(g + "--draft oracle --accept-rate 1.5"), "--accept-rate");

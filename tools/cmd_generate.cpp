@@ -11,6 +11,8 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "model/runtime.h"
+#include "model/target_model.h"
+#include "speculative/gemma4_drafter.h"
 #include "speculative/generate.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/model_tokenizer.h"
@@ -56,7 +58,9 @@ void run(const GenerateArgs& a) {
   if (a.n < 0) fail("-n {} is negative", a.n);
   GenerateOptions o;
   o.max_new_tokens = a.n;
-  o.draft = parse_draft_kind(a.draft);
+  // A directory is a drafter checkpoint (a Gemma 4 assistant), run by its own loop driver.
+  const bool assistant_draft = is_drafter_checkpoint(a.draft);
+  o.draft = assistant_draft ? DraftKind::None : parse_draft_kind(a.draft);
   o.ignore_eos = a.ignore_eos;
   o.oracle = oracle_spec_from_flags(a.draft, a.rate_opt->count() ? &a.accept_rate : nullptr,
                                     a.pattern_opt->count() ? &a.pattern : nullptr, a.seed_opt->count() ? &a.seed : nullptr);
@@ -96,21 +100,27 @@ void run(const GenerateArgs& a) {
     }
     if (prompt.empty()) fail("--prompt: the text encodes to no tokens");
   }
-  const auto ckpt = Qwen35Checkpoint::open(dir);
-  const int vocab = ckpt.config().vocab_size;
+  const TargetModel target = open_target_model(dir, kind, a.threads);
+  const int vocab = target.info.vocab_size;
   for (int32_t t : prompt) {
     if (t < vocab) continue;
     if (text_prompt)
       fail("--prompt: {} gives token id {}, outside the model's vocabulary [0, {})", tok::tokenizer_path(dir), t, vocab);
     fail("--prompt-ids: token id {} is outside the vocabulary [0, {})", t, vocab);
   }
-  if (o.draft == DraftKind::Mtp && ckpt.mtp_layers() == 0)
+  if (o.draft == DraftKind::Mtp && target.info.mtp_layers == 0)
     fail("{}: --draft mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
-  if (o.draft_cost == DraftCost::Mtp && ckpt.mtp_layers() == 0)
+  if (o.draft_cost == DraftCost::Mtp && target.info.mtp_layers == 0)
     fail("{}: --draft-cost mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
-  o.block_size = a.block_opt->count() > 0 ? a.block_size : default_block_size(ckpt.mtp_layers());
+  if (assistant_draft && target.family != "gemma4")
+    fail("--draft {}: a drafter checkpoint drafts for a Gemma 4 target, and {} is not one", a.draft, dir);
+  if (assistant_draft && o.verify == VerifyArm::Auto)
+    fail("--verify auto: no calibration or record covers assistant drafters; name an arm");
+  o.block_size = a.block_opt->count() > 0 ? a.block_size
+                 : assistant_draft        ? kAssistantBlockSize
+                                          : default_block_size(target.info.mtp_layers);
   o.pad_width = a.pad_width;
-  if (o.draft != DraftKind::None) {
+  if (o.draft != DraftKind::None || assistant_draft) {
     if (o.verify == VerifyArm::Auto) {  // the arm for this K: calibration, else the record (bench/calibration.h)
       const auto choice = bench::choose_auto(bench::calibration_key(dir, a.backend),
                                              bench::drafter_signature(o.draft, o.oracle, o.draft_cost), o.block_size);
@@ -123,8 +133,8 @@ void run(const GenerateArgs& a) {
     if (o.verify == VerifyArm::Pad) resolve_pad_width(o.block_size, o.pad_width);  // refuse before loading weights
   }
 
-  const RuntimeFactory factory = [&ckpt, kind, &a](int cap) { return make_runtime(ckpt, kind, cap, a.threads); };
-  const GenerateResult r = generate_fresh(factory, prompt, o);
+  const GenerateResult r = assistant_draft ? generate_with_assistant(target.factory, a.draft, prompt, o, a.threads)
+                                           : generate_fresh(target.factory, prompt, o);
   const auto stats = stats_json(r.stats);
   const std::optional<std::string> text =
       tokenizer ? std::optional<std::string>(tokenizer->decode(r.tokens)) : std::nullopt;
@@ -166,7 +176,7 @@ void register_generate(CLI::App& app) {
   a->prompt_opt = cmd->add_option("--prompt", a->prompt, "Prompt text, encoded with the model's tokenizer.json");
   a->ids_opt = cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt as comma-separated token ids");
   cmd->add_option("-n", a->n, "Tokens to generate (default 32)")->check(number());
-  cmd->add_option("--draft", a->draft, "Drafter: none (plain greedy), mtp (the checkpoint's MTP head), oracle");
+  cmd->add_option("--draft", a->draft, "Drafter: none (plain greedy), mtp (the checkpoint's MTP head), oracle, or a Gemma 4 assistant directory");
   a->rate_opt = cmd->add_option("--accept-rate", a->accept_rate, "Oracle: probability each draft is the true token");
   a->pattern_opt = cmd->add_option("--accept-pattern", a->pattern, "Oracle: 1 = true draft, 0 = wrong, cyclic");
   a->seed_opt = cmd->add_option("--seed", a->seed, "Oracle: RNG seed for --accept-rate (default 1)")->check(non_negative());

@@ -6,11 +6,9 @@
 
 #include <climits>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
+#include "io/config_json.h"
 
 namespace nextn {
 
@@ -18,151 +16,9 @@ using json = nlohmann::json;
 
 namespace {
 
-// Quotes user text for a one-line message: control bytes escaped, long text cut.
-std::string printable(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size() && i < 64; ++i) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
-      out += fmt::format("\\x{:02x}", c);
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (s.size() > 64) out += "...";
-  return out;
-}
-
-const char* type_word(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "an array";
-    case json::value_t::string: return "a string";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    case json::value_t::number_float: return "a float";
-    default: return "something else";
-  }
-}
-
-json parse_json(const std::string& text, const std::string& file) {
-  try {
-    json j = json::parse(text);
-    return j;
-  } catch (const json::parse_error& e) {
-    std::string what = e.what();
-    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> drop the tag
-    if (auto p = what.find("] "); p != std::string::npos && what.starts_with("[json.exception"))
-      what = what.substr(p + 2);
-    for (char& c : what)
-      if (c == '\n' || c == '\r') c = ' ';
-    fail("{}: malformed JSON: {}", file, what);
-  }
-}
-
-// Where a field was found: its value and its dotted path ("text_config.hidden_size").
-struct Found {
-  const json* value = nullptr;
-  std::string path;
-};
-
-// Looks fields up in a list of JSON objects, first non-null occurrence wins.
-class Reader {
- public:
-  Reader(std::string file, std::vector<std::pair<const json*, std::string>> sources)
-      : file_(std::move(file)), sources_(std::move(sources)) {}
-
-  const std::string& file() const { return file_; }
-
-  std::optional<Found> find(const std::string& key) const {
-    for (const auto& [obj, prefix] : sources_) {
-      if (!obj) continue;
-      auto it = obj->find(key);
-      if (it != obj->end() && !it->is_null()) return Found{&*it, prefix + key};
-    }
-    return std::nullopt;
-  }
-  // The path reported when a field is absent everywhere: its preferred place.
-  std::string preferred(const std::string& key) const { return sources_.front().second + key; }
-
-  [[noreturn]] void bad(const std::string& path, const std::string& what) const {
-    fail("{}: field '{}': {}", file_, path, what);
-  }
-
-  int positive_int(const Found& f, int64_t max = INT_MAX) const {
-    const json& v = *f.value;
-    if (v.is_number_unsigned() || v.is_number_integer()) {
-      if (v.is_number_unsigned()) {
-        uint64_t u = v.get<uint64_t>();
-        if (u >= 1 && u <= static_cast<uint64_t>(max)) return static_cast<int>(u);
-      } else {
-        int64_t i = v.get<int64_t>();
-        if (i >= 1 && i <= max) return static_cast<int>(i);
-      }
-      if (max < INT_MAX) bad(f.path, fmt::format("expected a positive integer of at most {}", max));
-    }
-    bad(f.path, "expected a positive integer");
-  }
-  int nonneg_int(const Found& f, int64_t max = INT_MAX) const {
-    const json& v = *f.value;
-    if (v.is_number_unsigned() && v.get<uint64_t>() <= static_cast<uint64_t>(max))
-      return static_cast<int>(v.get<uint64_t>());
-    if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= max)
-      return static_cast<int>(v.get<int64_t>());
-    bad(f.path, "expected a non-negative integer");
-  }
-  double positive_number(const Found& f) const {
-    const json& v = *f.value;
-    if (v.is_number()) {
-      double d = v.get<double>();
-      if (std::isfinite(d) && d > 0) return d;
-    }
-    bad(f.path, "expected a positive number");
-  }
-  bool boolean(const Found& f) const {
-    if (!f.value->is_boolean()) bad(f.path, fmt::format("expected a boolean, got {}", type_word(*f.value)));
-    return f.value->get<bool>();
-  }
-
-  int req_positive_int(const std::string& key, int64_t max = INT_MAX) const {
-    auto f = find(key);
-    if (!f) bad(preferred(key), "missing (expected a positive integer)");
-    return positive_int(*f, max);
-  }
-  int opt_positive_int(const std::string& key, int def, int64_t max = INT_MAX) const {
-    auto f = find(key);
-    return f ? positive_int(*f, max) : def;
-  }
-
- private:
-  std::string file_;
-  std::vector<std::pair<const json*, std::string>> sources_;
-};
+using namespace config_json;
 
 constexpr int kMaxLayers = 4096;  // sanity bound: real checkpoints have <= 100
-
-// eos_token_id: an int or a list of ints, each in [0, vocab).
-std::vector<int> parse_eos(const Reader& r, const Found& f, int vocab) {
-  std::vector<int> ids;
-  auto one = [&](const json& v, const std::string& path) {
-    Found e{&v, path};
-    int id = r.nonneg_int(e);
-    if (id >= vocab) r.bad(path, fmt::format("token id {} is outside the vocabulary (vocab_size {})", id, vocab));
-    for (int x : ids)
-      if (x == id) return;
-    ids.push_back(id);
-  };
-  if (f.value->is_array()) {
-    for (size_t i = 0; i < f.value->size(); ++i) one((*f.value)[i], fmt::format("{}[{}]", f.path, i));
-  } else if (f.value->is_number()) {
-    one(*f.value, f.path);
-  } else {
-    r.bad(f.path, fmt::format("expected an integer or a list of integers, got {}", type_word(*f.value)));
-  }
-  return ids;
-}
 
 QuantParams parse_quant_params(const std::string& file, const json& obj, const std::string& path,
                                const QuantParams* defaults) {
@@ -421,27 +277,9 @@ Qwen35Config parse_qwen35_config(const std::string& config_json, const std::stri
 }
 
 Qwen35Config load_qwen35_config(const std::string& dir) {
-  namespace fs = std::filesystem;
-  auto read = [](const fs::path& p, std::string& out) {
-    std::ifstream f(p, std::ios::binary);
-    if (!f) return false;
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    out = ss.str();
-    return true;
-  };
-  const fs::path cfg = fs::path(dir) / "config.json";
-  std::string text;
-  std::error_code ec;
-  if (!fs::is_regular_file(cfg, ec) || !read(cfg, text)) fail("{}: cannot read config.json", dir);
-  const fs::path gen = fs::path(dir) / "generation_config.json";
-  std::string gtext;
-  if (fs::exists(gen, ec) && !fs::is_regular_file(gen, ec)) fail("{}: not a regular file", gen.string());
-  if (fs::is_regular_file(gen, ec)) {
-    if (!read(gen, gtext)) fail("{}: cannot read", gen.string());
-    return parse_qwen35_config(text, cfg.string(), &gtext, gen.string());
-  }
-  return parse_qwen35_config(text, cfg.string());
+  const ConfigFiles f = read_config_files(dir);
+  if (f.generation) return parse_qwen35_config(f.config, f.config_path, &*f.generation, f.generation_path);
+  return parse_qwen35_config(f.config, f.config_path);
 }
 
 }  // namespace nextn

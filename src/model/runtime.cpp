@@ -1,5 +1,7 @@
 #include "model/runtime.h"
 
+#include <algorithm>
+
 #include "backend/cpu/qwen35.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
@@ -19,6 +21,21 @@ const char* head_path_name(HeadPath path) {
     case HeadPath::WalkFlag: return "walk-flag";
   }
   return "?";
+}
+
+const Qwen35Config& ModelRuntime::config() const {
+  fail("internal: this {} runtime is not a Qwen3.5 runtime (no Qwen3.5 config)", backend_name());
+}
+
+ModelInfo ModelRuntime::info() const {
+  const Qwen35Config& c = config();
+  ModelInfo i;
+  i.vocab_size = c.vocab_size;
+  i.hidden_size = c.hidden_size;
+  i.max_position_embeddings = c.max_position_embeddings;
+  i.mtp_layers = c.mtp_num_hidden_layers;  // set from the tensors by Qwen35Checkpoint::open
+  i.eos_token_ids = c.eos_token_ids;
+  return i;
 }
 
 void ModelRuntime::mtp_draft(int n, int32_t* out) {

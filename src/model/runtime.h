@@ -51,12 +51,24 @@ struct HeadWork {
   HeadPath last_path = HeadPath::None;
 };
 
+// What the speculative loop and the CLI read of any model family.
+struct ModelInfo {
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int max_position_embeddings = 0;
+  int mtp_layers = 0;              // MTP head layers (0: none)
+  std::vector<int> eos_token_ids;  // empty: generate to the budget
+};
+
 class ModelRuntime {
  public:
   virtual ~ModelRuntime() = default;
-  virtual const Qwen35Config& config() const = 0;
+  // The Qwen3.5 config; a runtime of another family throws (use info()).
+  virtual const Qwen35Config& config() const;
+  // Family-agnostic facts; the default reads config().
+  virtual ModelInfo info() const;
   virtual const char* backend_name() const = 0;
-  int vocab() const { return config().vocab_size; }
+  int vocab() const { return info().vocab_size; }
 
   // ---- target trunk ----
   // Tokens held in the target's caches (the next position).

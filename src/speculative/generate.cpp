@@ -31,7 +31,7 @@ struct Eos {
 
 Eos eos_of(const ModelRuntime& rt, bool ignore_eos) {
   Eos e;
-  if (!ignore_eos) e.ids = rt.config().eos_token_ids;
+  if (!ignore_eos) e.ids = rt.info().eos_token_ids;
   return e;
 }
 
@@ -224,14 +224,14 @@ GenerateResult generate(ModelRuntime& rt, std::span<const int32_t> prompt, const
     return greedy_generate(rt, prompt, options.max_new_tokens, options.ignore_eos, options.sink);
   GenerateOptions o = options;
   // Qwen35Checkpoint::open sets the config's count to the checkpoint's, as the CLI reads it.
-  if (o.block_size == 0) o.block_size = default_block_size(rt.config().mtp_num_hidden_layers);
+  if (o.block_size == 0) o.block_size = default_block_size(rt.info().mtp_layers);
   if (o.draft == DraftKind::Mtp) {
     MtpDrafter d(rt);
     return speculative_generate(rt, d, prompt, o);
   }
   if (oracle_truth == nullptr) fail("internal: the oracle drafter needs the greedy output first");
   if (o.draft_cost == DraftCost::Mtp) {
-    if (rt.config().mtp_num_hidden_layers == 0)
+    if (rt.info().mtp_layers == 0)
       fail("--draft-cost mtp: the checkpoint has no MTP head (0 MTP layers)");
     OracleAtMtpCostDrafter d(rt, *oracle_truth, o.oracle);
     return speculative_generate(rt, d, prompt, o);

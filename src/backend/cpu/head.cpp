@@ -1,8 +1,10 @@
 #include "backend/cpu/head.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "core/error.h"
 #include "core/thread_pool.h"
 
 namespace nextn::cpu {
@@ -91,6 +93,17 @@ int head_walk_rows(const Matrix& head, const float* x, int rows, std::span<const
   ++work.head_calls;
   work.last_path = HeadPath::Walk;
   return taken;
+}
+
+void head_argmax_of_rows(const Matrix& head, const float* hidden, int rows, int first, int count, int width,
+                         int32_t* out, HeadWork& work, const HeadThreads& threads) {
+  if (first < 0 || count < 0 || width < count || first + count > rows)
+    fail("head_argmax: rows [{}, {}) of width {} outside the last forward's {} rows", first, first + count, width, rows);
+  const int64_t H = head.cols();
+  std::vector<float> x(size_t(width) * size_t(H), 0.0f);  // rows past the forward are zero padding
+  const int real = std::min(width, rows - first);
+  std::copy(hidden + size_t(first) * H, hidden + size_t(first + real) * H, x.begin());
+  head_project_argmax(head, x.data(), width, count, out, work, threads);
 }
 
 }  // namespace nextn::cpu

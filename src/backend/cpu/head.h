@@ -24,6 +24,12 @@ struct HeadThreads {
 void head_project_argmax(const Matrix& head, const float* x, int width, int count, int32_t* out, HeadWork& work,
                          const HeadThreads& threads);
 
+// head_project_argmax over rows [first, first + width) of a runtime's
+// hidden rows ([rows][cols]); rows past `rows` are zero padding. Throws Error
+// for a range outside the rows. The runtimes' head_argmax.
+void head_argmax_of_rows(const Matrix& head, const float* hidden, int rows, int first, int count, int width,
+                         int32_t* out, HeadWork& work, const HeadThreads& threads);
+
 // One pass over the head with a running (max, index) per row; no logits are
 // written. x: [count][cols]. Path Fused.
 void head_fused_argmax(const Matrix& head, const float* x, int count, int32_t* out, HeadWork& work,

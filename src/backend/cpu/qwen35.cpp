@@ -468,13 +468,7 @@ void CpuQwen35::gdn_mixer(const GdnWeights& W, GdnState& st, int T, const float*
 }
 
 void CpuQwen35::head_argmax(int first, int count, int width, int32_t* out) {
-  if (first < 0 || count < 0 || width < count || first + count > last_T_)
-    fail("head_argmax: rows [{}, {}) of width {} outside the last forward's {} rows", first, first + count, width, last_T_);
-  const int H = cfg_.hidden_size;
-  std::vector<float> x(size_t(width) * H, 0.0f);  // rows past the forward are zero padding
-  const int real = std::min(width, last_T_ - first);
-  std::copy(hidden_.begin() + size_t(first) * H, hidden_.begin() + size_t(first + real) * H, x.begin());
-  cpu::head_project_argmax(*lm_head_, x.data(), width, count, out, head_work_, head_threads());
+  cpu::head_argmax_of_rows(*lm_head_, hidden_.data(), last_T_, first, count, width, out, head_work_, head_threads());
 }
 
 void CpuQwen35::head_argmax_fused(int first, int count, int32_t* out) {

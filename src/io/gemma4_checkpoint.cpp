@@ -1,0 +1,121 @@
+#include "io/gemma4_checkpoint.h"
+
+#include <cmath>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace nextn {
+
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string trimmed(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
+}
+
+}  // namespace
+
+Gemma4Checkpoint Gemma4Checkpoint::open(const std::string& dir) {
+  Gemma4Checkpoint ck;
+  ck.dir_ = trimmed(dir);
+  ck.config_ = load_gemma4_config(dir);
+  ck.store_ = TensorStore::open(dir);
+  std::string why;
+  const auto layout = detect_layout(ck.store_.names(), &why);
+  if (!layout) fail("{}: cannot detect the checkpoint layout: {}", ck.dir_, why);
+  if (*layout == Layout::Mlx) fail("{}: mlx-converted Gemma 4 checkpoints are not supported", ck.dir_);
+  ck.prefix_ = layout_prefix(*layout);
+  if (!ck.config_.tie_word_embeddings && !ck.store_.find(std::string(layout_head(*layout)) + ".weight"))
+    fail("{}: config.json: field 'tie_word_embeddings' is false but there is no tensor 'lm_head.weight'", ck.dir_);
+  return ck;
+}
+
+Gemma4Checkpoint Gemma4Checkpoint::open_assistant(const std::string& dir) {
+  Gemma4Checkpoint ck;
+  ck.dir_ = trimmed(dir);
+  ck.assistant_ = load_gemma4_assistant_config(dir);
+  ck.config_ = ck.assistant_.text;
+  ck.is_assistant_ = true;
+  ck.store_ = TensorStore::open(dir);
+  ck.prefix_ = "model.";
+  return ck;
+}
+
+bool Gemma4Checkpoint::has(const std::string& logical) const { return store_.find(stored(logical) + ".weight"); }
+
+WeightRef Gemma4Checkpoint::matrix(const std::string& logical, int64_t rows, int64_t cols, bool top_level) const {
+  WeightRef w;
+  w.name = (top_level ? logical : stored(logical)) + ".weight";
+  w.rows = rows;
+  w.cols = cols;
+  w.weight = store_.find(w.name);
+  if (!w.weight) fail("{}: missing tensor '{}'", dir_, w.name);
+  if (!is_float_dtype(w.weight->dtype))
+    fail("{}: tensor '{}': dtype {}, expected F32, BF16 or F16", dir_, w.name, dtype_name(w.weight->dtype));
+  const std::vector<int64_t> want{rows, cols};
+  if (w.weight->shape != want)
+    fail("{}: tensor '{}': shape {}, expected {}", dir_, w.name, shape_text(w.weight->shape), shape_text(want));
+  return w;
+}
+
+WeightRef Gemma4Checkpoint::lm_head() const {
+  const int64_t V = config_.vocab_size, H = config_.hidden_size;
+  if (!config_.tie_word_embeddings && !is_assistant_) return matrix("lm_head", V, H, true);
+  return matrix("embed_tokens", V, H);
+}
+
+std::vector<float> Gemma4Checkpoint::vector(const std::string& name, int64_t size) const {
+  const TensorView* t = store_.find(name);
+  if (!t) fail("{}: missing tensor '{}'", dir_, name);
+  if (!is_float_dtype(t->dtype))
+    fail("{}: tensor '{}': dtype {}, expected F32, BF16 or F16", dir_, name, dtype_name(t->dtype));
+  if (t->shape != std::vector<int64_t>{size})
+    fail("{}: tensor '{}': shape {}, expected [{}]", dir_, name, shape_text(t->shape), size);
+  std::vector<float> out(static_cast<size_t>(size));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = load_float(t->dtype, t->data, i);
+  return out;
+}
+
+float Gemma4Checkpoint::embed_scale() const {
+  const float s = std::sqrt(float(config_.hidden_size));
+  const WeightRef e = matrix("embed_tokens", config_.vocab_size, config_.hidden_size);
+  switch (e.weight->dtype) {
+    case DType::BF16:
+      return bf16_to_f32(f32_to_bf16(s));
+    case DType::F16:
+      return f16_to_f32(f32_to_f16(s));
+    default:
+      return s;
+  }
+}
+
+std::vector<int32_t> Gemma4Checkpoint::token_ordering() const {
+  const std::string name = "masked_embedding.token_ordering";
+  const TensorView* t = store_.find(name);
+  if (!t) fail("{}: missing tensor '{}' (use_ordered_embeddings is true)", dir_, name);
+  const int64_t V = config_.vocab_size;
+  if (t->shape != std::vector<int64_t>{V})
+    fail("{}: tensor '{}': shape {}, expected [{}]", dir_, name, shape_text(t->shape), V);
+  if (t->dtype != DType::I64 && t->dtype != DType::I32)
+    fail("{}: tensor '{}': dtype {}, expected I64 or I32", dir_, name, dtype_name(t->dtype));
+  std::vector<int32_t> out(static_cast<size_t>(V));
+  std::vector<bool> seen(static_cast<size_t>(V), false);
+  for (int64_t i = 0; i < V; ++i) {
+    const int64_t v =
+        t->dtype == DType::I64 ? load_unaligned<int64_t>(t->data + 8 * i) : load_unaligned<int32_t>(t->data + 4 * i);
+    if (v < 0 || v >= V || seen[size_t(v)])
+      fail("{}: tensor '{}': entry {} ({}) makes it no permutation of the vocabulary", dir_, name, i, v);
+    seen[size_t(v)] = true;
+    out[size_t(i)] = int32_t(v);
+  }
+  return out;
+}
+
+}  // namespace nextn

@@ -1,0 +1,53 @@
+// A Gemma 4 checkpoint (target or assistant): its config, its tensors and the
+// prefix of its text model. Dense weights only (F32, BF16, F16). Logical
+// names are relative to the text model ("embed_tokens",
+// "layers.3.self_attn.q_proj", "norm"); the assistant's own tensors are
+// top-level ("pre_projection", "post_projection", "masked_embedding.*").
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.h"
+#include "io/gemma4_config.h"
+#include "io/safetensors.h"
+
+namespace nextn {
+
+class Gemma4Checkpoint {
+ public:
+  // A target (`gemma4` / `gemma4_text`): model.* or model.language_model.* tensors. Throws Error.
+  static Gemma4Checkpoint open(const std::string& dir);
+  // An assistant (`gemma4_assistant`). Throws Error.
+  static Gemma4Checkpoint open_assistant(const std::string& dir);
+
+  const Gemma4TextConfig& config() const { return config_; }  // the assistant's inner text config for an assistant
+  const Gemma4AssistantConfig& assistant_config() const { return assistant_; }
+  bool is_assistant() const { return is_assistant_; }
+  const std::string& dir() const { return dir_; }
+  const TensorStore& store() const { return store_; }
+
+  // A dense [rows, cols] matrix; `top_level` names a tensor outside the text model.
+  WeightRef matrix(const std::string& logical, int64_t rows, int64_t cols, bool top_level = false) const;
+  // The LM head: the tied embedding, or lm_head when stored and untied.
+  WeightRef lm_head() const;
+  bool has(const std::string& logical) const;  // "<text prefix><logical>.weight" stored
+  // A float vector of exactly `size` elements (norm weights, layer_scalar), as fp32.
+  std::vector<float> vector(const std::string& stored_name, int64_t size) const;
+  std::string stored(const std::string& logical) const { return prefix_ + logical; }
+  // sqrt(hidden_size) as fp32, rounded to the embedding's stored dtype (as
+  // transformers rounds it for a model loaded in that dtype).
+  float embed_scale() const;
+  // The assistant's token_ordering buffer [vocab] (a permutation of the vocabulary).
+  std::vector<int32_t> token_ordering() const;
+
+ private:
+  std::string dir_;
+  Gemma4TextConfig config_;
+  Gemma4AssistantConfig assistant_;
+  bool is_assistant_ = false;
+  TensorStore store_;
+  std::string prefix_ = "model.";
+};
+
+}  // namespace nextn

@@ -1,0 +1,36 @@
+#include "model/target_model.h"
+
+#include <memory>
+
+#include "backend/cpu/gemma4.h"
+#include "core/error.h"
+#include "io/checkpoint.h"
+#include "io/gemma4_checkpoint.h"
+
+namespace nextn {
+
+TargetModel open_target_model(const std::string& dir, BackendKind kind, int cpu_threads) {
+  TargetModel m;
+  const std::string gemma = gemma4_model_type(dir);
+  if (gemma == "gemma4_assistant")
+    fail("{}: a gemma4_assistant checkpoint is a drafter: pass its target with -m and it with --draft", dir);
+  if (!gemma.empty()) {
+    if (kind != BackendKind::Cpu) fail("--backend cuda: Gemma 4 runs on the CPU backend only (so far)");
+    auto ck = std::make_shared<const Gemma4Checkpoint>(Gemma4Checkpoint::open(dir));
+    const Gemma4TextConfig& c = ck->config();
+    m.family = "gemma4";
+    m.info = {c.vocab_size, c.hidden_size, c.max_position_embeddings, 0, c.eos_token_ids};
+    m.factory = [ck, cpu_threads](int cap) {
+      return make_cpu_gemma4_runtime(*ck, cap, CpuRuntimeOptions{.threads = cpu_threads});
+    };
+    return m;
+  }
+  auto ck = std::make_shared<const Qwen35Checkpoint>(Qwen35Checkpoint::open(dir));
+  const Qwen35Config& c = ck->config();
+  m.family = "qwen3_5";
+  m.info = {c.vocab_size, c.hidden_size, c.max_position_embeddings, ck->mtp_layers(), c.eos_token_ids};
+  m.factory = [ck, kind, cpu_threads](int cap) { return make_runtime(*ck, kind, cap, cpu_threads); };
+  return m;
+}
+
+}  // namespace nextn

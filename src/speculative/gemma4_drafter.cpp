@@ -1,0 +1,66 @@
+#include "speculative/gemma4_drafter.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/gemma4_checkpoint.h"
+#include "model/gemma4_target.h"
+
+namespace nextn {
+
+namespace {
+
+const Gemma4Target& gemma4_target_of(ModelRuntime& rt) {
+  const auto* t = dynamic_cast<const Gemma4Target*>(&rt);
+  if (!t) fail("--draft: a Gemma 4 assistant drafts for a Gemma 4 target only");
+  return *t;
+}
+
+}  // namespace
+
+Gemma4AssistantDrafter::Gemma4AssistantDrafter(ModelRuntime& rt, CpuGemma4Assistant& assistant)
+    : rt_(rt), target_(gemma4_target_of(rt)), assistant_(assistant) {
+  hidden_.resize(size_t(target_.gemma4_config().hidden_size));
+  next_hidden_.resize(hidden_.size());
+}
+
+void Gemma4AssistantDrafter::begin(std::span<const int32_t>, int32_t first) { bonus_ = first; }
+
+void Gemma4AssistantDrafter::propose(int n, std::vector<int32_t>& out) {
+  out.clear();
+  if (n <= 0) return;
+  const int position = rt_.target_length();  // the bonus's position, held for the round
+  target_.last_hidden(hidden_.data());
+  int32_t token = bonus_;
+  for (int i = 0; i < n; ++i) {
+    token = assistant_.step(target_, token, hidden_.data(), position, next_hidden_.data());
+    std::swap(hidden_, next_hidden_);
+    out.push_back(token);
+  }
+}
+
+void Gemma4AssistantDrafter::commit(std::span<const int32_t>, int, int32_t next) { bonus_ = next; }
+
+bool is_drafter_checkpoint(const std::string& draft) {
+  std::error_code ec;
+  return std::filesystem::is_directory(draft, ec);
+}
+
+GenerateResult generate_with_assistant(const RuntimeFactory& factory, const std::string& assistant_dir,
+                                       std::span<const int32_t> prompt, const GenerateOptions& options,
+                                       int cpu_threads) {
+  const std::string type = gemma4_model_type(assistant_dir);
+  if (type != "gemma4_assistant")
+    fail("--draft {}: not a Gemma 4 assistant checkpoint (config.json model_type is not gemma4_assistant)",
+         assistant_dir);
+  const Gemma4Checkpoint ck = Gemma4Checkpoint::open_assistant(assistant_dir);
+  GenerateOptions o = options;
+  if (o.block_size == 0) o.block_size = kAssistantBlockSize;
+  auto rt = factory(runtime_capacity(int(prompt.size()), o.max_new_tokens, o.block_size));
+  const Gemma4Target& target = gemma4_target_of(*rt);
+  CpuGemma4Assistant assistant(ck, target.gemma4_config(), cpu_threads);
+  Gemma4AssistantDrafter drafter(*rt, assistant);
+  return speculative_generate(*rt, drafter, prompt, o);
+}
+
+}  // namespace nextn

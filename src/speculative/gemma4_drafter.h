@@ -1,0 +1,51 @@
+// The Gemma 4 assistant as a Drafter (speculative/drafter.h). It keeps no
+// cache of its own: each round's first draft pairs the bonus token with the
+// target's hidden row that predicted it (the last kept row of the target's
+// last forward) and reads the target's K/V; further drafts chain the
+// assistant's post_projection output. The query position stays at the
+// bonus's position (the target's length) for the whole round.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/gemma4_assistant.h"
+#include "speculative/drafter.h"
+#include "speculative/generate.h"
+
+namespace nextn {
+
+class Gemma4Target;
+
+class Gemma4AssistantDrafter final : public Drafter {
+ public:
+  // `rt` must be a Gemma 4 runtime (it implements Gemma4Target); throws Error otherwise.
+  Gemma4AssistantDrafter(ModelRuntime& rt, CpuGemma4Assistant& assistant);
+  const char* name() const override { return "assistant"; }
+  void begin(std::span<const int32_t> prompt, int32_t first) override;
+  void propose(int n, std::vector<int32_t>& out) override;
+  void commit(std::span<const int32_t> drafts, int accepted, int32_t next) override;
+
+ private:
+  ModelRuntime& rt_;
+  const Gemma4Target& target_;
+  CpuGemma4Assistant& assistant_;
+  int32_t bonus_ = 0;
+  std::vector<float> hidden_, next_hidden_;
+};
+
+// True when `draft` (a --draft value) names a directory: a drafter checkpoint.
+bool is_drafter_checkpoint(const std::string& draft);
+
+// The default block size with an assistant: 4 (three drafts per round).
+constexpr int kAssistantBlockSize = 4;
+
+// Speculative generation of a Gemma 4 target with the assistant in
+// `assistant_dir`, on a fresh runtime from `factory`. Errors (one line) for
+// an assistant that does not fit the target.
+GenerateResult generate_with_assistant(const RuntimeFactory& factory, const std::string& assistant_dir,
+                                       std::span<const int32_t> prompt, const GenerateOptions& options,
+                                       int cpu_threads = 0);
+
+}  // namespace nextn
