@@ -39,6 +39,7 @@ class MemoryProbe final : public ModelRuntime {
     }
   }
   const Qwen35Config& config() const override { return rt_->config(); }
+  ModelInfo info() const override { return rt_->info(); }
   const char* backend_name() const override { return rt_->backend_name(); }
   int target_length() const override { return rt_->target_length(); }
   void target_forward(std::span<const int32_t> t) override { rt_->target_forward(t); }
