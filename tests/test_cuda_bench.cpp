@@ -11,11 +11,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/device_handles.h"
 #include "backend/cuda/kernels.h"
+#include "core/dtype.h"
 #include "test_cuda_util.h"
 
 namespace nextn {
@@ -73,9 +75,9 @@ TEST(CudaBench, DISABLED_LmHeadProjection) {
     if (kind == WKind::Q4) {
       std::vector<float> sv(size_t(V) * (H / 64)), bv(sv.size());
       std::normal_distribution<float> d(0.0f, 0.002f);
-      for (size_t i = 0; i < sv.size(); ++i) {
-        sv[i] = d(rng);
-        bv[i] = -7.5f * sv[i];
+      for (size_t i = 0; i < sv.size(); ++i) {  // exact in bf16, as MLX stores them: the streamed kernel's head
+        sv[i] = bf16_to_f32(f32_to_bf16(d(rng)));
+        bv[i] = bf16_to_f32(f32_to_bf16(-7.5f * sv[i]));
       }
       s.put(sv);
       bb.put(bv);
@@ -83,6 +85,11 @@ TEST(CudaBench, DISABLED_LmHeadProjection) {
       m.biases = bb.as<float>();
     }
     m.w = w.p;
+    std::unique_ptr<DevBuf> packed;  // the layout the runtime's head reads (pack_quant, as at load)
+    if (kind == WKind::Q4) {
+      packed = std::make_unique<DevBuf>(size_t(std::max<int64_t>(16, cuda::pack_quant_bytes(m))));
+      cuda::pack_quant(m, packed->p, nullptr);
+    }
     const double bytes = double(wbytes) + (kind == WKind::Q4 ? double(V) * (H / 64) * 8 : 0.0);
     DevBuf x(size_t(64) * H * 2), y(size_t(64) * V * 4), pairs(static_cast<size_t>(cuda::argmax_pairs_bytes(m))), out(64 * 4);
     x.put(test::to_bf16_bits(test::randn(rng, size_t(64) * H)));
