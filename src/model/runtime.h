@@ -4,7 +4,12 @@
 // counters only.
 //
 // Exactness contract: every method computes row j of a multi-row call
-// exactly (bit for bit) as a one-row call with the same prefix would.
+// exactly (bit for bit) as a one-row call with the same prefix would. One
+// exception: a CUDA target_forward of more than 64 tokens in the bf16 mode
+// runs all but its last 1..64 tokens through the prefill GEMMs
+// (backend/cuda/prefill.h), whose sums are ordered differently; greedy and
+// speculative decoding prefill the same prompt the same way, so their
+// outputs stay equal, and every forward a round makes is short.
 #pragma once
 #include <cstdint>
 #include <memory>
