@@ -282,22 +282,30 @@ TEST(CudaOps, EmbeddingRowsAreCpuRows) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(seed);
   std::mt19937_64 rng(seed);
-  for (WKind kind : {WKind::BF16, WKind::Q4, WKind::Q8}) {
-    const int V = 1000, H = 320;
-    TestMatrix tm(rng, kind, V, H, 64);
-    const auto dm = tm.device();
-    const auto cm = tm.cpu();
-    const std::vector<int32_t> toks = {0, 999, 17, 17, 512};
-    DevBuf dt(toks.size() * 4), dx(toks.size() * H * 4);
-    dt.put(toks);
-    cuda::embed_rows(dm, dt.as<int32_t>(), int(toks.size()), dx.as<float>(), H, nullptr);
-    const auto got = dx.get<float>(toks.size() * H);
-    std::vector<float> ref(static_cast<size_t>(H));
-    for (size_t t = 0; t < toks.size(); ++t) {
-      cm->row(toks[t], ref.data());
-      EXPECT_EQ(0, std::memcmp(ref.data(), &got[t * H], size_t(H) * 4)) << kind_name(kind) << " token " << toks[t];
+  // H = 384: q4/q8 rows come from the streamed layout (held alone, as the
+  // bf16 mode holds a tied embedding), group 32 / 64 / 128; H = 320: from
+  // the MLX-order copy.
+  for (WKind kind : {WKind::BF16, WKind::Q4, WKind::Q8})
+    for (const Shape sh : {Shape{1000, 320, 64}, Shape{1000, 384, 32}, Shape{1000, 384, 64}, Shape{1000, 384, 128}}) {
+      const int H = sh.cols;
+      TestMatrix tm(rng, kind, sh.rows, H, sh.group);
+      auto dm = tm.device();
+      const bool streamed = dm.packed != nullptr;
+      EXPECT_EQ(streamed, kind != WKind::BF16 && H == 384);
+      if (streamed) dm.w = dm.scales = dm.biases = nullptr;  // rows must come from the layout
+      const auto cm = tm.cpu();
+      const std::vector<int32_t> toks = {0, 999, 17, 17, 512, 127, 128};
+      DevBuf dt(toks.size() * 4), dx(toks.size() * H * 4);
+      dt.put(toks);
+      cuda::embed_rows(dm, dt.as<int32_t>(), int(toks.size()), dx.as<float>(), H, nullptr);
+      const auto got = dx.get<float>(toks.size() * H);
+      std::vector<float> ref(static_cast<size_t>(H));
+      for (size_t t = 0; t < toks.size(); ++t) {
+        cm->row(toks[t], ref.data());
+        EXPECT_EQ(0, std::memcmp(ref.data(), &got[t * H], size_t(H) * 4))
+            << kind_name(kind) << " H " << H << " group " << sh.group << " token " << toks[t];
+      }
     }
-  }
 }
 
 TEST(CudaOps, RmsNormAndSwiGlu) {

@@ -12,6 +12,8 @@
 #     bash scripts/device/decode_record.sh
 #
 # Environment: NEXTN_BUILD (build-cuda), NEXTN_RECORD_SIZES ("0.8b 4b 27b"),
+# NEXTN_RECORD_BEFORE ("NEXTN_CUDA_PDL=0 NEXTN_CUDA_PREFILL=chunked": the
+# environment of the *_old runs, i.e. what a change is compared against),
 # NEXTN_BENCH_BUDGET seconds (420; steps that would start past it are
 # skipped and say so), NEXTN_CK_DIR (/tmp/nextn-ck), NEXTN_SEED (0).
 set -uo pipefail
@@ -22,6 +24,7 @@ BUILD=${NEXTN_BUILD:-build-cuda}
 BUDGET=${NEXTN_BENCH_BUDGET:-420}
 CK=${NEXTN_CK_DIR:-/tmp/nextn-ck}
 SEED=${NEXTN_SEED:-0}
+BEFORE=${NEXTN_RECORD_BEFORE:-NEXTN_CUDA_PDL=0 NEXTN_CUDA_PREFILL=chunked}
 LOG=$OUT/logs
 SUMMARY=$OUT/summary.txt
 START=$(date +%s)
@@ -34,7 +37,7 @@ export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:$CUBLAS_DIR:/usr/local/cuda/lib64:${LD_
 N=$BUILD/nextn
 mkdir -p "$CK"
 record_start
-say "cuBLAS from $CUBLAS_DIR"
+say "cuBLAS from $CUBLAS_DIR; before = $BEFORE"
 
 run() {  # name limit command...: runs it, logs it, puts its summary lines in the summary
   local name=$1 limit=$2
@@ -43,7 +46,7 @@ run() {  # name limit command...: runs it, logs it, puts its summary lines in th
   local t0=$(date +%s)
   timeout "$limit" "$@" >"$LOG/$name.txt" 2>&1
   say "$name: exit $? in $(( $(date +%s) - t0 )) s: $*"
-  grep -E "tokens/s|ms per round|roofline|peak device|error:" "$LOG/$name.txt" | sed 's/^/    /' | tee -a "$SUMMARY" >/dev/null
+  grep -E "tokens/s|ms per round|roofline|peak device|at the peak|error:" "$LOG/$name.txt" | sed 's/^/    /' | tee -a "$SUMMARY" >/dev/null
 }
 
 for size in ${NEXTN_RECORD_SIZES:-0.8b 4b 27b}; do
@@ -53,10 +56,10 @@ for size in ${NEXTN_RECORD_SIZES:-0.8b 4b 27b}; do
   run "make_$size" 120 "$N" make-checkpoint --preset "qwen3.5-$size" --quant q4 --seed "$SEED" --out "$dir"
   common=(bench decode --backend cuda -m "$dir" --prompt-len 16 -n "$n" --repeats 3)
   run "decode_${size}_new" 200 "$N" "${common[@]}" --prefill-len 2048 --breakdown
-  run "decode_${size}_old" 200 env NEXTN_CUDA_PDL=0 NEXTN_CUDA_PREFILL=chunked "$N" "${common[@]}" --prefill-len 2048
+  run "decode_${size}_old" 200 env $BEFORE "$N" "${common[@]}" --prefill-len 2048
   run "mtp4_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 4 --breakdown
   run "mtp8_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 8
-  run "mtp4_${size}_old" 200 env NEXTN_CUDA_PDL=0 "$N" "${common[@]}" --draft mtp --block-size 4
+  run "mtp4_${size}_old" 200 env $BEFORE "$N" "${common[@]}" --draft mtp --block-size 4
   rm -rf "$dir"
 done
 

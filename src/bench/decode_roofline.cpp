@@ -17,10 +17,12 @@ constexpr double kGiB = double(uint64_t(1) << 30);
 
 bool quant_side(const std::string& n) { return n.ends_with(".scales") || n.ends_with(".biases"); }
 
-// Bytes of one tensor on the device: bf16/f16 scales and biases widen to fp32,
-// and so do 1-D float vectors (norms, A_log, dt_bias); everything else as stored.
+// Bytes of one tensor as the budget counts it: as stored, except 1-D float
+// vectors (norms, A_log, dt_bias), which the kernels read in fp32. Quantized
+// scales and biases count as stored (bf16): the streamed layout holds them
+// so, and whatever a backend widens is overhead, not weights.
 uint64_t device_bytes(const TensorView& t) {
-  if ((quant_side(t.name) || t.shape.size() == 1) && dtype_size(t.dtype) == 2) return t.nbytes * 2;
+  if (!quant_side(t.name) && t.shape.size() == 1 && dtype_size(t.dtype) == 2) return t.nbytes * 2;
   return t.nbytes;
 }
 
@@ -63,6 +65,7 @@ class MemoryProbe final : public ModelRuntime {
   std::vector<OpTiming> op_timings() const override { return rt_->op_timings(); }
   void clear_op_timings() override { rt_->clear_op_timings(); }
   int64_t kernels_launched() const override { return rt_->kernels_launched(); }
+  std::vector<MemoryUse> device_memory() const override { return rt_->device_memory(); }
 
  private:
   void sample() {
@@ -71,6 +74,7 @@ class MemoryProbe final : public ModelRuntime {
     if (d > fig_->peak_runtime) {
       fig_->peak_runtime = d;
       fig_->peak_capacity = cap_;
+      fig_->peak_uses = rt_->device_memory();
     }
   }
   std::unique_ptr<ModelRuntime> rt_;
@@ -156,6 +160,20 @@ std::string roofline_text(const DecodeBytes& b, const MemoryBudget& m, const Dev
       double(f.peak_runtime) / kGiB, double(f.baseline_used) / kGiB, f.peak_capacity, double(m.weights) / kGiB,
       double(m.kv) / kGiB, double(m.gdn_state) / kGiB, double(m.total()) / kGiB,
       double(f.peak_runtime) / double(std::max<uint64_t>(1, m.total())), double(f.peak_runtime) <= limit ? "within" : "OVER");
+  if (!f.peak_uses.empty()) {
+    // Where the peak went: the runtime's own allocations per use, and what
+    // the driver and libraries took besides (graphs, kernel modules, cuBLAS).
+    uint64_t own = 0;
+    std::string uses;
+    for (const auto& u : f.peak_uses) {
+      own += u.bytes;
+      if (u.bytes >= (uint64_t(1) << 20)) uses += fmt::format("{}{} {:.1f}", uses.empty() ? "" : ", ", u.what, double(u.bytes) / double(1 << 20));
+    }
+    const uint64_t other = f.peak_runtime > own ? f.peak_runtime - own : 0;
+    s += fmt::format("at the peak: nextn's allocations {:.3f} GiB (MiB: {}); outside them (CUDA graphs, kernel modules, "
+                     "cuBLAS, driver) {:.3f} GiB\n",
+                     double(own) / kGiB, uses, double(other) / kGiB);
+  }
   (void)decode_capacity;
   return s;
 }
@@ -177,6 +195,9 @@ nlohmann::ordered_json roofline_json(const DecodeBytes& b, const MemoryBudget& m
     j["peak_device_bytes"] = f.peak_runtime;
     j["baseline_device_bytes"] = f.baseline_used;
     j["peak_capacity"] = f.peak_capacity;
+    nlohmann::ordered_json uses = nlohmann::ordered_json::object();
+    for (const auto& u : f.peak_uses) uses[u.what] = u.bytes;
+    j["peak_allocations"] = uses;
     j["budget"] = {{"weights", m.weights}, {"kv", m.kv}, {"gdn_state", m.gdn_state}, {"total", m.total()}};
     j["peak_over_budget"] = double(f.peak_runtime) / double(std::max<uint64_t>(1, m.total()));
   }

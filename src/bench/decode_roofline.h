@@ -7,8 +7,8 @@
 // scales and biases as stored) + the LM head (the embedding when tied) + one
 // embedding row. The MTP head is not read by plain greedy decoding.
 //
-// Memory budget = weights as the device holds them (quantized scales and
-// biases widened to fp32, norms fp32) + KV caches (bf16, every full-attention
+// Memory budget = the weights as stored (norms counted in fp32, as the
+// kernels read them; quantized scales and biases as stored) + KV caches (bf16, every full-attention
 // layer and the MTP layer, at the runtime's capacity) + Gated DeltaNet state
 // (two recurrent-state buffers and two conv-state buffers per layer, the
 // speculative state); the target is peak <= 1.10 x budget.
@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "speculative/generate.h"
 
@@ -27,7 +28,7 @@ namespace nextn::bench {
 
 struct DecodeBytes {
   uint64_t trunk = 0, head = 0, embed_row = 0, mtp = 0, stored_total = 0;
-  uint64_t device_weights = 0;  // as the CUDA backend holds them (estimate, see above)
+  uint64_t device_weights = 0;  // the budget's weights (see above)
   uint64_t per_token() const { return trunk + head + embed_row; }
 };
 DecodeBytes decode_bytes(const Qwen35Checkpoint& ck);
@@ -45,6 +46,7 @@ struct DeviceFigures {
   uint64_t baseline_used = 0;   // device memory in use before the first runtime (context included)
   uint64_t peak_runtime = 0;    // max over runtimes of (used - baseline), probed after creation and before destruction
   int peak_capacity = 0;        // that runtime's max_tokens
+  std::vector<MemoryUse> peak_uses;  // that runtime's own allocations at the peak (ModelRuntime::device_memory)
 };
 
 // Wraps a factory so every runtime it makes records device memory in use

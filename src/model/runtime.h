@@ -40,6 +40,12 @@ struct OpTiming {
   double ms = 0.0;     // their summed device time
 };
 
+// Device memory a runtime allocated for one use (ModelRuntime::device_memory).
+struct MemoryUse {
+  std::string what;  // e.g. "the KV cache", "logits", "prefill activations"
+  uint64_t bytes = 0;
+};
+
 // The kernel path of an LM-head call, as recorded by the code that ran it.
 enum class HeadPath : int32_t { None = 0, Batched = 1, Padded = 2, Fused = 3, Walk = 4, WalkFlag = 5 };
 const char* head_path_name(HeadPath path);
@@ -139,6 +145,10 @@ class ModelRuntime {
   // Kernels launched so far (CUDA: the kernel nodes of every graph replayed);
   // 0 where the backend does not launch kernels.
   virtual int64_t kernels_launched() const { return 0; }
+  // Device memory the runtime allocated itself, per use, largest first
+  // (CUDA); empty where the backend holds no device memory. What the driver
+  // and libraries take besides (CUDA graphs, kernel modules, cuBLAS) is not in it.
+  virtual std::vector<MemoryUse> device_memory() const { return {}; }
 };
 
 enum class BackendKind { Cpu, Cuda };

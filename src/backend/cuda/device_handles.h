@@ -11,9 +11,12 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -146,7 +149,9 @@ inline DeviceBuffer make_device_buffer(size_t bytes) {
 }
 
 // The runtime's device allocations: freed in the destructor (or earlier,
-// through release, for load-time copies the kernels no longer read).
+// through release, for load-time copies the kernels no longer read). Each
+// block keeps its use (`what`, a string literal) so that a benchmark can say
+// where the memory went (by_use).
 class DeviceMemory {
  public:
   DeviceMemory() = default;
@@ -179,16 +184,16 @@ class DeviceMemory {
            double(bytes) / double(1 << 20), what, double(total_) / kGiB, double(free_b) / kGiB,
            double(total_b) / kGiB, cudaGetErrorString(e));
     }
-    blocks_.emplace_back(p, bytes);
+    blocks_.push_back(Block{p, bytes, what});
     ++detail::live_handles();
     total_ += bytes;
     return static_cast<T*>(p);
   }
   void release(const void* p) {
     for (size_t i = 0; i < blocks_.size(); ++i)
-      if (blocks_[i].first == p) {
-        const cudaError_t e = cudaFree(blocks_[i].first);
-        total_ -= blocks_[i].second;
+      if (blocks_[i].ptr == p) {
+        const cudaError_t e = cudaFree(blocks_[i].ptr);
+        total_ -= blocks_[i].bytes;
         blocks_.erase(blocks_.begin() + long(i));
         --detail::live_handles();
         CUDA_CHECK(e);
@@ -196,17 +201,30 @@ class DeviceMemory {
       }
   }
   size_t total() const { return total_; }
+  // Bytes held per use, largest first.
+  std::vector<std::pair<std::string, size_t>> by_use() const {
+    std::map<std::string, size_t> sum;
+    for (const auto& b : blocks_) sum[b.what] += b.bytes;
+    std::vector<std::pair<std::string, size_t>> out(sum.begin(), sum.end());
+    std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    return out;
+  }
 
  private:
+  struct Block {
+    void* ptr;
+    size_t bytes;
+    const char* what;
+  };
   void free_all() {
     for (const auto& b : blocks_) {
-      (void)cudaFree(b.first);
+      (void)cudaFree(b.ptr);
       --detail::live_handles();
     }
     blocks_.clear();
     total_ = 0;
   }
-  std::vector<std::pair<void*, size_t>> blocks_;
+  std::vector<Block> blocks_;
   size_t total_ = 0;
 };
 

@@ -4,6 +4,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/matmul_stream.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/weights.cuh"
 
@@ -31,6 +32,7 @@ __global__ void __launch_bounds__(256) gather_kernel(const T* src, int n, const 
 }  // namespace
 
 void embed_rows(const DevMatrix& E, const int32_t* tokens, int T, float* x, int ldx, cudaStream_t s) {
+  if (E.packed != nullptr) return stream_embed_rows(E, tokens, T, x, ldx, s);  // the same values (matmul_stream.h)
   switch (E.kind) {
     case WKind::F32: CUDA_CHECK(launch_kernel(embed_kernel<WKind::F32>, T, 256, 0, s, E, tokens, x, ldx)); break;
     case WKind::BF16: CUDA_CHECK(launch_kernel(embed_kernel<WKind::BF16>, T, 256, 0, s, E, tokens, x, ldx)); break;

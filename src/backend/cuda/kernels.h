@@ -56,7 +56,8 @@ constexpr int q4_bit(int j) { return (j & 1) * 16 + 4 * (j >> 1); }
 // not take the streamed kernel, or is dense).
 int64_t pack_quant_bytes(const DevMatrix& m);
 // Puts a Q4/Q8 matrix into the kernels' layouts (above); `dst` holds
-// pack_quant_bytes(m) bytes of device memory. Call once per matrix, before
+// pack_quant_bytes(m) bytes of device memory (null: no streamed copy, for a
+// matrix only read row by row). Call once per matrix, before
 // any kernel reads it, with m.sb_exact and m.splits (choose_splits) set;
 // synchronous on `s`.
 void pack_quant(DevMatrix& m, void* dst, cudaStream_t s);

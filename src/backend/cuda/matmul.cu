@@ -430,7 +430,7 @@ int64_t pack_quant_bytes(const DevMatrix& m) { return stream_layout_bytes(m); }
 void pack_quant(DevMatrix& m, void* dst, cudaStream_t s) {
   if (m.kind != WKind::Q4 && m.kind != WKind::Q8) return;
   if (m.quant_packed) fail("pack_quant: matrix already packed");
-  if (stream_eligible(m)) {  // from MLX's word order: before the in-place repack below
+  if (stream_eligible(m) && dst != nullptr) {  // from MLX's word order: before the in-place repack below
     stream_pack(m, dst, s);
     m.packed = dst;
   }

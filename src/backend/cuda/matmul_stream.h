@@ -18,6 +18,9 @@ int64_t stream_layout_bytes(const DevMatrix& m);
 int stream_tiles(const DevMatrix& m);
 // Fills the layout from m.w (MLX word order) and the fp32 scales/biases.
 void stream_pack(const DevMatrix& m, void* dst, cudaStream_t s);
+// Embedding lookup from the layout: x[t] = row tokens[t] of E, dequantized
+// to fp32 exactly as the MLX-order copy would give it.
+void stream_embed_rows(const DevMatrix& E, const int32_t* tokens, int T, float* x, int ldx, cudaStream_t s);
 // The split-K factor for an eligible shape (rows, cols).
 int stream_splits(int rows, int cols);
 // Floats at the start of a split-K scratch that hold the tile counters.

@@ -178,8 +178,9 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
 
   // weights
   const WeightRef emb = ck.matrix("embed_tokens", V_, H_), head = ck.lm_head();
-  embed_ = upload_matrix({emb}, "embedding", false, KeepRows::Yes);
-  head_ = head.weight == emb.weight ? embed_ : upload_matrix({head}, "LM head", false);
+  const bool tied = head.weight == emb.weight;
+  embed_ = upload_matrix({emb}, "embedding", false, tied ? Use::Matmul : Use::RowLookupOnly);
+  head_ = tied ? embed_ : upload_matrix({head}, "LM head", false);
   head_.splits = 1;  // every arm projects with the same kernel and the same bits
   final_norm_ = upload_floats(ck.norm("norm", H_, true), "norms");
   for (int i = 0; i < c.num_hidden_layers; ++i)
@@ -379,6 +380,12 @@ void CudaQwen35::add_intervals(const std::vector<std::pair<Event, std::string>>&
     slot.first += 1;
     slot.second += double(ms);
   }
+}
+
+std::vector<MemoryUse> CudaQwen35::device_memory() const {
+  std::vector<MemoryUse> v;
+  for (const auto& [what, bytes] : mem_.by_use()) v.push_back({what, uint64_t(bytes)});
+  return v;
 }
 
 std::vector<OpTiming> CudaQwen35::op_timings() const {

@@ -39,7 +39,7 @@ float* CudaQwen35::upload_floats(const std::vector<float>& v, const char* what) 
 // (fp32 in the fp32-activation mode), MLX packed words as stored with fp32
 // scales and biases.
 DevMatrix CudaQwen35::upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable,
-                                    KeepRows keep_rows) {
+                                    Use use) {
   DevMatrix m;
   const WeightRef& w0 = parts.front();
   m.cols = int(w0.cols);
@@ -108,11 +108,11 @@ DevMatrix CudaQwen35::upload_matrix(const std::vector<WeightRef>& parts, const c
     ds += pg;
     db += pg;
   }
-  const int64_t packed_bytes = cuda::pack_quant_bytes(m);
+  const int64_t packed_bytes = use == Use::Matmul ? cuda::pack_quant_bytes(m) : 0;
   cuda::pack_quant(m, packed_bytes > 0 ? mem_.alloc<uint8_t>(size_t(packed_bytes), what) : nullptr, nullptr);
-  // The bf16 mode reads a streamed matrix only through its packed copy: the
-  // MLX words and fp32 scales go (the embedding keeps them for row lookups).
-  if (m.packed != nullptr && act_ == Act::BF16 && keep_rows == KeepRows::No) {
+  // The bf16 mode reads a streamed matrix only through its packed copy
+  // (embedding lookups included): the MLX words and fp32 scales go.
+  if (m.packed != nullptr && act_ == Act::BF16) {
     mem_.release(m.w);
     mem_.release(m.scales);
     mem_.release(m.biases);

@@ -123,14 +123,17 @@ class CudaQwen35 final : public ModelRuntime {
   std::vector<OpTiming> op_timings() const override;
   void clear_op_timings() override { op_ms_.clear(); }
   int64_t kernels_launched() const override { return kernels_launched_; }
+  std::vector<MemoryUse> device_memory() const override;
 
  private:
   // loading
   float* upload_floats(const std::vector<float>& v, const char* what);
-  // KeepRows::Yes: embed_rows reads the matrix row by row (the embedding).
-  enum class KeepRows { No, Yes };
+  // Use::RowLookupOnly: only embed_rows reads the matrix (an untied
+  // embedding), so it gets no streamed copy; a matrix a matmul reads keeps
+  // only the streamed copy in the bf16 mode, which embed_rows reads too.
+  enum class Use { Matmul, RowLookupOnly };
   DevMatrix upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable,
-                          KeepRows keep_rows = KeepRows::No);
+                          Use use = Use::Matmul);
   Linear upload_linear(const std::vector<WeightRef>& parts, const char* what);
   LayerWeights load_layer(const Qwen35Checkpoint& ck, const std::string& p, bool full);
   void check_shapes() const;
