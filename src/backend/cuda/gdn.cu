@@ -101,18 +101,36 @@ __global__ void __launch_bounds__(kRecThreads, 1) gdn_recurrence_kernel(GdnShape
   for (int ii = 0; ii < kRowsPerPart; ++ii) s[ii] = (i0 + ii < dk && active) ? src[size_t(i0 + ii) * dv + j] : 0.0f;
   const float neg_a = -expf(L.a_log[h]), dt_bias = L.dt_bias[h];
 
-  for (int t = 0; t < T; ++t) {
+  // Token t's inputs are loaded while token t - 1 computes (their global
+  // latency is otherwise on the sequential path of every token); the
+  // arithmetic is unchanged.
+  const bool loads_qk = int(threadIdx.x) < dk;
+  float nq = 0.0f, nk = 0.0f, nv = 0.0f, nb = 0.0f, ng = 0.0f, nz = 0.0f;
+  auto load = [&](int t) {
     const float* co = L.conv_out + size_t(t) * cd;
     const float* pr = L.proj + size_t(t) * L.proj_ld;
-    __syncthreads();  // qs/ks/red of the previous token consumed
-    for (int i = threadIdx.x; i < dk; i += kRecThreads) {
-      qs[i] = co[hk * dk + i];
-      ks[i] = co[kd + hk * dk + i];
+    if (loads_qk) {
+      nq = co[hk * dk + threadIdx.x];
+      nk = co[kd + hk * dk + threadIdx.x];
     }
+    nv = active ? co[2 * kd + h * dv + j] : 0.0f;
+    nb = pr[cd + vd + h];
+    ng = pr[cd + vd + g.Hv + h];
+    nz = active ? pr[cd + h * dv + j] : 0.0f;
+  };
+  if (T > 0) load(0);
+
+  for (int t = 0; t < T; ++t) {
+    __syncthreads();  // qs/ks/red of the previous token consumed
+    if (loads_qk) {
+      qs[threadIdx.x] = nq;
+      ks[threadIdx.x] = nk;
+    }
+    const float v = nv, beta_in = nb, gate_in = ng, z = nz;
+    if (t + 1 < T) load(t + 1);
     __syncthreads();
-    const float beta = sigmoid(pr[cd + vd + h]);
-    const float decay = expf(mul_rn(neg_a, softplus(add_rn(pr[cd + vd + g.Hv + h], dt_bias))));
-    const float v = active ? co[2 * kd + h * dv + j] : 0.0f;
+    const float beta = sigmoid(beta_in);
+    const float decay = expf(mul_rn(neg_a, softplus(add_rn(gate_in, dt_bias))));
     float mem = 0.0f;
 #pragma unroll
     for (int ii = 0; ii < kRowsPerPart; ++ii) {
@@ -141,7 +159,6 @@ __global__ void __launch_bounds__(kRecThreads, 1) gdn_recurrence_kernel(GdnShape
     const float ss = block_sum(writer ? mul_rn(o, o) : 0.0f, scratch);
     const float inv = __fdiv_rn(1.0f, __fsqrt_rn(add_rn(__fdiv_rn(ss, float(dv)), g.eps)));
     if (writer) {
-      const float z = pr[cd + h * dv + j];
       const float y = mul_rn(mul_rn(mul_rn(o, inv), L.norm_w[j]), silu(z));
       static_cast<TX*>(L.y)[size_t(t) * vd + h * dv + j] = from_f32<TX>(y);
     }

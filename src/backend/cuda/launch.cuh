@@ -44,25 +44,12 @@ inline cudaError_t launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block
 }
 
 #ifdef __CUDACC__
-__device__ __forceinline__ void pdl_wait() {
+__device__ __forceinline__ void pdl_prologue() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void pdl_prologue() {
-  pdl_wait();
-  pdl_launch_dependents();
-}
-// One exception to "wait before reading anything": the streamed matmul
-// (matmul_stream.cu) starts its first weight copies before pdl_wait, since
-// weights are not written while kernels run. The kernel that writes them at
-// load (the repacking) therefore calls pdl_wait only: without its early
-// trigger, a dependent cannot start before it has finished.
 #endif
 
 }  // namespace nextn::cuda

@@ -77,7 +77,6 @@ struct StreamParams {
   ArgMax* pairs;                 // [T][tiles]
   const int* stop;
   HeadTally tally;               // the LM head's counters (null elsewhere)
-  int prefetch;                  // weight copies of the first stages go out before pdl_wait
 };
 
 // ---- mbarrier and bulk copy (sm_90) ----
@@ -233,16 +232,12 @@ __device__ __forceinline__ void unit_compute(const uint8_t* st, const LaneOffset
   }
 }
 
-// The weight copy of the block's unit (tile, ch) into `stage`.
-__device__ __forceinline__ void issue_weight_copy(const StreamParams& p, uint8_t* smem, uint64_t* full, int stage,
-                                                  int tile, int ch) {
-  mbar_expect_tx(&full[stage], uint32_t(p.unit_bytes));
-  bulk_copy(smem + stage * p.stage_smem, p.packed + (size_t(tile) * p.chunks + ch) * p.unit_bytes,
-            uint32_t(p.unit_bytes), &full[stage]);
-}
-
 template <int BITS, int NF, int EPI, int MINB>
 __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamParams p) {
+  pdl_prologue();
+  if constexpr (EPI == kArgmax) {
+    if (p.stop != nullptr && *p.stop != 0) return;
+  }
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
   __shared__ ArgMax best[4][kMaxRows];
@@ -258,36 +253,19 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
   __syncthreads();
   const int items = p.tiles * p.splits;
 
-  // The weights of the block's first units do not depend on the kernels
-  // before this one (launch.cuh): their copies go out while those kernels
-  // finish, and only the activations wait. The ring is empty, so the first
-  // p.stages units need no empty-slot wait. (Off for a walk step that may
-  // stop: a block must not exit with copies in flight.)
-  int prefetched = 0;
-  if (warp == kWarps && p.prefetch) {
-    for (int item = blockIdx.x; item < items && prefetched < p.stages; item += gridDim.x) {
-      const int tile = item / p.splits, s = item % p.splits;
-      const int c0 = s * p.per, c1 = min(p.chunks, c0 + p.per);
-      for (int ch = c0; ch < c1 && prefetched < p.stages; ++ch, ++prefetched)
-        if (lane == 0) issue_weight_copy(p, smem, full, prefetched, tile, ch);
-    }
-  }
-  pdl_prologue();
-  if constexpr (EPI == kArgmax) {
-    if (p.stop != nullptr && *p.stop != 0) return;
-  }
-
   if (warp == kWarps) {  // producer: the ring of stage units
-    int stage = 0, unit = 0;
+    int stage = 0;
     uint32_t phase = 0;
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
       const int tile = item / p.splits, s = item % p.splits;
       const int c0 = s * p.per, c1 = min(p.chunks, c0 + p.per);
-      for (int ch = c0; ch < c1; ++ch, ++unit) {
+      for (int ch = c0; ch < c1; ++ch) {
+        mbar_wait(&empty[stage], phase ^ 1u);
         uint8_t* dst = smem + stage * p.stage_smem;
-        if (unit >= prefetched) {
-          mbar_wait(&empty[stage], phase ^ 1u);
-          if (lane == 0) issue_weight_copy(p, smem, full, stage, tile, ch);
+        if (lane == 0) {
+          mbar_expect_tx(&full[stage], uint32_t(p.unit_bytes));
+          bulk_copy(dst, p.packed + (size_t(tile) * p.chunks + ch) * p.unit_bytes, uint32_t(p.unit_bytes),
+                    &full[stage]);
         }
         for (int i = lane; i < p.T * 16; i += 32) {  // 16 pieces of 16 bytes per token row
           const int t = i >> 4, q = i & 15;
@@ -443,7 +421,7 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
 template <int BITS>
 __global__ void stream_pack_kernel(const uint32_t* w, const float* scales, const float* biases, int rows, int cols,
                                    int group, int tiles, int chunks, int unit_bytes, uint8_t* out) {
-  pdl_wait();  // no early trigger: the next kernel may read these weights before its own wait (launch.cuh)
+  pdl_prologue();
   constexpr int LB = lane_bytes(BITS), kUnits = 8 * 4 * 32;
   const int gpc = kK / group, per_unit = kUnits + kRows * gpc;
   const size_t total = size_t(tiles) * chunks * per_unit;
@@ -558,8 +536,6 @@ constexpr int kSmemMaxBlock = 220 * 1024;
 // Tuning knobs for `nextn bench projection` (speed only: the bits do not
 // depend on them): NEXTN_STREAM_PER_SM caps blocks per SM, NEXTN_STREAM_STAGES the ring.
 int g_cap_per_sm = 3, g_cap_stages = kMaxStages;
-// NEXTN_STREAM_PREFETCH=0: the weight copies wait for the previous kernel too.
-bool g_prefetch = true;
 
 void launch(const DevMatrix& W, int epi, StreamParams p, cudaStream_t s) {
   if (g_sms == 0) init_kernels();
@@ -587,7 +563,6 @@ void launch(const DevMatrix& W, int epi, StreamParams p, cudaStream_t s) {
   const int smem = p.stages * p.stage_smem + red;
   const int items = p.tiles * p.splits;
   const int grid = std::min(items, g_sms * per_sm);
-  p.prefetch = g_prefetch && p.stop == nullptr;
   CUDA_CHECK(launch_kernel(kernel_for(bits, epi, nf), grid, kThreads, size_t(smem), s, p));
   CUDA_CHECK_LAUNCH("stream_kernel");
 }
@@ -614,7 +589,6 @@ void init_kernels() {
   CUDA_CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
   if (const char* e = std::getenv("NEXTN_STREAM_PER_SM")) g_cap_per_sm = std::clamp(std::atoi(e), 1, 3);
   if (const char* e = std::getenv("NEXTN_STREAM_STAGES")) g_cap_stages = std::clamp(std::atoi(e), 2, kMaxStages);
-  if (const char* e = std::getenv("NEXTN_STREAM_PREFETCH")) g_prefetch = std::atoi(e) != 0;
   for (int bits : {4, 8})
     for (int epi : {int(kOut), int(kArgmax)})
       for (int nf = 1; nf <= 8; ++nf)

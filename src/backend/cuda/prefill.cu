@@ -21,16 +21,18 @@ namespace {
 // pairs [128 rows][128 / group]. Lane entry u of unit (tile, chunk) holds, for
 // jj = 0, 1, the 8 elements of row `row` at k = 128 chunk + 32 (2 kh + jj) + 8 c.
 constexpr int kUnitRows = 128, kUnitK = 128, kLanes = 1024;
+constexpr int64_t kExpandBytes = int64_t(64) << 20;  // bf16 scratch per GEMM block
 
+// Expands tiles [tile0, tile0 + tiles) into out, row tile0 * 128 first.
 template <int BITS>
 __global__ void __launch_bounds__(256) expand_stream_kernel(const uint8_t* packed, int rows, int cols, int group,
-                                                            int tiles, int chunks, int unit_bytes, bf16* out) {
+                                                            int tile0, int tiles, int chunks, int unit_bytes, bf16* out) {
   pdl_prologue();
   constexpr int LB = BITS == 4 ? 8 : 16;  // bytes per lane entry
   const int gpc = kUnitK / group;
   const size_t total = size_t(tiles) * chunks * kLanes;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
-    const size_t tc = i / kLanes;
+    const size_t tc = size_t(tile0) * chunks + i / kLanes;
     const int u = int(i % kLanes);
     const int tile = int(tc / chunks), ch = int(tc % chunks);
     const int lane = u & 31, mh = (u >> 5) & 3, wg = u >> 7;
@@ -56,7 +58,7 @@ __global__ void __launch_bounds__(256) expand_stream_kernel(const uint8_t* packe
         else q = (v[2 * jj + e / 4] >> (8 * (e % 4))) & 0xffu;
         e8[e] = __float2bfloat16_rn(fmaf(s, float(q), b));
       }
-      *reinterpret_cast<uint4*>(out + size_t(row) * cols + size_t(ch) * kUnitK + kk) =
+      *reinterpret_cast<uint4*>(out + size_t(row - tile0 * kUnitRows) * cols + size_t(ch) * kUnitK + kk) =
           *reinterpret_cast<const uint4*>(e8);
     }
   }
@@ -100,36 +102,52 @@ bool PrefillGemm::supported(const DevMatrix& W) {
   return W.kind == WKind::BF16 || ((W.kind == WKind::Q4 || W.kind == WKind::Q8) && W.packed != nullptr);
 }
 
+// Tiles expanded per GEMM: as many as fit kExpandBytes (at least one), so
+// the scratch stays small next to the weights (the 27B's MLP gate/up would
+// take 340 MiB in bf16 at once).
+static int expand_block_tiles(const DevMatrix& W) {
+  const int64_t per_tile = int64_t(kUnitRows) * W.cols * 2;
+  return int(std::clamp<int64_t>(kExpandBytes / per_tile, 1, stream_tiles(W)));
+}
+
 int64_t PrefillGemm::scratch_bytes(const DevMatrix& W) {
-  return W.kind == WKind::BF16 ? 0 : int64_t(W.rows) * W.cols * 2;
+  if (W.kind == WKind::BF16) return 0;
+  return int64_t(std::min(W.rows, expand_block_tiles(W) * kUnitRows)) * W.cols * 2;
 }
 
 void PrefillGemm::matmul(const DevMatrix& W, const void* X, int T, int ldx, float* Y, int ldy, bool accumulate,
                          void* scratch) {
   if (!supported(W)) fail("prefill: matrix kind {} without the streamed layout", int(W.kind));
   if (T < 1) fail("prefill: {} rows", T);
-  const void* w = W.w;
-  if (W.kind != WKind::BF16) {
-    const int tiles = stream_tiles(W), chunks = W.cols / kUnitK;
-    const int unit_bytes = int(stream_layout_bytes(W) / (int64_t(tiles) * chunks));
-    const size_t total = size_t(tiles) * chunks * kLanes;
-    const unsigned blocks = unsigned(std::min<size_t>(16384, (total + 255) / 256));
-    auto* out = static_cast<bf16*>(scratch);
-    const auto* packed = static_cast<const uint8_t*>(W.packed);
-    if (W.kind == WKind::Q4)
-      CUDA_CHECK(launch_kernel(expand_stream_kernel<4>, blocks, 256, 0, stream_, packed, W.rows, W.cols, W.group,
-                               tiles, chunks, unit_bytes, out));
-    else
-      CUDA_CHECK(launch_kernel(expand_stream_kernel<8>, blocks, 256, 0, stream_, packed, W.rows, W.cols, W.group,
-                               tiles, chunks, unit_bytes, out));
-    w = scratch;
-  }
   // Column-major view: Y^T [rows x T] = W [rows x cols] . X^T [cols x T].
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  cublas_check(cublasGemmEx(static_cast<cublasHandle_t>(handle_), CUBLAS_OP_T, CUBLAS_OP_N, W.rows, T, W.cols, &alpha,
-                            w, CUDA_R_16BF, W.cols, X, CUDA_R_16BF, ldx, &beta, Y, CUDA_R_32F, ldy,
-                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-               "cublasGemmEx");
+  auto gemm = [&](const void* w, int row0, int rows) {
+    cublas_check(cublasGemmEx(static_cast<cublasHandle_t>(handle_), CUBLAS_OP_T, CUBLAS_OP_N, rows, T, W.cols, &alpha,
+                              w, CUDA_R_16BF, W.cols, X, CUDA_R_16BF, ldx, &beta, Y + row0, CUDA_R_32F, ldy,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx");
+  };
+  if (W.kind == WKind::BF16) return gemm(W.w, 0, W.rows);
+  // Quantized: blocks of rows expanded into the scratch, one GEMM each (the
+  // blocks depend on the matrix shape only, so a prompt is prefilled the
+  // same way every time).
+  const int tiles = stream_tiles(W), chunks = W.cols / kUnitK, block = expand_block_tiles(W);
+  const int unit_bytes = int(stream_layout_bytes(W) / (int64_t(tiles) * chunks));
+  const auto* packed = static_cast<const uint8_t*>(W.packed);
+  auto* out = static_cast<bf16*>(scratch);
+  for (int tile0 = 0; tile0 < tiles; tile0 += block) {
+    const int n = std::min(block, tiles - tile0);
+    const size_t total = size_t(n) * chunks * kLanes;
+    const unsigned blocks = unsigned(std::min<size_t>(16384, (total + 255) / 256));
+    if (W.kind == WKind::Q4)
+      CUDA_CHECK(launch_kernel(expand_stream_kernel<4>, blocks, 256, 0, stream_, packed, W.rows, W.cols, W.group,
+                               tile0, n, chunks, unit_bytes, out));
+    else
+      CUDA_CHECK(launch_kernel(expand_stream_kernel<8>, blocks, 256, 0, stream_, packed, W.rows, W.cols, W.group,
+                               tile0, n, chunks, unit_bytes, out));
+    const int row0 = tile0 * kUnitRows;
+    gemm(out, row0, std::min(W.rows, (tile0 + n) * kUnitRows) - row0);
+  }
 }
 
 }  // namespace nextn::cuda

@@ -1,7 +1,8 @@
 // Prefill matmuls: a prompt chunk of many token rows (up to kPrefillRows)
 // against one weight matrix, on cuBLAS's bf16 tensor-core GEMM. Quantized
-// matrices are first expanded to bf16 (round_bf16(scale * q + bias), as the
-// streamed kernel dequantizes) into a scratch the size of the largest one.
+// matrices are expanded to bf16 (round_bf16(scale * q + bias), as the
+// streamed kernel dequantizes) in blocks of 128-row tiles of at most 64 MiB,
+// one GEMM per block, so the scratch stays small next to the weights.
 //
 // Exactness: this path is not batch-invariant with the decode kernels (other
 // summation order), so a prompt's caches differ in the last bits from what
