@@ -68,6 +68,30 @@ TEST(CliGemma4, TextPromptAndChatGiveTransformersTokensAndText) {
   EXPECT_GE(checked, 1) << "no Gemma 4 fixture ships a tokenizer";
 }
 
+// The verify decision's benchmark runs a Gemma target too (oracle drafts):
+// every arm's tokens equal greedy and its counters pass the identity checks,
+// and the rows each arm projected tell the arms apart.
+TEST(CliGemma4, BenchVerifyRunsEveryArm) {
+  const auto dirs = test::gemma4_fixture_dirs();
+  ASSERT_FALSE(dirs.empty());
+  const auto ref = test::load_gemma4_reference(dirs.front());
+  const auto r = run_cli("bench verify -m " + ref.target() +
+                         " --draft oracle --accept-rate 0.8 --block-sizes 3,8 --repeats 1 -n 12 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j.at("refused").is_null()) << j.at("refused");
+  ASSERT_EQ(j.at("arms").size(), 8u);
+  for (const auto& arm : j.at("arms")) {
+    const auto& c = arm.at("counters");
+    EXPECT_TRUE(arm.at("tokens_match").get<bool>()) << arm.at("verify");
+    EXPECT_TRUE(arm.at("identity_violations").empty()) << arm.at("verify");
+    EXPECT_EQ(c.at("verify_taken"), arm.at("verify"));
+    if (arm.at("verify") == "walk") EXPECT_EQ(c.at("walk_rows"), c.at("rows_projected"));
+    if (arm.at("verify") == "fused") EXPECT_EQ(c.at("logits_bytes_written"), 0);
+  }
+  expect_one_error_line(run_cli("bench verify -m " + ref.target() + " --draft mtp --block-sizes 3 -n 4"), "--draft mtp");
+}
+
 TEST(CliGemma4, PairingsThatCannotRunAreOneErrorLine) {
   const auto dirs = test::gemma4_fixture_dirs();
   ASSERT_GE(dirs.size(), 2u);

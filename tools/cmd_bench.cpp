@@ -18,6 +18,7 @@
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
 #include "model/runtime.h"
+#include "model/target_model.h"
 
 namespace nextn::cli {
 namespace {
@@ -111,11 +112,12 @@ void run_verify(const VerifyArgs& a) {
   const BackendKind kind = parse_backend(a.backend);
 
   const std::string dir = model_dir_or_default(a.model);
-  const auto ckpt = Qwen35Checkpoint::open(dir);
-  const int vocab = ckpt.config().vocab_size;
-  if (o.draft == DraftKind::Mtp && ckpt.mtp_layers() == 0)
-    fail("{}: --draft mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
-  if (o.draft_cost == DraftCost::Mtp && ckpt.mtp_layers() == 0)
+  // Any target family (Qwen3.5, Gemma 4): the arms only use the runtime interface.
+  const TargetModel target = open_target_model(dir, kind, a.threads);
+  const int vocab = target.info.vocab_size;
+  if (o.draft == DraftKind::Mtp && target.info.mtp_layers == 0)
+    fail("{}: --draft mtp: the checkpoint has no MTP head (0 MTP layers); use --draft oracle", dir);
+  if (o.draft_cost == DraftCost::Mtp && target.info.mtp_layers == 0)
     fail("{}: --draft-cost mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
   const bench::CalibrationKey calibration_key =
       a.calibrate ? bench::calibration_key(dir, a.backend) : bench::CalibrationKey{};  // hashes the headers up front
@@ -124,9 +126,7 @@ void run_verify(const VerifyArgs& a) {
     if (t >= vocab) fail("--prompt-ids: token id {} is outside the vocabulary [0, {})", t, vocab);
 
   auto machine = bench::machine_begin(a.backend);
-  const int threads = a.threads;
-  const RuntimeFactory factory = [&ckpt, kind, threads](int cap) { return make_runtime(ckpt, kind, cap, threads); };
-  bench::VerifyBench b(factory, o);
+  bench::VerifyBench b(target.factory, o);
   b.attribute();
   const std::string head = fmt::format(
       "nextn bench verify: {} (backend {}), drafter {}, prompt {} tokens, -n {}, K {}, arms {}, {} repeats\n", dir,
