@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/gemma4.h"
@@ -254,45 +255,57 @@ TEST_P(CudaGemma4, HeadArmsAgreeAndCountTheirWork) {
 }
 
 // What the assistant reads from the target: the same values (to fp32
-// rounding) as the CPU runtime's after the same forwards.
+// rounding) as the CPU runtime's, after each of many verify-like rounds
+// (forward 6, keep 4) that wrap the sliding rings: the host copy of the
+// caches follows forwards and rollbacks.
 TEST_P(CudaGemma4, TargetViewMatchesTheCpuRuntimeFp32) {
   NEXTN_REQUIRE_GPU();
   const Gemma4Reference ref = load_gemma4_reference(GetParam());
   const auto ck = Gemma4Checkpoint::open(ref.target());
   const Gemma4TextConfig& c = ck.config();
-  auto gpu = make_rt(ck, int(ref.sequence.size()) + 4, Mode{true});
-  auto cpu = make_cpu_gemma4_runtime(ck, int(ref.sequence.size()) + 4, CpuRuntimeOptions{.threads = 2});
-  for (auto* rt : {gpu.get(), cpu.get()}) {
-    rt->target_forward(ref.prompt);
-    rt->target_forward(std::span<const int32_t>(ref.sequence.data() + ref.prompt.size(), 6));
-    rt->target_rollback(4);
-  }
+  const int rounds = 20, cap = int(ref.prompt.size()) + 4 * rounds + 8;
+  ASSERT_GT(cap, c.sliding_window + 65 + 8) << "the rounds must wrap the rings";
+  auto gpu = make_rt(ck, cap, Mode{true});
+  auto cpu = make_cpu_gemma4_runtime(ck, cap, CpuRuntimeOptions{.threads = 2});
   const auto* g = dynamic_cast<const Gemma4Target*>(gpu.get());
   const auto* h = dynamic_cast<const Gemma4Target*>(cpu.get());
   ASSERT_NE(g, nullptr);
   ASSERT_NE(h, nullptr);
+  gpu->target_forward(ref.prompt);
+  cpu->target_forward(ref.prompt);
   const int H = c.hidden_size;
   std::vector<float> a(static_cast<size_t>(H)), b(static_cast<size_t>(H));
-  g->last_hidden(a.data());
-  h->last_hidden(b.data());
-  EXPECT_LE(relative_row_error(a.data(), b.data(), H), 1e-5) << "last_hidden";
+  for (int r = 0; r < rounds; ++r) {
+    SCOPED_TRACE("round " + std::to_string(r));
+    std::vector<int32_t> block(6);
+    for (size_t j = 0; j < block.size(); ++j) block[j] = ref.sequence[(size_t(r) * 4 + j) % ref.sequence.size()];
+    for (ModelRuntime* rt : {gpu.get(), cpu.get()}) {
+      rt->target_forward(block);
+      rt->target_rollback(4);
+    }
+    g->last_hidden(a.data());
+    h->last_hidden(b.data());
+    EXPECT_LE(relative_row_error(a.data(), b.data(), H), 1e-5) << "last_hidden";
+    const int length = gpu->target_length();
+    ASSERT_EQ(length, cpu->target_length());
+    for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
+      const auto& s = c.layers[size_t(layer)];
+      const int n = s.kv_heads * s.head_dim;
+      const int first = s.sliding ? std::max(0, length - c.sliding_window - 1) : 0;
+      for (int pos = first; pos < length; ++pos) {
+        // Copied out at once: a later call may reuse the runtime's buffers.
+        const std::vector<float> gk(g->cached_key(layer, pos), g->cached_key(layer, pos) + n);
+        const std::vector<float> gv(g->cached_value(layer, pos), g->cached_value(layer, pos) + n);
+        ASSERT_LE(relative_row_error(gk.data(), h->cached_key(layer, pos), n), 1e-5) << "key " << layer << " " << pos;
+        ASSERT_LE(relative_row_error(gv.data(), h->cached_value(layer, pos), n), 1e-5)
+            << "value " << layer << " " << pos;
+      }
+    }
+    EXPECT_THROW((void)g->cached_key(0, length), Error);
+  }
   g->scaled_embedding(ref.sequence[1], a.data());
   h->scaled_embedding(ref.sequence[1], b.data());
   EXPECT_EQ(a, b) << "scaled_embedding";
-  const int length = gpu->target_length();
-  for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
-    const auto& s = c.layers[size_t(layer)];
-    const int n = s.kv_heads * s.head_dim;
-    const int first = s.sliding ? std::max(0, length - c.sliding_window - 1) : 0;
-    for (int pos = first; pos < length; ++pos) {
-      // Copied out at once: a later call may reuse the runtime's buffers.
-      const std::vector<float> gk(g->cached_key(layer, pos), g->cached_key(layer, pos) + n);
-      const std::vector<float> gv(g->cached_value(layer, pos), g->cached_value(layer, pos) + n);
-      EXPECT_LE(relative_row_error(gk.data(), h->cached_key(layer, pos), n), 1e-5) << "key " << layer << " " << pos;
-      EXPECT_LE(relative_row_error(gv.data(), h->cached_value(layer, pos), n), 1e-5) << "value " << layer << " " << pos;
-    }
-  }
-  EXPECT_THROW((void)g->cached_key(0, length), Error);
 }
 
 // Speculative == greedy on CUDA for K = 2..16 x every verify arm, in every

@@ -182,7 +182,7 @@ void CudaGemma4::reset() {
   CUDA_CHECK(cudaMemsetAsync(d_walk_, 0, 2 * sizeof(int), stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   length_ = forward_start_ = last_T_ = 0;
-  invalidate_mirrors();
+  invalidate_mirrors(0);
 }
 
 // ---------------------------------------------------------------------------
@@ -222,7 +222,7 @@ void CudaGemma4::target_forward(std::span<const int32_t> tokens) {
   if (length_ + T > max_tokens_) fail("sequence of {} tokens exceeds the cache capacity {}", length_ + T, max_tokens_);
   for (int32_t t : tokens)
     if (t < 0 || t >= V_) fail("token id {} is outside the vocabulary [0, {})", t, V_);
-  invalidate_mirrors();
+  invalidate_mirrors(length_);
   const size_t row_bytes = size_t(H_) * size_t(act_size(act_));
   for (int c = 0; c < T; c += kMaxRows) {
     const int n = std::min(kMaxRows, T - c);
@@ -239,7 +239,7 @@ void CudaGemma4::target_rollback(int keep) {
   if (last_T_ - keep > kMaxRows) fail("target_rollback: cannot undo more than {} rows of one forward", kMaxRows);
   length_ = forward_start_ + keep;
   last_T_ = keep;
-  invalidate_mirrors();
+  invalidate_mirrors(length_);
 }
 
 // ---------------------------------------------------------------------------
@@ -270,8 +270,8 @@ void CudaGemma4::scaled_embedding(int32_t token, float* out) const {
   fetch(d_embed_row_, size_t(H_) * 4, out);
 }
 
-void CudaGemma4::invalidate_mirrors() const {
-  for (auto& m : mirrors_) m.valid = false;
+void CudaGemma4::invalidate_mirrors(int pos) const {
+  for (auto& m : mirrors_) m.upto = std::min(m.upto, pos);
 }
 
 const float* CudaGemma4::cached(int layer, int pos, bool key) const {
@@ -281,14 +281,23 @@ const float* CudaGemma4::cached(int layer, int pos, bool key) const {
     fail("cached K/V: position {} of layer {} is not held (length {}, {} slots)", pos, layer, length_, L.slots);
   const size_t kv_row = size_t(L.spec.kv_heads) * size_t(L.spec.head_dim);
   KvMirror& m = mirrors_[size_t(layer)];
-  if (!m.valid) {  // slots [0, min(length, slots)) hold every position the check above admits
+  if (m.upto < length_) {
+    // Positions [first, length) into their slots: one run, or two where the ring wraps.
+    const int first = std::max(m.upto, length_ - L.slots);
     const size_t rows = size_t(std::min(length_, L.slots));
-    m.k.resize(rows * kv_row);
-    m.v.resize(rows * kv_row);
-    CUDA_CHECK(cudaMemcpyAsync(m.k.data(), L.k_cache, rows * kv_row * 4, cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaMemcpyAsync(m.v.data(), L.v_cache, rows * kv_row * 4, cudaMemcpyDeviceToHost, stream_));
+    if (m.k.size() < rows * kv_row) {
+      m.k.resize(rows * kv_row);
+      m.v.resize(rows * kv_row);
+    }
+    for (int p = first; p < length_;) {
+      const int slot = p % L.slots, n = std::min(length_ - p, L.slots - slot);
+      const size_t at = size_t(slot) * kv_row, bytes = size_t(n) * kv_row * sizeof(float);
+      CUDA_CHECK(cudaMemcpyAsync(&m.k[at], L.k_cache + at, bytes, cudaMemcpyDeviceToHost, stream_));
+      CUDA_CHECK(cudaMemcpyAsync(&m.v[at], L.v_cache + at, bytes, cudaMemcpyDeviceToHost, stream_));
+      p += n;
+    }
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    m.valid = true;
+    m.upto = length_;
   }
   const size_t at = size_t(pos % L.slots) * kv_row;
   return key ? &m.k[at] : &m.v[at];

@@ -37,12 +37,12 @@ struct Gemma4DevLayer {
   float *k_cache = nullptr, *v_cache = nullptr;    // fp32 [slots][kv*hd]
 };
 
-// The host copy of one layer's ring, made at the first cached_key/value of
-// the layer after the caches changed (the assistant reads two layers, many
-// positions each, per draft).
+// The host copy of one layer's ring for the assistant (it reads two layers,
+// many positions each, per draft): positions below `upto` are current in it;
+// a read first copies the positions [upto, length) the device wrote since.
 struct KvMirror {
-  bool valid = false;
-  std::vector<float> k, v;  // [rows][kv*hd], slot order
+  int upto = 0;
+  std::vector<float> k, v;  // [rows][kv*hd], slot order (rows: min(slots, positions copied))
 };
 
 class CudaGemma4 final : public ModelRuntime, public Gemma4Target {
@@ -93,7 +93,8 @@ class CudaGemma4 final : public ModelRuntime, public Gemma4Target {
   // host side
   void fetch(const void* src, size_t bytes, void* dst) const;
   const float* cached(int layer, int pos, bool key) const;
-  void invalidate_mirrors() const;
+  // Positions from `pos` on may have changed on the device.
+  void invalidate_mirrors(int pos) const;
 
   Gemma4TextConfig cfg_;
   ModelInfo info_;
