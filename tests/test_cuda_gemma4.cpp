@@ -10,7 +10,7 @@
 //    every verify arm, with an oracle drafter and with the CPU assistant
 //    reading the CUDA target (Gemma4Target);
 //  - the Gemma4Target view (last hidden row, scaled embedding, cached K/V)
-//    close to the CPU runtime's in the fp32 mode.
+//    close to the CPU runtime's in the fp32 mode, round after round.
 // Skipped without a GPU (the device suite runs them: scripts/device/run.sh).
 #include <gtest/gtest.h>
 
@@ -254,8 +254,9 @@ TEST_P(CudaGemma4, HeadArmsAgreeAndCountTheirWork) {
   }
 }
 
-// What the assistant reads from the target: the same values (to fp32
-// rounding) as the CPU runtime's, after each of many verify-like rounds
+// What the assistant reads from the target: the same values (within 1e-4 of
+// the largest element; a stale or misplaced row is off by O(1)) as the CPU
+// runtime's, after each of many verify-like rounds
 // (forward 6, keep 4) that wrap the sliding rings: the host copy of the
 // caches follows forwards and rollbacks.
 TEST_P(CudaGemma4, TargetViewMatchesTheCpuRuntimeFp32) {
@@ -285,7 +286,7 @@ TEST_P(CudaGemma4, TargetViewMatchesTheCpuRuntimeFp32) {
     }
     g->last_hidden(a.data());
     h->last_hidden(b.data());
-    EXPECT_LE(relative_row_error(a.data(), b.data(), H), 1e-5) << "last_hidden";
+    EXPECT_LE(relative_row_error(a.data(), b.data(), H), 1e-4) << "last_hidden";
     const int length = gpu->target_length();
     ASSERT_EQ(length, cpu->target_length());
     for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
@@ -296,8 +297,8 @@ TEST_P(CudaGemma4, TargetViewMatchesTheCpuRuntimeFp32) {
         // Copied out at once: a later call may reuse the runtime's buffers.
         const std::vector<float> gk(g->cached_key(layer, pos), g->cached_key(layer, pos) + n);
         const std::vector<float> gv(g->cached_value(layer, pos), g->cached_value(layer, pos) + n);
-        ASSERT_LE(relative_row_error(gk.data(), h->cached_key(layer, pos), n), 1e-5) << "key " << layer << " " << pos;
-        ASSERT_LE(relative_row_error(gv.data(), h->cached_value(layer, pos), n), 1e-5)
+        ASSERT_LE(relative_row_error(gk.data(), h->cached_key(layer, pos), n), 1e-4) << "key " << layer << " " << pos;
+        ASSERT_LE(relative_row_error(gv.data(), h->cached_value(layer, pos), n), 1e-4)
             << "value " << layer << " " << pos;
       }
     }
