@@ -25,7 +25,9 @@
 #include "backend/cpu/gemma4.h"
 #include "backend/cuda/gemma4.h"
 #include "core/error.h"
+#include "cli_util.h"
 #include "gemma4_fixture_util.h"
+#include "gemma4_synthetic_util.h"
 #include "io/gemma4_checkpoint.h"
 #include "model/gemma4_target.h"
 #include "speculative/gemma4_drafter.h"
@@ -384,6 +386,66 @@ TEST(CudaGemma4Errors, RefusesAnAssistantCheckpointAndABadCapacity) {
   EXPECT_THROW(rt->target_forward(nine), Error);
   const std::vector<int32_t> bad = {int32_t(ck.config().vocab_size)};
   EXPECT_THROW(rt->target_forward(bad), Error);
+}
+
+// The 31B's head shapes (sliding head_dim 256 over 2 KV heads, full layers
+// head_dim 512 over one KV head with K = V) at small widths, from the
+// make-checkpoint generator: a 90-token forward (two chunks, rings wrapped)
+// gives the CPU runtime's logits in the fp32 mode, and speculative output
+// equals greedy in both modes, with an oracle and with the assistant.
+TEST(CudaGemma4Wide, HeadDim512MatchesTheCpuRuntimeAndSpeculatesExactly) {
+  NEXTN_REQUIRE_GPU();
+  const test::TempDir tmp;
+  test::Gemma4Shape shape;
+  shape.hidden = 128;
+  shape.assistant_hidden = 64;
+  shape.intermediate = 256;
+  shape.head_dim = 256;
+  shape.global_head_dim = 512;
+  shape.sliding_window = 8;
+  shape.vocab = 1024;
+  test::write_shrunk_gemma4_pair(shape, tmp.path.string());
+  const auto ck = Gemma4Checkpoint::open((tmp.path / "target").string());
+  ASSERT_EQ(ck.config().layers[6].head_dim, 512);
+  ASSERT_TRUE(bf16_fits(ck.config()));
+  std::vector<int32_t> tokens(90);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 37 + 11) % 1024);
+  {
+    auto gpu = make_rt(ck, 100, Mode{true});
+    auto cpu = make_cpu_gemma4_runtime(ck, 100, CpuRuntimeOptions{.threads = 2});
+    gpu->target_forward(tokens);
+    cpu->target_forward(tokens);
+    std::vector<float> a(1024), b(1024);
+    for (int row : {0, 1, 40, 63, 64, 80, 89}) {
+      gpu->head_logits(row, a.data());
+      cpu->head_logits(row, b.data());
+      EXPECT_LE(relative_row_error(a.data(), b.data(), 1024), 1e-4) << "row " << row;
+    }
+  }
+  const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 12);
+  for (Mode mode : {Mode{true}, Mode{false}}) {
+    const RuntimeFactory factory = [&](int cap) { return make_rt(ck, cap, mode); };
+    GenerateOptions g;
+    g.max_new_tokens = 80;  // past the rings' wrap
+    g.ignore_eos = true;
+    const std::vector<int32_t> truth = generate_fresh(factory, prompt, g).tokens;
+    for (int K : {2, 4, 7, 16}) {
+      for (VerifyArm arm : {VerifyArm::Batched, VerifyArm::Walk, VerifyArm::Pad, VerifyArm::Fused}) {
+        GenerateOptions o = g;
+        o.block_size = K;
+        o.verify = arm;
+        if (arm == VerifyArm::Pad) o.pad_width = resolve_pad_width(K, 0);
+        const GenerateResult with_assistant =
+            generate_with_assistant(factory, (tmp.path / "assistant").string(), prompt, o, 2);
+        EXPECT_EQ(with_assistant.tokens, truth) << mode.name() << " assistant K=" << K << " " << verify_arm_name(arm);
+        o.draft = DraftKind::Oracle;
+        o.oracle.accept_rate = 0.7;
+        o.oracle.seed = uint64_t(K);
+        EXPECT_EQ(generate_fresh(factory, prompt, o).tokens, truth)
+            << mode.name() << " oracle K=" << K << " " << verify_arm_name(arm);
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGemma4, ::testing::ValuesIn(test::gemma4_fixture_dirs()),

@@ -11,6 +11,7 @@
 #include "backend/cpu/gemma4.h"
 #include "backend/cpu/gemma4_assistant.h"
 #include "cli_util.h"
+#include "gemma4_synthetic_util.h"
 #include "io/gemma4_checkpoint.h"
 #include "io/gemma4_config.h"
 #include "io/safetensors.h"
@@ -71,29 +72,6 @@ TEST(MakeCheckpointGemma4, The31bPresetsParseToTheRealShapes) {
   EXPECT_FALSE(gemma4_synthetic_preset("gemma4-27b"));
 }
 
-// The 31B presets with every width shrunk; the same generator.
-Gemma4SyntheticPreset tiny(bool assistant) {
-  Gemma4SyntheticPreset p = *gemma4_synthetic_preset(assistant ? "gemma4-31b-assistant" : "gemma4-31b");
-  p.name = assistant ? "tiny-assistant" : "tiny";
-  p.hidden = assistant ? 32 : 64;
-  p.layers = assistant ? 4 : 7;  // target: full layers 5 and 6 (the last is always full)
-  p.intermediate = assistant ? 48 : 96;
-  p.heads = 4;
-  p.head_dim = 16;
-  p.kv_heads = 2;
-  p.global_head_dim = 32;
-  p.global_kv_heads = 1;
-  p.sliding_window = 6;
-  p.vocab = 512;
-  p.max_positions = 256;
-  if (assistant) {
-    p.backbone_hidden = 64;
-    p.centroids = 16;
-    p.centroid_top_k = 4;
-  }
-  return p;
-}
-
 std::map<std::string, std::string> tensor_bytes(const std::string& dir) {
   std::map<std::string, std::string> m;
   const TensorStore s = TensorStore::open(dir);
@@ -107,13 +85,8 @@ std::map<std::string, std::string> tensor_bytes(const std::string& dir) {
 TEST(MakeCheckpointGemma4, TinyVariantRoundTripsAndDecodes) {
   const TempDir tmp;
   const std::string tdir = (tmp.path / "target").string(), adir = (tmp.path / "assistant").string();
-  MakeCheckpointOptions o;
-  o.quant = "bf16";
-  o.seed = 3;
-  o.shard_bytes = 64 << 10;  // several shards
-  const MakeCheckpointReport r = make_gemma4_checkpoint(tiny(false), o, tdir);
-  EXPECT_GT(r.files.size(), 1u);
-  make_gemma4_checkpoint(tiny(true), o, adir);
+  const test::Gemma4Shape shape;  // 7 layers: full at 5 and 6
+  test::write_shrunk_gemma4_pair(shape, tmp.path.string());
 
   const auto ck = Gemma4Checkpoint::open(tdir);
   const Gemma4TextConfig& c = ck.config();
@@ -148,8 +121,12 @@ TEST(MakeCheckpointGemma4, TinyVariantRoundTripsAndDecodes) {
 
   // Same preset and seed: the same bytes, whatever the shard size.
   const std::string again = (tmp.path / "again").string();
-  o.shard_bytes = uint64_t(1) << 30;
-  make_gemma4_checkpoint(tiny(false), o, again);
+  MakeCheckpointOptions o;
+  o.quant = "bf16";
+  o.seed = 3;
+  o.shard_bytes = 64 << 10;  // several shards
+  const MakeCheckpointReport r = make_gemma4_checkpoint(test::shrunk_gemma4_preset(shape, false), o, again);
+  EXPECT_GT(r.files.size(), 1u);
   EXPECT_EQ(tensor_bytes(again), tensor_bytes(tdir));
 }
 
