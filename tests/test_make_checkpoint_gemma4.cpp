@@ -11,6 +11,7 @@
 #include "backend/cpu/gemma4.h"
 #include "backend/cpu/gemma4_assistant.h"
 #include "cli_util.h"
+#include "fixture_util.h"
 #include "gemma4_synthetic_util.h"
 #include "io/gemma4_checkpoint.h"
 #include "io/gemma4_config.h"
@@ -72,15 +73,6 @@ TEST(MakeCheckpointGemma4, The31bPresetsParseToTheRealShapes) {
   EXPECT_FALSE(gemma4_synthetic_preset("gemma4-27b"));
 }
 
-std::map<std::string, std::string> tensor_bytes(const std::string& dir) {
-  std::map<std::string, std::string> m;
-  const TensorStore s = TensorStore::open(dir);
-  for (const auto& n : s.names()) {
-    const TensorView& t = s.get(n);
-    m[n] = std::string(reinterpret_cast<const char*>(t.data), t.nbytes);
-  }
-  return m;
-}
 
 TEST(MakeCheckpointGemma4, TinyVariantRoundTripsAndDecodes) {
   const TempDir tmp;
@@ -127,7 +119,7 @@ TEST(MakeCheckpointGemma4, TinyVariantRoundTripsAndDecodes) {
   o.shard_bytes = 64 << 10;  // several shards
   const MakeCheckpointReport r = make_gemma4_checkpoint(test::shrunk_gemma4_preset(shape, false), o, again);
   EXPECT_GT(r.files.size(), 1u);
-  EXPECT_EQ(tensor_bytes(again), tensor_bytes(tdir));
+  EXPECT_EQ(test::tensor_bytes(again), test::tensor_bytes(tdir));
 }
 
 TEST(MakeCheckpointGemma4, CliRefusesAQuantizedGemmaPreset) {
