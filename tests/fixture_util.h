@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -13,6 +14,17 @@
 #include "io/safetensors.h"
 
 namespace nextn::test {
+
+// Every tensor's bytes in a checkpoint directory, by name (shard boundaries ignored).
+inline std::map<std::string, std::string> tensor_bytes(const std::string& dir) {
+  std::map<std::string, std::string> m;
+  const TensorStore s = TensorStore::open(dir);
+  for (const auto& n : s.names()) {
+    const TensorView& t = s.get(n);
+    m[n] = std::string(reinterpret_cast<const char*>(t.data), t.nbytes);
+  }
+  return m;
+}
 
 struct Reference {
   std::vector<int32_t> prompt, greedy, sequence, drafts;

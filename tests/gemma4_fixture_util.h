@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "io/safetensors.h"
+#include "model/runtime.h"
 
 namespace nextn::test {
 
@@ -92,6 +94,21 @@ inline std::string gemma4_case_name(const std::string& dir) {
   std::string s = std::filesystem::path(dir).filename().string();
   std::replace(s.begin(), s.end(), '-', '_');
   return s;
+}
+
+// Greedy decode of n tokens after `prompt`, one token per forward (the head's
+// batched argmax of one row).
+inline std::vector<int32_t> decode_greedy(ModelRuntime& rt, std::span<const int32_t> prompt, int n) {
+  rt.target_forward(prompt);
+  int32_t tok = 0;
+  rt.head_argmax(int(prompt.size()) - 1, 1, 1, &tok);
+  std::vector<int32_t> out{tok};
+  while (int(out.size()) < n) {
+    rt.target_forward(std::span<const int32_t>(&out.back(), 1));
+    rt.head_argmax(0, 1, 1, &tok);
+    out.push_back(tok);
+  }
+  return out;
 }
 
 }  // namespace nextn::test

@@ -27,20 +27,6 @@ std::unique_ptr<ModelRuntime> runtime(const Gemma4Checkpoint& ck, int cap) {
   return make_cpu_gemma4_runtime(ck, cap, CpuRuntimeOptions{.threads = 2, .min_chunk_work = 1});
 }
 
-// Greedy decode of n tokens, one token per forward.
-std::vector<int32_t> decode(ModelRuntime& rt, std::span<const int32_t> prompt, int n) {
-  rt.target_forward(prompt);
-  int32_t tok = 0;
-  rt.head_argmax(int(prompt.size()) - 1, 1, 1, &tok);
-  std::vector<int32_t> out{tok};
-  while (int(out.size()) < n) {
-    rt.target_forward(std::span<const int32_t>(&out.back(), 1));
-    rt.head_argmax(0, 1, 1, &tok);
-    out.push_back(tok);
-  }
-  return out;
-}
-
 class Gemma4Fixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Gemma4Fixture, TeacherForcedLogitsMatchTransformers) {
@@ -60,7 +46,7 @@ TEST_P(Gemma4Fixture, GreedyTokensMatchTransformers) {
   const Gemma4Reference ref = load_gemma4_reference(GetParam());
   const auto ck = Gemma4Checkpoint::open(ref.target());
   auto rt = runtime(ck, int(ref.sequence.size()) + 4);
-  EXPECT_EQ(decode(*rt, ref.prompt, int(ref.greedy.size())), ref.greedy);
+  EXPECT_EQ(test::decode_greedy(*rt, ref.prompt, int(ref.greedy.size())), ref.greedy);
 }
 
 TEST_P(Gemma4Fixture, LongGreedyRunWrapsTheSlidingRingsAndMatchesTransformers) {
@@ -72,7 +58,7 @@ TEST_P(Gemma4Fixture, LongGreedyRunWrapsTheSlidingRingsAndMatchesTransformers) {
   // Decode all but the last long_rows tokens, then one forward over those:
   // its rows must give the reference logits (which chose those tokens).
   const int tail = int(ref.long_rows);
-  std::vector<int32_t> got = decode(*rt, ref.prompt, n - tail);
+  std::vector<int32_t> got = test::decode_greedy(*rt, ref.prompt, n - tail);
   rt->target_forward(std::span<const int32_t>(&got.back(), 1));
   std::vector<float> logits(size_t(ref.vocab));
   for (int r = 0; r < tail; ++r) {
@@ -188,7 +174,7 @@ TEST_P(Gemma4Fixture, ConditionalGenerationLayoutGivesTheSameTokens) {
   const auto ck = Gemma4Checkpoint::open(tmp.path.string());
   EXPECT_EQ(ck.config().model_type, "gemma4");
   auto rt = runtime(ck, int(ref.sequence.size()) + 4);
-  EXPECT_EQ(decode(*rt, ref.prompt, int(ref.greedy.size())), ref.greedy);
+  EXPECT_EQ(test::decode_greedy(*rt, ref.prompt, int(ref.greedy.size())), ref.greedy);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transformers, Gemma4Fixture, ::testing::ValuesIn(test::gemma4_fixture_dirs()),

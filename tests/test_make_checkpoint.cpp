@@ -10,6 +10,7 @@
 
 #include "bench/decode_roofline.h"
 #include "cli_util.h"
+#include "fixture_util.h"
 #include "io/checkpoint.h"
 #include "io/config.h"
 #include "io/synthetic.h"
@@ -23,6 +24,7 @@ namespace fs = std::filesystem;
 using test::read_file;
 using test::run_cli;
 using test::TempDir;
+using test::tensor_bytes;
 
 std::string make(const std::string& dir, const std::string& quant, uint64_t seed, int threads, uint64_t shard) {
   MakeCheckpointOptions o;
@@ -34,16 +36,6 @@ std::string make(const std::string& dir, const std::string& quant, uint64_t seed
   return dir;
 }
 
-// Every tensor's bytes, by name (shard boundaries ignored).
-std::map<std::string, std::string> tensor_bytes(const std::string& dir) {
-  std::map<std::string, std::string> m;
-  const TensorStore s = TensorStore::open(dir);
-  for (const auto& n : s.names()) {
-    const TensorView& t = s.get(n);
-    m[n] = std::string(reinterpret_cast<const char*>(t.data), t.nbytes);
-  }
-  return m;
-}
 
 TEST(MakeCheckpoint, RealPresetConfigs) {
   struct Want {

@@ -1,11 +1,13 @@
-// nextn make-checkpoint: a random-weight Qwen3.5 checkpoint at a real model's
-// shapes (src/io/synthetic.h), for whole-model benchmarks without a download.
+// nextn make-checkpoint: a random-weight Qwen3.5 or Gemma 4 checkpoint at a
+// real model's shapes (src/io/synthetic.h, src/io/synthetic_gemma4.h), for
+// whole-model benchmarks without a download.
 #include <cstdio>
 
 #include "cli_common.h"
 #include "commands.h"
 #include "core/error.h"
 #include "io/synthetic.h"
+#include "io/synthetic_gemma4.h"
 
 namespace nextn::cli {
 
@@ -18,22 +20,29 @@ void register_make_checkpoint(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("make-checkpoint",
-                                 "Write a random-weight Qwen3.5 checkpoint at real shapes (with the MTP head)");
-  cmd->add_option("--preset", o->preset, "qwen3.5-0.8b, qwen3.5-4b, qwen3.5-27b, small-19m (test-tiny, test-stream: tests only)");
-  cmd->add_option("--quant", o->quant, "q4 (MLX affine 4-bit g64, mlx-community layout) or bf16 (HF layout)");
+                                 "Write a random-weight Qwen3.5 (with the MTP head) or Gemma 4 checkpoint at real shapes");
+  cmd->add_option("--preset", o->preset,
+                  "qwen3.5-0.8b, qwen3.5-4b, qwen3.5-27b, small-19m, gemma4-31b, gemma4-31b-assistant (test-tiny, "
+                  "test-stream: tests only)");
+  auto* quant = cmd->add_option("--quant", o->quant,
+                                "q4 (MLX affine 4-bit g64, mlx-community layout) or bf16 (HF layout); Gemma 4: bf16 "
+                                "only (its default)");
   cmd->add_option("-o,--out", o->out, "Output directory (created; must not hold safetensors)");
   cmd->add_option("--seed", o->seed, "RNG seed (default 0); the bytes depend on preset, quant and seed only")
       ->check(non_negative());
   cmd->add_option("--shard-gb", o->shard_gb, "Shard size in GiB, at most 1024 (default 4)")->check(number());
   cmd->add_option("--threads", o->threads, "Generator threads (default: all cores; does not change the bytes)")
       ->check(number());
-  cmd->callback([o] {
+  cmd->callback([o, quant] {
     if (o->preset.empty()) fail("make-checkpoint: --preset is required");
     if (o->out.empty()) fail("make-checkpoint: --out is required");
     const auto p = synthetic_preset(o->preset);
-    if (!p) {
+    const auto gemma = gemma4_synthetic_preset(o->preset);
+    if (gemma && quant->count() == 0) o->quant = "bf16";
+    if (!p && !gemma) {
       std::string known;
       for (const auto& n : synthetic_preset_names()) known += (known.empty() ? "" : ", ") + n;
+      for (const auto& n : gemma4_synthetic_preset_names()) known += ", " + n;
       fail("make-checkpoint: unknown --preset '{}' (expected one of: {})", o->preset, known);
     }
     // Bounded before the conversion to bytes (a float-to-integer overflow is undefined).
@@ -49,9 +58,9 @@ void register_make_checkpoint(CLI::App& app) {
     mo.seed = o->seed;
     mo.shard_bytes = uint64_t(shard_bytes);
     mo.threads = o->threads;
-    const auto r = make_checkpoint(*p, mo, o->out);
+    const auto r = gemma ? make_gemma4_checkpoint(*gemma, mo, o->out) : make_checkpoint(*p, mo, o->out);
     std::printf("wrote %s: preset %s, %s, seed %llu: %d tensors, %.3f GiB in %zu shard%s, %.1f s\n", o->out.c_str(),
-                p->name.c_str(), o->quant.c_str(), static_cast<unsigned long long>(o->seed), r.tensors,
+                o->preset.c_str(), o->quant.c_str(), static_cast<unsigned long long>(o->seed), r.tensors,
                 double(r.bytes) / double(uint64_t(1) << 30), r.files.size(), r.files.size() == 1 ? "" : "s", r.seconds);
   });
 }

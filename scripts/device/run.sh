@@ -12,7 +12,7 @@
 #
 # Environment: NEXTN_BUILD (default build-cuda); NEXTN_DEVICE_BENCH=1 also
 # runs the CUDA benchmarks (DISABLED_ in CI); NEXTN_GTEST_FILTER replaces the
-# test phases by one; NEXTN_T_{OPS,MODEL,SPEC,BENCH} are the phase limits (s);
+# test phases by one; NEXTN_T_{OPS,MODEL,SPEC,GEMMA4,BENCH} are the phase limits (s);
 # NEXTN_DEVICE_SYNTH=1 times decoding on a random 0.8B-shape checkpoint.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,6 +39,8 @@ else
   phases=("ops|CudaCli.*:CudaOps.*:CudaHeadOps.*|${NEXTN_T_OPS:-120}"
           "model|*CudaModel.TeacherForced*:*CudaModel.Greedy*:*CudaModel.Graphs*:*CudaModel.RuntimeContract*:CudaHandles.*|${NEXTN_T_MODEL:-120}"
           "spec|*CudaModel.Speculative*:CudaModelStreamed.*:*CudaHead.*:CudaPrefill.*:CudaPdl.*:CudaProfile.*:CudaMtpLogits.*:CudaSampledSpeculative.*|${NEXTN_T_SPEC:-300}")
+  # Gemma 4 (tests/test_cuda_gemma4.cpp): parity, then speculative == greedy.
+  phases+=("gemma4|*CudaGemma4.*:CudaGemma4Errors.*:CudaGemma4Wide.*:*CudaGemma4Spec.*|${NEXTN_T_GEMMA4:-300}")
   [ "${NEXTN_DEVICE_BENCH:-0}" = 1 ] && phases+=("bench|CudaBench.*|${NEXTN_T_BENCH:-90}")
   [ -n "${NEXTN_GTEST_FILTER:-}" ] && phases=("custom|$NEXTN_GTEST_FILTER|${NEXTN_T_CUSTOM:-480}")
   for ph in "${phases[@]}"; do
@@ -67,6 +69,28 @@ else
       cmp -s <(head -1 "$LOG/cli_$arm.txt") <(head -1 "$LOG/cli_greedy.txt") && same=yes
       say "cli mtp K=4 $arm: exit $rc, equals greedy: $same; $(tail -1 "$LOG/cli_$arm.err" | cut -c1-160)"
       { [ $rc -ne 0 ] || [ $same != yes ]; } && status=1
+    done
+  fi
+
+  # Gemma 4 on the CLI (fp32 mode): greedy, and the assistant at K = 4 on every arm, give transformers' tokens.
+  gx=tests/fixtures/gemma4/gemma4-kv-shared-fp32
+  if [ -d "$gx" ]; then
+    ids=$(python3 -c "import json;print(','.join(map(str,json.load(open('$gx/reference.json'))['prompt_ids'])))")
+    want=$(python3 -c "import json;print(json.load(open('$gx/reference.json'))['greedy_tokens'])" | tr -d ' ')
+    for draft in none "$gx/assistant"; do
+      for arm in batched walk pad fused; do
+        [ "$draft" = none ] && [ "$arm" != batched ] && continue
+        extra=()
+        [ "$draft" != none ] && extra=(--draft "$draft" --block-size 4 --verify "$arm")
+        NEXTN_CUDA_ACT=fp32 "$BUILD/nextn" generate --backend cuda -m "$gx/target" --prompt-ids "$ids" -n 24 \
+          --ignore-eos --json "${extra[@]}" >"$LOG/cli_gemma4.txt" 2>"$LOG/cli_gemma4.err"
+        rc=$?
+        got=$(python3 -c "import json,sys;print(json.load(open('$LOG/cli_gemma4.txt'))['tokens'])" 2>/dev/null | tr -d ' ')
+        same=no
+        [ -n "$got" ] && [ "$got" = "$want" ] && same=yes
+        say "cli gemma4 draft=$(basename "$draft") $arm: exit $rc, equals transformers: $same; $(tail -1 "$LOG/cli_gemma4.err" | cut -c1-160)"
+        { [ $rc -ne 0 ] || [ $same != yes ]; } && status=1
+      done
     done
   fi
 fi

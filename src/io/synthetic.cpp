@@ -12,11 +12,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <numeric>
 #include <thread>
 
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "io/synthetic_specs.h"
 
 namespace nextn {
 
@@ -44,32 +46,6 @@ inline uint16_t to_bf16(float f) {  // round to nearest even (finite inputs)
   std::memcpy(&u, &f, 4);
   return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
-
-// ---- what a tensor holds ----------------------------------------------------
-
-enum class Fill {
-  Uniform,     // bf16 uniform in [lo, hi)
-  Packed,      // u32 random words (4-bit nibbles uniform in [0, 15])
-  Scales,      // bf16 per-group scale ±std/4.61 (std in hi), key of the module
-  Biases,      // bf16 -7.5 * scale of the same group
-  ALogF32,     // f32 log(U(1, 16))
-  DtBias,      // bf16 log(expm1(dt)), dt = exp(U(log 1e-3, log 1e-1))
-};
-
-struct Spec {
-  std::string name;
-  DType dtype = DType::BF16;
-  std::vector<int64_t> shape;
-  Fill fill = Fill::Uniform;
-  float lo = 0, hi = 0;
-  std::string key_name;  // RNG stream (the tensor's own name, or its module's for scales/biases)
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
-  uint64_t nbytes() const { return uint64_t(numel()) * dtype_size(dtype); }
-};
 
 constexpr float kProjStd = 0.02f;
 constexpr float kQ4StdOfNibble = 4.6098f;  // sqrt((16^2 - 1) / 12)
@@ -109,6 +85,18 @@ void fill_range(const Spec& s, uint64_t seed, int64_t begin, int64_t end, uint8_
         std::memcpy(out + 4 * i, &v, 4);
       }
       break;
+    case Fill::Permutation: {
+      // i -> (a * i + b) mod n with gcd(a, n) = 1: a bijection of [0, n), drawn from the key.
+      const uint64_t n = uint64_t(s.numel());
+      uint64_t a = (draw(key, 0) % n) | 1u;
+      while (std::gcd(a, n) != 1) a = (a + 2) % n;
+      const uint64_t b = draw(key, 1) % n;
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t v = int64_t((a * uint64_t(i) % n + b) % n);  // n <= 2^31: no overflow
+        std::memcpy(out + 8 * i, &v, 8);
+      }
+      break;
+    }
     case Fill::DtBias:
       for (int64_t i = begin; i < end; ++i) {
         const double dt = std::exp(std::log(1e-3) + (std::log(1e-1) - std::log(1e-3)) * unit(draw(key, uint64_t(i))));
@@ -272,6 +260,13 @@ std::string synthetic_config_json(const SyntheticPreset& p, const std::string& q
 MakeCheckpointReport make_checkpoint(const SyntheticPreset& p, const MakeCheckpointOptions& o,
                                      const std::string& out_dir) {
   if (o.quant != "q4" && o.quant != "bf16") fail("make-checkpoint: --quant '{}': expected q4 or bf16", o.quant);
+  const bool q4 = o.quant == "q4";
+  return write_synthetic(tensor_specs(p, q4), synthetic_config_json(p, o.quant), q4 ? "mlx" : "pt", o, out_dir);
+}
+
+MakeCheckpointReport write_synthetic(const std::vector<Spec>& specs, const std::string& config_json,
+                                     const std::string& format, const MakeCheckpointOptions& o,
+                                     const std::string& out_dir) {
   if (o.shard_bytes == 0) fail("make-checkpoint: the shard size must be positive");
   const auto t0 = std::chrono::steady_clock::now();
   std::error_code ec;
@@ -287,8 +282,6 @@ MakeCheckpointReport make_checkpoint(const SyntheticPreset& p, const MakeCheckpo
     if (ec) fail("{}: cannot create directory: {}", out_dir, ec.message());
   }
 
-  const bool q4 = o.quant == "q4";
-  const std::vector<Spec> specs = tensor_specs(p, q4);
   // Shard plan: consecutive tensors (name order) until a shard reaches shard_bytes.
   std::vector<std::pair<size_t, size_t>> shards;  // [begin, end) into specs
   {
@@ -340,7 +333,7 @@ MakeCheckpointReport make_checkpoint(const SyntheticPreset& p, const MakeCheckpo
       rep.bytes += bufs[i - b].size();
       ++rep.tensors;
     }
-    write_safetensors((fs::path(out_dir) / file).string(), out, {{"format", q4 ? "mlx" : "pt"}});
+    write_safetensors((fs::path(out_dir) / file).string(), out, {{"format", format}});
     rep.files.push_back(file);
   }
   nlohmann::ordered_json index = {{"metadata", {{"total_size", rep.bytes}}}, {"weight_map", weight_map}};
@@ -352,7 +345,7 @@ MakeCheckpointReport make_checkpoint(const SyntheticPreset& p, const MakeCheckpo
     if (!f) fail("{}: write failed", path.string());
   };
   write_text("model.safetensors.index.json", index.dump(2) + "\n");
-  write_text("config.json", synthetic_config_json(p, o.quant));
+  write_text("config.json", config_json);
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;
 }

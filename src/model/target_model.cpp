@@ -3,6 +3,9 @@
 #include <memory>
 
 #include "backend/cpu/gemma4.h"
+#ifdef NEXTN_HAVE_CUDA
+#include "backend/cuda/gemma4.h"
+#endif
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/gemma4_checkpoint.h"
@@ -15,12 +18,19 @@ TargetModel open_target_model(const std::string& dir, BackendKind kind, int cpu_
   if (gemma == "gemma4_assistant")
     fail("{}: a gemma4_assistant checkpoint is a drafter: pass its target with -m and it with --draft", dir);
   if (!gemma.empty()) {
-    if (kind != BackendKind::Cpu) fail("--backend cuda: Gemma 4 runs on the CPU backend only (so far)");
+#ifndef NEXTN_HAVE_CUDA
+    if (kind == BackendKind::Cuda)
+      fail("--backend cuda: this nextn was built without the CUDA backend (no nvcc at build time, or -DNEXTN_CUDA=OFF)");
+#endif
     auto ck = std::make_shared<const Gemma4Checkpoint>(Gemma4Checkpoint::open(dir));
     const Gemma4TextConfig& c = ck->config();
     m.family = "gemma4";
     m.info = {c.vocab_size, c.hidden_size, c.max_position_embeddings, 0, c.eos_token_ids};
-    m.factory = [ck, cpu_threads](int cap) {
+    m.factory = [ck, kind, cpu_threads](int cap) -> std::unique_ptr<ModelRuntime> {
+      (void)kind;  // read only with the CUDA backend built
+#ifdef NEXTN_HAVE_CUDA
+      if (kind == BackendKind::Cuda) return make_cuda_gemma4_runtime(*ck, cap);
+#endif
       return make_cpu_gemma4_runtime(*ck, cap, CpuRuntimeOptions{.threads = cpu_threads});
     };
     return m;

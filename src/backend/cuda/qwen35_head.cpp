@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/head_counters.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/qwen35_runtime.h"
@@ -213,14 +214,7 @@ HeadWork CudaQwen35::head_work() const {
   HeadCounters c{};
   CUDA_CHECK(cudaMemcpyAsync(&c, d_head_, sizeof(c), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  HeadWork w;
-  w.rows_projected = int64_t(c.rows_projected);
-  w.head_bytes_read = int64_t(c.head_bytes_read);
-  w.logits_bytes_written = int64_t(c.logits_bytes_written);
-  w.walk_rows = int64_t(c.walk_rows);
-  w.head_calls = int64_t(c.head_calls);
-  w.last_path = HeadPath(c.last_path);
-  return w;
+  return head_work_of(c);
 }
 
 }  // namespace nextn::cuda

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/dense_upload.h"
 #include "backend/cuda/kernels.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -59,27 +60,7 @@ DevMatrix CudaQwen35::upload_matrix(const std::vector<WeightRef>& parts, const c
     const size_t esz = m.kind == WKind::F32 ? 4 : 2;
     auto* dst = mem_.alloc<uint8_t>(size_t(m.rows) * m.cols * esz, what);
     m.w = dst;
-    std::vector<uint8_t> host;
-    for (const auto& p : parts) {
-      const size_t n = size_t(p.rows) * size_t(p.cols);
-      const DType dt = p.weight->dtype;
-      if ((dt == DType::BF16 && esz == 2) || (dt == DType::F32 && esz == 4)) {
-        CUDA_CHECK(cudaMemcpy(dst, p.weight->data, n * esz, cudaMemcpyHostToDevice));
-      } else {
-        host.resize(n * esz);
-        for (size_t i = 0; i < n; ++i) {
-          const float f = load_float(dt, p.weight->data, i);
-          if (esz == 4) {
-            std::memcpy(&host[i * 4], &f, 4);
-          } else {
-            const uint16_t b = f32_to_bf16(f);
-            std::memcpy(&host[i * 2], &b, 2);
-          }
-        }
-        CUDA_CHECK(cudaMemcpy(dst, host.data(), n * esz, cudaMemcpyHostToDevice));
-      }
-      dst += n * esz;
-    }
+    upload_dense_parts(parts, esz, dst);
     return m;
   }
   const int per_word = 32 / w0.quant.bits;

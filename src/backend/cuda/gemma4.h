@@ -1,0 +1,24 @@
+// Gemma 4 (dense text model) on the CUDA backend (docs/gemma4.md, "CUDA"):
+// the forward of backend/cpu/gemma4.cpp with every op on the device, plain
+// stream launches (no graphs). The runtime also implements Gemma4Target, so
+// the CPU assistant drafter runs against it (it copies the rows it reads
+// back to the host).
+//
+// Modes, read from NEXTN_CUDA_ACT when the runtime is made, as for Qwen3.5:
+// fp32 (weights and activations fp32, matmuls on CUDA cores: the parity mode
+// the tests compare with transformers) or bf16 (the default: bf16 weights
+// and matmul operands on tensor cores, fp32 residual, KV cache and sums).
+#pragma once
+#include <memory>
+
+#include "model/runtime.h"
+
+namespace nextn {
+class Gemma4Checkpoint;
+
+// Throws Error (one line): no usable device, an assistant checkpoint, a
+// capacity outside [1, max_position_embeddings], a shape the kernels cannot
+// take, or too little device memory.
+std::unique_ptr<ModelRuntime> make_cuda_gemma4_runtime(const Gemma4Checkpoint& ckpt, int max_tokens);
+
+}  // namespace nextn

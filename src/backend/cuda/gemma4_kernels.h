@@ -1,0 +1,59 @@
+// Host-callable launchers for the kernels only Gemma 4 needs (gemma4_kernels.cu);
+// the runtime (gemma4.cpp) uses them beside the shared ones of kernels.h
+// (matmuls, rmsnorm, embedding, argmax and walk steps).
+//
+// Conventions as kernels.h: device pointers, launches on the given stream,
+// nothing synchronizes. Positions are passed by value: the Gemma runtime
+// launches on a stream without capturing graphs. Every kernel computes a row
+// (a token) from that row's inputs alone, in a fixed order: a T-row launch
+// gives each row the bits a one-row launch would.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/kernels.h"
+
+namespace nextn::cuda {
+
+// One attention layer's shapes. head_dim <= kGemma4MaxHeadDim (a full layer
+// can have global_head_dim 512).
+constexpr int kGemma4MaxHeadDim = 512;
+struct Gemma4AttnShape {
+  int Hq, Hkv, hd;
+  float eps;
+  bool k_eq_v;  // no v_proj: the values are the raw k projection
+};
+
+// Per token t (position pos + t) of proj fp32 [T][ld] = q (Hq*hd) | k (Hkv*hd)
+// | v (Hkv*hd, absent with k_eq_v):
+//   q[t][h]                  = rope(rmsnorm(q_h) * q_norm)   -> q fp32 [T][Hq*hd]
+//   kcache[(pos+t) % slots]  = rope(rmsnorm(k_h) * k_norm)   fp32 [slots][Hkv*hd]
+//   vcache[(pos+t) % slots]  = rmsnorm(v_h) (no weight)      fp32 [slots][Hkv*hd]
+// RoPE rotates the pairs (i, i + hd/2) by angle inv_freq[i] * position;
+// inv_freq [hd/2] holds 0 for the pairs a proportional layer leaves alone.
+void gemma4_attn_prepare(const Gemma4AttnShape& a, const float* proj, int ld, int T, const float* q_norm,
+                         const float* k_norm, const float* inv_freq, int pos, int slots, float* q, float* kcache,
+                         float* vcache, cudaStream_t s);
+
+// Query t (position p = pos + t) attends, with scale 1.0, to the keys of
+// positions max(0, p - window + 1) .. p held in the ring caches (position j
+// at slot j % slots); query head h reads KV head h / (Hq / Hkv). Output
+// [T][Hq*hd] of type `act`. Keys are visited in position order in tiles of
+// 32 (online softmax), the same for every T.
+void gemma4_attention(const Gemma4AttnShape& a, const float* q, const float* kcache, const float* vcache, int slots,
+                      int T, int pos, int window, void* out, Act act, cudaStream_t s);
+
+// out[t][i] = gelu_tanh(gu[t][i]) * gu[t][I + i], to type `act` ([T][ldo]).
+void gemma4_geglu(const float* gu, int ld, int I, int T, void* out, Act act, int ldo, cudaStream_t s);
+
+// The sandwich norm into the residual: x[t] = (x[t] + rmsnorm(y[t]) * gamma) * scale,
+// y fp32 [T][ldy], x fp32 [T][ldx], rows of n.
+void gemma4_norm_residual(const float* y, int ldy, const float* gamma, float eps, int T, int n, float scale, float* x,
+                          int ldx, cudaStream_t s);
+
+// x[i] *= scale for i < n (the embedding scale).
+void scale_floats(float* x, int64_t n, float scale, cudaStream_t s);
+
+// x[i] = tanh(x[i] / cap) * cap for i < n (the final logit softcap).
+void softcap_floats(float* x, int64_t n, float cap, cudaStream_t s);
+
+}  // namespace nextn::cuda

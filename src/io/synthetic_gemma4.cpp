@@ -1,0 +1,168 @@
+#include "io/synthetic_gemma4.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "io/synthetic_specs.h"
+
+namespace nextn {
+
+namespace {
+
+constexpr float kProjStd = 0.02f;
+
+bool is_full(const Gemma4SyntheticPreset& p, int i) { return i + 1 == p.layers || (i + 1) % p.full_every == 0; }
+
+// Every tensor, by stored name (sorted).
+std::vector<Spec> gemma4_specs(const Gemma4SyntheticPreset& p) {
+  std::vector<Spec> v;
+  const std::string pre = p.assistant ? "model." : "model.language_model.";
+  const int64_t H = p.hidden;
+  const float a = kProjStd * std::sqrt(3.0f);  // uniform in ±a has std kProjStd
+  auto matrix = [&](const std::string& mod, int64_t rows, int64_t cols) {
+    v.push_back({mod + ".weight", DType::BF16, {rows, cols}, Fill::Uniform, -a, a, mod + ".weight"});
+  };
+  auto norm = [&](const std::string& mod, int64_t n) {  // plain RMSNorm weights, near 1
+    v.push_back({mod + ".weight", DType::BF16, {n}, Fill::Uniform, 0.9f, 1.1f, mod + ".weight"});
+  };
+  matrix(pre + "embed_tokens", p.vocab, H);
+  norm(pre + "norm", H);
+  for (int i = 0; i < p.layers; ++i) {
+    const std::string l = pre + "layers." + std::to_string(i) + ".";
+    const bool full = is_full(p, i);
+    const int64_t hd = full ? p.global_head_dim : p.head_dim, kv = full ? p.global_kv_heads : p.kv_heads;
+    for (const char* n : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                          "post_feedforward_layernorm"})
+      norm(l + n, H);
+    v.push_back({l + "layer_scalar", DType::BF16, {1}, Fill::Uniform, 1.0f, 1.0f, l + "layer_scalar"});
+    matrix(l + "self_attn.q_proj", p.heads * hd, H);
+    norm(l + "self_attn.q_norm", hd);
+    matrix(l + "self_attn.o_proj", H, p.heads * hd);
+    if (!p.assistant) {  // an assistant reads the target's K/V
+      matrix(l + "self_attn.k_proj", kv * hd, H);
+      norm(l + "self_attn.k_norm", hd);
+      if (!full) matrix(l + "self_attn.v_proj", kv * hd, H);  // full layers: K = V
+    }
+    matrix(l + "mlp.gate_proj", p.intermediate, H);
+    matrix(l + "mlp.up_proj", p.intermediate, H);
+    matrix(l + "mlp.down_proj", H, p.intermediate);
+  }
+  if (p.assistant) {
+    matrix("pre_projection", H, 2 * int64_t(p.backbone_hidden));
+    matrix("post_projection", p.backbone_hidden, H);
+    if (p.centroids > 0) {
+      matrix("masked_embedding.centroids", p.centroids, H);
+      v.push_back({"masked_embedding.token_ordering", DType::I64, {p.vocab}, Fill::Permutation, 0, 0,
+                   "masked_embedding.token_ordering"});
+    }
+  }
+  std::sort(v.begin(), v.end(), [](const Spec& x, const Spec& y) { return x.name < y.name; });
+  return v;
+}
+
+}  // namespace
+
+std::optional<Gemma4SyntheticPreset> gemma4_synthetic_preset(const std::string& name) {
+  // Gemma 4 31B (text_config of its config.json): 60 layers, 5 sliding (head_dim 256, 16 KV heads,
+  // window 1024) : 1 full (global_head_dim 512, 4 KV heads, K = V), softcap 30, 256K positions.
+  Gemma4SyntheticPreset p;
+  p.name = name;
+  p.hidden = 5376;
+  p.vocab = 262144;
+  p.heads = 32;
+  p.head_dim = 256;
+  p.kv_heads = 16;
+  p.global_head_dim = 512;
+  p.global_kv_heads = 4;
+  p.sliding_window = 1024;
+  p.softcap = 30.0f;
+  p.max_positions = 262144;
+  if (name == "gemma4-31b") {
+    p.layers = 60;
+    p.intermediate = 21504;
+    return p;
+  }
+  if (name == "gemma4-31b-assistant") {
+    // Its assistant: 4 layers of hidden 1024 reading the target's K/V (so the
+    // target's head shapes), backbone 5376, the 2048-centroid head (top 32).
+    // The attention heads (32) and MLP width (4096) are this generator's
+    // assumption, not read from a published config.
+    p.assistant = true;
+    p.hidden = 1024;
+    p.layers = 4;
+    p.intermediate = 4096;
+    p.backbone_hidden = 5376;
+    p.centroids = 2048;
+    p.centroid_top_k = 32;
+    p.softcap = 0.0f;
+    return p;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> gemma4_synthetic_preset_names() { return {"gemma4-31b", "gemma4-31b-assistant"}; }
+
+std::string gemma4_synthetic_config_json(const Gemma4SyntheticPreset& p) {
+  using J = nlohmann::ordered_json;
+  J layer_types = J::array();
+  for (int i = 0; i < p.layers; ++i) layer_types.push_back(is_full(p, i) ? "full_attention" : "sliding_attention");
+  J text = {
+      {"model_type", "gemma4_text"},
+      {"hidden_size", p.hidden},
+      {"num_hidden_layers", p.layers},
+      {"intermediate_size", p.intermediate},
+      {"vocab_size", p.vocab},
+      {"num_attention_heads", p.heads},
+      {"num_key_value_heads", p.kv_heads},
+      {"head_dim", p.head_dim},
+      {"global_head_dim", p.global_head_dim},
+      {"num_global_key_value_heads", p.global_kv_heads},
+      {"attention_k_eq_v", true},
+      {"sliding_window", p.sliding_window},
+      {"layer_types", layer_types},
+      {"rope_parameters",
+       {{"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}},
+        {"full_attention", {{"rope_type", "proportional"}, {"rope_theta", 1000000.0}, {"partial_rotary_factor", 0.25}}}}},
+      {"final_logit_softcapping", p.softcap > 0 ? J(p.softcap) : J(nullptr)},
+      {"hidden_activation", "gelu_pytorch_tanh"},
+      {"rms_norm_eps", 1e-6},
+      {"attention_bias", false},
+      {"enable_moe_block", false},
+      {"hidden_size_per_layer_input", 0},
+      {"num_kv_shared_layers", p.assistant ? p.layers : 0},
+      {"max_position_embeddings", p.max_positions},
+      {"tie_word_embeddings", true},
+      {"eos_token_id", 1},
+      {"dtype", "bfloat16"},
+  };
+  const J note = {{"preset", p.name}, {"quant", "bf16"}, {"note", "random weights at the real shapes"}};
+  if (p.assistant) {
+    J cfg = {{"architectures", {"Gemma4AssistantForCausalLM"}},
+             {"model_type", "gemma4_assistant"},
+             {"backbone_hidden_size", p.backbone_hidden},
+             {"use_ordered_embeddings", p.centroids > 0},
+             {"num_centroids", p.centroids > 0 ? p.centroids : 2048},
+             {"centroid_intermediate_top_k", p.centroid_top_k > 0 ? p.centroid_top_k : 32},
+             {"tie_word_embeddings", true},
+             {"text_config", text},
+             {"nextn_synthetic", note}};
+    return cfg.dump(2) + "\n";
+  }
+  J cfg = {{"architectures", {"Gemma4ForConditionalGeneration"}},
+           {"model_type", "gemma4"},
+           {"tie_word_embeddings", true},
+           {"text_config", text},
+           {"nextn_synthetic", note}};
+  return cfg.dump(2) + "\n";
+}
+
+MakeCheckpointReport make_gemma4_checkpoint(const Gemma4SyntheticPreset& p, const MakeCheckpointOptions& o,
+                                            const std::string& out_dir) {
+  if (o.quant != "bf16") fail("make-checkpoint: --quant '{}': the Gemma 4 presets are bf16 only", o.quant);
+  return write_synthetic(gemma4_specs(p), gemma4_synthetic_config_json(p), "pt", o, out_dir);
+}
+
+}  // namespace nextn

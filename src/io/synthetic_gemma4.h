@@ -1,0 +1,42 @@
+// `nextn make-checkpoint --preset gemma4-31b | gemma4-31b-assistant`:
+// random-weight Gemma 4 checkpoints at the 31B's real shapes, and its
+// assistant's, for timing (docs/gemma4.md). bf16, Hugging Face layout: the
+// target as `gemma4` (Gemma4ForConditionalGeneration, tensors under
+// model.language_model.*, tied head), the assistant as `gemma4_assistant`
+// (model.*, pre/post_projection, the centroid-masked head). Values as the
+// Qwen3.5 generator draws them (io/synthetic.h): a function of the seed,
+// the tensor name and the element index only.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/synthetic.h"
+
+namespace nextn {
+
+struct Gemma4SyntheticPreset {
+  std::string name;
+  bool assistant = false;
+  int hidden = 0, layers = 0, intermediate = 0, heads = 0, vocab = 0;
+  int head_dim = 0, kv_heads = 0;                // sliding layers
+  int global_head_dim = 0, global_kv_heads = 0;  // full layers (K = V: no v_proj)
+  int sliding_window = 0;
+  int full_every = 6;          // layer i is full when (i + 1) % full_every == 0; the last layer always is
+  float softcap = 0.0f;        // final_logit_softcapping (0: none)
+  int max_positions = 0;
+  int backbone_hidden = 0;     // assistant: the target's hidden size
+  int centroids = 0, centroid_top_k = 0;  // assistant: ordered-embedding head (0: plain tied head)
+};
+
+// gemma4-31b, gemma4-31b-assistant; nullopt for others.
+std::optional<Gemma4SyntheticPreset> gemma4_synthetic_preset(const std::string& name);
+std::vector<std::string> gemma4_synthetic_preset_names();
+
+std::string gemma4_synthetic_config_json(const Gemma4SyntheticPreset& p);
+
+// Writes the checkpoint (bf16 only: o.quant must be "bf16"). Throws Error.
+MakeCheckpointReport make_gemma4_checkpoint(const Gemma4SyntheticPreset& p, const MakeCheckpointOptions& o,
+                                            const std::string& out_dir);
+
+}  // namespace nextn

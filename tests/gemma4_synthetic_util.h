@@ -1,0 +1,49 @@
+// Small Gemma 4 target + assistant pairs from the 31B presets' generator
+// (io/synthetic_gemma4.h) with every width shrunk, for tests: any head dims,
+// written in a few milliseconds.
+#pragma once
+#include <string>
+
+#include "io/synthetic_gemma4.h"
+
+namespace nextn::test {
+
+struct Gemma4Shape {
+  int hidden = 64, assistant_hidden = 32, layers = 7, intermediate = 96, heads = 4;
+  int head_dim = 16, kv_heads = 2, global_head_dim = 32, global_kv_heads = 1;
+  int sliding_window = 6, vocab = 512;
+};
+
+// The gemma4-31b (or -assistant) preset with `s`'s widths.
+inline Gemma4SyntheticPreset shrunk_gemma4_preset(const Gemma4Shape& s, bool assistant) {
+  Gemma4SyntheticPreset p = *gemma4_synthetic_preset(assistant ? "gemma4-31b-assistant" : "gemma4-31b");
+  p.name = assistant ? "shrunk-assistant" : "shrunk";
+  p.hidden = assistant ? s.assistant_hidden : s.hidden;
+  p.layers = assistant ? 4 : s.layers;  // target: every sixth layer and the last are full
+  p.intermediate = assistant ? s.intermediate / 2 : s.intermediate;
+  p.heads = s.heads;
+  p.head_dim = s.head_dim;
+  p.kv_heads = s.kv_heads;
+  p.global_head_dim = s.global_head_dim;
+  p.global_kv_heads = s.global_kv_heads;
+  p.sliding_window = s.sliding_window;
+  p.vocab = s.vocab;
+  p.max_positions = 256;
+  if (assistant) {
+    p.backbone_hidden = s.hidden;
+    p.centroids = 16;
+    p.centroid_top_k = 4;
+  }
+  return p;
+}
+
+// Writes the pair under dir/target and dir/assistant (bf16, seed 3).
+inline void write_shrunk_gemma4_pair(const Gemma4Shape& s, const std::string& dir) {
+  MakeCheckpointOptions o;
+  o.quant = "bf16";
+  o.seed = 3;
+  make_gemma4_checkpoint(shrunk_gemma4_preset(s, false), o, dir + "/target");
+  make_gemma4_checkpoint(shrunk_gemma4_preset(s, true), o, dir + "/assistant");
+}
+
+}  // namespace nextn::test

@@ -1,0 +1,458 @@
+// The CUDA Gemma 4 runtime (backend/cuda/gemma4.h) on the transformers
+// fixtures (tests/fixtures/gemma4):
+//  - fp32 mode (NEXTN_CUDA_ACT=fp32): teacher-forced logits within 1e-4 of
+//    the largest reference logit, greedy tokens equal to transformers' (also
+//    on a run that wraps the sliding rings);
+//  - both modes (bf16 only where every matrix width is a multiple of 32, the
+//    tensor-core kernel's rule): verify rows bit-identical to one-row decode,
+//    rollback exact, the verify arms agree and count their work, and
+//    speculative output identical to plain greedy on CUDA for K = 2..16 x
+//    every verify arm, with an oracle drafter and with the CPU assistant
+//    reading the CUDA target (Gemma4Target);
+//  - the Gemma4Target view (last hidden row, scaled embedding, cached K/V)
+//    close to the CPU runtime's in the fp32 mode, round after round.
+// Skipped without a GPU (the device suite runs them: scripts/device/run.sh).
+#include <gtest/gtest.h>
+
+#ifdef NEXTN_HAVE_CUDA
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/gemma4.h"
+#include "backend/cuda/gemma4.h"
+#include "core/error.h"
+#include "cli_util.h"
+#include "gemma4_fixture_util.h"
+#include "gemma4_synthetic_util.h"
+#include "io/gemma4_checkpoint.h"
+#include "model/gemma4_target.h"
+#include "speculative/gemma4_drafter.h"
+#include "speculative/generate.h"
+#include "speculative/verify.h"
+#include "test_cuda_util.h"
+
+namespace nextn {
+namespace {
+
+using test::Gemma4Reference;
+using test::load_gemma4_reference;
+using test::relative_row_error;
+
+struct Mode {
+  bool fp32;
+  const char* name() const { return fp32 ? "fp32" : "bf16"; }
+};
+
+// NEXTN_CUDA_ACT is read when a runtime is made.
+std::unique_ptr<ModelRuntime> make_rt(const Gemma4Checkpoint& ck, int cap, Mode mode) {
+  setenv("NEXTN_CUDA_ACT", mode.fp32 ? "fp32" : "bf16", 1);
+  std::unique_ptr<ModelRuntime> rt;
+  try {
+    rt = make_cuda_gemma4_runtime(ck, cap);
+  } catch (...) {
+    unsetenv("NEXTN_CUDA_ACT");
+    throw;
+  }
+  unsetenv("NEXTN_CUDA_ACT");
+  return rt;
+}
+
+// The bf16 mode's tensor-core matmul takes widths that are multiples of 32.
+bool bf16_fits(const Gemma4TextConfig& c) {
+  bool ok = c.hidden_size % 32 == 0 && c.intermediate_size % 32 == 0;
+  for (const auto& s : c.layers) ok = ok && (c.num_attention_heads * s.head_dim) % 32 == 0;
+  return ok;
+}
+
+std::vector<Mode> modes_for(const Gemma4TextConfig& c) {
+  std::vector<Mode> m{Mode{true}};
+  if (bf16_fits(c)) m.push_back(Mode{false});
+  return m;
+}
+
+class CudaGemma4 : public ::testing::TestWithParam<std::string> {};
+class CudaGemma4Spec : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaGemma4, TeacherForcedLogitsMatchTransformersFp32) {
+  NEXTN_REQUIRE_GPU();
+  const Gemma4Reference ref = load_gemma4_reference(GetParam());
+  const auto ck = Gemma4Checkpoint::open(ref.target());
+  auto rt = make_rt(ck, int(ref.sequence.size()) + 4, Mode{true});
+  EXPECT_STREQ(rt->backend_name(), "cuda");
+  rt->target_forward(ref.sequence);
+  std::vector<float> logits(size_t(ref.vocab));
+  double worst = 0;
+  for (size_t p = 0; p < ref.sequence.size(); ++p) {
+    rt->head_logits(int(p), logits.data());
+    const double e = relative_row_error(logits.data(), &ref.logits[p * ref.vocab], ref.vocab);
+    worst = std::max(worst, e);
+    EXPECT_LE(e, 1e-4) << "position " << p;
+  }
+  std::printf("[cuda fp32] gemma4 %s: teacher-forced logits, worst row error %.3g\n",
+              test::gemma4_case_name(GetParam()).c_str(), worst);
+}
+
+TEST_P(CudaGemma4, GreedyTokensMatchTransformersFp32) {
+  NEXTN_REQUIRE_GPU();
+  const Gemma4Reference ref = load_gemma4_reference(GetParam());
+  const auto ck = Gemma4Checkpoint::open(ref.target());
+  auto rt = make_rt(ck, int(ref.sequence.size()) + 4, Mode{true});
+  EXPECT_EQ(test::decode_greedy(*rt, ref.prompt, int(ref.greedy.size())), ref.greedy);
+}
+
+TEST_P(CudaGemma4, LongGreedyRunWrapsTheSlidingRingsFp32) {
+  NEXTN_REQUIRE_GPU();
+  const Gemma4Reference ref = load_gemma4_reference(GetParam());
+  const auto ck = Gemma4Checkpoint::open(ref.target());
+  const int n = int(ref.long_greedy.size());
+  ASSERT_GT(int(ref.prompt.size()) + n, ck.config().sliding_window + 65 + 8) << "the run must wrap the rings";
+  auto rt = make_rt(ck, int(ref.prompt.size()) + n + 1, Mode{true});
+  EXPECT_EQ(test::decode_greedy(*rt, ref.prompt, n), ref.long_greedy);
+  // The last rows' logits, as the CPU test checks them.
+  const int tail = int(ref.long_rows);
+  auto rt2 = make_rt(ck, int(ref.prompt.size()) + n + 1, Mode{true});
+  const std::vector<int32_t> got = test::decode_greedy(*rt2, ref.prompt, n - tail);
+  std::vector<int32_t> feed{got.back()};
+  feed.insert(feed.end(), ref.long_greedy.end() - tail, ref.long_greedy.end() - 1);
+  std::vector<float> logits(size_t(ref.vocab));
+  for (int r = 0; r < tail; ++r) {
+    rt2->target_forward(std::span<const int32_t>(&feed[size_t(r)], 1));
+    rt2->head_logits(0, logits.data());
+    EXPECT_LE(relative_row_error(logits.data(), &ref.long_logits[size_t(r) * ref.vocab], ref.vocab), 1e-4)
+        << "row " << r;
+  }
+}
+
+TEST_P(CudaGemma4, VerifyRowsEqualSingleStepDecodeBitForBit) {
+  NEXTN_REQUIRE_GPU();
+  const Gemma4Reference ref = load_gemma4_reference(GetParam());
+  const auto ck = Gemma4Checkpoint::open(ref.target());
+  const int V = ck.config().vocab_size, K = 12;  // wider than the sliding windows
+  const size_t n = ref.prompt.size();
+  for (Mode mode : modes_for(ck.config())) {
+    SCOPED_TRACE(mode.name());
+    auto wide = make_rt(ck, int(ref.sequence.size()) + 4, mode);
+    auto step = make_rt(ck, int(ref.sequence.size()) + 4, mode);
+    wide->target_forward(ref.prompt);
+    step->target_forward(ref.prompt);
+    wide->target_forward(std::span<const int32_t>(ref.sequence.data() + n, K));
+    std::vector<float> a(static_cast<size_t>(V)), b(static_cast<size_t>(V));
+    for (int j = 0; j < K; ++j) {
+      step->target_forward(std::span<const int32_t>(ref.sequence.data() + n + j, 1));
+      wide->head_logits(j, a.data());
+      step->head_logits(0, b.data());
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "row " << j;
+    }
+  }
+}
+
+TEST_P(CudaGemma4, RollbackRestoresTheExactState) {
+  NEXTN_REQUIRE_GPU();
+  const Gemma4Reference ref = load_gemma4_reference(GetParam());
+  const auto ck = Gemma4Checkpoint::open(ref.target());
+  const int V = ck.config().vocab_size;
+  const size_t n = ref.prompt.size();
+  for (Mode mode : modes_for(ck.config())) {
+    SCOPED_TRACE(mode.name());
+    auto a = make_rt(ck, int(ref.sequence.size()) + 16, mode);
+    auto b = make_rt(ck, int(ref.sequence.size()) + 16, mode);
+    a->target_forward(ref.prompt);
+    b->target_forward(ref.prompt);
+    // Junk longer than the sliding window: its keys must not leak after the rollback.
+    const std::vector<int32_t> junk = {ref.sequence[n], ref.sequence[n + 1], 7, 11, 13, 17, 19, 23, 29, 31, 37};
+    a->target_forward(junk);
+    a->target_rollback(5);
+    a->target_rollback(2);
+    EXPECT_THROW(a->target_rollback(3), Error);
+    b->target_forward(std::span<const int32_t>(ref.sequence.data() + n, 2));
+    ASSERT_EQ(a->target_length(), b->target_length());
+    a->target_forward(std::span<const int32_t>(ref.sequence.data() + n + 2, 3));
+    b->target_forward(std::span<const int32_t>(ref.sequence.data() + n + 2, 3));
+    std::vector<float> la(static_cast<size_t>(V)), lb(static_cast<size_t>(V));
+    for (int j = 0; j < 3; ++j) {
+      a->head_logits(j, la.data());
+      b->head_logits(j, lb.data());
+      ASSERT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(float))) << "row " << j;
+    }
+    // reset() gives a fresh runtime's results.
+    a->reset();
+    EXPECT_EQ(a->target_length(), 0);
+    EXPECT_EQ(a->head_work().head_calls, 0);
+    a->target_forward(ref.prompt);
+    auto c = make_rt(ck, int(ref.sequence.size()) + 16, mode);
+    c->target_forward(ref.prompt);
+    a->head_logits(int(n) - 1, la.data());
+    c->head_logits(int(n) - 1, lb.data());
+    ASSERT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(float))) << "after reset";
+  }
+}
+
+// Every arm gives the argmax of head_logits' rows (the softcap is monotone,
+// so where no two capped logits tie the raw argmax is the capped one), and
+// the counters say which path ran and how much it projected.
+TEST_P(CudaGemma4, HeadArmsAgreeAndCountTheirWork) {
+  NEXTN_REQUIRE_GPU();
+  const Gemma4Reference ref = load_gemma4_reference(GetParam());
+  const auto ck = Gemma4Checkpoint::open(ref.target());
+  const int V = ck.config().vocab_size;
+  for (Mode mode : modes_for(ck.config())) {
+    SCOPED_TRACE(mode.name());
+    auto rt = make_rt(ck, int(ref.sequence.size()) + 4, mode);
+    EXPECT_EQ(rt->info().mtp_layers, 0);
+    EXPECT_EQ(rt->mtp_length(), 0);
+    EXPECT_THROW(rt->mtp_step(1), Error);
+    rt->target_forward(ref.sequence);
+    const int L = int(ref.sequence.size());
+    const int first = L - 8, count = 8;
+    std::vector<int32_t> batched(count), padded(count), fused(count);
+    rt->head_argmax(first, count, count, batched.data());
+    HeadWork w = rt->head_work();
+    EXPECT_EQ(w.rows_projected, count);
+    EXPECT_EQ(w.head_calls, 1);
+    EXPECT_EQ(w.last_path, HeadPath::Batched);
+    EXPECT_EQ(w.logits_bytes_written, int64_t(count) * V * 4);
+    rt->head_argmax(first, count, count + 4, padded.data());
+    w = rt->head_work();
+    EXPECT_EQ(w.rows_projected, 2 * count + 4);
+    EXPECT_EQ(w.last_path, HeadPath::Padded);
+    rt->head_argmax_fused(first, count, fused.data());
+    w = rt->head_work();
+    EXPECT_EQ(w.rows_projected, 3 * count + 4);
+    EXPECT_EQ(w.head_calls, 3);
+    EXPECT_EQ(w.last_path, HeadPath::Fused);
+    EXPECT_EQ(batched, padded);
+    EXPECT_EQ(batched, fused);
+    std::vector<float> logits(static_cast<size_t>(V));
+    for (int j = 0; j < count; ++j) {
+      rt->head_logits(first + j, logits.data());
+      const int32_t best = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      if (std::count(logits.begin(), logits.end(), logits[size_t(best)]) == 1) {
+        EXPECT_EQ(batched[size_t(j)], best);
+      }
+    }
+    EXPECT_EQ(rt->head_work().head_calls, 3) << "head_logits is not verify work";
+
+    // The walk from row 0 of a forward: drafts right for 3 rows, then wrong.
+    auto walk_rt = make_rt(ck, int(ref.sequence.size()) + 4, mode);
+    walk_rt->target_forward(std::span<const int32_t>(ref.sequence.data(), 4));
+    walk_rt->target_forward(std::span<const int32_t>(ref.sequence.data() + 4, 6));
+    std::vector<int32_t> all(6), drafts(5), out(6);
+    walk_rt->head_argmax(0, 6, 6, all.data());
+    const HeadWork before = walk_rt->head_work();
+    std::copy(all.begin(), all.begin() + 5, drafts.begin());
+    drafts[3] = (all[3] + 1) % V;
+    const int taken = walk_rt->head_walk(drafts, out.data());
+    EXPECT_EQ(taken, 4);
+    EXPECT_EQ(std::vector<int32_t>(out.begin(), out.begin() + 4), std::vector<int32_t>(all.begin(), all.begin() + 4));
+    const HeadWork after = walk_rt->head_work();
+    EXPECT_EQ(after.walk_rows - before.walk_rows, 4);
+    EXPECT_EQ(after.rows_projected - before.rows_projected, 4);
+    EXPECT_EQ(after.head_calls - before.head_calls, 1);
+    EXPECT_EQ(after.last_path, HeadPath::WalkFlag);
+  }
+}
+
+// What the assistant reads from the target: the same values (within 1e-4 of
+// the largest element; a stale or misplaced row is off by O(1)) as the CPU
+// runtime's, after each of many verify-like rounds
+// (forward 6, keep 4) that wrap the sliding rings: the host copy of the
+// caches follows forwards and rollbacks.
+TEST_P(CudaGemma4, TargetViewMatchesTheCpuRuntimeFp32) {
+  NEXTN_REQUIRE_GPU();
+  const Gemma4Reference ref = load_gemma4_reference(GetParam());
+  const auto ck = Gemma4Checkpoint::open(ref.target());
+  const Gemma4TextConfig& c = ck.config();
+  const int rounds = 20, cap = int(ref.prompt.size()) + 4 * rounds + 8;
+  ASSERT_GT(cap, c.sliding_window + 65 + 8) << "the rounds must wrap the rings";
+  auto gpu = make_rt(ck, cap, Mode{true});
+  auto cpu = make_cpu_gemma4_runtime(ck, cap, CpuRuntimeOptions{.threads = 2});
+  const auto* g = dynamic_cast<const Gemma4Target*>(gpu.get());
+  const auto* h = dynamic_cast<const Gemma4Target*>(cpu.get());
+  ASSERT_NE(g, nullptr);
+  ASSERT_NE(h, nullptr);
+  gpu->target_forward(ref.prompt);
+  cpu->target_forward(ref.prompt);
+  const int H = c.hidden_size;
+  std::vector<float> a(static_cast<size_t>(H)), b(static_cast<size_t>(H));
+  for (int r = 0; r < rounds; ++r) {
+    SCOPED_TRACE("round " + std::to_string(r));
+    std::vector<int32_t> block(6);
+    for (size_t j = 0; j < block.size(); ++j) block[j] = ref.sequence[(size_t(r) * 4 + j) % ref.sequence.size()];
+    for (ModelRuntime* rt : {gpu.get(), cpu.get()}) {
+      rt->target_forward(block);
+      rt->target_rollback(4);
+    }
+    g->last_hidden(a.data());
+    h->last_hidden(b.data());
+    EXPECT_LE(relative_row_error(a.data(), b.data(), H), 1e-4) << "last_hidden";
+    const int length = gpu->target_length();
+    ASSERT_EQ(length, cpu->target_length());
+    for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
+      const auto& s = c.layers[size_t(layer)];
+      const int n = s.kv_heads * s.head_dim;
+      const int first = s.sliding ? std::max(0, length - c.sliding_window - 1) : 0;
+      for (int pos = first; pos < length; ++pos) {
+        // Copied out at once: a later call may reuse the runtime's buffers.
+        const std::vector<float> gk(g->cached_key(layer, pos), g->cached_key(layer, pos) + n);
+        const std::vector<float> gv(g->cached_value(layer, pos), g->cached_value(layer, pos) + n);
+        ASSERT_LE(relative_row_error(gk.data(), h->cached_key(layer, pos), n), 1e-4) << "key " << layer << " " << pos;
+        ASSERT_LE(relative_row_error(gv.data(), h->cached_value(layer, pos), n), 1e-4)
+            << "value " << layer << " " << pos;
+      }
+    }
+    EXPECT_THROW((void)g->cached_key(0, length), Error);
+  }
+  g->scaled_embedding(ref.sequence[1], a.data());
+  h->scaled_embedding(ref.sequence[1], b.data());
+  EXPECT_EQ(a, b) << "scaled_embedding";
+}
+
+// Speculative == greedy on CUDA for K = 2..16 x every verify arm, in every
+// mode the fixture's shapes allow; the drafts come from the CPU assistant
+// reading the CUDA target, or from an oracle.
+void check_speculative_equals_greedy(const std::string& dir, bool assistant) {
+  const Gemma4Reference ref = load_gemma4_reference(dir);
+  const auto ck = Gemma4Checkpoint::open(ref.target());
+  const int n = int(ref.long_greedy.size());  // long enough to wrap the sliding rings
+  for (Mode mode : modes_for(ck.config())) {
+    const RuntimeFactory factory = [&](int cap) { return make_rt(ck, cap, mode); };
+    GenerateOptions g;
+    g.max_new_tokens = n;
+    g.ignore_eos = true;
+    const std::vector<int32_t> truth = generate_fresh(factory, ref.prompt, g).tokens;
+    if (mode.fp32) {
+      ASSERT_EQ(truth, ref.long_greedy);
+    }
+    int64_t accepted = 0, drafted = 0;
+    int runs = 0;
+    for (int K = 2; K <= 16; ++K) {
+      for (VerifyArm arm : {VerifyArm::Batched, VerifyArm::Walk, VerifyArm::Pad, VerifyArm::Fused}) {
+        GenerateOptions o = g;
+        o.block_size = K;
+        o.verify = arm;
+        if (arm == VerifyArm::Pad) o.pad_width = resolve_pad_width(K, 0);
+        GenerateResult r;
+        if (assistant) {
+          r = generate_with_assistant(factory, ref.assistant(), ref.prompt, o, 2);
+          EXPECT_EQ(r.stats.draft, "assistant");
+        } else {
+          o.draft = DraftKind::Oracle;
+          o.oracle.accept_rate = 0.7;
+          o.oracle.seed = uint64_t(K * 131 + int(arm));
+          r = generate_fresh(factory, ref.prompt, o);
+        }
+        ASSERT_EQ(r.tokens, truth) << mode.name() << " K=" << K << " arm " << verify_arm_name(arm);
+        const auto v = counter_violations(r.stats.counters);
+        EXPECT_TRUE(v.empty()) << (v.empty() ? "" : v.front()) << " K=" << K << " arm " << verify_arm_name(arm);
+        accepted += r.stats.counters.accepted;
+        drafted += r.stats.counters.drafted;
+        ++runs;
+      }
+    }
+    // Random fixture assistants are rarely accepted; the oracle accepts about 70%.
+    EXPECT_GT(assistant ? drafted : accepted, 0) << mode.name();
+    std::printf("[cuda %s] gemma4 %s: %d %s speculative runs equal greedy, %lld drafts accepted\n", mode.name(),
+                test::gemma4_case_name(dir).c_str(), runs, assistant ? "assistant" : "oracle",
+                static_cast<long long>(accepted));
+  }
+}
+
+TEST_P(CudaGemma4Spec, OracleSpeculativeEqualsGreedy) {
+  NEXTN_REQUIRE_GPU();
+  check_speculative_equals_greedy(GetParam(), false);
+}
+
+TEST_P(CudaGemma4Spec, AssistantSpeculativeEqualsGreedy) {
+  NEXTN_REQUIRE_GPU();
+  check_speculative_equals_greedy(GetParam(), true);
+}
+
+TEST(CudaGemma4Errors, RefusesAnAssistantCheckpointAndABadCapacity) {
+  NEXTN_REQUIRE_GPU();
+  const auto dirs = test::gemma4_fixture_dirs();
+  ASSERT_FALSE(dirs.empty());
+  const Gemma4Reference ref = load_gemma4_reference(dirs.front());
+  const auto ck = Gemma4Checkpoint::open(ref.target());
+  const auto assistant = Gemma4Checkpoint::open_assistant(ref.assistant());
+  EXPECT_THROW((void)make_cuda_gemma4_runtime(assistant, 16), Error);
+  EXPECT_THROW((void)make_cuda_gemma4_runtime(ck, 0), Error);
+  EXPECT_THROW((void)make_cuda_gemma4_runtime(ck, ck.config().max_position_embeddings + 1), Error);
+  auto rt = make_rt(ck, 8, Mode{true});
+  const std::vector<int32_t> nine(9, 1);
+  EXPECT_THROW(rt->target_forward(nine), Error);
+  const std::vector<int32_t> bad = {int32_t(ck.config().vocab_size)};
+  EXPECT_THROW(rt->target_forward(bad), Error);
+}
+
+// The 31B's head shapes (sliding head_dim 256 over 2 KV heads, full layers
+// head_dim 512 over one KV head with K = V) at small widths, from the
+// make-checkpoint generator: a 90-token forward (two chunks, rings wrapped)
+// gives the CPU runtime's logits in the fp32 mode, and speculative output
+// equals greedy in both modes, with an oracle and with the assistant.
+TEST(CudaGemma4Wide, HeadDim512MatchesTheCpuRuntimeAndSpeculatesExactly) {
+  NEXTN_REQUIRE_GPU();
+  const test::TempDir tmp;
+  test::Gemma4Shape shape;
+  shape.hidden = 128;
+  shape.assistant_hidden = 64;
+  shape.intermediate = 256;
+  shape.head_dim = 256;
+  shape.global_head_dim = 512;
+  shape.sliding_window = 8;
+  shape.vocab = 1024;
+  test::write_shrunk_gemma4_pair(shape, tmp.path.string());
+  const auto ck = Gemma4Checkpoint::open((tmp.path / "target").string());
+  ASSERT_EQ(ck.config().layers[6].head_dim, 512);
+  ASSERT_TRUE(bf16_fits(ck.config()));
+  std::vector<int32_t> tokens(90);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 37 + 11) % 1024);
+  {
+    auto gpu = make_rt(ck, 100, Mode{true});
+    auto cpu = make_cpu_gemma4_runtime(ck, 100, CpuRuntimeOptions{.threads = 2});
+    gpu->target_forward(tokens);
+    cpu->target_forward(tokens);
+    std::vector<float> a(1024), b(1024);
+    for (int row : {0, 1, 40, 63, 64, 80, 89}) {
+      gpu->head_logits(row, a.data());
+      cpu->head_logits(row, b.data());
+      EXPECT_LE(relative_row_error(a.data(), b.data(), 1024), 1e-4) << "row " << row;
+    }
+  }
+  const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 12);
+  for (Mode mode : {Mode{true}, Mode{false}}) {
+    const RuntimeFactory factory = [&](int cap) { return make_rt(ck, cap, mode); };
+    GenerateOptions g;
+    g.max_new_tokens = 80;  // past the rings' wrap
+    g.ignore_eos = true;
+    const std::vector<int32_t> truth = generate_fresh(factory, prompt, g).tokens;
+    for (int K : {2, 4, 7, 16}) {
+      for (VerifyArm arm : {VerifyArm::Batched, VerifyArm::Walk, VerifyArm::Pad, VerifyArm::Fused}) {
+        GenerateOptions o = g;
+        o.block_size = K;
+        o.verify = arm;
+        if (arm == VerifyArm::Pad) o.pad_width = resolve_pad_width(K, 0);
+        const GenerateResult with_assistant =
+            generate_with_assistant(factory, (tmp.path / "assistant").string(), prompt, o, 2);
+        EXPECT_EQ(with_assistant.tokens, truth) << mode.name() << " assistant K=" << K << " " << verify_arm_name(arm);
+        o.draft = DraftKind::Oracle;
+        o.oracle.accept_rate = 0.7;
+        o.oracle.seed = uint64_t(K);
+        EXPECT_EQ(generate_fresh(factory, prompt, o).tokens, truth)
+            << mode.name() << " oracle K=" << K << " " << verify_arm_name(arm);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGemma4, ::testing::ValuesIn(test::gemma4_fixture_dirs()),
+                         [](const auto& info) { return test::gemma4_case_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGemma4Spec, ::testing::ValuesIn(test::gemma4_fixture_dirs()),
+                         [](const auto& info) { return test::gemma4_case_name(info.param); });
+
+}  // namespace
+}  // namespace nextn
+#endif  // NEXTN_HAVE_CUDA
