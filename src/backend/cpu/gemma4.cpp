@@ -24,7 +24,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "io/gemma4_checkpoint.h"
-#include "model/gemma4_target.h"
+#include "model/gemma4_runtime.h"
 
 namespace nextn {
 namespace {
@@ -40,13 +40,12 @@ struct RingKv {
   std::vector<float> k, v;  // [slots][kv_heads][head_dim], position p at slot p % slots
 };
 
-class CpuGemma4 final : public ModelRuntime, public Gemma4Target {
+class CpuGemma4 final : public Gemma4Runtime {
  public:
   CpuGemma4(const Gemma4Checkpoint& ck, int max_tokens, const CpuRuntimeOptions& options);
 
   ModelInfo info() const override { return info_; }
   const char* backend_name() const override { return "cpu"; }
-  int target_length() const override { return length_; }
   void target_forward(std::span<const int32_t> tokens) override;
   void target_rollback(int keep) override;
   void head_argmax(int first, int count, int width, int32_t* out) override;
@@ -55,15 +54,6 @@ class CpuGemma4 final : public ModelRuntime, public Gemma4Target {
   void head_logits(int row, float* out) override;
   HeadWork head_work() const override { return head_work_; }
   void reset() override;
-  // No MTP head: Gemma 4 drafts with a separate assistant checkpoint.
-  int mtp_length() const override { return 0; }
-  void mtp_forward(std::span<const int32_t>, int) override { no_mtp(); }
-  void mtp_step(int32_t) override { no_mtp(); }
-  void mtp_argmax(int, int32_t*) override { no_mtp(); }
-  void mtp_rollback(int length) override {
-    if (length != 0) no_mtp();
-  }
-  MtpWork mtp_work() const override { return {}; }
 
   // ---- Gemma4Target ----
   const Gemma4TextConfig& gemma4_config() const override { return cfg_; }
@@ -74,7 +64,6 @@ class CpuGemma4 final : public ModelRuntime, public Gemma4Target {
 
  private:
   const float* cached(int layer, int pos, bool key) const;
-  [[noreturn]] void no_mtp() const { fail("Gemma 4 has no MTP head (draft with its assistant checkpoint)"); }
   void forward_chunk(const int32_t* tokens, int pos, int T, float* hidden);
   void attention(const Gemma4Layer& L, RingKv& kv, int pos, int T, const float* xn, float* out);
   void matmul(const Matrix& w, const float* x, int T, float* y) {
@@ -84,7 +73,6 @@ class CpuGemma4 final : public ModelRuntime, public Gemma4Target {
 
   Gemma4TextConfig cfg_;
   ModelInfo info_;
-  int max_tokens_;
   ThreadPool pool_;
   int64_t min_chunk_work_;
   MatrixPtr embed_, lm_head_;
@@ -92,16 +80,13 @@ class CpuGemma4 final : public ModelRuntime, public Gemma4Target {
   std::vector<float> final_norm_;
   std::vector<Gemma4Layer> layers_;
   std::vector<RingKv> kv_;
-  int length_ = 0;
-  int forward_start_ = 0;
-  int last_T_ = 0;
   std::vector<float> hidden_;  // [last_T][H], post final norm
   HeadWork head_work_;
 };
 
 CpuGemma4::CpuGemma4(const Gemma4Checkpoint& ck, int max_tokens, const CpuRuntimeOptions& options)
-    : cfg_(ck.config()),
-      max_tokens_(max_tokens),
+    : Gemma4Runtime(max_tokens, kMaxRows),
+      cfg_(ck.config()),
       pool_(options.threads > 0 ? options.threads : default_thread_count()),
       min_chunk_work_(options.min_chunk_work) {
   const int H = cfg_.hidden_size;
@@ -127,7 +112,7 @@ CpuGemma4::CpuGemma4(const Gemma4Checkpoint& ck, int max_tokens, const CpuRuntim
 }
 
 void CpuGemma4::reset() {
-  length_ = forward_start_ = last_T_ = 0;  // ring slots are rewritten before they are read
+  clear_positions();  // ring slots are rewritten before they are read
   hidden_.clear();
   head_work_ = HeadWork{};
 }
@@ -135,7 +120,7 @@ void CpuGemma4::reset() {
 void CpuGemma4::target_forward(std::span<const int32_t> tokens) {
   const int T = int(tokens.size());
   if (T <= 0) fail("target_forward: no tokens");
-  if (length_ + T > max_tokens_) fail("sequence of {} tokens exceeds the cache capacity {}", length_ + T, max_tokens_);
+  check_capacity(T);
   for (int32_t t : tokens)
     if (t < 0 || t >= cfg_.vocab_size) fail("token id {} is outside the vocabulary [0, {})", t, cfg_.vocab_size);
   const int H = cfg_.hidden_size;
@@ -144,18 +129,11 @@ void CpuGemma4::target_forward(std::span<const int32_t> tokens) {
     const int n = std::min(kMaxRows, T - c);
     forward_chunk(tokens.data() + c, length_ + c, n, &hidden_[size_t(c) * H]);
   }
-  forward_start_ = length_;
-  length_ += T;
-  last_T_ = T;
+  record_forward(T);
 }
 
 void CpuGemma4::target_rollback(int keep) {
-  if (keep < 1 || keep > last_T_) fail("target_rollback: keep {} outside [1, {}]", keep, last_T_);
-  // Sliding rings keep kMaxRows slots beyond the window: only that many rows
-  // of one forward can be undone without losing context.
-  if (last_T_ - keep > kMaxRows) fail("target_rollback: cannot undo more than {} rows of one forward", kMaxRows);
-  length_ = forward_start_ + keep;
-  last_T_ = keep;
+  record_rollback(keep);  // the rings need no change: positions past length_ are never read
 }
 
 void CpuGemma4::forward_chunk(const int32_t* tokens, int pos, int T, float* hidden) {

@@ -100,7 +100,8 @@ Gemma4DevLayer CudaGemma4::load_layer(const Gemma4Checkpoint& ck, int index) {
   return L;
 }
 
-CudaGemma4::CudaGemma4(const Gemma4Checkpoint& ck, int max_tokens) : cfg_(ck.config()), max_tokens_(max_tokens) {
+CudaGemma4::CudaGemma4(const Gemma4Checkpoint& ck, int max_tokens)
+    : Gemma4Runtime(max_tokens, kMaxRows), cfg_(ck.config()) {
   (void)cuda_device_summary();  // one error line when there is no usable device
   if (const char* a = std::getenv("NEXTN_CUDA_ACT")) {
     const std::string s(a);
@@ -181,7 +182,7 @@ void CudaGemma4::reset() {
   CUDA_CHECK(cudaMemsetAsync(d_head_, 0, sizeof(HeadCounters), stream_));
   CUDA_CHECK(cudaMemsetAsync(d_walk_, 0, 2 * sizeof(int), stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  length_ = forward_start_ = last_T_ = 0;
+  clear_positions();
   invalidate_mirrors(0);
 }
 
@@ -219,7 +220,7 @@ void CudaGemma4::forward_chunk(const int32_t* tokens, int pos, int T, void* hidd
 void CudaGemma4::target_forward(std::span<const int32_t> tokens) {
   const int T = int(tokens.size());
   if (T <= 0) fail("target_forward: no tokens");
-  if (length_ + T > max_tokens_) fail("sequence of {} tokens exceeds the cache capacity {}", length_ + T, max_tokens_);
+  check_capacity(T);
   for (int32_t t : tokens)
     if (t < 0 || t >= V_) fail("token id {} is outside the vocabulary [0, {})", t, V_);
   invalidate_mirrors(length_);
@@ -228,17 +229,11 @@ void CudaGemma4::target_forward(std::span<const int32_t> tokens) {
     const int n = std::min(kMaxRows, T - c);
     forward_chunk(tokens.data() + c, length_ + c, n, static_cast<char*>(hidden_) + size_t(c) * row_bytes);
   }
-  forward_start_ = length_;
-  length_ += T;
-  last_T_ = T;
+  record_forward(T);
 }
 
 void CudaGemma4::target_rollback(int keep) {
-  if (keep < 1 || keep > last_T_) fail("target_rollback: keep {} outside [1, {}]", keep, last_T_);
-  // Sliding rings keep kMaxRows slots beyond the window (as on the CPU).
-  if (last_T_ - keep > kMaxRows) fail("target_rollback: cannot undo more than {} rows of one forward", kMaxRows);
-  length_ = forward_start_ + keep;
-  last_T_ = keep;
+  record_rollback(keep);
   invalidate_mirrors(length_);
 }
 

@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/gemma4_config.h"
-#include "model/gemma4_target.h"
+#include "model/gemma4_runtime.h"
 #include "model/runtime.h"
 
 namespace nextn {
@@ -45,14 +45,13 @@ struct KvMirror {
   std::vector<float> k, v;  // [rows][kv*hd], slot order (rows: min(slots, positions copied))
 };
 
-class CudaGemma4 final : public ModelRuntime, public Gemma4Target {
+class CudaGemma4 final : public Gemma4Runtime {
  public:
   CudaGemma4(const Gemma4Checkpoint& ck, int max_tokens);
   ~CudaGemma4() override;
 
   ModelInfo info() const override { return info_; }
   const char* backend_name() const override { return "cuda"; }
-  int target_length() const override { return length_; }
   void target_forward(std::span<const int32_t> tokens) override;
   void target_rollback(int keep) override;
   void head_argmax(int first, int count, int width, int32_t* out) override;
@@ -61,15 +60,6 @@ class CudaGemma4 final : public ModelRuntime, public Gemma4Target {
   void head_logits(int row, float* out) override;
   HeadWork head_work() const override;
   void reset() override;
-  // No MTP head: Gemma 4 drafts with a separate assistant checkpoint.
-  int mtp_length() const override { return 0; }
-  void mtp_forward(std::span<const int32_t>, int) override { no_mtp(); }
-  void mtp_step(int32_t) override { no_mtp(); }
-  void mtp_argmax(int, int32_t*) override { no_mtp(); }
-  void mtp_rollback(int length) override {
-    if (length != 0) no_mtp();
-  }
-  MtpWork mtp_work() const override { return {}; }
 
   // ---- Gemma4Target (copies from the device) ----
   const Gemma4TextConfig& gemma4_config() const override { return cfg_; }
@@ -79,7 +69,6 @@ class CudaGemma4 final : public ModelRuntime, public Gemma4Target {
   const float* cached_value(int layer, int pos) const override { return cached(layer, pos, false); }
 
  private:
-  [[noreturn]] void no_mtp() const { fail("Gemma 4 has no MTP head (draft with its assistant checkpoint)"); }
   // loading (gemma4.cpp)
   float* upload_floats(const std::vector<float>& v, const char* what);
   DevMatrix upload_matrix(const std::vector<WeightRef>& parts, const char* what);
@@ -98,7 +87,6 @@ class CudaGemma4 final : public ModelRuntime, public Gemma4Target {
 
   Gemma4TextConfig cfg_;
   ModelInfo info_;
-  int max_tokens_;
   Act act_ = Act::BF16;
   int H_ = 0, V_ = 0, I_ = 0, Hq_ = 0;
   float eps_ = 1e-6f;
@@ -138,9 +126,6 @@ class CudaGemma4 final : public ModelRuntime, public Gemma4Target {
   float* d_embed_row_ = nullptr;      // [H]
 
   // sequence state
-  int length_ = 0;
-  int forward_start_ = 0;  // length before the last target_forward
-  int last_T_ = 0;         // rows of the last forward still kept
 
   mutable std::vector<KvMirror> mirrors_;  // per layer
   mutable std::vector<uint16_t> bf16_row_;  // last_hidden's bf16 staging

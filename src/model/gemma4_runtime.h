@@ -1,0 +1,59 @@
+// What the CPU and CUDA Gemma 4 runtimes share: no MTP head (Gemma 4 drafts
+// with a separate assistant checkpoint), and the positions of the caches
+// that a rollback moves back (the backend restores the caches themselves).
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "core/error.h"
+#include "model/gemma4_target.h"
+#include "model/runtime.h"
+
+namespace nextn {
+
+class Gemma4Runtime : public ModelRuntime, public Gemma4Target {
+ public:
+  int target_length() const override { return length_; }
+  int mtp_length() const override { return 0; }
+  void mtp_forward(std::span<const int32_t>, int) override { no_mtp(); }
+  void mtp_step(int32_t) override { no_mtp(); }
+  void mtp_argmax(int, int32_t*) override { no_mtp(); }
+  void mtp_rollback(int length) override {
+    if (length != 0) no_mtp();
+  }
+  MtpWork mtp_work() const override { return {}; }
+
+ protected:
+  Gemma4Runtime(int max_tokens, int max_undo) : max_tokens_(max_tokens), max_undo_(max_undo) {}
+  // Before a forward of T tokens: they fit the caches.
+  void check_capacity(int T) const {
+    if (length_ + T > max_tokens_) fail("sequence of {} tokens exceeds the cache capacity {}", length_ + T, max_tokens_);
+  }
+  // After a forward of T tokens.
+  void record_forward(int T) {
+    forward_start_ = length_;
+    length_ += T;
+    last_T_ = T;
+  }
+  // Keeps the first `keep` rows of the last forward. Sliding rings hold
+  // max_undo slots beyond the window: only that many rows of one forward can
+  // be undone without losing context.
+  void record_rollback(int keep) {
+    if (keep < 1 || keep > last_T_) fail("target_rollback: keep {} outside [1, {}]", keep, last_T_);
+    if (last_T_ - keep > max_undo_) fail("target_rollback: cannot undo more than {} rows of one forward", max_undo_);
+    length_ = forward_start_ + keep;
+    last_T_ = keep;
+  }
+  void clear_positions() { length_ = forward_start_ = last_T_ = 0; }
+
+  int max_tokens_;
+  int max_undo_;
+  int length_ = 0;
+  int forward_start_ = 0;  // length before the last target_forward
+  int last_T_ = 0;         // rows of the last forward still kept
+
+ private:
+  [[noreturn]] void no_mtp() const { fail("Gemma 4 has no MTP head (draft with its assistant checkpoint)"); }
+};
+
+}  // namespace nextn
