@@ -153,6 +153,19 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
     else if (s == "while") walk_variant_ = WalkVariant::While;
     else if (!s.empty()) fail("NEXTN_CUDA_WALK='{}': expected while or flag", s);
   }
+  if (const char* k = std::getenv("NEXTN_CUDA_PDL_OFF")) {  // graph kinds captured without PDL
+    const std::string list(k);
+    for (size_t a = 0; a <= list.size();) {
+      const size_t b = std::min(list.find(',', a), list.size());
+      const std::string name = list.substr(a, b - a);
+      a = b + 1;
+      int kind = -1;
+      for (int i = 0; i <= int(GraphKind::MtpLogits); ++i)
+        if (name == graph_kind_name(GraphKind(i))) kind = i;
+      if (kind < 0) fail("NEXTN_CUDA_PDL_OFF: unknown graph kind '{}' (e.g. forward, mtp_draft, rollback)", name);
+      pdl_off_kinds_ |= 1u << kind;
+    }
+  }
   fault_ = read_fault_hook();
   check_shapes();
   {

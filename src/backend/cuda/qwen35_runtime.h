@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -16,6 +17,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_handles.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/prefill.h"
 #include "backend/cuda/qwen35.h"
 #include "core/error.h"
@@ -207,6 +209,9 @@ class CudaQwen35 final : public ModelRuntime {
   // kernels on both sides from overlapping, so this mode times each class
   // without PDL's overlap.
   bool profile_ = false;
+  // NEXTN_CUDA_PDL_OFF=kind,kind (graph_kind_name): graphs of these kinds are
+  // captured without programmatic edges (a timing knob: PDL changes no bits).
+  uint32_t pdl_off_kinds_ = 0;
   std::string prof_prefix_;                       // "mtp." inside the MTP's layer
   std::vector<std::pair<Event, std::string>>* capturing_marks_ = nullptr;
   std::map<std::string, std::pair<int64_t, double>> op_ms_;
@@ -298,6 +303,8 @@ inline void CudaQwen35::replay(GraphKind kind, int a, int b, F&& record) {
   if (it == graphs_.end()) {
     CapturedGraph entry;
     capturing_marks_ = profile_ ? &entry.marks : nullptr;
+    std::optional<PdlSuspend> no_pdl;
+    if (pdl_off_kinds_ & (1u << int(kind))) no_pdl.emplace();
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
       mark(graph_kind_name(kind));
