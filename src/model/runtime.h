@@ -65,6 +65,9 @@ struct ModelInfo {
   std::vector<int> eos_token_ids;  // empty: generate to the budget
 };
 
+// A Qwen3.5 config's ModelInfo (ModelRuntime::info's default).
+ModelInfo qwen35_info(const Qwen35Config& config);
+
 class ModelRuntime {
  public:
   virtual ~ModelRuntime() = default;
