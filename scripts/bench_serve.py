@@ -11,7 +11,7 @@ the first token, and how many requests the engine's target forwards served on
 average (nextn_batch_sequences from /metrics; 1.0: no forward was shared).
 
     scripts/bench_serve.py [--nextn build/nextn] [--streams 1,4,16,32] [--drafts none,mtp] [-n 64] [--reps 1]
-                           [--max-batch B] [--threads T] [--json out.json]
+                           [--max-batch B] [--threads T] [--model DIR] [--backend cpu|cuda] [--json out.json]
 """
 import argparse
 import concurrent.futures
@@ -35,6 +35,9 @@ def run(args, draft, streams):
            "--queue-depth", str(max(16, streams))]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
+    if args.model:
+        cmd += ["--model", args.model, "--served-model-name", "default"]
+    cmd += ["--backend", args.backend]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     try:
         port = re.search(r":(\d+)$", proc.stderr.readline().strip()).group(1)
@@ -84,6 +87,8 @@ def main():
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--max-batch", type=int, default=0, help="serve --max-batch (default: the stream count)")
     ap.add_argument("--threads", type=int, default=0, help="serve --threads (default: serve's)")
+    ap.add_argument("--model", help="serve --model (default: serve's)")
+    ap.add_argument("--backend", default="cpu")
     ap.add_argument("--prompt", default="def fibonacci(n):")
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
