@@ -78,6 +78,15 @@ std::string reference_sampled_text(const Qwen35Checkpoint& ckpt, const tok::Toke
   return t.decode(res.tokens);
 }
 
+// Options of the engines below: prompts of up to 64 tokens.
+EngineOptions engine_options(DraftKind draft, int max_tokens) {
+  EngineOptions eo;
+  eo.draft = draft;
+  eo.limits.max_prompt_tokens = 64;
+  eo.limits.max_tokens = max_tokens;
+  return eo;
+}
+
 // A metric's value as rendered ("name value" or "name{labels} value").
 double metric(const std::string& text, const std::string& name) {
   const size_t at = text.find("\n" + name + " ");
@@ -92,10 +101,7 @@ TEST(ServerEngine, ConcurrentGreedyResponsesEqualGenerate) {
                                             "x = [", "# sort a list\n"};
   for (DraftKind draft : {DraftKind::None, DraftKind::Mtp}) {
     Metrics metrics;
-    EngineOptions eo;
-    eo.draft = draft;
-    eo.limits.max_prompt_tokens = 64;
-    eo.limits.max_tokens = 64;
+    const EngineOptions eo = engine_options(draft, 64);
     Engine engine(ckpt, tokenizer, eo, metrics);
     std::vector<std::shared_ptr<Job>> jobs;
     std::vector<std::thread> clients;
@@ -122,9 +128,7 @@ TEST(ServerEngine, CancelFreesTheEngineAndAFullQueueRefuses) {
   const auto ckpt = Qwen35Checkpoint::open(kModel);
   const auto tokenizer = tok::load_model_tokenizer(kModel, "test");
   Metrics metrics;
-  EngineOptions eo;
-  eo.limits.max_prompt_tokens = 64;
-  eo.limits.max_tokens = 2000;
+  EngineOptions eo = engine_options(DraftKind::None, 2000);
   eo.limits.queue_depth = 1;
   eo.limits.max_batch = 1;  // the second job waits in the queue
   Engine engine(ckpt, tokenizer, eo, metrics);
@@ -152,10 +156,7 @@ TEST(ServerEngine, JoiningJobsShareForwardsAndAnswerAsAlone) {
   const auto tokenizer = tok::load_model_tokenizer(kModel, "test");
   for (DraftKind draft : {DraftKind::None, DraftKind::Mtp}) {
     Metrics metrics;
-    EngineOptions eo;
-    eo.draft = draft;
-    eo.limits.max_prompt_tokens = 64;
-    eo.limits.max_tokens = 4000;
+    EngineOptions eo = engine_options(draft, 4000);
     eo.limits.max_batch = 3;  // the long job and two others; the third waits for a free slot
     Engine engine(ckpt, tokenizer, eo, metrics);
     auto long_job = greedy_job(tokenizer, "def f():", 4000, {}, /*ignore_eos=*/true);
@@ -197,9 +198,7 @@ TEST(ServerEngine, StopStringsCutTheText) {
   ASSERT_GT(full.size(), 12u);
   const std::string stop = full.substr(8, 3);
   Metrics metrics;
-  EngineOptions eo;
-  eo.limits.max_prompt_tokens = 64;
-  eo.limits.max_tokens = 64;
+  const EngineOptions eo = engine_options(DraftKind::None, 64);
   Engine engine(ckpt, tokenizer, eo, metrics);
   auto job = greedy_job(tokenizer, "def fibonacci(n):", 40, {stop});
   ASSERT_TRUE(engine.submit(job));

@@ -11,6 +11,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "backend/cpu/head.h"
@@ -46,8 +47,10 @@ struct LayerWeights {
   MatrixPtr gate, up, down;
 };
 
+// Left uninitialised: a row is written before it is read, so the pages of
+// a slot's positions it never reaches cost no memory.
 struct KvCache {
-  std::vector<float> k, v;  // [max_tokens][kv_heads][head_dim]
+  std::unique_ptr<float[]> k, v;  // [max_tokens][kv_heads][head_dim]
 };
 
 struct GdnState {
@@ -224,8 +227,8 @@ CpuQwen35::CpuQwen35(std::shared_ptr<CpuModel> model, int max_tokens) : m_(std::
     KvCache kv;
     GdnState st;
     if (L.full) {
-      kv.k.assign(size_t(max_tokens) * kv_row, 0.0f);
-      kv.v.assign(size_t(max_tokens) * kv_row, 0.0f);
+      kv.k = std::make_unique_for_overwrite<float[]>(size_t(max_tokens) * kv_row);
+      kv.v = std::make_unique_for_overwrite<float[]>(size_t(max_tokens) * kv_row);
     } else {
       st.conv.assign(size_t(cfg.linear_conv_kernel_dim - 1) * cfg.conv_dim(), 0.0f);
       st.S.assign(size_t(cfg.linear_num_value_heads) * cfg.linear_key_head_dim * cfg.linear_value_head_dim, 0.0f);
@@ -234,8 +237,8 @@ CpuQwen35::CpuQwen35(std::shared_ptr<CpuModel> model, int max_tokens) : m_(std::
     gdn_.push_back(std::move(st));
   }
   if (m_->has_mtp) {
-    mtp_kv_.k.assign(size_t(max_tokens) * kv_row, 0.0f);
-    mtp_kv_.v.assign(size_t(max_tokens) * kv_row, 0.0f);
+    mtp_kv_.k = std::make_unique_for_overwrite<float[]>(size_t(max_tokens) * kv_row);
+    mtp_kv_.v = std::make_unique_for_overwrite<float[]>(size_t(max_tokens) * kv_row);
   }
 }
 
