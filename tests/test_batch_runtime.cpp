@@ -3,9 +3,12 @@
 // whose target forwards run together (prefills beside decode rows, verify
 // blocks rolled back, a sequence joining late) give the same logits bits as
 // each sequence run alone; generate() with and without MTP drafts on
-// threads that share their forwards gives each its solo tokens and counters.
+// threads that share their forwards gives each its solo tokens and counters,
+// and so does the serial group (forwards one after another) that backends
+// without multi-sequence support get.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cstring>
 #include <thread>
 
@@ -128,10 +131,11 @@ TEST_P(BatchRuntime, AnErrorInOneSequenceChangesNone) {
 }
 
 // generate() on threads of their own, their forwards shared by a
-// ForwardScheduler, against generate() on a runtime alone.
-TEST_P(BatchRuntime, ScheduledGenerationsEqualSoloRuns) {
-  const auto ckpt = Qwen35Checkpoint::open(GetParam());
-  const auto ref = load_reference(GetParam());
+// ForwardScheduler, against generate() on a runtime alone; also through
+// the serial group of backends without shared forwards.
+void check_scheduled_generations(const std::string& dir, bool serial) {
+  const auto ckpt = Qwen35Checkpoint::open(dir);
+  const auto ref = load_reference(dir);
   const CpuRuntimeOptions opt{.threads = 2, .min_chunk_work = 1};
   std::vector<std::vector<int32_t>> prompts;
   for (size_t len : {ref.prompt.size(), size_t(1), size_t(3), ref.prompt.size() / 2 + 1})
@@ -149,7 +153,9 @@ TEST_P(BatchRuntime, ScheduledGenerationsEqualSoloRuns) {
       auto rt = make_cpu_runtime(ckpt, cap, opt);
       alone.push_back(generate(*rt, prompts[i], o));
     }
-    auto group = make_cpu_sequence_group(ckpt, opt);
+    auto group = serial ? make_serial_sequence_group(ckpt, BackendKind::Cpu, 2) : make_cpu_sequence_group(ckpt, opt);
+    EXPECT_EQ(group->shares_forwards(), !serial);
+    EXPECT_EQ(group->max_sequences(), serial ? 1 : INT_MAX);
     ForwardScheduler scheduler(*group);
     std::vector<std::unique_ptr<ModelRuntime>> seqs;
     std::vector<GenerateResult> together(prompts.size());
@@ -178,9 +184,13 @@ TEST_P(BatchRuntime, ScheduledGenerationsEqualSoloRuns) {
     }
     const ForwardScheduler::Totals t = scheduler.totals();
     EXPECT_EQ(t.sequence_forwards, forwards_alone);
-    EXPECT_LT(t.forwards, forwards_alone);  // the prefills at least ran as one
+    EXPECT_LT(t.forwards, forwards_alone);  // the prefills at least were gathered as one
   }
 }
+
+TEST_P(BatchRuntime, ScheduledGenerationsEqualSoloRuns) { check_scheduled_generations(GetParam(), false); }
+
+TEST_P(BatchRuntime, SerialGroupGenerationsEqualSoloRuns) { check_scheduled_generations(GetParam(), true); }
 
 INSTANTIATE_TEST_SUITE_P(Transformers, BatchRuntime, ::testing::ValuesIn(fixture_dirs()), [](const auto& info) {
   std::string n = test::fixture_name(info.param);

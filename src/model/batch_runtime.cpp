@@ -41,6 +41,11 @@ class SerialSequenceGroup final : public SequenceGroup {
 
 std::unique_ptr<SequenceGroup> make_sequence_group(const Qwen35Checkpoint& ckpt, BackendKind kind, int cpu_threads) {
   if (kind == BackendKind::Cpu) return make_cpu_sequence_group(ckpt, CpuRuntimeOptions{.threads = cpu_threads});
+  return make_serial_sequence_group(ckpt, kind, cpu_threads);
+}
+
+std::unique_ptr<SequenceGroup> make_serial_sequence_group(const Qwen35Checkpoint& ckpt, BackendKind kind,
+                                                          int cpu_threads) {
   return std::make_unique<SerialSequenceGroup>(ckpt, kind, cpu_threads);
 }
 

@@ -48,5 +48,10 @@ class SequenceGroup {
 // CPU: one weight load, shared forwards. CUDA: sequences one after another
 // (max_sequences 1), each from make_runtime.
 std::unique_ptr<SequenceGroup> make_sequence_group(const Qwen35Checkpoint& ckpt, BackendKind kind, int cpu_threads = 0);
+// The fallback make_sequence_group gives a backend without multi-sequence
+// support (sequences from make_runtime, forwards one after another); any
+// backend may use it (tests run it on the CPU).
+std::unique_ptr<SequenceGroup> make_serial_sequence_group(const Qwen35Checkpoint& ckpt, BackendKind kind,
+                                                          int cpu_threads = 0);
 
 }  // namespace nextn
