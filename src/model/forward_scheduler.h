@@ -87,14 +87,18 @@ class ScheduledSequence final : public ModelRuntime {
   int target_length() const override { return rt_.target_length(); }
   void target_forward(std::span<const int32_t> tokens) override { scheduler_.forward(rt_, tokens); }
   void target_rollback(int keep) override { rt_.target_rollback(keep); }
-  void head_argmax(int first, int count, int width, int32_t* out) override { rt_.head_argmax(first, count, width, out); }
+  void head_argmax(int first, int count, int width, int32_t* out) override {
+    rt_.head_argmax(first, count, width, out);
+  }
   void head_argmax_fused(int first, int count, int32_t* out) override { rt_.head_argmax_fused(first, count, out); }
   int head_walk(std::span<const int32_t> drafts, int32_t* out) override { return rt_.head_walk(drafts, out); }
   void head_logits(int row, float* out) override { rt_.head_logits(row, out); }
   HeadWork head_work() const override { return rt_.head_work(); }
   void reset() override { rt_.reset(); }
   int mtp_length() const override { return rt_.mtp_length(); }
-  void mtp_forward(std::span<const int32_t> next_tokens, int first_row) override { rt_.mtp_forward(next_tokens, first_row); }
+  void mtp_forward(std::span<const int32_t> next_tokens, int first_row) override {
+    rt_.mtp_forward(next_tokens, first_row);
+  }
   void mtp_step(int32_t token) override { rt_.mtp_step(token); }
   void mtp_argmax(int count, int32_t* out) override { rt_.mtp_argmax(count, out); }
   void mtp_rollback(int length) override { rt_.mtp_rollback(length); }

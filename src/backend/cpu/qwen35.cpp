@@ -90,7 +90,9 @@ struct CpuModel {
   void gdn_step(GdnState& st, int h0, int h1, const float* q, const float* k, const float* v, const float* g,
                 const float* beta, float* o) const;
   void mlp(const LayerWeights& L, int N, const float* xn, float* out);
-  void matmul(const Matrix& w, const float* x, int T, float* y) { cpu::matmul(w, x, T, y, 0, -1, &pool, min_chunk_work); }
+  void matmul(const Matrix& w, const float* x, int T, float* y) {
+    cpu::matmul(w, x, T, y, 0, -1, &pool, min_chunk_work);
+  }
   cpu::HeadThreads head_threads() { return {&pool, min_chunk_work}; }
 
   Qwen35Config cfg;
@@ -283,7 +285,8 @@ void CpuQwen35::target_forward(std::span<const int32_t> tokens) {
 }
 
 void CpuQwen35::forward_together(std::span<CpuQwen35* const> seqs, std::span<const std::span<const int32_t>> tokens) {
-  if (seqs.empty() || seqs.size() != tokens.size()) fail("internal: forward_together of {} sequences and {} token lists", seqs.size(), tokens.size());
+  if (seqs.empty() || seqs.size() != tokens.size())
+    fail("internal: forward_together of {} sequences and {} token lists", seqs.size(), tokens.size());
   CpuModel& m = *seqs[0]->m_;
   int N = 0;
   for (size_t s = 0; s < seqs.size(); ++s) {
@@ -317,7 +320,8 @@ void CpuQwen35::forward_together(std::span<CpuQwen35* const> seqs, std::span<con
     const int T = segs[s].T;
     q.hidden_.resize(size_t(T) * H);
     for (int t = 0; t < T; ++t)
-      cpu::rmsnorm(&x[size_t(segs[s].row0 + t) * H], m.final_norm.data(), m.cfg.rms_norm_eps, H, &q.hidden_[size_t(t) * H]);
+      cpu::rmsnorm(&x[size_t(segs[s].row0 + t) * H], m.final_norm.data(), m.cfg.rms_norm_eps, H,
+                   &q.hidden_[size_t(t) * H]);
     q.forward_start_ = q.length_;
     q.length_ += T;
     q.last_T_ = T;
@@ -395,7 +399,8 @@ void CpuModel::attention(const AttentionWeights& W, std::span<const Segment> seg
         cpu::rmsnorm(kh, W.k_norm.data(), eps, hd, tmp.data());
         cpu::rope(tmp.data(), rd, cs.data(), sn.data());
         std::copy(tmp.begin(), tmp.end(), &sg.kv->k[size_t(sg.pos + t) * kv_row + h * hd]);
-        std::copy(&v[r * kv_row + h * hd], &v[r * kv_row + h * hd] + hd, &sg.kv->v[size_t(sg.pos + t) * kv_row + h * hd]);
+        std::copy(&v[r * kv_row + h * hd], &v[r * kv_row + h * hd] + hd,
+                  &sg.kv->v[size_t(sg.pos + t) * kv_row + h * hd]);
       }
     }
   }
@@ -656,7 +661,8 @@ class CpuSequenceGroup final : public SequenceGroup {
   bool shares_forwards() const override { return true; }
   std::unique_ptr<ModelRuntime> add_sequence(int max_tokens) override {
     if (max_tokens > max_positions_)
-      fail("a sequence of up to {} positions exceeds config.json's max_position_embeddings {}", max_tokens, max_positions_);
+      fail("a sequence of up to {} positions exceeds config.json's max_position_embeddings {}", max_tokens,
+           max_positions_);
     return std::make_unique<CpuQwen35>(model_, max_tokens);
   }
   void forward_together(std::span<ModelRuntime* const> sequences,
@@ -664,7 +670,8 @@ class CpuSequenceGroup final : public SequenceGroup {
     std::vector<CpuQwen35*> seqs;
     for (ModelRuntime* rt : sequences) {
       auto* q = dynamic_cast<CpuQwen35*>(rt);
-      if (q == nullptr || q->model() != model_.get()) fail("internal: forward_together over a sequence of another group");
+      if (q == nullptr || q->model() != model_.get())
+        fail("internal: forward_together over a sequence of another group");
       seqs.push_back(q);
     }
     CpuQwen35::forward_together(seqs, tokens);
