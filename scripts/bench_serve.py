@@ -1,47 +1,78 @@
 #!/usr/bin/env python3
 """Streaming throughput of `nextn serve` through the official openai client.
 
-For each drafter and each concurrency, starts `nextn serve --port 0`, warms it
-with one request, then runs `reps` x `streams` greedy streams of `-n` tokens
-(ignore_eos) from `streams` client threads and prints the total tokens/s
-(all tokens over the wall time) and the mean per-stream tokens/s (each
-stream's tokens over its own duration, queueing included: the engine runs one
-request at a time).
+For each drafter and each concurrency S, starts `nextn serve --port 0
+--max-batch B` (B = --max-batch, or S when not given, so that all S streams
+generate at once), warms it with one request, then runs `reps` x S greedy
+streams of `-n` tokens (ignore_eos) from S client threads. Prints the total
+tokens/s (all tokens over the wall time), the mean per-stream tokens/s (each
+stream's tokens over its own duration, queueing included), the mean time to
+the first token, and how many requests the engine's target forwards served on
+average (nextn_batch_sequences from /metrics; 1.0: no forward was shared).
 
-    scripts/bench_serve.py [--nextn build/nextn] [--streams 1,8] [--drafts none,mtp] [-n 128] [--reps 2]
+    scripts/bench_serve.py [--nextn build/nextn] [--streams 1,4,16,32] [--drafts none,mtp] [-n 64] [--reps 1]
+                           [--max-batch B] [--threads T] [--model DIR] [--backend cpu|cuda] [--json out.json]
 """
 import argparse
 import concurrent.futures
+import json
 import re
 import subprocess
 import time
+import urllib.request
 
 import openai
 
 
+def metric(text, name):
+    m = re.search(r"^" + re.escape(name) + r" ([0-9.e+-]+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
 def run(args, draft, streams):
-    proc = subprocess.Popen([args.nextn, "serve", "--port", "0", "--draft", draft], stderr=subprocess.PIPE, text=True)
+    max_batch = args.max_batch or streams
+    cmd = [args.nextn, "serve", "--port", "0", "--draft", draft, "--max-batch", str(max_batch),
+           "--queue-depth", str(max(16, streams))]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    if args.model:
+        cmd += ["--model", args.model, "--served-model-name", "default"]
+    cmd += ["--backend", args.backend]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     try:
         port = re.search(r":(\d+)$", proc.stderr.readline().strip()).group(1)
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=3600)
 
         def one(_):
-            t0, tokens = time.time(), 0
+            t0, tokens, first = time.time(), 0, None
             for chunk in client.completions.create(model="default", prompt=args.prompt, max_tokens=args.n,
                                                    temperature=0, stream=True, extra_body={"ignore_eos": True},
                                                    stream_options={"include_usage": True}):
+                if first is None and chunk.choices and chunk.choices[0].text:
+                    first = time.time() - t0
                 if chunk.usage:
                     tokens = chunk.usage.completion_tokens
-            return tokens, time.time() - t0
+            return tokens, time.time() - t0, first or 0.0
         one(0)
+        before = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
         t0 = time.time()
         with concurrent.futures.ThreadPoolExecutor(streams) as pool:
             results = list(pool.map(one, range(streams * args.reps)))
         wall = time.time() - t0
+        after = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
         total = sum(r[0] for r in results)
         per_stream = sum(r[0] / r[1] for r in results) / len(results)
-        print(f"draft {draft:4s} streams {streams:2d}: total {total / wall:6.1f} tok/s, "
-              f"per stream {per_stream:6.1f} tok/s ({len(results)} streams of {args.n} tokens)")
+        ttft = sum(r[2] for r in results) / len(results)
+        forwards = metric(after, "nextn_batch_sequences_count") - metric(before, "nextn_batch_sequences_count")
+        served = metric(after, "nextn_batch_sequences_sum") - metric(before, "nextn_batch_sequences_sum")
+        row = {"draft": draft, "streams": streams, "max_batch": max_batch, "tokens": total, "wall_s": wall,
+               "total_tokens_per_s": total / wall, "per_stream_tokens_per_s": per_stream, "mean_ttft_s": ttft,
+               "requests_per_forward": served / forwards if forwards else 0.0}
+        print(f"draft {draft:4s} streams {streams:2d} max-batch {max_batch:2d}: total {total / wall:7.1f} tok/s, "
+              f"per stream {per_stream:6.1f} tok/s, first token {ttft * 1000:6.0f} ms, "
+              f"{row['requests_per_forward']:4.1f} requests per forward ({len(results)} streams of {args.n} tokens)",
+              flush=True)
+        return row
     finally:
         proc.terminate()
         proc.wait()
@@ -50,15 +81,21 @@ def run(args, draft, streams):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--nextn", default="build/nextn")
-    ap.add_argument("--streams", default="1,8")
+    ap.add_argument("--streams", default="1,4,16,32")
     ap.add_argument("--drafts", default="none,mtp")
-    ap.add_argument("-n", type=int, default=128)
-    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("-n", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--max-batch", type=int, default=0, help="serve --max-batch (default: the stream count)")
+    ap.add_argument("--threads", type=int, default=0, help="serve --threads (default: serve's)")
+    ap.add_argument("--model", help="serve --model (default: serve's)")
+    ap.add_argument("--backend", default="cpu")
     ap.add_argument("--prompt", default="def fibonacci(n):")
+    ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
-    for draft in args.drafts.split(","):
-        for streams in args.streams.split(","):
-            run(args, draft, int(streams))
+    rows = [run(args, draft, int(streams)) for draft in args.drafts.split(",") for streams in args.streams.split(",")]
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
 
 
 if __name__ == "__main__":

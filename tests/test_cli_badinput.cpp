@@ -195,6 +195,7 @@ const std::vector<Case> kCases = {
     {"serve --max-tokens 0", "--max-tokens 0"},
     {"serve --max-prompt-tokens -5", "--max-prompt-tokens -5"},
     {"serve --queue-depth 0", "--queue-depth 0"},
+    {"serve --max-batch 0", "--max-batch 0"},
     {"serve --max-body-kib 0", "--max-body-kib 0"},
     {"serve --max-body-kib 99999999999", "--max-body-kib"},
     {"serve --backend tpu", "--backend"},

@@ -1,7 +1,9 @@
 // The serving engine (server/engine.h) without HTTP: greedy responses equal
 // generate() byte for byte also when several requests arrive at once, with
-// and without the MTP drafter; a cancelled job frees the engine; a full queue
-// refuses; stop strings cut the text.
+// and without the MTP drafter; requests that join a running one share its
+// forwards and still answer what they answer alone (greedy and seeded
+// sampling); a cancelled job frees its slot; a full queue refuses; stop
+// strings cut the text.
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -9,6 +11,7 @@
 #include "io/checkpoint.h"
 #include "server/engine.h"
 #include "speculative/generate.h"
+#include "speculative/sampled_generate.h"
 #include "tokenizer/model_tokenizer.h"
 
 namespace nextn::server {
@@ -60,6 +63,37 @@ std::string reference_text(const Qwen35Checkpoint& ckpt, const tok::Tokenizer& t
   return t.decode(r.tokens);
 }
 
+// What a seeded sampled request computes alone: sampled_generate on a fresh runtime.
+std::string reference_sampled_text(const Qwen35Checkpoint& ckpt, const tok::Tokenizer& t, const CompletionRequest& r,
+                                   DraftKind draft) {
+  const auto ids = t.encode(r.prompt);
+  SampledOptions o;
+  o.max_new_tokens = r.max_tokens;
+  o.sampling = r.sampling;
+  o.draft = draft;
+  auto rt = make_runtime(ckpt, BackendKind::Cpu, runtime_capacity(int(ids.size()), r.max_tokens, kMaxBlockSize));
+  auto res = sampled_generate(*rt, ids, o);
+  const auto& eos = ckpt.config().eos_token_ids;
+  if (!res.tokens.empty() && std::find(eos.begin(), eos.end(), res.tokens.back()) != eos.end()) res.tokens.pop_back();
+  return t.decode(res.tokens);
+}
+
+// Options of the engines below: prompts of up to 64 tokens.
+EngineOptions engine_options(DraftKind draft, int max_tokens) {
+  EngineOptions eo;
+  eo.draft = draft;
+  eo.limits.max_prompt_tokens = 64;
+  eo.limits.max_tokens = max_tokens;
+  return eo;
+}
+
+// A metric's value as rendered ("name value" or "name{labels} value").
+double metric(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
 TEST(ServerEngine, ConcurrentGreedyResponsesEqualGenerate) {
   const auto ckpt = Qwen35Checkpoint::open(kModel);
   const auto tokenizer = tok::load_model_tokenizer(kModel, "test");
@@ -67,10 +101,7 @@ TEST(ServerEngine, ConcurrentGreedyResponsesEqualGenerate) {
                                             "x = [", "# sort a list\n"};
   for (DraftKind draft : {DraftKind::None, DraftKind::Mtp}) {
     Metrics metrics;
-    EngineOptions eo;
-    eo.draft = draft;
-    eo.limits.max_prompt_tokens = 64;
-    eo.limits.max_tokens = 64;
+    const EngineOptions eo = engine_options(draft, 64);
     Engine engine(ckpt, tokenizer, eo, metrics);
     std::vector<std::shared_ptr<Job>> jobs;
     std::vector<std::thread> clients;
@@ -97,10 +128,9 @@ TEST(ServerEngine, CancelFreesTheEngineAndAFullQueueRefuses) {
   const auto ckpt = Qwen35Checkpoint::open(kModel);
   const auto tokenizer = tok::load_model_tokenizer(kModel, "test");
   Metrics metrics;
-  EngineOptions eo;
-  eo.limits.max_prompt_tokens = 64;
-  eo.limits.max_tokens = 2000;
+  EngineOptions eo = engine_options(DraftKind::None, 2000);
   eo.limits.queue_depth = 1;
+  eo.limits.max_batch = 1;  // the second job waits in the queue
   Engine engine(ckpt, tokenizer, eo, metrics);
   auto long_job = greedy_job(tokenizer, "def f():", 2000, {}, /*ignore_eos=*/true);
   ASSERT_TRUE(engine.submit(long_job));
@@ -118,6 +148,49 @@ TEST(ServerEngine, CancelFreesTheEngineAndAFullQueueRefuses) {
   EXPECT_EQ(next.text, reference_text(ckpt, tokenizer, "import", 8, DraftKind::None));
 }
 
+// Jobs that arrive while a long one runs join it (up to max_batch) and
+// their rows share its target forwards; each answer is still its solo run's,
+// byte for byte: greedy, and seeded sampling with its own generator.
+TEST(ServerEngine, JoiningJobsShareForwardsAndAnswerAsAlone) {
+  const auto ckpt = Qwen35Checkpoint::open(kModel);
+  const auto tokenizer = tok::load_model_tokenizer(kModel, "test");
+  for (DraftKind draft : {DraftKind::None, DraftKind::Mtp}) {
+    Metrics metrics;
+    EngineOptions eo = engine_options(draft, 4000);
+    eo.limits.max_batch = 3;  // the long job and two others; the third waits for a free slot
+    Engine engine(ckpt, tokenizer, eo, metrics);
+    auto long_job = greedy_job(tokenizer, "def f():", 4000, {}, /*ignore_eos=*/true);
+    ASSERT_TRUE(engine.submit(long_job));
+    std::vector<JobEvent> first;
+    while (first.empty()) first = long_job->take(1000ms);
+    CompletionRequest sampled;
+    sampled.prompt = "class Stack:";
+    sampled.max_tokens = 20;
+    sampled.sampling.temperature = 0.8;
+    sampled.sampling.top_p = 0.9;
+    sampled.sampling.seed = 7;
+    sampled.seed_given = true;
+    std::vector<std::shared_ptr<Job>> jobs = {greedy_job(tokenizer, "import os\n", 24),
+                                              std::make_shared<Job>(sampled, tokenizer.encode(sampled.prompt)),
+                                              greedy_job(tokenizer, "for i in range(", 16)};
+    for (auto& j : jobs) ASSERT_TRUE(engine.submit(j));
+    std::vector<Finished> got;
+    for (auto& j : jobs) got.push_back(wait(*j));
+    EXPECT_EQ(got[0].text, reference_text(ckpt, tokenizer, "import os\n", 24, draft)) << draft_kind_name(draft);
+    EXPECT_EQ(got[1].text, reference_sampled_text(ckpt, tokenizer, sampled, draft)) << draft_kind_name(draft);
+    EXPECT_EQ(got[2].text, reference_text(ckpt, tokenizer, "for i in range(", 16, draft)) << draft_kind_name(draft);
+    long_job->cancel();
+    EXPECT_EQ(wait(*long_job).finish_reason, "cancelled");
+    const std::string m = metrics.render();
+    const double alone = metric(m, "nextn_batch_sequences_bucket{le=\"1\"}");
+    const double all = metric(m, "nextn_batch_sequences_count");
+    EXPECT_GE(alone, 0) << m;
+    EXPECT_GT(all, alone) << m;  // some forwards served several jobs
+    EXPECT_EQ(metric(m, "nextn_batch_sequences_bucket{le=\"2\"}") < all, true) << m;  // and some three at once
+    EXPECT_GT(metric(m, "nextn_target_forward_rows_total"), all) << m;
+  }
+}
+
 TEST(ServerEngine, StopStringsCutTheText) {
   const auto ckpt = Qwen35Checkpoint::open(kModel);
   const auto tokenizer = tok::load_model_tokenizer(kModel, "test");
@@ -125,9 +198,7 @@ TEST(ServerEngine, StopStringsCutTheText) {
   ASSERT_GT(full.size(), 12u);
   const std::string stop = full.substr(8, 3);
   Metrics metrics;
-  EngineOptions eo;
-  eo.limits.max_prompt_tokens = 64;
-  eo.limits.max_tokens = 64;
+  const EngineOptions eo = engine_options(DraftKind::None, 64);
   Engine engine(ckpt, tokenizer, eo, metrics);
   auto job = greedy_job(tokenizer, "def fibonacci(n):", 40, {stop});
   ASSERT_TRUE(engine.submit(job));

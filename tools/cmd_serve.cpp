@@ -1,5 +1,6 @@
-// nextn serve: the OpenAI-compatible HTTP server (docs/server.md). One engine
-// thread owns the model; HTTP workers parse, queue and stream.
+// nextn serve: the OpenAI-compatible HTTP server (docs/server.md). The engine
+// runs up to --max-batch requests at once with shared target forwards; HTTP
+// workers parse, queue and stream.
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -22,7 +23,7 @@ namespace {
 struct ServeArgs {
   std::string model, draft = "none", host = "127.0.0.1", backend = "cpu", served_name;
   int port = 8000, block_size = 0, threads = 0;
-  int max_body_kib = 1024, max_prompt_tokens = 2048, max_tokens = 1024, queue_depth = 16;
+  int max_body_kib = 1024, max_prompt_tokens = 2048, max_tokens = 1024, queue_depth = 16, max_batch = 8;
   CLI::Option* block_opt = nullptr;
 };
 
@@ -38,6 +39,7 @@ void run(const ServeArgs& a) {
   if (a.max_prompt_tokens < 1) fail("--max-prompt-tokens {} must be at least 1", a.max_prompt_tokens);
   if (a.max_tokens < 1) fail("--max-tokens {} must be at least 1", a.max_tokens);
   if (a.queue_depth < 1) fail("--queue-depth {} must be at least 1", a.queue_depth);
+  if (a.max_batch < 1) fail("--max-batch {} must be at least 1", a.max_batch);
   const BackendKind kind = parse_backend(a.backend);
 
   const std::string dir = model_dir_or_default(a.model);
@@ -57,6 +59,7 @@ void run(const ServeArgs& a) {
   limits.max_prompt_tokens = a.max_prompt_tokens;
   limits.max_tokens = a.max_tokens;
   limits.queue_depth = a.queue_depth;
+  limits.max_batch = a.max_batch;
 
   // SIGINT / SIGTERM are taken by a waiting thread (not a handler), blocked
   // before any other thread starts so that they all inherit the mask.
@@ -107,7 +110,10 @@ void register_serve(CLI::App& app) {
       ->check(number());
   cmd->add_option("--max-tokens", a->max_tokens, "Largest max_tokens a request may ask (default 1024; above: 400)")
       ->check(number());
-  cmd->add_option("--queue-depth", a->queue_depth, "Requests that may wait behind the running one (default 16; above: 429)")
+  cmd->add_option("--queue-depth", a->queue_depth, "Requests that may wait behind the running ones (default 16; above: 429)")
+      ->check(number());
+  cmd->add_option("--max-batch", a->max_batch,
+                  "Requests generating at once, their target forwards shared (default 8; the cuda backend runs 1)")
       ->check(number());
   add_threads_option(cmd, &a->threads);
   cmd->callback([a] { run(*a); });

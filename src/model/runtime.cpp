@@ -27,8 +27,9 @@ const Qwen35Config& ModelRuntime::config() const {
   fail("internal: this {} runtime is not a Qwen3.5 runtime (no Qwen3.5 config)", backend_name());
 }
 
-ModelInfo ModelRuntime::info() const {
-  const Qwen35Config& c = config();
+ModelInfo ModelRuntime::info() const { return qwen35_info(config()); }
+
+ModelInfo qwen35_info(const Qwen35Config& c) {
   ModelInfo i;
   i.vocab_size = c.vocab_size;
   i.hidden_size = c.hidden_size;

@@ -1,7 +1,8 @@
 // The interface between the speculative loop and a backend: one sequence of
 // a Qwen3.5 target with its MTP head. Hidden states, caches and logits stay
 // inside the backend (on the GPU for CUDA); the loop sees token ids and
-// counters only.
+// counters only. Several sequences over one copy of the weights, whose
+// target forwards run together: model/batch_runtime.h.
 //
 // Exactness contract: every method computes row j of a multi-row call
 // exactly (bit for bit) as a one-row call with the same prefix would. One
@@ -70,6 +71,9 @@ struct ModelInfo {
   int mtp_layers = 0;              // MTP head layers (0: none)
   std::vector<int> eos_token_ids;  // empty: generate to the budget
 };
+
+// A Qwen3.5 config's ModelInfo (ModelRuntime::info's default).
+ModelInfo qwen35_info(const Qwen35Config& config);
 
 class ModelRuntime {
  public:

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+
 #include "sampling/stop_strings.h"
 #include "speculative/sampled_generate.h"
 
@@ -15,10 +17,18 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 Engine::Engine(const Qwen35Checkpoint& ckpt, const tok::Tokenizer& tokenizer, const EngineOptions& options,
                Metrics& metrics)
-    : tokenizer_(tokenizer), options_(options), metrics_(metrics), seeds_(std::random_device{}()) {
+    : tokenizer_(tokenizer),
+      options_(options),
+      metrics_(metrics),
+      group_(make_sequence_group(ckpt, options.backend, options.cpu_threads)),
+      scheduler_(*group_),
+      seeds_(std::random_device{}()) {
   if (options_.block_size == 0) options_.block_size = default_block_size(ckpt.mtp_layers());
-  const int cap = runtime_capacity(options_.limits.max_prompt_tokens, options_.limits.max_tokens, options_.block_size);
-  rt_ = make_runtime(ckpt, options_.backend, cap, options_.cpu_threads);
+  if (options_.limits.max_batch < 1) fail("--max-batch {} must be at least 1", options_.limits.max_batch);
+  max_batch_ = std::min(options_.limits.max_batch, group_->max_sequences());
+  capacity_ = runtime_capacity(options_.limits.max_prompt_tokens, options_.limits.max_tokens, options_.block_size);
+  free_slots_.push_back(group_->add_sequence(capacity_));  // one now: a model that cannot run fails at start
+  scheduler_.on_forward = [this](int sequences, int rows) { metrics_.shared_forward(sequences, rows); };
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -31,65 +41,112 @@ Engine::~Engine() {
   thread_.join();
 }
 
-int Engine::vocab() const { return rt_->vocab(); }
+int Engine::vocab() const { return group_->info().vocab_size; }
 
 bool Engine::submit(std::shared_ptr<Job> job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (int(queue_.size()) >= options_.limits.queue_depth) return false;
     queue_.push_back(std::move(job));
-    metrics_.set_queue(int(queue_.size()), 1);
+    metrics_.set_queue(int(queue_.size()), running_);
   }
   cv_.notify_all();
   return true;
 }
 
 void Engine::loop() {
+  std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    std::shared_ptr<Job> job;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (stopping_) break;
-      job = std::move(queue_.front());
-      queue_.pop_front();
-      metrics_.set_queue(int(queue_.size()), 1);
+    cv_.wait(lock, [&] {
+      return stopping_ || !finished_workers_.empty() || (!queue_.empty() && running_ < max_batch_);
+    });
+    for (int id : finished_workers_) {  // threads whose jobs ended
+      workers_[id].join();
+      workers_.erase(id);
     }
-    if (!job->cancelled()) {
-      try {
-        run(*job);
-      } catch (const std::exception& e) {  // the runtime is reset before the next job
-        JobEvent fail_event;
-        fail_event.final = true;
-        fail_event.error = e.what();
-        job->push(std::move(fail_event));
-      }
-    } else {
+    finished_workers_.clear();
+    if (stopping_) break;
+    if (queue_.empty() || running_ >= max_batch_) continue;
+    std::shared_ptr<Job> job = std::move(queue_.front());
+    queue_.pop_front();
+    if (job->cancelled()) {  // went away while queued: no slot taken
+      metrics_.set_queue(int(queue_.size()), running_);
       JobEvent gone;
       gone.final = true;
       gone.finish_reason = "cancelled";
       job->push(std::move(gone));
+      continue;
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    metrics_.set_queue(int(queue_.size()), 0);
+    std::unique_ptr<ModelRuntime> slot;
+    if (!free_slots_.empty()) {
+      slot = std::move(free_slots_.back());
+      free_slots_.pop_back();
+    } else {
+      try {
+        slot = group_->add_sequence(capacity_);
+      } catch (const std::exception& e) {
+        JobEvent fail_event;
+        fail_event.final = true;
+        fail_event.error = e.what();
+        job->push(std::move(fail_event));
+        continue;
+      }
+    }
+    ++running_;
+    metrics_.set_queue(int(queue_.size()), running_);
+    const int id = next_worker_++;
+    // Reserved here, so that jobs admitted together share their first forward.
+    scheduler_.reserve();
+    try {
+      workers_[id] = std::thread(&Engine::work, this, job, std::move(slot), seeds_(), id);
+    } catch (const std::exception& e) {  // no thread: no slot taken, the job fails
+      scheduler_.unreserve();
+      workers_.erase(id);
+      --running_;
+      JobEvent fail_event;
+      fail_event.final = true;
+      fail_event.error = e.what();
+      job->push(std::move(fail_event));
+    }
   }
-  // Jobs still queued at shutdown end with an error.
-  std::lock_guard<std::mutex> lock(mu_);
+  // Jobs still queued at shutdown end with an error; running ones finish.
   for (auto& job : queue_) {
     JobEvent e;
     e.final = true;
     e.error = "the server is shutting down";
     job->push(std::move(e));
   }
+  queue_.clear();
+  cv_.wait(lock, [&] { return running_ == 0; });
+  lock.unlock();
+  for (auto& [id, t] : workers_) t.join();
 }
 
-void Engine::run(Job& job) {
+void Engine::work(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot, uint64_t seed, int worker) {
+  try {
+    ScheduledSequence rt(scheduler_, *slot, /*reserved=*/true);  // waits for a turn; shares its target forwards
+    run(*job, rt, seed);
+  } catch (const std::exception& e) {  // the slot is reset before its next job
+    JobEvent fail_event;
+    fail_event.final = true;
+    fail_event.error = e.what();
+    job->push(std::move(fail_event));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  free_slots_.push_back(std::move(slot));
+  --running_;
+  finished_workers_.push_back(worker);
+  metrics_.set_queue(int(queue_.size()), running_);
+  cv_.notify_all();
+}
+
+void Engine::run(Job& job, ModelRuntime& rt, uint64_t seed) {
   const CompletionRequest& req = job.request;
   const auto started = Clock::now();
   const double queue_s = std::chrono::duration<double>(started - job.enqueued).count();
   double first_token_s = -1;
-  rt_->reset();
-  const std::vector<int> eos_ids = req.ignore_eos ? std::vector<int>{} : rt_->config().eos_token_ids;
+  rt.reset();
+  const std::vector<int> eos_ids = req.ignore_eos ? std::vector<int>{} : rt.config().eos_token_ids;
   tok::StreamDecoder decoder(tokenizer_);
   StopMatcher stops(req.stop);
   std::vector<float> logits;
@@ -102,8 +159,8 @@ void Engine::run(Job& job) {
       const int32_t t = tokens[i];
       ++completion_tokens;
       if (req.logprobs) {
-        logits.resize(size_t(rt_->vocab()));
-        rt_->head_logits(first_row + int(i), logits.data());
+        logits.resize(size_t(rt.vocab()));
+        rt.head_logits(first_row + int(i), logits.data());
         const TokenLogprob lp = token_logprob(logits, t, req.top_logprobs);
         LogprobEntry entry{tokenizer_.decode({t}), lp.logprob, {}};
         for (const auto& [id, v] : lp.top) entry.top.emplace_back(tokenizer_.decode({id}), v);
@@ -125,17 +182,17 @@ void Engine::run(Job& job) {
     o.verify = VerifyArm::Batched;
     o.ignore_eos = req.ignore_eos;
     o.sink = sink;
-    result = generate(*rt_, job.prompt, o);
+    result = generate(rt, job.prompt, o);
   } else {
     SampledOptions o;
     o.max_new_tokens = req.max_tokens;
     o.sampling = req.sampling;
-    if (!req.seed_given) o.sampling.seed = seeds_();
+    if (!req.seed_given) o.sampling.seed = seed;
     o.draft = options_.draft;
     o.block_size = options_.block_size;
     o.ignore_eos = req.ignore_eos;
     o.sink = sink;
-    result = sampled_generate(*rt_, job.prompt, o);
+    result = sampled_generate(rt, job.prompt, o);
   }
   JobEvent last;
   last.final = true;

@@ -1,5 +1,9 @@
-// The engine: one thread owns the model runtime and runs the queued jobs one
-// at a time, first come first served. Greedy requests (temperature 0) go
+// The engine: a loop thread admits queued jobs first come first served, up
+// to limits.max_batch at once, each on a sequence slot of one SequenceGroup
+// (model/batch_runtime.h) and a thread of its own; the jobs' target forwards
+// run together through a ForwardScheduler (model/forward_scheduler.h), so
+// each job computes exactly what it would alone. A finished or cancelled job
+// gives its slot back for the next one. Greedy requests (temperature 0) go
 // through speculative/generate.h's generate(), the same code path as
 // `nextn generate`, so their tokens are identical to it; sampled requests go
 // through sampled_generate(). Text is decoded incrementally (StreamDecoder)
@@ -7,12 +11,16 @@
 #pragma once
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "io/checkpoint.h"
+#include "model/batch_runtime.h"
+#include "model/forward_scheduler.h"
 #include "model/runtime.h"
 #include "server/job.h"
 #include "server/metrics.h"
@@ -31,7 +39,8 @@ struct EngineOptions {
 
 class Engine {
  public:
-  // Builds the runtime (sized for the longest prompt plus max_tokens) and starts the thread.
+  // Builds the group and one sequence slot (sized for the longest prompt
+  // plus max_tokens) and starts the loop thread.
   Engine(const Qwen35Checkpoint& ckpt, const tok::Tokenizer& tokenizer, const EngineOptions& options, Metrics& metrics);
   ~Engine();
   // Queues a job; false when limits.queue_depth jobs already wait.
@@ -40,15 +49,25 @@ class Engine {
 
  private:
   void loop();
-  void run(Job& job);
+  // On a job's own thread: runs it on `slot`, then gives the slot back.
+  void work(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot, uint64_t seed, int worker);
+  void run(Job& job, ModelRuntime& rt, uint64_t seed);
   const tok::Tokenizer& tokenizer_;
   EngineOptions options_;
   Metrics& metrics_;
-  std::unique_ptr<ModelRuntime> rt_;
-  std::mt19937_64 seeds_;  // seeds for requests that give none
+  std::unique_ptr<SequenceGroup> group_;
+  ForwardScheduler scheduler_;
+  int max_batch_ = 1;  // limits.max_batch, or fewer where the group holds fewer sequences
+  int capacity_ = 0;   // positions per slot
+  std::mt19937_64 seeds_;  // seeds for requests that give none (drawn on the loop thread)
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
+  std::vector<std::unique_ptr<ModelRuntime>> free_slots_;
+  std::map<int, std::thread> workers_;  // by worker id
+  std::vector<int> finished_workers_;   // to join
+  int running_ = 0;
+  int next_worker_ = 0;
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -209,9 +209,9 @@ struct HttpServer::Impl {
       send_error(s, 500, fmt::format("internal error: {}", what));
     });
     svr.set_payload_max_length(options.limits.max_body_bytes);
-    // Every waiting stream holds a worker: room for the queue, the running
-    // job and a few health / metrics probes.
-    const size_t workers = size_t(options.limits.queue_depth) + 8;
+    // Every waiting or running stream holds a worker: room for the queue,
+    // the running jobs and a few health / metrics probes.
+    const size_t workers = size_t(options.limits.queue_depth) + size_t(options.limits.max_batch) + 8;
     svr.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
   }
 };

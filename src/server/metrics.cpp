@@ -28,7 +28,18 @@ namespace {
 std::vector<double> latency_buckets() { return {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}; }
 }  // namespace
 
-Metrics::Metrics() : queue_(latency_buckets()), first_token_(latency_buckets()), latency_(latency_buckets()) {}
+Metrics::Metrics()
+    : queue_(latency_buckets()),
+      first_token_(latency_buckets()),
+      latency_(latency_buckets()),
+      batch_sequences_({1, 2, 4, 8, 16, 32, 64, 128}) {}
+
+void Metrics::shared_forward(int sequences, int rows) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++forwards_;
+  forward_rows_ += uint64_t(rows);
+  batch_sequences_.observe(sequences);
+}
 
 void Metrics::request(const std::string& endpoint, int status) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -85,6 +96,11 @@ std::string Metrics::render() const {
                      "nextn_queue_waiting {}\n", waiting_);
   out += fmt::format("# HELP nextn_requests_running Requests the engine is generating.\n"
                      "# TYPE nextn_requests_running gauge\nnextn_requests_running {}\n", running_);
+  counter("nextn_target_forwards_total", "Target forwards run (prefills and decode / verify steps; each may serve several requests).",
+          forwards_);
+  counter("nextn_target_forward_rows_total", "Token rows those target forwards covered, all requests together.",
+          forward_rows_);
+  batch_sequences_.render(out, "nextn_batch_sequences", "Requests whose rows shared one target forward.");
   queue_.render(out, "nextn_queue_wait_seconds", "Seconds from arrival to the start of generation.");
   first_token_.render(out, "nextn_time_to_first_token_seconds", "Seconds from arrival to the first generated token.");
   latency_.render(out, "nextn_generation_seconds", "Seconds from arrival to the end of generation.");

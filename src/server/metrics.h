@@ -1,7 +1,8 @@
 // The server's Prometheus metrics (GET /metrics, text format 0.0.4):
 // requests by endpoint and status, tokens, speculative rounds, drafted and
 // accepted tokens (in total and per draft position), rounds per verify arm,
-// queue gauges and latency histograms. Thread-safe.
+// queue gauges, latency histograms and the shared forwards (how many
+// requests and rows each target forward covered). Thread-safe.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -34,6 +35,9 @@ class Metrics {
   // queue, until its first token and in all.
   void generation(const GenerateStats& stats, int completion_tokens, double queue_s, double first_token_s, double total_s);
   void set_queue(int waiting, int running);
+  // One target forward the engine's scheduler ran for `sequences` requests
+  // together, over `rows` rows in all.
+  void shared_forward(int sequences, int rows);
   std::string render() const;
 
  private:
@@ -43,7 +47,8 @@ class Metrics {
   std::vector<uint64_t> accepted_at_;
   std::map<std::string, uint64_t> rounds_by_arm_;
   int waiting_ = 0, running_ = 0;
-  Histogram queue_, first_token_, latency_;
+  uint64_t forwards_ = 0, forward_rows_ = 0;
+  Histogram queue_, first_token_, latency_, batch_sequences_;
 };
 
 }  // namespace nextn::server

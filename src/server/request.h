@@ -16,7 +16,8 @@ struct ServerLimits {
   size_t max_body_bytes = 1 << 20;
   int max_prompt_tokens = 2048;
   int max_tokens = 1024;  // the cap on a request's max_tokens (and its default for chat)
-  int queue_depth = 16;   // requests waiting behind the running one
+  int queue_depth = 16;   // requests waiting behind the running ones
+  int max_batch = 8;      // requests generating at once (their forwards shared)
   int max_stop_strings = 4;
   int max_top_logprobs = 20;
 };

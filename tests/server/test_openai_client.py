@@ -268,7 +268,7 @@ class OpenAIClient(unittest.TestCase):
 
 class Limits(unittest.TestCase):
     def test_full_queue_answers_429(self):
-        server = Server("--queue-depth", "1")
+        server = Server("--queue-depth", "1", "--max-batch", "1")  # one running, one waiting, the rest 429
         try:
             client = server.client(max_retries=0)
 

@@ -7,6 +7,7 @@
 
 namespace nextn {
 class Qwen35Checkpoint;
+class SequenceGroup;
 struct CpuRuntimeOptions {
   int threads = 0;  // the runtime's thread pool; 0 takes default_thread_count()
   // A matrix product is split across threads in chunks of at least this many
@@ -16,4 +17,7 @@ struct CpuRuntimeOptions {
 };
 std::unique_ptr<ModelRuntime> make_cpu_runtime(const Qwen35Checkpoint& ckpt, int max_tokens,
                                                const CpuRuntimeOptions& options = {});
+// Sequences over one copy of the weights whose forwards run as one
+// (model/batch_runtime.h); make_cpu_runtime is one such sequence alone.
+std::unique_ptr<SequenceGroup> make_cpu_sequence_group(const Qwen35Checkpoint& ckpt, const CpuRuntimeOptions& options = {});
 }  // namespace nextn
