@@ -86,8 +86,12 @@ TEST(CliGemma4, BenchVerifyRunsEveryArm) {
     EXPECT_TRUE(arm.at("tokens_match").get<bool>()) << arm.at("verify");
     EXPECT_TRUE(arm.at("identity_violations").empty()) << arm.at("verify");
     EXPECT_EQ(c.at("verify_taken"), arm.at("verify"));
-    if (arm.at("verify") == "walk") EXPECT_EQ(c.at("walk_rows"), c.at("rows_projected"));
-    if (arm.at("verify") == "fused") EXPECT_EQ(c.at("logits_bytes_written"), 0);
+    if (arm.at("verify") == "walk") {
+      EXPECT_EQ(c.at("walk_rows"), c.at("rows_projected"));
+    }
+    if (arm.at("verify") == "fused") {
+      EXPECT_EQ(c.at("logits_bytes_written"), 0);
+    }
   }
   expect_one_error_line(run_cli("bench verify -m " + ref.target() + " --draft mtp --block-sizes 3 -n 4"), "--draft mtp");
 }

@@ -120,7 +120,9 @@ TEST(ServerEngine, ConcurrentGreedyResponsesEqualGenerate) {
     }
     const std::string m = metrics.render();
     EXPECT_NE(m.find("nextn_generations_total 6"), std::string::npos) << m;
-    if (draft == DraftKind::Mtp) EXPECT_NE(m.find("nextn_verify_rounds_total{arm=\"batched\"}"), std::string::npos);
+    if (draft == DraftKind::Mtp) {
+      EXPECT_NE(m.find("nextn_verify_rounds_total{arm=\"batched\"}"), std::string::npos);
+    }
   }
 }
 

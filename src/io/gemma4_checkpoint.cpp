@@ -118,4 +118,16 @@ std::vector<int32_t> Gemma4Checkpoint::token_ordering() const {
   return out;
 }
 
+void Gemma4Checkpoint::check_target_capacity(int max_tokens) const {
+  const Gemma4Checkpoint& ckpt = *this;
+  if (ckpt.is_assistant())
+    fail("{}: a gemma4_assistant checkpoint drafts for a target; it is not a target", ckpt.dir());
+  if (max_tokens <= 0) fail("runtime capacity {} tokens: expected at least 1", max_tokens);
+  if (max_tokens > ckpt.config().max_position_embeddings)
+    fail(
+        "{}: this run needs up to {} positions (prompt + tokens to generate + verify block) but config.json's "
+        "max_position_embeddings is {}",
+        ckpt.dir(), max_tokens, ckpt.config().max_position_embeddings);
+}
+
 }  // namespace nextn

@@ -40,6 +40,9 @@ class Gemma4Checkpoint {
   float embed_scale() const;
   // The assistant's token_ordering buffer [vocab] (a permutation of the vocabulary).
   std::vector<int32_t> token_ordering() const;
+  // Before a target runtime of `max_tokens` positions is built (any backend):
+  // a target, and a capacity within max_position_embeddings. Throws Error.
+  void check_target_capacity(int max_tokens) const;
 
  private:
   std::string dir_;

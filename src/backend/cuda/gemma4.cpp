@@ -301,14 +301,7 @@ const float* CudaGemma4::cached(int layer, int pos, bool key) const {
 }  // namespace cuda
 
 std::unique_ptr<ModelRuntime> make_cuda_gemma4_runtime(const Gemma4Checkpoint& ckpt, int max_tokens) {
-  if (ckpt.is_assistant())
-    fail("{}: a gemma4_assistant checkpoint drafts for a target; it is not a target", ckpt.dir());
-  if (max_tokens <= 0) fail("runtime capacity {} tokens: expected at least 1", max_tokens);
-  if (max_tokens > ckpt.config().max_position_embeddings)
-    fail(
-        "{}: this run needs up to {} positions (prompt + tokens to generate + verify block) but config.json's "
-        "max_position_embeddings is {}",
-        ckpt.dir(), max_tokens, ckpt.config().max_position_embeddings);
+  ckpt.check_target_capacity(max_tokens);
   return std::make_unique<cuda::CudaGemma4>(ckpt, max_tokens);
 }
 
