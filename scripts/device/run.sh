@@ -13,7 +13,9 @@
 # Environment: NEXTN_BUILD (default build-cuda); NEXTN_DEVICE_BENCH=1 also
 # runs the CUDA benchmarks (DISABLED_ in CI); NEXTN_GTEST_FILTER replaces the
 # test phases by one; NEXTN_T_{OPS,MODEL,SPEC,GEMMA4,BENCH} are the phase limits (s);
-# NEXTN_DEVICE_SYNTH=1 times decoding on a random 0.8B-shape checkpoint.
+# NEXTN_DEVICE_SYNTH=1 times decoding on a random 0.8B-shape checkpoint;
+# NEXTN_UNSEEN_GEMMA4=1 runs scripts/fixtures/check_unseen_gemma4.py on the
+# GPU in the fp32 mode (needs torch and transformers, as the machine has).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -92,6 +94,18 @@ else
         { [ $rc -ne 0 ] || [ $same != yes ]; } && status=1
       done
     done
+  fi
+
+  # Gemma 4 checkpoints no test has seen (new seeds, sizes, windows), made by
+  # transformers here: the GPU in the fp32 mode gives transformers' greedy
+  # tokens, plainly and with the assistant at K = 2, 3, 5, 8.
+  if [ "${NEXTN_UNSEEN_GEMMA4:-0}" = 1 ]; then
+    NEXTN_CUDA_ACT=fp32 timeout "${NEXTN_T_UNSEEN:-300}" python3 scripts/fixtures/check_unseen_gemma4.py \
+      --nextn "$BUILD/nextn" --backend cuda >"$LOG/unseen_gemma4.txt" 2>&1
+    rc=$?
+    say "unseen gemma4 (cuda, fp32 mode): exit $rc; $(tail -1 "$LOG/unseen_gemma4.txt")"
+    grep -v ": ok$" "$LOG/unseen_gemma4.txt" | head -20 >>"$SUMMARY"
+    [ $rc -ne 0 ] && status=1
   fi
 fi
 
