@@ -159,10 +159,11 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
       const size_t b = std::min(list.find(',', a), list.size());
       const std::string name = list.substr(a, b - a);
       a = b + 1;
-      int kind = -1;
+      int kind = name == "forward_multi" ? kPdlOffForwardMulti : -1;
       for (int i = 0; i <= int(GraphKind::MtpLogits); ++i)
         if (name == graph_kind_name(GraphKind(i))) kind = i;
-      if (kind < 0) fail("NEXTN_CUDA_PDL_OFF: unknown graph kind '{}' (e.g. forward, mtp_draft, rollback)", name);
+      if (kind < 0)
+        fail("NEXTN_CUDA_PDL_OFF: unknown graph kind '{}' (e.g. forward, forward_multi, mtp_draft, rollback)", name);
       pdl_off_kinds_ |= 1u << kind;
     }
   }

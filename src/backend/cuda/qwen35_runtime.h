@@ -211,7 +211,13 @@ class CudaQwen35 final : public ModelRuntime {
   bool profile_ = false;
   // NEXTN_CUDA_PDL_OFF=kind,kind (graph_kind_name): graphs of these kinds are
   // captured without programmatic edges (a timing knob: PDL changes no bits).
+  // "forward_multi" names the forward graphs of more than one row only.
   uint32_t pdl_off_kinds_ = 0;
+  static constexpr int kPdlOffForwardMulti = 31;
+  bool pdl_off(GraphKind kind, int rows) const {
+    return (pdl_off_kinds_ >> int(kind) & 1u) ||
+           (kind == GraphKind::Forward && rows > 1 && (pdl_off_kinds_ >> kPdlOffForwardMulti & 1u));
+  }
   std::string prof_prefix_;                       // "mtp." inside the MTP's layer
   std::vector<std::pair<Event, std::string>>* capturing_marks_ = nullptr;
   std::map<std::string, std::pair<int64_t, double>> op_ms_;
@@ -304,7 +310,7 @@ inline void CudaQwen35::replay(GraphKind kind, int a, int b, F&& record) {
     CapturedGraph entry;
     capturing_marks_ = profile_ ? &entry.marks : nullptr;
     std::optional<PdlSuspend> no_pdl;
-    if (pdl_off_kinds_ & (1u << int(kind))) no_pdl.emplace();
+    if (pdl_off(kind, a)) no_pdl.emplace();
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
       mark(graph_kind_name(kind));
