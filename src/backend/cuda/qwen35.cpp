@@ -153,9 +153,15 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
     else if (s == "while") walk_variant_ = WalkVariant::While;
     else if (!s.empty()) fail("NEXTN_CUDA_WALK='{}': expected while or flag", s);
   }
-  if (const char* k = std::getenv("NEXTN_CUDA_PDL_OFF")) {  // graph kinds captured without PDL
+  // The default: forwards of more than one row (verify blocks) go without PDL
+  // at hidden size >= 5120. Measured (docs/benchmark_results/decode-h200-2026-12-01.md,
+  // call 7): the K = 4 and 8 rounds at the 27B q4 shape take 5-6 % less
+  // without it, at 4B (2560) and 0.8B (1024) 1.5-5 % more.
+  if (cfg_.hidden_size >= 5120) pdl_off_kinds_ = 1u << kPdlOffForwardMulti;
+  if (const char* k = std::getenv("NEXTN_CUDA_PDL_OFF")) {  // graph kinds captured without PDL; "none"
     const std::string list(k);
-    for (size_t a = 0; a <= list.size();) {
+    pdl_off_kinds_ = 0;
+    for (size_t a = 0; list != "none" && a <= list.size();) {
       const size_t b = std::min(list.find(',', a), list.size());
       const std::string name = list.substr(a, b - a);
       a = b + 1;
