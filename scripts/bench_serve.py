@@ -12,6 +12,10 @@ average (nextn_batch_sequences from /metrics; 1.0: no forward was shared).
 
     scripts/bench_serve.py [--nextn build/nextn] [--streams 1,4,16,32] [--drafts none,mtp] [-n 64] [--reps 1]
                            [--max-batch B] [--threads T] [--model DIR] [--backend cpu|cuda] [--json out.json]
+                           [--prompt TEXT | --prompt-ids 1,2,3]
+
+--prompt-ids sends the prompt as token ids (a checkpoint without a tokenizer,
+as `nextn make-checkpoint` writes; scripts/device/serve_table.sh uses it).
 """
 import argparse
 import concurrent.futures
@@ -45,7 +49,8 @@ def run(args, draft, streams):
 
         def one(_):
             t0, tokens, first = time.time(), 0, None
-            for chunk in client.completions.create(model="default", prompt=args.prompt, max_tokens=args.n,
+            prompt = [int(t) for t in args.prompt_ids.split(",")] if args.prompt_ids else args.prompt
+            for chunk in client.completions.create(model="default", prompt=prompt, max_tokens=args.n,
                                                    temperature=0, stream=True, extra_body={"ignore_eos": True},
                                                    stream_options={"include_usage": True}):
                 if first is None and chunk.choices and chunk.choices[0].text:
@@ -90,6 +95,7 @@ def main():
     ap.add_argument("--model", help="serve --model (default: serve's)")
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--prompt", default="def fibonacci(n):")
+    ap.add_argument("--prompt-ids", help="comma-separated token ids instead of --prompt")
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
     rows = [run(args, draft, int(streams)) for draft in args.drafts.split(",") for streams in args.streams.split(",")]

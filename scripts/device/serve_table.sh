@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Issue 14's throughput table, one device call: `nextn serve --backend cuda`
+# on a random Qwen3.5-27B-shape q4 checkpoint (`nextn make-checkpoint`),
+# greedy streams through the official openai client (scripts/bench_serve.py)
+# at 1, 4, 16 and 32 concurrent streams, plain and with the MTP head: total
+# tokens/s, per-stream tokens/s, time to first token, requests per forward.
+#
+#   scripts/device/prepare.sh     # here: builds build-cuda/
+#   here: pip download openai --only-binary=:all: --python-version 3.X
+#         --platform manylinux2014_x86_64 -d .devrun-wheels/py3.X   (the device has no network)
+#   device run, carry the build and .devrun-wheels: bash scripts/device/serve_table.sh
+#
+# Environment: NEXTN_BUILD (build-cuda), NEXTN_SERVE_PRESET (qwen3.5-27b),
+# NEXTN_SERVE_STREAMS (1,4,16,32), NEXTN_SERVE_DRAFTS (none,mtp), NEXTN_SERVE_N (64),
+# NEXTN_CK_DIR (/tmp/nextn-ck).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/out}
+BUILD=${NEXTN_BUILD:-build-cuda}
+CK=${NEXTN_CK_DIR:-/tmp/nextn-ck}
+PRESET=${NEXTN_SERVE_PRESET:-qwen3.5-27b}
+LOG=$OUT/logs
+SUMMARY=$OUT/summary.txt
+. scripts/device/lib.sh
+export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+record_start
+
+if ! python3 -c "import openai" 2>/dev/null; then
+  v=$(python3 -c "import sys;print(f'{sys.version_info[0]}.{sys.version_info[1]}')")
+  python3 -m pip install -q --no-index --find-links ".devrun-wheels/py$v" --target /tmp/openai-site openai \
+    >"$LOG/pip.txt" 2>&1
+  export PYTHONPATH=/tmp/openai-site:${PYTHONPATH:-}
+fi
+say "openai client: $(python3 -c 'import openai;print(openai.__version__)' 2>&1 | tail -1)"
+
+dir=$CK/serve-$PRESET-q4
+t0=$(date +%s)
+"$BUILD/nextn" make-checkpoint --preset "$PRESET" --quant q4 --seed 0 --out "$dir" >"$LOG/make.txt" 2>&1
+say "make-checkpoint $PRESET q4: exit $? in $(( $(date +%s) - t0 )) s"
+timeout 480 python3 scripts/bench_serve.py --nextn "$BUILD/nextn" --backend cuda --model "$dir" \
+  --prompt-ids "$(seq -s, 11 26)" --streams "${NEXTN_SERVE_STREAMS:-1,4,16,32}" \
+  --drafts "${NEXTN_SERVE_DRAFTS:-none,mtp}" -n "${NEXTN_SERVE_N:-64}" --json "$OUT/serve_table.json" \
+  2>"$LOG/bench_serve.err" | tee -a "$SUMMARY"
+say "bench_serve: exit ${PIPESTATUS[0]}; $(tail -2 "$LOG/bench_serve.err" | tr '\n' ' ' | cut -c1-300)"
+record_finish
