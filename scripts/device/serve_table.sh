@@ -38,6 +38,9 @@ dir=$CK/serve-$PRESET-q4
 t0=$(date +%s)
 "$BUILD/nextn" make-checkpoint --preset "$PRESET" --quant q4 --seed 0 --out "$dir" >"$LOG/make.txt" 2>&1
 say "make-checkpoint $PRESET q4: exit $? in $(( $(date +%s) - t0 )) s"
+# serve needs a tokenizer: the default model's (8189 ids) turns the streamed
+# tokens into text; the prompts go in as ids and the table counts tokens.
+cp models/default/tokenizer.json models/default/tokenizer_config.json "$dir/"
 timeout 480 python3 scripts/bench_serve.py --nextn "$BUILD/nextn" --backend cuda --model "$dir" \
   --prompt-ids "$(seq -s, 11 26)" --streams "${NEXTN_SERVE_STREAMS:-1,4,16,32}" \
   --drafts "${NEXTN_SERVE_DRAFTS:-none,mtp}" -n "${NEXTN_SERVE_N:-64}" --json "$OUT/serve_table.json" \
