@@ -177,7 +177,12 @@ TEST(Gemma4AssistantLogits, ArgmaxGivesTheGreedyDraftsAndTheMaskLeavesTheCandida
 // The distribution test of tests/test_sampled_speculative.cpp with the
 // assistant as the drafter: the first four tokens (the prefill's, two
 // drafted positions, a bonus or correction; K = 3) at temperature 1, top_k 3.
-constexpr int kTokens = 4, kRuns = 600;
+// The fixtures are random models, so the assistant's top 3 rarely meets the
+// target's: gemma4-default-bf16 (full head) and gemma4-kv-shared-fp32 (the
+// centroid-masked head) accept some drafts, gemma4-tokenizer-bf16 none, so
+// it would test only the rejection branch and is left out.
+constexpr int kTokens = 4, kRuns = 2500;
+const std::vector<std::string> kDistributionFixtures = {"gemma4-default-bf16", "gemma4-kv-shared-fp32"};
 
 test::TupleCounts sample_counts(const Served& served, const std::vector<int32_t>& prompt, bool speculative,
                                 AcceptRule rule, VerifyCounters* totals) {
@@ -201,31 +206,44 @@ test::TupleCounts sample_counts(const Served& served, const std::vector<int32_t>
   return counts;
 }
 
+test::TupleDistribution exact_distribution(const Served& served, const std::vector<int32_t>& prompt) {
+  auto rt = served.target.factory(int(prompt.size()) + 16);
+  return test::exact_sampling_distribution(*rt, prompt, {.temperature = 1.0, .top_k = 3}, kTokens);
+}
+
 TEST(SampledSpeculativeGemma4, AssistantDraftsKeepThePlainSamplingDistribution) {
-  for (const std::string& dir : test::gemma4_fixture_dirs()) {
-    const auto ref = test::load_gemma4_reference(dir);
+  for (const std::string& name : kDistributionFixtures) {
+    const auto ref = test::load_gemma4_reference(std::string(NEXTN_FIXTURES) + "/gemma4/" + name);
     const Served served(ref, true);
-    auto rt = served.target.factory(int(ref.prompt.size()) + 16);
-    const auto exact = test::exact_sampling_distribution(*rt, ref.prompt, {.temperature = 1.0, .top_k = 3}, kTokens);
-    VerifyCounters plain_c, spec_c, wrong_c;
+    const auto exact = exact_distribution(served, ref.prompt);
+    VerifyCounters plain_c, spec_c;
     const auto [plain, plain_df] =
         test::chi_square(exact, sample_counts(served, ref.prompt, false, AcceptRule::Exact, &plain_c), kRuns);
     const auto [spec, spec_df] =
         test::chi_square(exact, sample_counts(served, ref.prompt, true, AcceptRule::Exact, &spec_c), kRuns);
-    const auto [wrong, wrong_df] = test::chi_square(
-        exact, sample_counts(served, ref.prompt, true, AcceptRule::ResampleFromTarget, &wrong_c), kRuns);
-    const std::string name = test::gemma4_case_name(dir);
     EXPECT_LT(plain, test::chi_square_limit(plain_df)) << name;
     EXPECT_LT(spec, test::chi_square_limit(spec_df)) << name;
     // Drafts were accepted and rejected, so both branches of the rule ran.
     EXPECT_GT(spec_c.accepted, 0) << name;
     EXPECT_LT(spec_c.accepted, spec_c.drafted) << name;
-    std::printf("%s: chi-square plain %.1f (df %d, limit %.1f), assistant %.1f (df %d, limit %.1f, %lld of %lld "
-                "drafts accepted), wrong rule %.1f (df %d, limit %.1f)\n",
+    std::printf("%s: chi-square of plain sampling %.1f (df %d, limit %.1f), with the assistant %.1f (df %d, limit "
+                "%.1f; %lld of %lld drafts accepted)\n",
                 name.c_str(), plain, plain_df, test::chi_square_limit(plain_df), spec, spec_df,
-                test::chi_square_limit(spec_df), (long long)spec_c.accepted, (long long)spec_c.drafted, wrong, wrong_df,
-                test::chi_square_limit(wrong_df));
+                test::chi_square_limit(spec_df), (long long)spec_c.accepted, (long long)spec_c.drafted);
   }
+}
+
+// The test has the power to see a wrong rule on the fixture whose drafts
+// are accepted most often.
+TEST(SampledSpeculativeGemma4, AWrongAcceptanceRuleFailsTheSameTest) {
+  const auto ref = test::load_gemma4_reference(std::string(NEXTN_FIXTURES) + "/gemma4/" + kDistributionFixtures[0]);
+  const Served served(ref, true);
+  VerifyCounters c;
+  const auto [wrong, df] = test::chi_square(exact_distribution(served, ref.prompt),
+                                            sample_counts(served, ref.prompt, true, AcceptRule::ResampleFromTarget, &c),
+                                            kRuns);
+  EXPECT_GT(wrong, test::chi_square_limit(df));
+  std::printf("chi-square of the wrong rule: %.1f (df %d, limit %.1f)\n", wrong, df, test::chi_square_limit(df));
 }
 
 }  // namespace
