@@ -69,15 +69,15 @@ void run(const ServeArgs& a) {
 
   const std::string dir = model_dir_or_default(a.model);
   const tok::Tokenizer tokenizer = tok::load_model_tokenizer(dir, "serve");
+  const std::string gemma4_type = gemma4_model_type(dir);
+  if (gemma4_type == "gemma4_assistant")
+    fail("{}: a gemma4_assistant checkpoint is a drafter: pass its target with -m and it with --draft", dir);
   std::optional<ChatTemplate> chat_template;
   try {
     chat_template = load_chat_template(dir);
   } catch (const Error& e) {  // completions still work; chat answers 400
     std::fprintf(stderr, "nextn serve: no chat template (%s): /v1/chat/completions is off\n", e.what());
   }
-  const std::string gemma4_type = gemma4_model_type(dir);
-  if (gemma4_type == "gemma4_assistant")
-    fail("{}: a gemma4_assistant checkpoint is a drafter: pass its target with -m and it with --draft", dir);
   const bool gemma4 = !gemma4_type.empty();
   if (assistant_draft && !gemma4)
     fail("--draft {}: a drafter checkpoint drafts for a Gemma 4 target, and {} is not one", a.draft, dir);
