@@ -35,10 +35,9 @@ struct ServeArgs {
 // The engine of a Gemma 4 target: a serial group over its runtime factory,
 // and with an assistant directory as --draft, one drafter per job.
 std::unique_ptr<server::Engine> gemma4_engine(const std::string& dir, const ServeArgs& a, BackendKind kind,
-                                              DraftKind draft, bool assistant_draft, server::EngineOptions eo,
+                                              bool assistant_draft, server::EngineOptions eo,
                                               const tok::Tokenizer& tokenizer, server::Metrics& metrics) {
   const TargetModel target = open_target_model(dir, kind, a.threads);
-  if (draft == DraftKind::Mtp) fail("{}: --draft mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
   if (assistant_draft) {
     auto assistant = std::make_shared<AssistantModel>(a.draft, target.gemma4->config(), a.threads);
     eo.make_drafter = [assistant](ModelRuntime& sequence) { return assistant->drafter(sequence); };
@@ -81,12 +80,10 @@ void run(const ServeArgs& a) {
   const bool gemma4 = !gemma4_type.empty();
   if (assistant_draft && !gemma4)
     fail("--draft {}: a drafter checkpoint drafts for a Gemma 4 target, and {} is not one", a.draft, dir);
-  std::optional<Qwen35Checkpoint> ckpt;
-  if (!gemma4) {
-    ckpt = Qwen35Checkpoint::open(dir);
-    if (draft == DraftKind::Mtp && ckpt->mtp_layers() == 0)
-      fail("{}: --draft mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
-  }
+  std::optional<Qwen35Checkpoint> ckpt;  // Qwen3.5; a Gemma 4 target is opened by gemma4_engine
+  if (!gemma4) ckpt = Qwen35Checkpoint::open(dir);
+  if (draft == DraftKind::Mtp && (gemma4 || ckpt->mtp_layers() == 0))
+    fail("{}: --draft mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
 
   server::ServerLimits limits;
   limits.max_body_bytes = size_t(a.max_body_kib) * 1024;
@@ -106,7 +103,7 @@ void run(const ServeArgs& a) {
   server::Metrics metrics;
   server::EngineOptions eo{kind, a.threads, draft, a.block_opt->count() > 0 ? a.block_size : 0, limits, {}};
   const std::unique_ptr<server::Engine> engine =
-      gemma4 ? gemma4_engine(dir, a, kind, draft, assistant_draft, eo, tokenizer, metrics)
+      gemma4 ? gemma4_engine(dir, a, kind, assistant_draft, eo, tokenizer, metrics)
              : std::make_unique<server::Engine>(*ckpt, tokenizer, eo, metrics);
   server::HttpOptions ho;
   ho.host = a.host;
