@@ -276,6 +276,9 @@ class OpenAIClient(unittest.TestCase):
         return int(m.group(1)) if m else 0
 
     def test_disconnected_non_streaming_request_is_cancelled(self):
+        deadline = time.time() + 60
+        while self.metric("nextn_requests_running") and time.time() < deadline:
+            time.sleep(0.02)  # an earlier test's cancelled job may still be ending
         before_tokens, before_cancelled = self.completion_tokens_served(), self.metric("nextn_cancelled_total")
         host, port = self.server.base[len("http://"):].split(":")
         body = json.dumps({"prompt": PROMPTS[5], "max_tokens": 512, "temperature": 0, "ignore_eos": True}).encode()
