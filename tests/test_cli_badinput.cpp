@@ -187,7 +187,7 @@ const std::vector<Case> kCases = {
     // ---- serve (each fails before it listens) ----
     {"serve --draft oracle", "--draft oracle"},
     {"serve --draft '{DIR}'", "--draft"},
-    {"serve --block-size 3", "--block-size applies to --draft mtp"},
+    {"serve --block-size 3", "--block-size applies to a drafter only"},
     {"serve --draft mtp --block-size 1", "--block-size 1"},
     {"serve --port 70000", "--port 70000"},
     {"serve --port -1", "--port -1"},

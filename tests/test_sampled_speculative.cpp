@@ -11,6 +11,7 @@
 #include <map>
 
 #include "fixture_util.h"
+#include "sampling_distribution_util.h"
 #include "io/checkpoint.h"
 #include "model/runtime.h"
 #include "speculative/sampled_generate.h"
@@ -54,34 +55,10 @@ const std::vector<int32_t> kPrompt = {1, 5, 9};
 
 SamplingParams test_params() { return {.temperature = 1.0, .top_k = 3}; }
 
-// P(x_0 .. x_3) of plain sampling, by enumeration: every prefix of the
-// support, one fresh prefill each.
-std::map<std::vector<int32_t>, double> exact_distribution(const Qwen35Checkpoint& ckpt) {
+// P(x_0 .. x_3) of plain sampling, by enumeration.
+test::TupleDistribution exact_distribution(const Qwen35Checkpoint& ckpt) {
   auto rt = make_runtime(ckpt, BackendKind::Cpu, 64);
-  const int V = rt->vocab();
-  std::vector<float> logits(static_cast<size_t>(V));
-  std::vector<double> p;
-  std::vector<int32_t> scratch;
-  std::map<std::vector<int32_t>, double> level = {{{}, 1.0}};
-  for (int depth = 0; depth < kTokens; ++depth) {
-    std::map<std::vector<int32_t>, double> deeper;
-    for (const auto& [prefix, mass] : level) {
-      rt->reset();
-      std::vector<int32_t> seq = kPrompt;
-      seq.insert(seq.end(), prefix.begin(), prefix.end());
-      rt->target_forward(seq);
-      rt->head_logits(int(seq.size()) - 1, logits.data());
-      sampling_distribution(logits, test_params(), p, scratch);
-      for (int v = 0; v < V; ++v)
-        if (p[size_t(v)] > 0) {
-          auto longer = prefix;
-          longer.push_back(v);
-          deeper[longer] = mass * p[size_t(v)];
-        }
-    }
-    level = std::move(deeper);
-  }
-  return level;
+  return test::exact_sampling_distribution(*rt, kPrompt, test_params(), kTokens);
 }
 
 std::map<std::vector<int32_t>, int> sample_counts(const Qwen35Checkpoint& ckpt, DraftKind draft, AcceptRule rule,
@@ -110,41 +87,8 @@ std::map<std::vector<int32_t>, int> sample_counts(const Qwen35Checkpoint& ckpt, 
   return counts;
 }
 
-// Pearson's chi-square against `expected` (probabilities); cells expecting
-// fewer than 5 counts are pooled into one. Returns {statistic, degrees of freedom}.
-std::pair<double, int> chi_square(const std::map<std::vector<int32_t>, double>& expected,
-                                  const std::map<std::vector<int32_t>, int>& counts, int runs) {
-  double stat = 0, pooled_e = 0;
-  int pooled_o = 0, cells = 0, seen = 0;
-  for (const auto& [key, prob] : expected) {
-    const double e = prob * runs;
-    const auto it = counts.find(key);
-    const int o = it == counts.end() ? 0 : it->second;
-    seen += o;
-    if (e < 5) {
-      pooled_e += e;
-      pooled_o += o;
-      continue;
-    }
-    stat += (o - e) * (o - e) / e;
-    ++cells;
-  }
-  pooled_o += runs - seen;  // tuples outside the support (impossible under the exact rule)
-  if (pooled_e > 0) {
-    stat += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e;
-    ++cells;
-  } else if (pooled_o > 0) {
-    stat = INFINITY;
-  }
-  return {stat, cells - 1};
-}
-
-// The chi-square quantile at p = 1e-3 (Wilson-Hilferty), the pass threshold.
-double chi_square_limit(int df) {
-  const double z = 3.090;
-  const double a = 2.0 / (9.0 * df);
-  return df * std::pow(1 - a + z * std::sqrt(a), 3);
-}
+using test::chi_square;
+using test::chi_square_limit;
 
 // Runs per sampler. At these counts the exact rule's statistic sits near its
 // degrees of freedom and the wrong rule's several times above the limit

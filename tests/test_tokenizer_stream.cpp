@@ -1,6 +1,7 @@
 // Streaming decode holds back a character whose UTF-8 bytes span several
-// tokens, emits it whole once complete, and turns incomplete leftovers into
-// U+FFFD at finish(), as a full decode does.
+// tokens, emits it whole once complete (a ByteFallback byte run once it
+// ends), and turns incomplete leftovers into U+FFFD at finish(), as a full
+// decode does.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -22,19 +23,31 @@ int32_t id_of(const Tokenizer& t, const std::string& token) {
   return id.value_or(0);
 }
 
-TEST(TokenizerStream, ByteFallbackCharacterIsHeldUntilComplete) {
+TEST(TokenizerStream, ByteFallbackRunIsHeldUntilItEnds) {
   const Tokenizer t = load("gemma3");
-  // U+1F600 is not in the small vocabulary: four <0xNN> byte tokens.
+  // U+1F600 is not in the small vocabulary: four <0xNN> byte tokens, held
+  // until the run ends (a later byte could still make it invalid).
   const std::vector<int32_t> ids = {id_of(t, "a"),      id_of(t, "<0xF0>"), id_of(t, "<0x9F>"),
                                     id_of(t, "<0x98>"), id_of(t, "<0x80>"), id_of(t, "b")};
   StreamDecoder s(t);
   std::vector<std::string> out;
   for (int32_t id : ids) out.push_back(s.step(id));
-  EXPECT_EQ(out, (std::vector<std::string>{"a", "", "", "", "\xF0\x9F\x98\x80", "b"}));
+  EXPECT_EQ(out, (std::vector<std::string>{"a", "", "", "", "", "\xF0\x9F\x98\x80"
+                                                                "b"}));
   EXPECT_EQ(s.finish(), "");
   EXPECT_EQ(t.decode(ids),
             "a\xF0\x9F\x98\x80"
             "b");
+  // A valid byte (B) followed by one that makes the run invalid: the whole
+  // run decodes as U+FFFDs, so B must not have been emitted on its own.
+  const std::vector<int32_t> bad = {id_of(t, "a"), id_of(t, "<0x42>"), id_of(t, "<0xE9>"), id_of(t, "b")};
+  StreamDecoder s2(t);
+  std::string streamed;
+  for (int32_t id : bad) streamed += s2.step(id);
+  streamed += s2.finish();
+  EXPECT_EQ(streamed, t.decode(bad));
+  EXPECT_EQ(streamed, "a\xEF\xBF\xBD\xEF\xBF\xBD"
+                      "b");
 }
 
 TEST(TokenizerStream, ByteLevelCharacterIsHeldUntilComplete) {

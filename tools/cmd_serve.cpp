@@ -1,6 +1,8 @@
 // nextn serve: the OpenAI-compatible HTTP server (docs/server.md). The engine
 // runs up to --max-batch requests at once with shared target forwards; HTTP
-// workers parse, queue and stream.
+// workers parse, queue and stream. Qwen3.5 targets run on the backend's
+// sequence group (MTP drafts); Gemma 4 targets on a serial group over their
+// runtime factory, optionally with the assistant (--draft DIR) as drafter.
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -11,8 +13,11 @@
 #include "commands.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "io/gemma4_checkpoint.h"
+#include "model/target_model.h"
 #include "server/engine.h"
 #include "server/http_server.h"
+#include "speculative/gemma4_drafter.h"
 #include "speculative/verify.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/model_tokenizer.h"
@@ -27,11 +32,30 @@ struct ServeArgs {
   CLI::Option* block_opt = nullptr;
 };
 
+// The engine of a Gemma 4 target: a serial group over its runtime factory,
+// and with an assistant directory as --draft, one drafter per job.
+std::unique_ptr<server::Engine> gemma4_engine(const std::string& dir, const ServeArgs& a, BackendKind kind,
+                                              bool assistant_draft, server::EngineOptions eo,
+                                              const tok::Tokenizer& tokenizer, server::Metrics& metrics) {
+  const TargetModel target = open_target_model(dir, kind, a.threads);
+  if (assistant_draft) {
+    auto assistant = std::make_shared<AssistantModel>(a.draft, target.gemma4->config(), a.threads);
+    eo.make_drafter = [assistant](ModelRuntime& sequence) { return assistant->drafter(sequence); };
+    if (eo.block_size == 0) eo.block_size = kAssistantBlockSize;
+  }
+  return std::make_unique<server::Engine>(make_serial_sequence_group(target.factory, target.info, a.backend),
+                                          tokenizer, eo, metrics);
+}
+
 void run(const ServeArgs& a) {
-  const DraftKind draft = parse_draft_kind(a.draft);
-  if (draft == DraftKind::Oracle) fail("--draft oracle needs a known answer: serve supports none or mtp");
+  // A directory is a drafter checkpoint (a Gemma 4 assistant).
+  const bool assistant_draft = is_drafter_checkpoint(a.draft);
+  const DraftKind draft = assistant_draft ? DraftKind::None : parse_draft_kind(a.draft);
+  if (draft == DraftKind::Oracle)
+    fail("--draft oracle needs a known answer: serve supports none, mtp or an assistant directory");
   if (a.block_opt->count() > 0) {
-    if (draft == DraftKind::None) fail("--block-size applies to --draft mtp only");
+    if (draft == DraftKind::None && !assistant_draft)
+      fail("--block-size applies to a drafter only (--draft mtp or an assistant directory)");
     check_block_size(a.block_size);
   }
   if (a.port < 0 || a.port > 65535) fail("--port {} is outside [0, 65535]", a.port);
@@ -44,14 +68,21 @@ void run(const ServeArgs& a) {
 
   const std::string dir = model_dir_or_default(a.model);
   const tok::Tokenizer tokenizer = tok::load_model_tokenizer(dir, "serve");
+  const std::string gemma4_type = gemma4_model_type(dir);
+  if (gemma4_type == "gemma4_assistant")
+    fail("{}: a gemma4_assistant checkpoint is a drafter: pass its target with -m and it with --draft", dir);
   std::optional<ChatTemplate> chat_template;
   try {
     chat_template = load_chat_template(dir);
   } catch (const Error& e) {  // completions still work; chat answers 400
     std::fprintf(stderr, "nextn serve: no chat template (%s): /v1/chat/completions is off\n", e.what());
   }
-  const auto ckpt = Qwen35Checkpoint::open(dir);
-  if (draft == DraftKind::Mtp && ckpt.mtp_layers() == 0)
+  const bool gemma4 = !gemma4_type.empty();
+  if (assistant_draft && !gemma4)
+    fail("--draft {}: a drafter checkpoint drafts for a Gemma 4 target, and {} is not one", a.draft, dir);
+  std::optional<Qwen35Checkpoint> ckpt;  // Qwen3.5; a Gemma 4 target is opened by gemma4_engine
+  if (!gemma4) ckpt = Qwen35Checkpoint::open(dir);
+  if (draft == DraftKind::Mtp && (gemma4 || ckpt->mtp_layers() == 0))
     fail("{}: --draft mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
 
   server::ServerLimits limits;
@@ -70,15 +101,17 @@ void run(const ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   server::Metrics metrics;
-  server::EngineOptions eo{kind, a.threads, draft, a.block_opt->count() > 0 ? a.block_size : 0, limits};
-  server::Engine engine(ckpt, tokenizer, eo, metrics);
+  server::EngineOptions eo{kind, a.threads, draft, a.block_opt->count() > 0 ? a.block_size : 0, limits, {}};
+  const std::unique_ptr<server::Engine> engine =
+      gemma4 ? gemma4_engine(dir, a, kind, assistant_draft, eo, tokenizer, metrics)
+             : std::make_unique<server::Engine>(*ckpt, tokenizer, eo, metrics);
   server::HttpOptions ho;
   ho.host = a.host;
   ho.port = a.port;
   ho.model_name = a.served_name.empty() ? std::filesystem::path(dir).lexically_normal().filename().string() : a.served_name;
   if (ho.model_name.empty()) ho.model_name = "nextn";
   ho.limits = limits;
-  server::HttpServer http(engine, tokenizer, std::move(chat_template), metrics, ho);
+  server::HttpServer http(*engine, tokenizer, std::move(chat_template), metrics, ho);
   const int port = http.bind();
   std::fprintf(stderr, "nextn serve: model '%s' (%s backend, draft %s) listening on http://%s:%d\n", ho.model_name.c_str(),
                a.backend.c_str(), a.draft.c_str(), a.host.c_str(), port);
@@ -99,8 +132,12 @@ void register_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (completions, chat, streaming, metrics)");
   cmd->add_option("-m,--model", a->model, "Checkpoint directory (default: the shipped model)");
-  cmd->add_option("--draft", a->draft, "Drafter: none or mtp (greedy: exact; sampling: lossless speculative sampling)");
-  a->block_opt = cmd->add_option("--block-size", a->block_size, "Verify width K, 2..64 (default: MTP layers + 2)")->check(number());
+  cmd->add_option("--draft", a->draft,
+                  "Drafter: none, mtp, or a Gemma 4 assistant directory (greedy: exact; sampling: lossless speculative "
+                  "sampling)");
+  a->block_opt = cmd->add_option("--block-size", a->block_size,
+                                 "Verify width K, 2..64 (default: MTP layers + 2; with an assistant 4)")
+                     ->check(number());
   cmd->add_option("--host", a->host, "Address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", a->port, "Port (default 8000; 0: any free port, printed at start)")->check(number());
   cmd->add_option("--backend", a->backend, "cpu or cuda (default cpu)");

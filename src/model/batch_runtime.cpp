@@ -1,5 +1,6 @@
 #include "model/batch_runtime.h"
 
+#include <string>
 #include <vector>
 
 #include "backend/cpu/qwen35.h"
@@ -10,19 +11,17 @@ namespace nextn {
 namespace {
 
 // A backend without multi-sequence support: every sequence is a runtime of
-// its own from make_runtime (its own weights), and forward_together runs
-// their forwards one after another.
+// its own from the factory (its own weights where the backend copies them),
+// and forward_together runs their forwards one after another.
 class SerialSequenceGroup final : public SequenceGroup {
  public:
-  SerialSequenceGroup(const Qwen35Checkpoint& ckpt, BackendKind kind, int cpu_threads)
-      : ckpt_(ckpt), kind_(kind), cpu_threads_(cpu_threads), info_(qwen35_info(ckpt.config())) {}
-  const char* backend_name() const override { return kind_ == BackendKind::Cuda ? "cuda" : "cpu"; }
+  SerialSequenceGroup(SequenceFactory factory, ModelInfo info, std::string backend)
+      : factory_(std::move(factory)), info_(std::move(info)), backend_(std::move(backend)) {}
+  const char* backend_name() const override { return backend_.c_str(); }
   ModelInfo info() const override { return info_; }
   int max_sequences() const override { return 1; }
   bool shares_forwards() const override { return false; }
-  std::unique_ptr<ModelRuntime> add_sequence(int max_tokens) override {
-    return make_runtime(ckpt_, kind_, max_tokens, cpu_threads_);
-  }
+  std::unique_ptr<ModelRuntime> add_sequence(int max_tokens) override { return factory_(max_tokens); }
   void forward_together(std::span<ModelRuntime* const> sequences,
                         std::span<const std::span<const int32_t>> tokens) override {
     if (sequences.size() != tokens.size())
@@ -31,10 +30,9 @@ class SerialSequenceGroup final : public SequenceGroup {
   }
 
  private:
-  const Qwen35Checkpoint& ckpt_;
-  BackendKind kind_;
-  int cpu_threads_;
+  SequenceFactory factory_;
   ModelInfo info_;
+  std::string backend_;
 };
 
 }  // namespace
@@ -46,7 +44,14 @@ std::unique_ptr<SequenceGroup> make_sequence_group(const Qwen35Checkpoint& ckpt,
 
 std::unique_ptr<SequenceGroup> make_serial_sequence_group(const Qwen35Checkpoint& ckpt, BackendKind kind,
                                                           int cpu_threads) {
-  return std::make_unique<SerialSequenceGroup>(ckpt, kind, cpu_threads);
+  return make_serial_sequence_group(
+      [&ckpt, kind, cpu_threads](int max_tokens) { return make_runtime(ckpt, kind, max_tokens, cpu_threads); },
+      qwen35_info(ckpt.config()), kind == BackendKind::Cuda ? "cuda" : "cpu");
+}
+
+std::unique_ptr<SequenceGroup> make_serial_sequence_group(SequenceFactory factory, ModelInfo info,
+                                                          const std::string& backend_name) {
+  return std::make_unique<SerialSequenceGroup>(std::move(factory), std::move(info), backend_name);
 }
 
 }  // namespace nextn

@@ -11,8 +11,10 @@
 // and attention and the GDN recurrence run per sequence.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "model/runtime.h"
 
@@ -53,5 +55,11 @@ std::unique_ptr<SequenceGroup> make_sequence_group(const Qwen35Checkpoint& ckpt,
 // backend may use it (tests run it on the CPU).
 std::unique_ptr<SequenceGroup> make_serial_sequence_group(const Qwen35Checkpoint& ckpt, BackendKind kind,
                                                           int cpu_threads = 0);
+// A fresh sequence of `max_tokens` positions (a RuntimeFactory, speculative/generate.h).
+using SequenceFactory = std::function<std::unique_ptr<ModelRuntime>(int max_tokens)>;
+// The serial group of any model family: sequences from `factory` (which
+// owns or outlives the weights), facts from `info`.
+std::unique_ptr<SequenceGroup> make_serial_sequence_group(SequenceFactory factory, ModelInfo info,
+                                                          const std::string& backend_name);
 
 }  // namespace nextn

@@ -25,6 +25,7 @@ TargetModel open_target_model(const std::string& dir, BackendKind kind, int cpu_
     auto ck = std::make_shared<const Gemma4Checkpoint>(Gemma4Checkpoint::open(dir));
     const Gemma4TextConfig& c = ck->config();
     m.family = "gemma4";
+    m.gemma4 = ck;
     m.info = {c.vocab_size, c.hidden_size, c.max_position_embeddings, 0, c.eos_token_ids};
     m.factory = [ck, kind, cpu_threads](int cap) -> std::unique_ptr<ModelRuntime> {
       (void)kind;  // read only with the CUDA backend built

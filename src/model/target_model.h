@@ -1,6 +1,7 @@
 // Opens a target checkpoint of any supported family (Qwen3.5, Gemma 4) by
 // its config.json model_type, for the commands that only need runtimes.
 #pragma once
+#include <memory>
 #include <string>
 
 #include "model/runtime.h"
@@ -8,10 +9,13 @@
 
 namespace nextn {
 
+class Gemma4Checkpoint;
+
 struct TargetModel {
   std::string family;      // "qwen3_5" or "gemma4"
   ModelInfo info;          // as the runtimes will report it
   RuntimeFactory factory;  // owns the opened checkpoint
+  std::shared_ptr<const Gemma4Checkpoint> gemma4;  // family "gemma4": the checkpoint (its config for an assistant)
 };
 
 // Throws Error (a bad checkpoint, or a family the backend does not run).

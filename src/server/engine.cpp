@@ -17,13 +17,17 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 Engine::Engine(const Qwen35Checkpoint& ckpt, const tok::Tokenizer& tokenizer, const EngineOptions& options,
                Metrics& metrics)
+    : Engine(make_sequence_group(ckpt, options.backend, options.cpu_threads), tokenizer, options, metrics) {}
+
+Engine::Engine(std::unique_ptr<SequenceGroup> group, const tok::Tokenizer& tokenizer, const EngineOptions& options,
+               Metrics& metrics)
     : tokenizer_(tokenizer),
       options_(options),
       metrics_(metrics),
-      group_(make_sequence_group(ckpt, options.backend, options.cpu_threads)),
+      group_(std::move(group)),
       scheduler_(*group_),
       seeds_(std::random_device{}()) {
-  if (options_.block_size == 0) options_.block_size = default_block_size(ckpt.mtp_layers());
+  if (options_.block_size == 0) options_.block_size = default_block_size(group_->info().mtp_layers);
   if (options_.limits.max_batch < 1) fail("--max-batch {} must be at least 1", options_.limits.max_batch);
   max_batch_ = std::min(options_.limits.max_batch, group_->max_sequences());
   capacity_ = runtime_capacity(options_.limits.max_prompt_tokens, options_.limits.max_tokens, options_.block_size);
@@ -71,6 +75,7 @@ void Engine::loop() {
     queue_.pop_front();
     if (job->cancelled()) {  // went away while queued: no slot taken
       metrics_.set_queue(int(queue_.size()), running_);
+      metrics_.cancelled();
       JobEvent gone;
       gone.final = true;
       gone.finish_reason = "cancelled";
@@ -125,7 +130,7 @@ void Engine::loop() {
 void Engine::work(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot, uint64_t seed, int worker) {
   try {
     ScheduledSequence rt(scheduler_, *slot, /*reserved=*/true);  // waits for a turn; shares its target forwards
-    run(*job, rt, seed);
+    run(*job, rt, *slot, seed);
   } catch (const std::exception& e) {  // the slot is reset before its next job
     JobEvent fail_event;
     fail_event.final = true;
@@ -140,13 +145,16 @@ void Engine::work(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot, 
   cv_.notify_all();
 }
 
-void Engine::run(Job& job, ModelRuntime& rt, uint64_t seed) {
+void Engine::run(Job& job, ModelRuntime& rt, ModelRuntime& slot, uint64_t seed) {
   const CompletionRequest& req = job.request;
   const auto started = Clock::now();
   const double queue_s = std::chrono::duration<double>(started - job.enqueued).count();
   double first_token_s = -1;
   rt.reset();
-  const std::vector<int> eos_ids = req.ignore_eos ? std::vector<int>{} : rt.config().eos_token_ids;
+  const std::vector<int> eos_ids = req.ignore_eos ? std::vector<int>{} : rt.info().eos_token_ids;
+  // The drafter reads the sequence's own state (a Gemma 4 target's hidden
+  // rows and K/V); its loop's forwards still go through `rt`.
+  const std::unique_ptr<Drafter> drafter = options_.make_drafter ? options_.make_drafter(slot) : nullptr;
   tok::StreamDecoder decoder(tokenizer_);
   StopMatcher stops(req.stop);
   std::vector<float> logits;
@@ -182,7 +190,7 @@ void Engine::run(Job& job, ModelRuntime& rt, uint64_t seed) {
     o.verify = VerifyArm::Batched;
     o.ignore_eos = req.ignore_eos;
     o.sink = sink;
-    result = generate(rt, job.prompt, o);
+    result = drafter ? speculative_generate(rt, *drafter, job.prompt, o) : generate(rt, job.prompt, o);
   } else {
     SampledOptions o;
     o.max_new_tokens = req.max_tokens;
@@ -192,7 +200,7 @@ void Engine::run(Job& job, ModelRuntime& rt, uint64_t seed) {
     o.block_size = options_.block_size;
     o.ignore_eos = req.ignore_eos;
     o.sink = sink;
-    result = sampled_generate(rt, job.prompt, o);
+    result = drafter ? sampled_generate(rt, drafter.get(), job.prompt, o) : sampled_generate(rt, job.prompt, o);
   }
   JobEvent last;
   last.final = true;
@@ -203,6 +211,7 @@ void Engine::run(Job& job, ModelRuntime& rt, uint64_t seed) {
   last.finish_reason = stops.stopped() || result.stats.stop == "eos" ? "stop" : job.cancelled() ? "cancelled" : "length";
   last.prompt_tokens = int(job.prompt.size());
   last.completion_tokens = completion_tokens;
+  if (last.finish_reason == "cancelled") metrics_.cancelled();
   metrics_.generation(result.stats, completion_tokens, queue_s, first_token_s, seconds_since(job.enqueued));
   job.push(std::move(last));
 }

@@ -7,10 +7,14 @@
 // through speculative/generate.h's generate(), the same code path as
 // `nextn generate`, so their tokens are identical to it; sampled requests go
 // through sampled_generate(). Text is decoded incrementally (StreamDecoder)
-// and cut at stop strings (StopMatcher) as tokens are committed.
+// and cut at stop strings (StopMatcher) as tokens are committed. The engine
+// is family-neutral: it runs any SequenceGroup (Qwen3.5: the backend's
+// group; Gemma 4: a serial group over its runtime factory), with the MTP
+// head or a drafter made per job (the Gemma 4 assistant) as the drafter.
 #pragma once
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -29,18 +33,25 @@
 
 namespace nextn::server {
 
+// A job's own drafter on its sequence (the Gemma 4 assistant's AssistantModel::drafter).
+using DrafterFactory = std::function<std::unique_ptr<Drafter>(ModelRuntime& sequence)>;
+
 struct EngineOptions {
-  BackendKind backend = BackendKind::Cpu;
+  BackendKind backend = BackendKind::Cpu;  // the Qwen3.5 constructor's group
   int cpu_threads = 0;
   DraftKind draft = DraftKind::None;  // none or mtp
   int block_size = 0;                 // 0: default for the checkpoint
   ServerLimits limits;
+  DrafterFactory make_drafter;  // set: every job drafts with its own drafter from it (`draft` is ignored)
 };
 
 class Engine {
  public:
-  // Builds the group and one sequence slot (sized for the longest prompt
+  // Takes the group, makes one sequence slot (sized for the longest prompt
   // plus max_tokens) and starts the loop thread.
+  Engine(std::unique_ptr<SequenceGroup> group, const tok::Tokenizer& tokenizer, const EngineOptions& options,
+         Metrics& metrics);
+  // A Qwen3.5 checkpoint on options.backend (make_sequence_group); it must outlive the engine.
   Engine(const Qwen35Checkpoint& ckpt, const tok::Tokenizer& tokenizer, const EngineOptions& options, Metrics& metrics);
   ~Engine();
   // Queues a job; false when limits.queue_depth jobs already wait.
@@ -51,7 +62,8 @@ class Engine {
   void loop();
   // On a job's own thread: runs it on `slot`, then gives the slot back.
   void work(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot, uint64_t seed, int worker);
-  void run(Job& job, ModelRuntime& rt, uint64_t seed);
+  // rt: the slot as its loop sees it (forwards shared); slot: the sequence itself, for its drafter.
+  void run(Job& job, ModelRuntime& rt, ModelRuntime& slot, uint64_t seed);
   const tok::Tokenizer& tokenizer_;
   EngineOptions options_;
   Metrics& metrics_;

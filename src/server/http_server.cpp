@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 
+#include "server/client_socket.h"
 #include "server/http_error.h"
 #include "server/openai_format.h"
 
@@ -92,7 +93,7 @@ struct HttpServer::Impl {
       if (job->request.stream)
         stream(job, h, res);
       else
-        wait_full(*job, h, res);
+        wait_full(*job, h, req, res);
     } catch (const HttpError& e) {
       send_error(res, e.status(), e.what(), e.param(), e.code());
     } catch (const std::exception& e) {
@@ -101,11 +102,21 @@ struct HttpServer::Impl {
     metrics.request(name, res.status == -1 ? 200 : res.status);  // httplib sets 200 after the handler
   }
 
-  void wait_full(Job& job, const ResponseHeader& h, httplib::Response& res) {
+  // Collects the whole answer. Nothing is written before the end, so a
+  // client that goes away is seen on its socket (polled between events):
+  // its job is cancelled, which frees the engine slot after the current round.
+  void wait_full(Job& job, const ResponseHeader& h, const httplib::Request& req, httplib::Response& res) {
     std::string text;
     std::vector<LogprobEntry> logprobs;
+    const int fd = find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
     for (;;) {
-      for (JobEvent& ev : job.take(1000ms)) {
+      std::vector<JobEvent> events = job.take(100ms);
+      if (fd >= 0 && peer_closed(fd) && !(!events.empty() && events.back().final)) {
+        job.cancel();
+        send_error(res, 499, "the client closed the connection before the answer was ready");
+        return;
+      }
+      for (JobEvent& ev : events) {
         text += ev.text;
         for (auto& e : ev.logprobs) logprobs.push_back(std::move(e));
         if (!ev.final) continue;

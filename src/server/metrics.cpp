@@ -46,6 +46,11 @@ void Metrics::request(const std::string& endpoint, int status) {
   ++requests_[{endpoint, status}];
 }
 
+void Metrics::cancelled() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++cancelled_;
+}
+
 void Metrics::generation(const GenerateStats& s, int completion_tokens, double queue_s, double first_token_s,
                          double total_s) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -80,6 +85,7 @@ std::string Metrics::render() const {
   for (const auto& [key, n] : requests_)
     out += fmt::format("nextn_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first, key.second, n);
   counter("nextn_generations_total", "Generations run to completion (or cancelled) by the engine.", generations_);
+  counter("nextn_cancelled_total", "Jobs cancelled because their client went away (running or queued).", cancelled_);
   counter("nextn_prompt_tokens_total", "Prompt tokens prefilled.", prompt_tokens_);
   counter("nextn_completion_tokens_total", "Tokens generated.", completion_tokens_);
   counter("nextn_rounds_total", "Decode rounds (one target forward each after the prefill).", rounds_);

@@ -35,6 +35,8 @@ class Metrics {
   // queue, until its first token and in all.
   void generation(const GenerateStats& stats, int completion_tokens, double queue_s, double first_token_s, double total_s);
   void set_queue(int waiting, int running);
+  // A job cancelled because its client went away (running or still queued).
+  void cancelled();
   // One target forward the engine's scheduler ran for `sequences` requests
   // together, over `rows` rows in all.
   void shared_forward(int sequences, int rows);
@@ -44,6 +46,7 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   uint64_t prompt_tokens_ = 0, completion_tokens_ = 0, rounds_ = 0, drafted_ = 0, accepted_ = 0, generations_ = 0;
+  uint64_t cancelled_ = 0;
   std::vector<uint64_t> accepted_at_;
   std::map<std::string, uint64_t> rounds_by_arm_;
   int waiting_ = 0, running_ = 0;

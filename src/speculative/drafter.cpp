@@ -7,6 +7,10 @@
 
 namespace nextn {
 
+void Drafter::draft_logits(float*) { fail("--draft {}: this drafter cannot draft for sampling (temperature > 0)", name()); }
+
+void Drafter::draft_step(int32_t) { fail("--draft {}: this drafter cannot draft for sampling (temperature > 0)", name()); }
+
 // ---- MTP ----
 
 MtpDrafter::MtpDrafter(ModelRuntime& rt) : rt_(rt) {}
@@ -26,6 +30,10 @@ void MtpDrafter::propose(int n, std::vector<int32_t>& out) {
   if (n == 0) return;
   rt_.mtp_draft(n, out.data());  // chained from the last entry of the latest mtp_forward
 }
+
+void MtpDrafter::draft_logits(float* out) { rt_.mtp_logits(out); }
+
+void MtpDrafter::draft_step(int32_t token) { rt_.mtp_step(token); }
 
 void MtpDrafter::commit(std::span<const int32_t> drafts, int accepted, int32_t next) {
   // Drop the chained speculative entries, then pair the committed tokens

@@ -15,6 +15,14 @@
 //                             rolled back to the bonus plus the first `a`
 //                             drafts; `next` is the new bonus. Not called
 //                             after the last round.
+//
+// Sampled drafting (speculative/sampled_generate.h) replaces propose with
+// draft_logits / draft_step: within a round, draft_logits gives the logits
+// of the next draft position (the first one continues the bonus), the loop
+// samples a token from them and draft_step(token) makes it that position's
+// draft, so the next draft_logits continues it. The logits are the
+// drafter's own distribution q before the sampling filters; a token the
+// drafter can never propose there gets -inf. commit then works as above.
 #pragma once
 #include <cstdint>
 #include <random>
@@ -33,6 +41,10 @@ class Drafter {
   virtual void begin(std::span<const int32_t> prompt, int32_t first) = 0;
   virtual void propose(int n, std::vector<int32_t>& out) = 0;
   virtual void commit(std::span<const int32_t> drafts, int accepted, int32_t next) = 0;
+  // Sampled drafting (above); out: vocab floats. The defaults throw: a
+  // drafter without them drafts greedily only.
+  virtual void draft_logits(float* out);
+  virtual void draft_step(int32_t token);
 };
 
 // The Qwen3.5 MTP head (model-spec §A.8), driven through ModelRuntime's mtp_*
@@ -47,6 +59,8 @@ class MtpDrafter final : public Drafter {
   void begin(std::span<const int32_t> prompt, int32_t first) override;
   void propose(int n, std::vector<int32_t>& out) override;
   void commit(std::span<const int32_t> drafts, int accepted, int32_t next) override;
+  void draft_logits(float* out) override;  // mtp_logits of the last entry
+  void draft_step(int32_t token) override;  // mtp_step
 
  private:
   ModelRuntime& rt_;

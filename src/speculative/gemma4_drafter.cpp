@@ -24,7 +24,10 @@ Gemma4AssistantDrafter::Gemma4AssistantDrafter(ModelRuntime& rt, CpuGemma4Assist
   next_hidden_.resize(hidden_.size());
 }
 
-void Gemma4AssistantDrafter::begin(std::span<const int32_t>, int32_t first) { bonus_ = first; }
+void Gemma4AssistantDrafter::begin(std::span<const int32_t>, int32_t first) {
+  bonus_ = first;
+  in_round_ = false;
+}
 
 void Gemma4AssistantDrafter::propose(int n, std::vector<int32_t>& out) {
   out.clear();
@@ -39,7 +42,43 @@ void Gemma4AssistantDrafter::propose(int n, std::vector<int32_t>& out) {
   }
 }
 
-void Gemma4AssistantDrafter::commit(std::span<const int32_t>, int, int32_t next) { bonus_ = next; }
+void Gemma4AssistantDrafter::draft_logits(float* out) {
+  if (!in_round_) {  // the round's first draft: as propose starts it
+    position_ = rt_.target_length();
+    target_.last_hidden(hidden_.data());
+    chain_token_ = bonus_;
+    in_round_ = true;
+  }
+  assistant_.step_logits(target_, chain_token_, hidden_.data(), position_, next_hidden_.data(), out);
+}
+
+void Gemma4AssistantDrafter::draft_step(int32_t token) {
+  if (!in_round_) fail("internal: draft_step before draft_logits");
+  std::swap(hidden_, next_hidden_);
+  chain_token_ = token;
+}
+
+void Gemma4AssistantDrafter::commit(std::span<const int32_t>, int, int32_t next) {
+  bonus_ = next;
+  in_round_ = false;
+}
+
+void check_assistant_dir(const std::string& dir) {
+  if (gemma4_model_type(dir) != "gemma4_assistant")
+    fail("--draft {}: not a Gemma 4 assistant checkpoint (config.json model_type is not gemma4_assistant)", dir);
+}
+
+AssistantModel::AssistantModel(const std::string& dir, const Gemma4TextConfig& target, int cpu_threads) {
+  check_assistant_dir(dir);
+  checkpoint_ = std::make_unique<const Gemma4Checkpoint>(Gemma4Checkpoint::open_assistant(dir));
+  assistant_ = std::make_unique<CpuGemma4Assistant>(*checkpoint_, target, cpu_threads);
+}
+
+AssistantModel::~AssistantModel() = default;
+
+std::unique_ptr<Drafter> AssistantModel::drafter(ModelRuntime& rt) {
+  return std::make_unique<Gemma4AssistantDrafter>(rt, *assistant_);
+}
 
 bool is_drafter_checkpoint(const std::string& draft) {
   std::error_code ec;
@@ -49,18 +88,13 @@ bool is_drafter_checkpoint(const std::string& draft) {
 GenerateResult generate_with_assistant(const RuntimeFactory& factory, const std::string& assistant_dir,
                                        std::span<const int32_t> prompt, const GenerateOptions& options,
                                        int cpu_threads) {
-  const std::string type = gemma4_model_type(assistant_dir);
-  if (type != "gemma4_assistant")
-    fail("--draft {}: not a Gemma 4 assistant checkpoint (config.json model_type is not gemma4_assistant)",
-         assistant_dir);
-  const Gemma4Checkpoint ck = Gemma4Checkpoint::open_assistant(assistant_dir);
   GenerateOptions o = options;
   if (o.block_size == 0) o.block_size = kAssistantBlockSize;
+  check_assistant_dir(assistant_dir);  // before the target's caches are made
   auto rt = factory(runtime_capacity(int(prompt.size()), o.max_new_tokens, o.block_size));
-  const Gemma4Target& target = gemma4_target_of(*rt);
-  CpuGemma4Assistant assistant(ck, target.gemma4_config(), cpu_threads);
-  Gemma4AssistantDrafter drafter(*rt, assistant);
-  return speculative_generate(*rt, drafter, prompt, o);
+  AssistantModel assistant(assistant_dir, gemma4_target_of(*rt).gemma4_config(), cpu_threads);
+  const auto drafter = assistant.drafter(*rt);
+  return speculative_generate(*rt, *drafter, prompt, o);
 }
 
 }  // namespace nextn

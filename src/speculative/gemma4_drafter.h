@@ -3,9 +3,13 @@
 // target's hidden row that predicted it (the last kept row of the target's
 // last forward) and reads the target's K/V; further drafts chain the
 // assistant's post_projection output. The query position stays at the
-// bonus's position (the target's length) for the whole round.
+// bonus's position (the target's length) for the whole round. Sampled
+// drafting (Drafter::draft_logits) runs the same chain, continuing each
+// step with the sampled token, and hands out the assistant head's logits.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,6 +20,7 @@
 
 namespace nextn {
 
+class Gemma4Checkpoint;
 class Gemma4Target;
 
 class Gemma4AssistantDrafter final : public Drafter {
@@ -26,14 +31,43 @@ class Gemma4AssistantDrafter final : public Drafter {
   void begin(std::span<const int32_t> prompt, int32_t first) override;
   void propose(int n, std::vector<int32_t>& out) override;
   void commit(std::span<const int32_t> drafts, int accepted, int32_t next) override;
+  void draft_logits(float* out) override;   // CpuGemma4Assistant::step_logits on the chain's next token
+  void draft_step(int32_t token) override;  // continues the chain with `token`
 
  private:
   ModelRuntime& rt_;
   const Gemma4Target& target_;
   CpuGemma4Assistant& assistant_;
   int32_t bonus_ = 0;
+  // Sampled drafting: the round's held position, whether the round's chain
+  // has started, and the token the next step continues.
+  int position_ = 0;
+  bool in_round_ = false;
+  int32_t chain_token_ = 0;
   std::vector<float> hidden_, next_hidden_;
 };
+
+// An assistant checkpoint opened and checked against its target, from which
+// each sequence (a server job) makes its own drafter. The assistant's
+// scratch is not for two callers at once: the drafters of one
+// AssistantModel must run one at a time (the server's ForwardScheduler
+// gives its jobs turns).
+class AssistantModel {
+ public:
+  // Errors (one line) for a directory that is not a Gemma 4 assistant, or one
+  // that does not fit the target whose config is `target`.
+  AssistantModel(const std::string& dir, const Gemma4TextConfig& target, int cpu_threads = 0);
+  ~AssistantModel();
+  // `rt` must be a Gemma 4 runtime of the target (Error otherwise).
+  std::unique_ptr<Drafter> drafter(ModelRuntime& rt);
+
+ private:
+  std::unique_ptr<const Gemma4Checkpoint> checkpoint_;
+  std::unique_ptr<CpuGemma4Assistant> assistant_;
+};
+
+// Error (one line) unless `dir`'s config.json says gemma4_assistant.
+void check_assistant_dir(const std::string& dir);
 
 // True when `draft` (a --draft value) names a directory: a drafter checkpoint.
 bool is_drafter_checkpoint(const std::string& draft);

@@ -12,7 +12,7 @@ namespace {
 
 using Clock = RoundClock;
 
-// One target or MTP row turned into its sampling distribution.
+// One target or drafter row turned into its sampling distribution.
 struct RowSampler {
   const SamplingParams& params;
   std::vector<float> logits;
@@ -22,8 +22,8 @@ struct RowSampler {
     rt.head_logits(row, logits.data());
     sampling_distribution(logits, params, probs, scratch);
   }
-  void mtp(ModelRuntime& rt, std::vector<double>& probs) {
-    rt.mtp_logits(logits.data());
+  void draft(Drafter& drafter, std::vector<double>& probs) {
+    drafter.draft_logits(logits.data());
     sampling_distribution(logits, params, probs, scratch);
   }
 };
@@ -31,6 +31,14 @@ struct RowSampler {
 }  // namespace
 
 GenerateResult sampled_generate(ModelRuntime& rt, std::span<const int32_t> prompt, const SampledOptions& o) {
+  if (o.draft != DraftKind::None && o.draft != DraftKind::Mtp) fail("sampling supports the drafters none and mtp");
+  if (o.draft == DraftKind::None) return sampled_generate(rt, nullptr, prompt, o);
+  MtpDrafter drafter(rt);  // begin/commit keep the MTP entries paired with the committed text
+  return sampled_generate(rt, &drafter, prompt, o);
+}
+
+GenerateResult sampled_generate(ModelRuntime& rt, Drafter* drafter, std::span<const int32_t> prompt,
+                                const SampledOptions& o) {
   check_sampling_params(o.sampling);
   if (o.sampling.greedy()) fail("internal: sampled_generate needs temperature > 0 (greedy runs generate())");
   if (rt.target_length() != 0) fail("internal: generation needs a fresh runtime (target_length {})", rt.target_length());
@@ -38,18 +46,17 @@ GenerateResult sampled_generate(ModelRuntime& rt, std::span<const int32_t> promp
   if (o.max_new_tokens < 0) fail("max_tokens {} is negative", o.max_new_tokens);
   for (int32_t t : prompt)
     if (t < 0 || t >= rt.vocab()) fail("prompt token id {} is outside the vocabulary [0, {})", t, rt.vocab());
-  if (o.draft != DraftKind::None && o.draft != DraftKind::Mtp) fail("sampling supports the drafters none and mtp");
-  const bool speculative = o.draft == DraftKind::Mtp;
-  const int K = speculative ? (o.block_size == 0 ? default_block_size(rt.config().mtp_num_hidden_layers) : o.block_size) : 1;
+  const bool speculative = drafter != nullptr;
+  const int K = speculative ? (o.block_size == 0 ? default_block_size(rt.info().mtp_layers) : o.block_size) : 1;
   if (speculative) check_block_size(K);
   std::vector<int> eos_ids;
-  if (!o.ignore_eos) eos_ids = rt.config().eos_token_ids;
+  if (!o.ignore_eos) eos_ids = rt.info().eos_token_ids;
   auto eos = [&](int32_t t) { return std::find(eos_ids.begin(), eos_ids.end(), t) != eos_ids.end(); };
 
   GenerateResult res;
   GenerateStats& s = res.stats;
   VerifyCounters& c = s.counters;
-  s.draft = speculative ? "mtp" : "none";
+  s.draft = speculative ? drafter->name() : "none";
   s.prompt_tokens = int(prompt.size());
   c.block_size = K;
   c.vocab = rt.vocab();
@@ -85,8 +92,7 @@ GenerateResult sampled_generate(ModelRuntime& rt, std::span<const int32_t> promp
   int32_t bonus = sample_index(p, rng);
   bool done = false;
   commit({&bonus, 1}, int(prompt.size()) - 1, done);
-  MtpDrafter drafter(rt);  // begin/commit keep the MTP entries paired with the committed text
-  if (!done && speculative) drafter.begin(prompt, bonus);
+  if (!done && speculative) drafter->begin(prompt, bonus);
   const auto t1 = Clock::now();
   s.prefill_ms = ms_between(t0, t1);
 
@@ -97,8 +103,8 @@ GenerateResult sampled_generate(ModelRuntime& rt, std::span<const int32_t> promp
     const auto r0 = Clock::now();
     drafts.clear();
     for (int i = 0; i + 1 < W; ++i) {
-      if (i > 0) rt.mtp_step(drafts.back());
-      rows.mtp(rt, q[size_t(i)]);
+      if (i > 0) drafter->draft_step(drafts.back());
+      rows.draft(*drafter, q[size_t(i)]);
       drafts.push_back(sample_index(q[size_t(i)], rng));
     }
     block.assign(1, bonus);
@@ -136,7 +142,7 @@ GenerateResult sampled_generate(ModelRuntime& rt, std::span<const int32_t> promp
     round.push_back(next);
     commit(round, 0, done);
     rt.target_rollback(accepted + 1);
-    if (!done && speculative) drafter.commit(drafts, accepted, next);
+    if (!done && speculative) drafter->commit(drafts, accepted, next);
     bonus = next;
     add_round_times(s, r0, r1, r2, Clock::now());
   }

@@ -1,9 +1,11 @@
 // Generation at temperature > 0: plain sampling, or lossless speculative
-// sampling with the MTP head as the drafter (docs/server.md, "Sampling").
+// sampling with a drafter that drafts for sampling: the MTP head, or the
+// Gemma 4 assistant (docs/server.md, "Sampling").
 //
 // Speculative round (K = block size, W = min(K, tokens left)):
-//   draft   for i < W-1: q_i = the sampling distribution of the MTP logits,
-//           d_i ~ q_i, then one chained MTP step on d_i (not after the last);
+//   draft   for i < W-1: q_i = the sampling distribution of the drafter's
+//           logits (Drafter::draft_logits), d_i ~ q_i, then one chained
+//           draft step on d_i (not after the last);
 //   verify  one target forward over [bonus, d_0 .. d_{W-2}]; p_i = the
 //           sampling distribution of target row i;
 //   accept  d_i with probability min(1, p_i(d_i) / q_i(d_i)), in order; at
@@ -41,5 +43,9 @@ struct SampledOptions {
 // On a fresh runtime (target_length() == 0). Stats as generate() reports
 // them (rounds, drafted, accepted, accepted_at; arm "sampled").
 GenerateResult sampled_generate(ModelRuntime& rt, std::span<const int32_t> prompt, const SampledOptions& options);
+// The same with any drafter (nullptr: plain sampling; options.draft is then
+// ignored). options.block_size 0 is the MTP default.
+GenerateResult sampled_generate(ModelRuntime& rt, Drafter* drafter, std::span<const int32_t> prompt,
+                                const SampledOptions& options);
 
 }  // namespace nextn

@@ -169,4 +169,11 @@ std::vector<std::string> decode_chain(const Decoder& d, std::vector<std::string>
   return tokens;
 }
 
+bool is_fallback_byte(const Decoder& d, const std::string& token) {
+  if (d.kind == Decoder::Kind::ByteFallback) return byte_token_value(token) >= 0;
+  for (const Decoder& step : d.steps)
+    if (is_fallback_byte(step, token)) return true;
+  return false;
+}
+
 }  // namespace nextn::tok

@@ -22,5 +22,9 @@ struct Decoder {
 
 Decoder parse_decoder(const Field& f);
 std::vector<std::string> decode_chain(const Decoder& d, std::vector<std::string> tokens);
+// True when `d` (or a step of it) is ByteFallback and `token` is one of its
+// "<0xNN>" byte tokens: a run of them decodes as a whole (its bytes as text,
+// or one U+FFFD per byte when they are not valid UTF-8).
+bool is_fallback_byte(const Decoder& d, const std::string& token);
 
 }  // namespace nextn::tok

@@ -154,6 +154,11 @@ bool Tokenizer::is_special(int32_t id) const {
   return it != impl_->added_by_id.end() && impl_->added[it->second].special;
 }
 
+bool Tokenizer::is_fallback_byte(int32_t id) const {
+  const std::string* t = id_to_token(id);
+  return t && impl_->decoder && tok::is_fallback_byte(*impl_->decoder, *t);
+}
+
 int32_t Tokenizer::id_limit() const { return impl_->id_limit; }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, DecodeOptions o) const {
@@ -175,6 +180,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, DecodeOptions o) 
 
 std::string StreamDecoder::step(int32_t id) {
   ids_.push_back(id);
+  if (tok_->is_fallback_byte(id)) return {};  // the run may still turn invalid
   std::string text = tok_->decode(ids_, opts_);
   if (text.size() <= prefix_.size() || text.ends_with("\xEF\xBF\xBD")) return {};
   if (text.compare(0, prefix_.size(), prefix_) != 0)

@@ -34,6 +34,9 @@ class Tokenizer {
   const std::string* id_to_token(int32_t id) const;
   std::optional<int32_t> token_to_id(const std::string& token) const;
   bool is_special(int32_t id) const;
+  // A byte token of a ByteFallback decoder (tokenizer/decoder.h): it decodes
+  // together with the byte tokens around it.
+  bool is_fallback_byte(int32_t id) const;
   // One past the largest id of any token.
   int32_t id_limit() const;
 
@@ -50,7 +53,9 @@ class Tokenizer {
 // Feeds ids one at a time and returns only complete text: a character whose
 // UTF-8 bytes span several tokens is held back until they have all arrived
 // (Hugging Face's DecodeStream). finish() returns what is still held, with
-// incomplete bytes as U+FFFD, so step()s + finish() == decode(all ids).
+// incomplete bytes as U+FFFD, so step()s + finish() == decode(all ids). A
+// run of ByteFallback byte tokens is held until it ends, since a later byte
+// can turn the whole run into U+FFFDs.
 class StreamDecoder {
  public:
   StreamDecoder(const Tokenizer& t, DecodeOptions o = {}) : tok_(&t), opts_(o) {}

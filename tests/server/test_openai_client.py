@@ -4,9 +4,13 @@
 Starts `nextn serve --port 0` (the default model), then checks completions and
 chat (greedy text equal to `nextn generate` byte for byte), streaming, seeded
 sampling, logprobs, stop strings, OpenAI-style errors (400, 404, 413, 429),
-cancelled streams, /health, /metrics, and a bounded load test (concurrent
-streams for a fixed time: every response complete and equal to its greedy
-answer, none lost, resident memory stable).
+cancelled streams, a non-streaming request whose client disconnects
+(cancelled, its slot freed), /health, /metrics, and a bounded load test
+(concurrent streams for a fixed time: every response complete and equal to
+its greedy answer, none lost, resident memory stable). Then a Gemma 4 target
+(the committed tokenizer fixture) with its assistant as the drafter:
+completions and chat equal to `nextn generate --draft ASSISTANT` and to
+transformers' chat text, streaming, seeded sampling.
 
     tests/server/test_openai_client.py --nextn build/nextn [--load-seconds 10] [--sanitized]
 
@@ -18,6 +22,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -101,10 +106,10 @@ class Server:
         return code
 
 
-def generate(prompt, n, chat=False):
+def generate(prompt, n, chat=False, flags=()):
     """`nextn generate` for the same prompt: its JSON (tokens, text, stats)."""
     cmd = [ARGS.nextn, "generate", "--prompt", prompt, "-n", str(n), "--json"] + (["--chat"] if chat else [])
-    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    return json.loads(subprocess.run(cmd + list(flags), check=True, capture_output=True, text=True).stdout)
 
 
 def expected_text(prompt, n, chat=False):
@@ -264,6 +269,92 @@ class OpenAIClient(unittest.TestCase):
         self.assertIn("nextn_accepted_at_position_total{position=\"1\"}", metrics)
         self.assertIn("nextn_time_to_first_token_seconds_bucket", metrics)
         self.assertRegex(metrics, r'nextn_requests_total\{endpoint="/v1/completions",status="200"\} \d+')
+
+
+    def metric(self, name):
+        m = re.search(r"^" + re.escape(name) + r" (\d+)$", self.server.get("/metrics")[1], re.M)
+        return int(m.group(1)) if m else 0
+
+    def test_disconnected_non_streaming_request_is_cancelled(self):
+        deadline = time.time() + 60
+        while self.metric("nextn_requests_running") and time.time() < deadline:
+            time.sleep(0.02)  # an earlier test's cancelled job may still be ending
+        before_tokens, before_cancelled = self.completion_tokens_served(), self.metric("nextn_cancelled_total")
+        host, port = self.server.base[len("http://"):].split(":")
+        body = json.dumps({"prompt": PROMPTS[5], "max_tokens": 512, "temperature": 0, "ignore_eos": True}).encode()
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            deadline = time.time() + 30
+            while self.metric("nextn_requests_running") == 0 and time.time() < deadline:
+                time.sleep(0.02)  # until the job runs
+            self.assertEqual(self.metric("nextn_requests_running"), 1)
+        deadline = time.time() + 30  # closed: the server sees it within a round
+        while (self.metric("nextn_cancelled_total") == before_cancelled or self.metric("nextn_requests_running")) \
+                and time.time() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(self.metric("nextn_cancelled_total"), before_cancelled + 1)
+        self.assertEqual(self.metric("nextn_requests_running"), 0)  # the slot is free
+        self.assertLess(self.completion_tokens_served() - before_tokens, 256)  # far short of its 512 tokens
+        self.assertRegex(self.server.get("/metrics")[1],
+                         r'nextn_requests_total\{endpoint="/v1/completions",status="499"\} 1')
+
+
+GEMMA4 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "gemma4", "gemma4-tokenizer-bf16")
+
+
+class Gemma4WithAssistant(unittest.TestCase):
+    """A Gemma 4 target served with its assistant as the drafter (tiny random fixture: fast)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.target, cls.assistant = os.path.join(GEMMA4, "target"), os.path.join(GEMMA4, "assistant")
+        with open(os.path.join(GEMMA4, "reference.json")) as f:
+            cls.ref = json.load(f)
+        # The fixture's max_position_embeddings is 256: slots of 128 + 64 + K + 1 positions.
+        cls.server = Server("-m", cls.target, "--draft", cls.assistant, "--max-prompt-tokens", "128",
+                            "--max-tokens", "64")
+        cls.client = cls.server.client(max_retries=0)
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.server.stop()
+        assert code == 0, f"nextn serve exited {code}: {''.join(cls.server.log[-20:])}"
+
+    def generate(self, prompt, n, chat=False, draft=True):
+        flags = ["-m", self.target, "--ignore-eos"] + (["--draft", self.assistant] if draft else [])
+        return generate(prompt, n, chat, flags)
+
+    def test_greedy_completion_and_chat_equal_generate_and_transformers(self):
+        prompt = self.ref["prompt_text"]
+        n = len(self.ref["text_greedy_tokens"])
+        r = self.client.completions.create(model=self.server.model, prompt=prompt, max_tokens=n, temperature=0,
+                                           extra_body={"ignore_eos": True})
+        self.assertEqual(r.choices[0].text, self.generate(prompt, n)["text"])
+        self.assertEqual(r.choices[0].text, self.generate(prompt, n, draft=False)["text"])
+        self.assertEqual(r.choices[0].text, self.ref["text_greedy_text"])
+        n = len(self.ref["chat_greedy_tokens"])
+        r = self.client.chat.completions.create(model=self.server.model, max_tokens=n, temperature=0,
+                                                messages=[{"role": "user", "content": prompt}],
+                                                extra_body={"ignore_eos": True})
+        self.assertEqual(r.choices[0].message.content, self.generate(prompt, n, chat=True)["text"])
+        self.assertEqual(r.choices[0].message.content, self.ref["chat_greedy_text"])  # apply_chat_template + generate
+        self.assertEqual(r.usage.completion_tokens, n)
+        metrics = self.server.get("/metrics")[1]
+        self.assertRegex(metrics, r"nextn_drafted_tokens_total [1-9]")
+
+    def test_streaming_and_seeded_sampling(self):
+        messages = [{"role": "user", "content": "Say hello."}]
+        for temperature, seed in ((0, None), (0.9, 5)):
+            kw = dict(model=self.server.model, messages=messages, max_tokens=32, temperature=temperature, seed=seed,
+                      extra_body={"ignore_eos": True})
+            whole = self.client.chat.completions.create(**kw).choices[0].message.content
+            again = self.client.chat.completions.create(**kw).choices[0].message.content
+            chunks = list(self.client.chat.completions.create(stream=True, **kw))
+            self.assertEqual(whole, again)
+            self.assertEqual("".join(c.choices[0].delta.content or "" for c in chunks), whole)
+            self.assertEqual(chunks[-1].choices[0].finish_reason, "length")
+        self.assertRegex(self.server.get("/metrics")[1], r'nextn_verify_rounds_total\{arm="sampled"\} [1-9]')
 
 
 class Limits(unittest.TestCase):

@@ -78,6 +78,26 @@ void CpuGemma4Assistant::attention(const Gemma4Layer& L, const Gemma4Target& tar
   cpu::matmul(*L.o, attn.data(), 1, out, 0, -1, &pool_, 1 << 16);
 }
 
+template <typename Visit>
+void CpuGemma4Assistant::for_each_candidate(const float* d, Visit visit) {
+  const int V = cfg_.text.vocab_size, C = cfg_.num_centroids, per = V / C, k = cfg_.centroid_intermediate_top_k;
+  std::vector<float> cl(static_cast<size_t>(C));
+  cpu::matmul(*centroids_, d, 1, cl.data(), 0, -1, &pool_, 1 << 16);
+  std::vector<int> order(static_cast<size_t>(C));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return cl[size_t(a)] > cl[size_t(b)]; });
+  const int Ha = cfg_.text.hidden_size;
+  std::vector<float> row(static_cast<size_t>(Ha));
+  for (int i = 0; i < k; ++i) {
+    const int centroid = order[size_t(i)];
+    for (int j = 0; j < per; ++j) {
+      const int32_t tok = token_ordering_[size_t(centroid) * per + j];
+      embed_->row(tok, row.data());
+      visit(tok, cpu::dot(d, row.data(), Ha));
+    }
+  }
+}
+
 int32_t CpuGemma4Assistant::head_argmax(const float* d) {
   const int V = cfg_.text.vocab_size;
   if (!cfg_.use_ordered_embeddings) {
@@ -88,47 +108,58 @@ int32_t CpuGemma4Assistant::head_argmax(const float* d) {
   // Centroid-masked head: the top-k centroids pick k * V/C candidate tokens;
   // every other token sits below them, so the argmax is the best candidate
   // (lowest token id among equal scores, as argmax over the full row).
-  const int C = cfg_.num_centroids, per = V / C, k = cfg_.centroid_intermediate_top_k;
-  std::vector<float> cl(static_cast<size_t>(C));
-  cpu::matmul(*centroids_, d, 1, cl.data(), 0, -1, &pool_, 1 << 16);
-  std::vector<int> order(static_cast<size_t>(C));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return cl[size_t(a)] > cl[size_t(b)]; });
-  const int Ha = cfg_.text.hidden_size;
-  std::vector<float> row(static_cast<size_t>(Ha));
   int32_t best = -1;
   float best_score = -INFINITY;
-  for (int i = 0; i < k; ++i) {
-    const int centroid = order[size_t(i)];
-    for (int j = 0; j < per; ++j) {
-      const int32_t tok = token_ordering_[size_t(centroid) * per + j];
-      embed_->row(tok, row.data());
-      const float s = cpu::dot(d, row.data(), Ha);
-      if (best < 0 || s > best_score || (s == best_score && tok < best)) best = tok, best_score = s;
-    }
-  }
+  for_each_candidate(d, [&](int32_t tok, float s) {
+    if (best < 0 || s > best_score || (s == best_score && tok < best)) best = tok, best_score = s;
+  });
   return best;
 }
 
-int32_t CpuGemma4Assistant::step(const Gemma4Target& target, int32_t token, const float* hidden, int position,
-                                 float* hidden_out) {
+void CpuGemma4Assistant::head_logits(const float* d, float* logits) {
+  const int V = cfg_.text.vocab_size;
+  if (!cfg_.use_ordered_embeddings) {
+    cpu::matmul(*embed_, d, 1, logits, 0, -1, &pool_, 1 << 16);
+  } else {
+    std::fill(logits, logits + V, -INFINITY);
+    for_each_candidate(d, [&](int32_t tok, float s) { logits[tok] = s; });
+  }
+  if (const float cap = cfg_.text.final_logit_softcapping; cap > 0.0f)
+    for (int v = 0; v < V; ++v)
+      if (logits[v] != -INFINITY) logits[v] = std::tanh(logits[v] / cap) * cap;  // masked tokens stay -inf
+}
+
+void CpuGemma4Assistant::forward(const Gemma4Target& target, int32_t token, const float* hidden, int position,
+                                 float* d, float* hidden_out) {
   const Gemma4TextConfig& c = cfg_.text;
   const int Ha = c.hidden_size, Hb = cfg_.backbone_hidden_size;
   if (token < 0 || token >= c.vocab_size) fail("assistant: token id {} is outside the vocabulary", token);
-  std::vector<float> in(size_t(2) * Hb), u(static_cast<size_t>(Ha)), xn(static_cast<size_t>(Ha)),
-      a(static_cast<size_t>(Ha));
+  std::vector<float> in(size_t(2) * Hb), u(static_cast<size_t>(Ha)), a(static_cast<size_t>(Ha));
   target.scaled_embedding(token, in.data());  // embedding first, then the hidden
   std::copy(hidden, hidden + Hb, in.begin() + Hb);
   cpu::matmul(*pre_projection_, in.data(), 1, u.data(), 0, -1, &pool_, 1 << 16);
   for (const Gemma4Layer& L : layers_) {
-    cpu::rmsnorm(u.data(), L.input_norm.data(), c.rms_norm_eps, Ha, xn.data());
-    attention(L, target, position, xn.data(), a.data());
+    cpu::rmsnorm(u.data(), L.input_norm.data(), c.rms_norm_eps, Ha, d);
+    attention(L, target, position, d, a.data());
     cpu::gemma4_layer_tail(L, c, 1, a.data(), u.data(), &pool_, 1 << 16);
   }
-  cpu::rmsnorm(u.data(), final_norm_.data(), c.rms_norm_eps, Ha, xn.data());
-  cpu::matmul(*post_projection_, xn.data(), 1, hidden_out, 0, -1, &pool_, 1 << 16);
+  cpu::rmsnorm(u.data(), final_norm_.data(), c.rms_norm_eps, Ha, d);
+  cpu::matmul(*post_projection_, d, 1, hidden_out, 0, -1, &pool_, 1 << 16);
   ++steps_;
-  return head_argmax(xn.data());
+}
+
+int32_t CpuGemma4Assistant::step(const Gemma4Target& target, int32_t token, const float* hidden, int position,
+                                 float* hidden_out) {
+  std::vector<float> d(static_cast<size_t>(cfg_.text.hidden_size));
+  forward(target, token, hidden, position, d.data(), hidden_out);
+  return head_argmax(d.data());
+}
+
+void CpuGemma4Assistant::step_logits(const Gemma4Target& target, int32_t token, const float* hidden, int position,
+                                     float* hidden_out, float* logits) {
+  std::vector<float> d(static_cast<size_t>(cfg_.text.hidden_size));
+  forward(target, token, hidden, position, d.data(), hidden_out);
+  head_logits(d.data(), logits);
 }
 
 }  // namespace nextn

@@ -27,12 +27,25 @@ class CpuGemma4Assistant {
   // before it, d = norm(u); returns argmax of the (centroid-masked) tied head
   // over d and writes post_projection(d) to hidden_out [backbone hidden].
   int32_t step(const Gemma4Target& target, int32_t token, const float* hidden, int position, float* hidden_out);
+  // The same step, writing the head's logits [vocab] instead of taking their
+  // argmax (for sampled drafts): the tied head over d, softcapped as the
+  // config says; with use_ordered_embeddings only the tokens of the top-k
+  // centroids are scored and every other token gets -inf.
+  void step_logits(const Gemma4Target& target, int32_t token, const float* hidden, int position, float* hidden_out,
+                   float* logits);
 
   int64_t steps() const { return steps_; }
 
  private:
   void attention(const cpu::Gemma4Layer& L, const Gemma4Target& target, int position, const float* xn, float* out);
+  // The layers and post_projection of one step; writes d = norm(u) [hidden] and hidden_out.
+  void forward(const Gemma4Target& target, int32_t token, const float* hidden, int position, float* d,
+               float* hidden_out);
   int32_t head_argmax(const float* d);
+  void head_logits(const float* d, float* logits);
+  // The centroid-masked head's candidates: the tokens of the top-k centroids by d's centroid logits.
+  template <typename Visit>
+  void for_each_candidate(const float* d, Visit visit);
 
   Gemma4AssistantConfig cfg_;
   int target_layer_[2] = {-1, -1};  // the target layer read by [full, sliding] assistant layers
