@@ -1,7 +1,9 @@
 // The CUDA runtime for Qwen3.5: host side (buffers, graphs, steps, reset). The
-// class is in qwen35_runtime.h, weight loading in qwen35_load.cpp, the LM-head
+// class is in qwen35_runtime.h, the weights (CudaQwen35Weights, shared by the
+// sequences of a group: qwen35_group.cpp) in qwen35_load.cpp, the LM-head
 // entry points in qwen35_head.cpp; the kernels live in the .cu files beside
-// this one, behind kernels.h.
+// this one, behind kernels.h. A sequence owns its caches, GDN state,
+// workspace, stream and graphs.
 //
 // Same semantics as the CPU runtime (backend/cpu/qwen35.cpp), step by step:
 //  - a target_forward of T <= 64 tokens is one captured graph per T; longer
@@ -98,7 +100,7 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
   {
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    const size_t need = sequence_bytes(cfg_, max_tokens, act_, W().has_mtp);
+    const size_t need = sequence_bytes(cfg_, max_tokens, act_, w_->has_mtp);
     if (need > free_b)
       fail("--backend cuda: a sequence of {} tokens needs about {:.2f} GiB of device memory (caches and "
            "workspace) beside the weights, but only {:.2f} of {:.2f} GiB are free",
@@ -119,7 +121,7 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
   // caches
   const size_t kv_bytes = size_t(max_tokens) * Hkv * hd * as;
   kv_bytes_ = kv_bytes;
-  kv_.resize(size_t(W().kv_layers));
+  kv_.resize(size_t(w_->kv_layers));
   for (auto& kv : kv_) {
     kv.k = mem_.alloc(kv_bytes, "the KV cache");
     kv.v = mem_.alloc(kv_bytes, "the KV cache");
@@ -128,7 +130,7 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
   }
   const int cd = c.conv_dim(), Hv = c.linear_num_value_heads;
   const int gdn_ld = dims.gdn_ld;
-  gdn_host_ = W().gdn;  // the weights' pointers; the state and row pointers below are this sequence's
+  gdn_host_ = w_->gdn;  // the weights' pointers; the state and row pointers below are this sequence's
   for (auto& t : gdn_host_) {
     const size_t conv_state = size_t(2) * (c.linear_conv_kernel_dim - 1) * cd * 4 + 16;
     const size_t S = size_t(2) * Hv * c.linear_key_head_dim * c.linear_value_head_dim * 4;
@@ -158,8 +160,8 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
   act_buf_ = mem_.alloc(size_t(R) * act_ld_ * as, "activations");
   q_ = mem_.alloc<float>(size_t(R) * Hq * hd * 4, "activations");
   attn_partial_ = mem_.alloc<float>(size_t(cuda::attn_partial_floats(attn_shape_, max_tokens)) * 4, "attention");
-  splitk_ = mem_.alloc<float>(size_t(W().splitk_floats) * 4, "split-K partials");
-  CUDA_CHECK(cudaMemset(splitk_, 0, size_t(W().splitk_floats) * 4));  // the streamed kernel's tile counters start at zero
+  splitk_ = mem_.alloc<float>(size_t(w_->splitk_floats) * 4, "split-K partials");
+  CUDA_CHECK(cudaMemset(splitk_, 0, size_t(w_->splitk_floats) * 4));  // the streamed kernel's tile counters start at zero
   hidden_ = mem_.alloc(size_t(hidden_rows_) * H_ * as, "hidden rows");
   mtp_hidden_ = mem_.alloc(size_t(hidden_rows_) * H_ * as, "MTP hidden rows");
   CUDA_CHECK(cudaMemset(hidden_, 0, size_t(hidden_rows_) * H_ * as));
@@ -167,13 +169,13 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
   mtp_src_ = mem_.alloc(size_t(R) * H_ * as, "MTP inputs");
   head_in_ = mem_.alloc(size_t(R) * H_ * as, "head inputs");
   logits_ = mem_.alloc<float>(size_t(R) * V_ * 4, "logits");
-  pairs_ = mem_.alloc(size_t(cuda::argmax_pairs_bytes(W().head)), "argmax pairs");
+  pairs_ = mem_.alloc(size_t(cuda::argmax_pairs_bytes(w_->head)), "argmax pairs");
   argmax_scratch_ = mem_.alloc(size_t(cuda::argmax_scratch_bytes(V_)) * R, "argmax");
   d_out_ = mem_.alloc<int32_t>(size_t(R + 2) * 4, "tokens");
   d_walk_ = mem_.alloc<int>(2 * sizeof(int), "walk counters");
   d_head_ = mem_.alloc<HeadCounters>(sizeof(HeadCounters), "head counters");
   CUDA_CHECK(cudaMemset(d_head_, 0, sizeof(HeadCounters)));
-  for (const auto& L : W().layers)
+  for (const auto& L : w_->layers)
     if (!L.full) gdn_host_[size_t(L.gdn_index)].y = act_buf_;
   gdn_table_ = mem_.alloc<cuda::GdnLayer>(std::max<size_t>(1, gdn_host_.size()) * sizeof(cuda::GdnLayer), "GDN table");
   if (!gdn_host_.empty())
@@ -281,7 +283,7 @@ void CudaQwen35::add_intervals(const std::vector<std::pair<Event, std::string>>&
 // group, so a group's total counts them once) and its own buffers.
 std::vector<MemoryUse> CudaQwen35::device_memory() const {
   std::map<std::string, uint64_t> sum;
-  for (const auto& [what, bytes] : W().mem.by_use()) sum[what] += uint64_t(bytes);
+  for (const auto& [what, bytes] : w_->mem.by_use()) sum[what] += uint64_t(bytes);
   for (const auto& [what, bytes] : mem_.by_use()) sum[what] += uint64_t(bytes);
   std::vector<MemoryUse> v;
   for (const auto& [what, bytes] : sum) v.push_back({what, bytes});
@@ -364,7 +366,7 @@ void CudaQwen35::decoder_layer(const LayerWeights& L, int T, const StepBuffers& 
     } else {
       const KvCache& kv = kv_[size_t(L.kv_index)];
       mark("attn.prepare");
-      cuda::attn_prepare(attn_shape_, b.proj, proj_ld_, T, L.attn.q_norm, L.attn.k_norm, W().inv_freq, pos, b.q, kv.k,
+      cuda::attn_prepare(attn_shape_, b.proj, proj_ld_, T, L.attn.q_norm, L.attn.k_norm, w_->inv_freq, pos, b.q, kv.k,
                          kv.v, act_, stream_);
       mark("attn.core");
       if (b.prefill) prefill_attention(T, kv.k, kv.v, b);
@@ -401,11 +403,11 @@ void CudaQwen35::decoder_layer(const LayerWeights& L, int T, const StepBuffers& 
 
 void CudaQwen35::forward_chunk(int T) {
   mark("embed");
-  cuda::embed_rows(W().embed, d_args_->tokens, T, x_, H_, stream_);
+  cuda::embed_rows(w_->embed, d_args_->tokens, T, x_, H_, stream_);
   const StepBuffers b = decode_buffers();
-  for (auto& L : W().layers) decoder_layer(L, T, b);
+  for (auto& L : w_->layers) decoder_layer(L, T, b);
   mark("norm");
-  cuda::rmsnorm(x_, Act::F32, H_, W().final_norm, cfg_.rms_norm_eps, T, H_, hidden_, act_, H_, &d_args_->out_row,
+  cuda::rmsnorm(x_, Act::F32, H_, w_->final_norm, cfg_.rms_norm_eps, T, H_, hidden_, act_, H_, &d_args_->out_row,
                 stream_);
 }
 
@@ -418,16 +420,16 @@ void CudaQwen35::mtp_chunk(int n, bool from_target) {
   mark("inputs");
   cuda::gather_rows(from_target ? hidden_ : mtp_hidden_, H_, &d_args_->first_row, &d_args_->n_real, n, mtp_src_, act_,
                     stream_);
-  cuda::embed_rows(W().embed, d_args_->tokens, n, x_, H_, stream_);
+  cuda::embed_rows(w_->embed, d_args_->tokens, n, x_, H_, stream_);
   char* xn = static_cast<char*>(xn_);
-  cuda::rmsnorm(x_, Act::F32, H_, W().mtp_norm_emb, eps, n, H_, xn, act_, 2 * H_, nullptr, stream_);
-  cuda::rmsnorm(mtp_src_, act_, H_, W().mtp_norm_hid, eps, n, H_, xn + size_t(H_) * act_size(act_), act_, 2 * H_,
+  cuda::rmsnorm(x_, Act::F32, H_, w_->mtp_norm_emb, eps, n, H_, xn, act_, 2 * H_, nullptr, stream_);
+  cuda::rmsnorm(mtp_src_, act_, H_, w_->mtp_norm_hid, eps, n, H_, xn + size_t(H_) * act_size(act_), act_, 2 * H_,
                 nullptr, stream_);
   mark("fc");
-  cuda::matmul(W().mtp_fc, xn_, act_, n, 2 * H_, x_, H_, false, splitk_, stream_);
-  decoder_layer(W().mtp_layer, n, decode_buffers());
+  cuda::matmul(w_->mtp_fc, xn_, act_, n, 2 * H_, x_, H_, false, splitk_, stream_);
+  decoder_layer(w_->mtp_layer, n, decode_buffers());
   mark("norm");
-  cuda::rmsnorm(x_, Act::F32, H_, W().mtp_norm, eps, n, H_, mtp_hidden_, act_, H_, &d_args_->out_row, stream_);
+  cuda::rmsnorm(x_, Act::F32, H_, w_->mtp_norm, eps, n, H_, mtp_hidden_, act_, H_, &d_args_->out_row, stream_);
   mark("head");  // what follows in the same graph (mtp_draft: the argmax)
   prof_prefix_.clear();
 }
@@ -495,7 +497,7 @@ void CudaQwen35::target_rollback(int keep) {
 }
 
 void CudaQwen35::mtp_forward(std::span<const int32_t> next_tokens, int first_row) {
-  if (!W().has_mtp) fail("this checkpoint has no MTP head (mtp_num_hidden_layers is 0 and no mtp.layers.* tensors)");
+  if (!w_->has_mtp) fail("this checkpoint has no MTP head (mtp_num_hidden_layers is 0 and no mtp.layers.* tensors)");
   const int n = int(next_tokens.size());
   if (n <= 0 || first_row < 0 || first_row + n > last_T_)
     fail("mtp_forward: rows [{}, {}) outside the last forward's {} rows", first_row, first_row + n, last_T_);
@@ -577,7 +579,7 @@ void CudaQwen35::mtp_draft(int n, int32_t* out) {
   };
   auto argmax_into = [&](int slot) {
     cuda::gather_rows(mtp_hidden_, H_, &d_args_->first_row, &d_args_->n_real, 1, head_in_, act_, stream_);
-    cuda::matmul_argmax(W().head, head_in_, act_, 1, H_, pairs_, d_out_ + slot, nullptr, stream_);
+    cuda::matmul_argmax(w_->head, head_in_, act_, 1, H_, pairs_, d_out_ + slot, nullptr, stream_);
   };
   replay(GraphKind::MtpDraft, n, 0, [&] {
     set_args(0);

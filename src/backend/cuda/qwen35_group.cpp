@@ -65,12 +65,12 @@ void CudaQwen35::forward_group(std::span<const GroupSlice> slices, std::span<con
     }
   }
 
-  cuda::embed_rows(W().embed, d_args_->tokens, rows, x_, H_, stream_);
+  cuda::embed_rows(w_->embed, d_args_->tokens, rows, x_, H_, stream_);
   StepBuffers b = decode_buffers();
   b.group = slices;
-  for (const auto& L : W().layers) decoder_layer(L, rows, b);
+  for (const auto& L : w_->layers) decoder_layer(L, rows, b);
   for (const GroupSlice& s : slices)
-    cuda::rmsnorm(x_ + size_t(s.row) * H_, Act::F32, H_, W().final_norm, cfg_.rms_norm_eps, s.T, H_, s.seq->hidden_,
+    cuda::rmsnorm(x_ + size_t(s.row) * H_, Act::F32, H_, w_->final_norm, cfg_.rms_norm_eps, s.T, H_, s.seq->hidden_,
                   act_, H_, &s.seq->d_args_->out_row, stream_);
   CUDA_CHECK(cudaEventRecord(group_event_, stream_));
   for (const GroupSlice& s : slices) {
@@ -94,7 +94,7 @@ void CudaQwen35::group_attention(const LayerWeights& L, const StepBuffers& b) {
     const int* pos = &q.d_args_->pos;
     float* proj = b.proj + size_t(s.row) * size_t(proj_ld_);
     float* qrows = b.q + size_t(s.row) * size_t(qd);
-    cuda::attn_prepare(attn_shape_, proj, proj_ld_, s.T, L.attn.q_norm, L.attn.k_norm, W().inv_freq, pos, qrows, kv.k,
+    cuda::attn_prepare(attn_shape_, proj, proj_ld_, s.T, L.attn.q_norm, L.attn.k_norm, w_->inv_freq, pos, qrows, kv.k,
                        kv.v, act_, stream_);
     cuda::attention(attn_shape_, qrows, kv.k, kv.v, act_, proj, proj_ld_, s.T, pos, q.max_tokens_, q.attn_partial_,
                     static_cast<char*>(b.act) + size_t(s.row) * size_t(qd) * as, stream_);

@@ -235,7 +235,6 @@ class CudaQwen35 final : public ModelRuntime {
   // The weights (shared by a group's sequences); declared first so that they
   // go last.
   std::shared_ptr<const CudaQwen35Weights> w_;
-  const CudaQwen35Weights& W() const { return *w_; }
   Qwen35Config cfg_;
   int max_tokens_;
   Act act_ = Act::BF16;  // the weights' mode
