@@ -8,10 +8,14 @@
 // late) give the same logits and argmax bits as each sequence run alone;
 // refused calls change nothing and a destroyed group leaves no CUDA object
 // behind; generate() with and without MTP drafts on threads whose forwards
-// a ForwardScheduler shares gives each its solo tokens and counters.
+// a ForwardScheduler shares gives each its solo tokens and counters. A
+// disabled benchmark times decode steps of 1-32 sequences together against
+// one after another.
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -142,6 +146,69 @@ TEST(CudaBatchSynthetic, StreamedQ4ForwardsTogetherEqualEachAlone) {
 TEST(CudaBatchSynthetic, SplitKBf16ForwardsTogetherEqualEachAlone) {
   NEXTN_REQUIRE_GPU();
   check_synthetic("small-19m", "bf16");
+}
+
+// Greedy decode steps of N sequences at the Qwen3.5-0.8B shape (synthetic
+// q4 g64 weights, bf16 mode): each step is one target forward of one token
+// per sequence plus each sequence's argmax, run as one forward_together
+// (the group) or as N target_forwards (what the serial group did), over the
+// same shared weights. Asserts that both give every sequence the same
+// tokens; prints "[bench]" wall times per step (after 4 warm-up steps, host
+// clock, each step ending in the argmax copies). Disabled by default; the
+// device script runs it with NEXTN_DEVICE_BENCH=1.
+TEST(CudaBench, DISABLED_GroupDecodeSteps) {
+  NEXTN_REQUIRE_GPU();
+  const std::string dir = testing::TempDir() + "nextn-bench-group-0.8b-q4";
+  std::filesystem::remove_all(dir);
+  MakeCheckpointOptions mo;
+  mo.quant = "q4";
+  mo.seed = 5;
+  make_checkpoint(*synthetic_preset("qwen3.5-0.8b"), mo, dir);
+  {
+    const auto ck = Qwen35Checkpoint::open(dir);
+    auto group = make_group(ck, false);
+    constexpr int kWarm = 4, kSteps = 24;
+    for (int n : {1, 2, 4, 8, 16, 32}) {
+      std::vector<std::vector<int32_t>> tokens_of[2];
+      double ms_of[2] = {0, 0};
+      for (int together = 0; together < 2; ++together) {
+        std::vector<std::unique_ptr<ModelRuntime>> seqs;
+        std::vector<ModelRuntime*> rts;
+        std::vector<std::vector<int32_t>> next(static_cast<size_t>(n));
+        for (int i = 0; i < n; ++i) {
+          seqs.push_back(group->add_sequence(64));
+          rts.push_back(seqs.back().get());
+          const std::vector<int32_t> prompt = {int32_t(1 + i), int32_t(100 + 7 * i), 42, int32_t(9 + i)};
+          rts.back()->target_forward(prompt);
+          int32_t t = 0;
+          rts.back()->head_argmax(3, 1, 1, &t);
+          next[size_t(i)] = {t};
+        }
+        tokens_of[together] = next;
+        auto t0 = std::chrono::steady_clock::now();
+        for (int step = 0; step < kWarm + kSteps; ++step) {
+          if (step == kWarm) t0 = std::chrono::steady_clock::now();
+          if (together) {
+            std::vector<std::span<const int32_t>> spans(next.begin(), next.end());
+            group->forward_together(rts, spans);
+          } else {
+            for (int i = 0; i < n; ++i) rts[size_t(i)]->target_forward(next[size_t(i)]);
+          }
+          for (int i = 0; i < n; ++i) {
+            rts[size_t(i)]->head_argmax(0, 1, 1, next[size_t(i)].data());
+            tokens_of[together][size_t(i)].push_back(next[size_t(i)][0]);
+          }
+        }
+        ms_of[together] =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / kSteps;
+      }
+      EXPECT_EQ(tokens_of[1], tokens_of[0]) << n << " sequences";
+      std::printf("[bench] 0.8b q4 decode step, %2d sequences: together %.3f ms (%.0f tok/s), one after another "
+                  "%.3f ms (%.0f tok/s)\n",
+                  n, ms_of[1], 1000.0 * n / ms_of[1], ms_of[0], 1000.0 * n / ms_of[0]);
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 #endif  // NEXTN_HAVE_CUDA
