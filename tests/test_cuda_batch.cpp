@@ -77,6 +77,59 @@ TEST_P(CudaBatch, ForwardsTogetherEqualEachAlone) {
     auto group = make_group(ck, fp32);
     test::check_together_equals_alone(cuda_alone(ck, fp32), *group, ref.prompt, {1, 2, 4, 7});
   }
+  // Launched directly instead of from the group graphs (NEXTN_CUDA_GRAPHS is
+  // read when a sequence is made).
+  setenv("NEXTN_CUDA_GRAPHS", "0", 1);
+  {
+    SCOPED_TRACE("bf16 without graphs");
+    auto group = make_group(ck, false);
+    test::check_together_equals_alone(cuda_alone(ck, false), *group, ref.prompt, {7});
+  }
+  unsetenv("NEXTN_CUDA_GRAPHS");
+}
+
+// More (sequences, rows) shapes than a lead keeps group graphs for (64):
+// 80 forwards of two sequences with distinct row counts, each rolled back to
+// one token; after the lead drops its graphs and captures new ones, every
+// row still equals the sequence's solo row.
+TEST_P(CudaBatch, ManyForwardShapesEqualEachAlone) {
+  NEXTN_REQUIRE_GPU();
+  const auto ck = Qwen35Checkpoint::open(GetParam());
+  const auto ref = test::load_reference(GetParam());
+  const auto& p = ref.prompt;
+  const int steps = 80, cap = steps + 64;
+  // Step k: the first sequence forwards 1 or 2 tokens, the second 1..40.
+  auto tokens_of = [&](int seq, int k) {
+    const int n = seq == 0 ? 1 + k % 2 : 1 + (k / 2) % 40;
+    std::vector<int32_t> v;
+    for (int i = 0; i < n; ++i) v.push_back(p[size_t(k + 3 * i + seq) % p.size()]);
+    return v;
+  };
+  test::BatchTrace alone[2], together[2];
+  for (int seq = 0; seq < 2; ++seq) {
+    auto rt = cuda_alone(ck, false)(cap);
+    for (int k = 0; k < steps; ++k) {
+      const auto t = tokens_of(seq, k);
+      rt->target_forward(t);
+      test::keep_rows(*rt, int(t.size()), alone[seq]);
+      rt->target_rollback(1);
+      alone[seq].lengths.push_back(rt->target_length());
+    }
+  }
+  auto group = make_group(ck, false);
+  auto a = group->add_sequence(cap), b = group->add_sequence(cap);
+  ModelRuntime* both[] = {a.get(), b.get()};
+  for (int k = 0; k < steps; ++k) {
+    const std::vector<int32_t> t[] = {tokens_of(0, k), tokens_of(1, k)};
+    const std::span<const int32_t> spans[] = {t[0], t[1]};
+    group->forward_together(both, spans);
+    for (int seq = 0; seq < 2; ++seq) {
+      test::keep_rows(*both[seq], int(t[seq].size()), together[seq]);
+      both[seq]->target_rollback(1);
+      together[seq].lengths.push_back(both[seq]->target_length());
+    }
+  }
+  for (int seq = 0; seq < 2; ++seq) test::expect_same_trace(together[seq], alone[seq], "sequence " + std::to_string(seq));
 }
 
 TEST_P(CudaBatch, AnErrorInOneSequenceChangesNone) {

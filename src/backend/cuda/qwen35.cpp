@@ -26,6 +26,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -90,7 +91,7 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
       const std::string name = list.substr(a, b - a);
       a = b + 1;
       int kind = -1;
-      for (int i = 0; i <= int(GraphKind::MtpLogits); ++i)
+      for (int i = 0; i <= int(GraphKind::GroupForward); ++i)
         if (name == graph_kind_name(GraphKind(i))) kind = i;
       if (kind < 0) fail("NEXTN_CUDA_PDL_OFF: unknown graph kind '{}' (e.g. forward, mtp_draft, rollback)", name);
       pdl_off_kinds_ |= 1u << kind;
@@ -109,6 +110,8 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
   stream_ = make_stream();
   body_stream_ = make_stream();
   group_event_ = make_event(cudaEventDisableTiming);
+  static std::atomic<uint64_t> next_id{1};
+  id_ = next_id++;
   const auto& c = cfg_;
   H_ = c.hidden_size;
   V_ = c.vocab_size;
@@ -238,6 +241,7 @@ const char* graph_kind_name(GraphKind kind) {
     case GraphKind::MtpDraft: return "mtp_draft";
     case GraphKind::WalkWhile: return "walk_while";
     case GraphKind::MtpLogits: return "mtp_logits";
+    case GraphKind::GroupForward: return "group_forward";
   }
   return "?";
 }

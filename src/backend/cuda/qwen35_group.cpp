@@ -19,11 +19,15 @@
 // its own (its conv reads them there, and a later target_rollback replays
 // from them), and its GDN outputs back beside the others' for out_proj.
 // Each sequence's stream and the lead's are ordered by events (no host
-// sync). The forward runs eagerly (no graph capture).
+// sync). The forward is a graph per (sequences, rows of each), as the solo
+// steps are graphs per row count.
 #ifdef NEXTN_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <map>
+#include <tuple>
+#include <utility>
 #include <memory>
 #include <vector>
 
@@ -37,6 +41,9 @@
 
 namespace nextn {
 namespace cuda {
+
+// Group graphs one lead keeps (each is one captured trunk forward).
+constexpr int kMaxGroupGraphs = 64;
 
 void CudaQwen35::forward_group(std::span<const GroupSlice> slices, std::span<const std::span<const int32_t>> tokens) {
   if (slices.empty() || slices.size() != tokens.size() || slices[0].seq != this || slices[0].row != 0)
@@ -65,13 +72,23 @@ void CudaQwen35::forward_group(std::span<const GroupSlice> slices, std::span<con
     }
   }
 
-  cuda::embed_rows(w_->embed, d_args_->tokens, rows, x_, H_, stream_);
-  StepBuffers b = decode_buffers();
-  b.group = slices;
-  for (const auto& L : w_->layers) decoder_layer(L, rows, b);
-  for (const GroupSlice& s : slices)
-    cuda::rmsnorm(x_ + size_t(s.row) * H_, Act::F32, H_, w_->final_norm, cfg_.rms_norm_eps, s.T, H_, s.seq->hidden_,
-                  act_, H_, &s.seq->d_args_->out_row, stream_);
+  // One graph per (sequences, rows of each), captured at its first use (or
+  // launched directly with NEXTN_CUDA_GRAPHS=0). The server's batches change
+  // as requests come and go, so the graphs are bounded: past kMaxGroupGraphs
+  // keys the lead drops them all (after its stream is idle) and starts over.
+  std::vector<std::pair<uint64_t, int>> key;
+  for (const GroupSlice& s : slices) key.emplace_back(s.seq->id_, s.T);
+  auto it = group_graph_ids_.find(key);
+  if (it == group_graph_ids_.end()) {
+    if (group_graph_ids_.size() >= size_t(kMaxGroupGraphs)) {
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      for (const auto& entry : group_graph_ids_)
+        graphs_.erase(std::make_tuple(int(GraphKind::GroupForward), entry.second, 0));
+      group_graph_ids_.clear();
+    }
+    it = group_graph_ids_.emplace(std::move(key), next_group_graph_id_++).first;
+  }
+  replay(GraphKind::GroupForward, it->second, 0, [&] { group_chunk(slices, rows); });
   CUDA_CHECK(cudaEventRecord(group_event_, stream_));
   for (const GroupSlice& s : slices) {
     CudaQwen35& q = *s.seq;
@@ -83,6 +100,17 @@ void CudaQwen35::forward_group(std::span<const GroupSlice> slices, std::span<con
     q.last_chunk_T_ = s.T;
     q.parity_ ^= 1;
   }
+}
+
+void CudaQwen35::group_chunk(std::span<const GroupSlice> slices, int rows) {
+  cuda::embed_rows(w_->embed, d_args_->tokens, rows, x_, H_, stream_);
+  StepBuffers b = decode_buffers();
+  b.group = slices;
+  for (const auto& L : w_->layers) decoder_layer(L, rows, b);
+  mark("norm");
+  for (const GroupSlice& s : slices)
+    cuda::rmsnorm(x_ + size_t(s.row) * H_, Act::F32, H_, w_->final_norm, cfg_.rms_norm_eps, s.T, H_, s.seq->hidden_,
+                  act_, H_, &s.seq->d_args_->out_row, stream_);
 }
 
 void CudaQwen35::group_attention(const LayerWeights& L, const StepBuffers& b) {

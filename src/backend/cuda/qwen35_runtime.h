@@ -139,7 +139,8 @@ struct StepBuffers {
 };
 
 enum class GraphKind : int {
-  Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, Rollback, MtpDraft, WalkWhile, MtpLogits
+  Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, Rollback, MtpDraft, WalkWhile, MtpLogits,
+  GroupForward
 };
 const char* graph_kind_name(GraphKind kind);
 
@@ -199,6 +200,7 @@ class CudaQwen35 final : public ModelRuntime {
   void forward_chunk(int T);
   void decoder_layer(const LayerWeights& L, int T, const StepBuffers& b);
   // The group forward's per-sequence parts of a layer (qwen35_group.cpp).
+  void group_chunk(std::span<const GroupSlice> slices, int rows);
   void group_attention(const LayerWeights& L, const StepBuffers& b);
   void group_gdn(const LayerWeights& L, const StepBuffers& b);
   StepBuffers decode_buffers() const;
@@ -286,6 +288,11 @@ class CudaQwen35 final : public ModelRuntime {
   };
   std::vector<KvCache> kv_;
   Event group_event_;  // orders this sequence's stream around a group forward
+  uint64_t id_ = 0;    // unique among the process's sequences (a group graph's key names its sequences by it)
+  // The group forwards this sequence led: (sequence id, rows) of each slice
+  // -> the `a` of its GraphKind::GroupForward graph. Bounded (qwen35_group.cpp).
+  std::map<std::vector<std::pair<uint64_t, int>>, int> group_graph_ids_;
+  int next_group_graph_id_ = 0;
   // What the MTP graphs ran, counted on the host as they are replayed (they
   // have no early exit: every row launched is a row run). reset() clears it.
   MtpWork mtp_work_;
