@@ -199,7 +199,8 @@ class CudaQwen35 final : public ModelRuntime {
   // steps (capturable: launches only)
   void forward_chunk(int T);
   void decoder_layer(const LayerWeights& L, int T, const StepBuffers& b);
-  // The group forward's per-sequence parts of a layer (qwen35_group.cpp).
+  // The group forward (qwen35_group.cpp): what its graph runs, and the
+  // per-sequence parts of a layer.
   void group_chunk(std::span<const GroupSlice> slices, int rows);
   void group_attention(const LayerWeights& L, const StepBuffers& b);
   void group_gdn(const LayerWeights& L, const StepBuffers& b);
