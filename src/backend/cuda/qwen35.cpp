@@ -65,8 +65,19 @@ namespace cuda {
 // ---------------------------------------------------------------------------
 // construction (the weights are loaded in qwen35_load.cpp)
 
+namespace {
+
+// make_cuda_runtime's weights, loaded once the capacity has passed its own
+// checks (a bad capacity costs no device work).
+std::shared_ptr<const CudaQwen35Weights> weights_for_one_sequence(const Qwen35Checkpoint& ck, int max_tokens) {
+  (void)workspace_dims(ck.config(), max_tokens);
+  return std::make_shared<const CudaQwen35Weights>(ck, max_tokens);
+}
+
+}  // namespace
+
 CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens)
-    : CudaQwen35(std::make_shared<const CudaQwen35Weights>(ck, max_tokens), max_tokens) {}
+    : CudaQwen35(weights_for_one_sequence(ck, max_tokens), max_tokens) {}
 
 CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max_tokens)
     : w_(std::move(weights)), cfg_(w_->cfg), max_tokens_(max_tokens), act_(w_->act) {

@@ -104,7 +104,7 @@ size_t sequence_bytes(const Qwen35Config& c, int max_tokens, Act act, bool has_m
 
 CudaQwen35Weights::CudaQwen35Weights(const Qwen35Checkpoint& ck, int reserve_tokens) : cfg(ck.config()) {
   static_assert(kWorkspaceRows == kMaxRows);
-  if (reserve_tokens > 0) (void)workspace_dims(cfg, reserve_tokens);  // sizes checked before any device work
+  if (reserve_tokens < 0) fail("internal: CudaQwen35Weights reserving {} tokens", reserve_tokens);
   (void)cuda_device_summary();
   if (const char* a = std::getenv("NEXTN_CUDA_ACT")) {
     const std::string s(a);

@@ -75,7 +75,8 @@ struct LayerWeights {
 struct CudaQwen35Weights {
   // Checks the device and the shapes, then that the weights and one sequence
   // of `reserve_tokens` positions fit in free device memory (0: the weights
-  // and one sequence's fixed buffers), then uploads. NEXTN_CUDA_ACT is read here.
+  // and one sequence's fixed buffers), then uploads. NEXTN_CUDA_ACT is read
+  // here. The caller has checked reserve_tokens (workspace_dims).
   CudaQwen35Weights(const Qwen35Checkpoint& ck, int reserve_tokens);
   CudaQwen35Weights(const CudaQwen35Weights&) = delete;
   CudaQwen35Weights& operator=(const CudaQwen35Weights&) = delete;
