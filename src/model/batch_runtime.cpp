@@ -4,6 +4,9 @@
 #include <vector>
 
 #include "backend/cpu/qwen35.h"
+#ifdef NEXTN_HAVE_CUDA
+#include "backend/cuda/qwen35.h"
+#endif
 #include "core/error.h"
 #include "io/checkpoint.h"
 
@@ -39,7 +42,12 @@ class SerialSequenceGroup final : public SequenceGroup {
 
 std::unique_ptr<SequenceGroup> make_sequence_group(const Qwen35Checkpoint& ckpt, BackendKind kind, int cpu_threads) {
   if (kind == BackendKind::Cpu) return make_cpu_sequence_group(ckpt, CpuRuntimeOptions{.threads = cpu_threads});
+#ifdef NEXTN_HAVE_CUDA
+  return make_cuda_sequence_group(ckpt);
+#else
+  // make_runtime gives the "built without the CUDA backend" error at the first sequence.
   return make_serial_sequence_group(ckpt, kind, cpu_threads);
+#endif
 }
 
 std::unique_ptr<SequenceGroup> make_serial_sequence_group(const Qwen35Checkpoint& ckpt, BackendKind kind,

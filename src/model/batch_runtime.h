@@ -47,8 +47,9 @@ class SequenceGroup {
                                 std::span<const std::span<const int32_t>> tokens) = 0;
 };
 
-// CPU: one weight load, shared forwards. CUDA: sequences one after another
-// (max_sequences 1), each from make_runtime.
+// CPU and CUDA: one weight load, shared forwards (CUDA: up to 32 sequences,
+// backend/cuda/qwen35_group.cpp). A CUDA request in a build without the CUDA
+// backend gets the serial group, whose first sequence reports it.
 std::unique_ptr<SequenceGroup> make_sequence_group(const Qwen35Checkpoint& ckpt, BackendKind kind, int cpu_threads = 0);
 // The fallback make_sequence_group gives a backend without multi-sequence
 // support (sequences from make_runtime, forwards one after another); any

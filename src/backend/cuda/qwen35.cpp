@@ -1,7 +1,9 @@
 // The CUDA runtime for Qwen3.5: host side (buffers, graphs, steps, reset). The
-// class is in qwen35_runtime.h, weight loading in qwen35_load.cpp, the LM-head
+// class is in qwen35_runtime.h, the weights (CudaQwen35Weights, shared by the
+// sequences of a group: qwen35_group.cpp) in qwen35_load.cpp, the LM-head
 // entry points in qwen35_head.cpp; the kernels live in the .cu files beside
-// this one, behind kernels.h.
+// this one, behind kernels.h. A sequence owns its caches, GDN state,
+// workspace, stream and graphs.
 //
 // Same semantics as the CPU runtime (backend/cpu/qwen35.cpp), step by step:
 //  - a target_forward of T <= 64 tokens is one captured graph per T; longer
@@ -24,6 +26,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -60,86 +63,25 @@ std::string cuda_device_summary() {
 namespace cuda {
 
 // ---------------------------------------------------------------------------
-// construction (the weight uploads are in qwen35_load.cpp)
-
-void CudaQwen35::check_shapes() const {
-  const auto& c = cfg_;
-  auto need = [](bool ok, const std::string& what) {
-    if (!ok) fail("--backend cuda: unsupported shape: {}", what);
-  };
-  need(c.head_dim % 32 == 0 && c.head_dim <= 256, fmt::format("head_dim {} (a multiple of 32, at most 256)", c.head_dim));
-  need(c.rotary_dim() <= c.head_dim && c.rotary_dim() % 2 == 0, fmt::format("rotary dim {}", c.rotary_dim()));
-  need(c.num_key_value_heads > 0 && c.num_attention_heads % c.num_key_value_heads == 0,
-       fmt::format("{} query heads over {} KV heads", c.num_attention_heads, c.num_key_value_heads));
-  need(c.linear_key_head_dim <= 128 && c.linear_value_head_dim <= 128,
-       fmt::format("GDN head dims {}x{} (at most 128)", c.linear_key_head_dim, c.linear_value_head_dim));
-  need(c.linear_num_key_heads > 0 && c.linear_num_value_heads % c.linear_num_key_heads == 0,
-       fmt::format("{} GDN value heads over {} key heads", c.linear_num_value_heads, c.linear_num_key_heads));
-  need(c.linear_conv_kernel_dim >= 1, "conv kernel");
-  need(c.hidden_size % 32 == 0, fmt::format("hidden size {} (a multiple of 32)", c.hidden_size));
-}
+// construction (the weights are loaded in qwen35_load.cpp)
 
 namespace {
 
-// Device bytes the weights take in the kernels' layout (for the up-front check).
-size_t weight_bytes(const WeightRef& w, Act act) {
-  if (!w.quantized()) return size_t(w.rows) * size_t(w.cols) * (act == Act::F32 ? 4 : 2);
-  return size_t(w.rows) * size_t(w.cols) * size_t(w.quant.bits) / 8 +
-         size_t(w.rows) * size_t(w.cols / w.quant.group_size) * 8;
-}
-
-size_t estimate_bytes(const Qwen35Checkpoint& ck, int max_tokens, Act act) {
-  const auto& c = ck.config();
-  size_t total = 0;
-  const int H = c.hidden_size, hd = c.head_dim, I = c.intermediate_size;
-  const int64_t V = c.vocab_size;
-  const WeightRef emb = ck.matrix("embed_tokens", V, H), head = ck.lm_head();
-  total += weight_bytes(emb, act);
-  if (head.weight != emb.weight) total += weight_bytes(head, act);
-  auto layer = [&](const std::string& p, bool full) {
-    size_t b = 0;
-    if (full) {
-      for (const char* n : {".q_proj", ".k_proj", ".v_proj"}) {
-        const int64_t rows = std::string(n) == ".q_proj" ? int64_t(c.num_attention_heads) * hd * 2
-                                                          : int64_t(c.num_key_value_heads) * hd;
-        b += weight_bytes(ck.matrix(p + ".self_attn" + n, rows, H), act);
-      }
-      b += weight_bytes(ck.matrix(p + ".self_attn.o_proj", H, int64_t(c.num_attention_heads) * hd), act);
-      b += size_t(max_tokens) * c.num_key_value_heads * hd * size_t(act_size(act)) * 2;
-    } else {
-      const std::string g = p + ".linear_attn";
-      b += weight_bytes(ck.matrix(g + ".in_proj_qkv", c.conv_dim(), H), act);
-      b += weight_bytes(ck.matrix(g + ".in_proj_z", c.value_dim(), H), act);
-      b += weight_bytes(ck.matrix(g + ".out_proj", H, c.value_dim()), act);
-      b += 2 * size_t(c.linear_num_value_heads) * c.linear_key_head_dim * c.linear_value_head_dim * 4;
-      b += size_t(kMaxRows) * (2 * c.conv_dim() + c.value_dim()) * 4;
-    }
-    for (const char* n : {".mlp.gate_proj", ".mlp.up_proj"}) b += weight_bytes(ck.matrix(p + n, I, H), act);
-    b += weight_bytes(ck.matrix(p + ".mlp.down_proj", H, I), act);
-    return b;
-  };
-  for (int i = 0; i < c.num_hidden_layers; ++i)
-    total += layer("layers." + std::to_string(i), c.full_attention[size_t(i)]);
-  if (ck.mtp_layers() > 0) {
-    total += weight_bytes(ck.matrix("mtp.fc", H, 2 * H), act);
-    total += layer("mtp.layers.0", true);
-  }
-  total += size_t(kMaxRows) * size_t(V) * 4;  // logits
-  return total;
+// make_cuda_runtime's weights, loaded once the capacity has passed its own
+// checks (a bad capacity costs no device work).
+std::shared_ptr<const CudaQwen35Weights> weights_for_one_sequence(const Qwen35Checkpoint& ck, int max_tokens) {
+  (void)workspace_dims(ck.config(), max_tokens);
+  return std::make_shared<const CudaQwen35Weights>(ck, max_tokens);
 }
 
 }  // namespace
 
-CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.config()), max_tokens_(max_tokens) {
-  static_assert(kWorkspaceRows == kMaxRows);
+CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens)
+    : CudaQwen35(weights_for_one_sequence(ck, max_tokens), max_tokens) {}
+
+CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max_tokens)
+    : w_(std::move(weights)), cfg_(w_->cfg), max_tokens_(max_tokens), act_(w_->act) {
   const WorkspaceDims dims = workspace_dims(cfg_, max_tokens);  // sizes checked before any device work
-  (void)cuda_device_summary();
-  if (const char* a = std::getenv("NEXTN_CUDA_ACT")) {
-    const std::string s(a);
-    if (s == "fp32") act_ = Act::F32;
-    else if (s == "bf16" || s.empty()) act_ = Act::BF16;
-    else fail("NEXTN_CUDA_ACT='{}': expected bf16 or fp32", s);
-  }
   if (const char* g = std::getenv("NEXTN_CUDA_GRAPHS")) use_graphs_ = std::string(g) != "0";
   if (const char* p = std::getenv("NEXTN_CUDA_PROFILE")) profile_ = std::string(p) == "1";
   if (const char* p = std::getenv("NEXTN_CUDA_PREFILL")) {
@@ -166,7 +108,7 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
       const std::string name = list.substr(a, b - a);
       a = b + 1;
       int kind = name == "forward_multi" ? kPdlOffForwardMulti : -1;
-      for (int i = 0; i <= int(GraphKind::MtpLogits); ++i)
+      for (int i = 0; i <= int(GraphKind::GroupForward); ++i)
         if (name == graph_kind_name(GraphKind(i))) kind = i;
       if (kind < 0)
         fail("NEXTN_CUDA_PDL_OFF: unknown graph kind '{}' (e.g. forward, forward_multi, mtp_draft, rollback)", name);
@@ -174,19 +116,20 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
     }
   }
   fault_ = read_fault_hook();
-  check_shapes();
   {
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    const size_t need = estimate_bytes(ck, max_tokens, act_);
+    const size_t need = sequence_bytes(cfg_, max_tokens, act_, w_->has_mtp);
     if (need > free_b)
-      fail("--backend cuda: the checkpoint needs about {:.2f} GiB of device memory (weights, caches and {} tokens "
-           "of context), but only {:.2f} of {:.2f} GiB are free",
-           double(need) / kGiB, max_tokens, double(free_b) / kGiB, double(total_b) / kGiB);
+      fail("--backend cuda: a sequence of {} tokens needs about {:.2f} GiB of device memory (caches and "
+           "workspace) beside the weights, but only {:.2f} of {:.2f} GiB are free",
+           max_tokens, double(need) / kGiB, double(free_b) / kGiB, double(total_b) / kGiB);
   }
-  cuda::init_kernels();
   stream_ = make_stream();
   body_stream_ = make_stream();
+  group_event_ = make_event(cudaEventDisableTiming);
+  static std::atomic<uint64_t> next_id{1};
+  id_ = next_id++;
   const auto& c = cfg_;
   H_ = c.hidden_size;
   V_ = c.vocab_size;
@@ -196,44 +139,19 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
                 c.linear_conv_kernel_dim, c.rms_norm_eps};
   const size_t as = size_t(act_size(act_));
 
-  // weights
-  const WeightRef emb = ck.matrix("embed_tokens", V_, H_), head = ck.lm_head();
-  const bool tied = head.weight == emb.weight;
-  embed_ = upload_matrix({emb}, "embedding", false, tied ? Use::Matmul : Use::RowLookupOnly);
-  head_ = tied ? embed_ : upload_matrix({head}, "LM head", false);
-  head_.splits = 1;  // every arm projects with the same kernel and the same bits
-  final_norm_ = upload_floats(ck.norm("norm", H_, true), "norms");
-  for (int i = 0; i < c.num_hidden_layers; ++i)
-    layers_.push_back(load_layer(ck, "layers." + std::to_string(i), c.full_attention[size_t(i)]));
-  has_mtp_ = ck.mtp_layers() > 0;
-  if (has_mtp_) {
-    mtp_fc_ = upload_matrix({ck.matrix("mtp.fc", H_, 2 * H_)}, "MTP fc", true);
-    mtp_norm_emb_ = upload_floats(ck.norm("mtp.pre_fc_norm_embedding", H_, true), "norms");
-    mtp_norm_hid_ = upload_floats(ck.norm("mtp.pre_fc_norm_hidden", H_, true), "norms");
-    mtp_norm_ = upload_floats(ck.norm("mtp.norm", H_, true), "norms");
-    mtp_layer_ = load_layer(ck, "mtp.layers.0", true);
-  }
-  {
-    std::vector<float> inv(size_t(c.rotary_dim() / 2));
-    for (size_t i = 0; i < inv.size(); ++i)  // as transformers and cpu::rope_angles: fp32(1 / theta^(2i/rd))
-      inv[i] = float(1.0 / std::pow(c.rope_theta, double(2 * i) / double(c.rotary_dim())));
-    inv_freq_ = upload_floats(inv, "rope");
-  }
-
   // caches
   const size_t kv_bytes = size_t(max_tokens) * Hkv * hd * as;
   kv_bytes_ = kv_bytes;
-  auto alloc_kv = [&](LayerWeights& L) {
-    L.k_cache = mem_.alloc(kv_bytes, "the KV cache");
-    L.v_cache = mem_.alloc(kv_bytes, "the KV cache");
-    CUDA_CHECK(cudaMemset(L.k_cache, 0, kv_bytes));
-    CUDA_CHECK(cudaMemset(L.v_cache, 0, kv_bytes));
-  };
-  for (auto& L : layers_)
-    if (L.full) alloc_kv(L);
-  if (has_mtp_) alloc_kv(mtp_layer_);
+  kv_.resize(size_t(w_->kv_layers));
+  for (auto& kv : kv_) {
+    kv.k = mem_.alloc(kv_bytes, "the KV cache");
+    kv.v = mem_.alloc(kv_bytes, "the KV cache");
+    CUDA_CHECK(cudaMemset(kv.k, 0, kv_bytes));
+    CUDA_CHECK(cudaMemset(kv.v, 0, kv_bytes));
+  }
   const int cd = c.conv_dim(), Hv = c.linear_num_value_heads;
   const int gdn_ld = dims.gdn_ld;
+  gdn_host_ = w_->gdn;  // the weights' pointers; the state and row pointers below are this sequence's
   for (auto& t : gdn_host_) {
     const size_t conv_state = size_t(2) * (c.linear_conv_kernel_dim - 1) * cd * 4 + 16;
     const size_t S = size_t(2) * Hv * c.linear_key_head_dim * c.linear_value_head_dim * 4;
@@ -263,23 +181,8 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
   act_buf_ = mem_.alloc(size_t(R) * act_ld_ * as, "activations");
   q_ = mem_.alloc<float>(size_t(R) * Hq * hd * 4, "activations");
   attn_partial_ = mem_.alloc<float>(size_t(cuda::attn_partial_floats(attn_shape_, max_tokens)) * 4, "attention");
-  int64_t splitk = 0;
-  auto track = [&](const DevMatrix& m) { splitk = std::max(splitk, cuda::splitk_scratch_floats(m)); };
-  auto track_layer = [&](const LayerWeights& L) {
-    for (const auto& p : L.attn.qkv.parts) track(p.m);
-    for (const auto& p : L.gdn_in.parts) track(p.m);
-    for (const auto& p : L.gate_up.parts) track(p.m);
-    track(L.attn.o);
-    track(L.gdn_out);
-    track(L.down);
-  };
-  for (const auto& L : layers_) track_layer(L);
-  if (has_mtp_) {
-    track_layer(mtp_layer_);
-    track(mtp_fc_);
-  }
-  splitk_ = mem_.alloc<float>(size_t(splitk) * 4, "split-K partials");
-  CUDA_CHECK(cudaMemset(splitk_, 0, size_t(splitk) * 4));  // the streamed kernel's tile counters start at zero
+  splitk_ = mem_.alloc<float>(size_t(w_->splitk_floats) * 4, "split-K partials");
+  CUDA_CHECK(cudaMemset(splitk_, 0, size_t(w_->splitk_floats) * 4));  // the streamed kernel's tile counters start at zero
   hidden_ = mem_.alloc(size_t(hidden_rows_) * H_ * as, "hidden rows");
   mtp_hidden_ = mem_.alloc(size_t(hidden_rows_) * H_ * as, "MTP hidden rows");
   CUDA_CHECK(cudaMemset(hidden_, 0, size_t(hidden_rows_) * H_ * as));
@@ -287,13 +190,13 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens) : cfg_(ck.con
   mtp_src_ = mem_.alloc(size_t(R) * H_ * as, "MTP inputs");
   head_in_ = mem_.alloc(size_t(R) * H_ * as, "head inputs");
   logits_ = mem_.alloc<float>(size_t(R) * V_ * 4, "logits");
-  pairs_ = mem_.alloc(size_t(cuda::argmax_pairs_bytes(head_)), "argmax pairs");
+  pairs_ = mem_.alloc(size_t(cuda::argmax_pairs_bytes(w_->head)), "argmax pairs");
   argmax_scratch_ = mem_.alloc(size_t(cuda::argmax_scratch_bytes(V_)) * R, "argmax");
   d_out_ = mem_.alloc<int32_t>(size_t(R + 2) * 4, "tokens");
   d_walk_ = mem_.alloc<int>(2 * sizeof(int), "walk counters");
   d_head_ = mem_.alloc<HeadCounters>(sizeof(HeadCounters), "head counters");
   CUDA_CHECK(cudaMemset(d_head_, 0, sizeof(HeadCounters)));
-  for (auto& L : layers_)
+  for (const auto& L : w_->layers)
     if (!L.full) gdn_host_[size_t(L.gdn_index)].y = act_buf_;
   gdn_table_ = mem_.alloc<cuda::GdnLayer>(std::max<size_t>(1, gdn_host_.size()) * sizeof(cuda::GdnLayer), "GDN table");
   if (!gdn_host_.empty())
@@ -318,14 +221,9 @@ CudaQwen35::~CudaQwen35() {
 void CudaQwen35::reset() {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   auto zero = [&](void* p, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_)); };
-  for (auto& L : layers_)
-    if (L.full) {
-      zero(L.k_cache, kv_bytes_);
-      zero(L.v_cache, kv_bytes_);
-    }
-  if (has_mtp_) {
-    zero(mtp_layer_.k_cache, kv_bytes_);
-    zero(mtp_layer_.v_cache, kv_bytes_);
+  for (const auto& kv : kv_) {
+    zero(kv.k, kv_bytes_);
+    zero(kv.v, kv_bytes_);
   }
   for (auto& t : gdn_host_) {
     zero(t.conv_state, gdn_conv_bytes_);
@@ -361,6 +259,7 @@ const char* graph_kind_name(GraphKind kind) {
     case GraphKind::MtpDraft: return "mtp_draft";
     case GraphKind::WalkWhile: return "walk_while";
     case GraphKind::MtpLogits: return "mtp_logits";
+    case GraphKind::GroupForward: return "group_forward";
   }
   return "?";
 }
@@ -402,9 +301,14 @@ void CudaQwen35::add_intervals(const std::vector<std::pair<Event, std::string>>&
   }
 }
 
+// The weights this sequence reads (shared with the other sequences of a
+// group, so a group's total counts them once) and its own buffers.
 std::vector<MemoryUse> CudaQwen35::device_memory() const {
+  std::map<std::string, uint64_t> sum;
+  for (const auto& [what, bytes] : w_->mem.by_use()) sum[what] += uint64_t(bytes);
+  for (const auto& [what, bytes] : mem_.by_use()) sum[what] += uint64_t(bytes);
   std::vector<MemoryUse> v;
-  for (const auto& [what, bytes] : mem_.by_use()) v.push_back({what, uint64_t(bytes)});
+  for (const auto& [what, bytes] : sum) v.push_back({what, bytes});
   return v;
 }
 
@@ -469,7 +373,7 @@ StepBuffers CudaQwen35::decode_buffers() const {
   return {x_, xn_, proj_, act_buf_, q_, gdn_table_, &gdn_host_, d_args_->tokens, false};
 }
 
-void CudaQwen35::decoder_layer(const LayerWeights& L, int T, void* k_cache, void* v_cache, const StepBuffers& b) {
+void CudaQwen35::decoder_layer(const LayerWeights& L, int T, const StepBuffers& b) {
   const auto& c = cfg_;
   const float eps = c.rms_norm_eps;
   const int* pos = &d_args_->pos;
@@ -479,24 +383,33 @@ void CudaQwen35::decoder_layer(const LayerWeights& L, int T, void* k_cache, void
     const int qd = c.num_attention_heads * c.head_dim;
     mark("attn.qkv");
     run_linear(L.attn.qkv, b.xn, T, H_, b.proj, proj_ld_, b);
-    mark("attn.prepare");
-    cuda::attn_prepare(attn_shape_, b.proj, proj_ld_, T, L.attn.q_norm, L.attn.k_norm, inv_freq_, pos, b.q, k_cache,
-                       v_cache, act_, stream_);
-    mark("attn.core");
-    if (b.prefill) prefill_attention(T, k_cache, v_cache, b);
-    else
-      cuda::attention(attn_shape_, b.q, k_cache, v_cache, act_, b.proj, proj_ld_, T, pos, max_tokens_, attn_partial_,
-                      b.act, stream_);
+    if (!b.group.empty()) {
+      group_attention(L, b);
+    } else {
+      const KvCache& kv = kv_[size_t(L.kv_index)];
+      mark("attn.prepare");
+      cuda::attn_prepare(attn_shape_, b.proj, proj_ld_, T, L.attn.q_norm, L.attn.k_norm, w_->inv_freq, pos, b.q, kv.k,
+                         kv.v, act_, stream_);
+      mark("attn.core");
+      if (b.prefill) prefill_attention(T, kv.k, kv.v, b);
+      else
+        cuda::attention(attn_shape_, b.q, kv.k, kv.v, act_, b.proj, proj_ld_, T, pos, max_tokens_, attn_partial_,
+                        b.act, stream_);
+    }
     mark("attn.o");
     project(L.attn.o, b.act, T, qd, b.x, H_, true, b);
   } else {
     const cuda::GdnLayer& g = (*b.gdn_host)[size_t(L.gdn_index)];
     mark("gdn.in");
     run_linear(L.gdn_in, b.xn, T, H_, const_cast<float*>(g.proj), g.proj_ld, b);
-    mark("gdn.conv");
-    cuda::gdn_conv(gdn_shape_, b.gdn_table, L.gdn_index, 1, T, &d_args_->parity, 0, false, stream_);
-    mark("gdn.rec");
-    cuda::gdn_recurrence(gdn_shape_, b.gdn_table, L.gdn_index, 1, T, &d_args_->parity, 0, false, act_, stream_);
+    if (!b.group.empty()) {
+      group_gdn(L, b);
+    } else {
+      mark("gdn.conv");
+      cuda::gdn_conv(gdn_shape_, b.gdn_table, L.gdn_index, 1, T, &d_args_->parity, 0, false, stream_);
+      mark("gdn.rec");
+      cuda::gdn_recurrence(gdn_shape_, b.gdn_table, L.gdn_index, 1, T, &d_args_->parity, 0, false, act_, stream_);
+    }
     mark("gdn.out");
     project(L.gdn_out, b.act, T, c.value_dim(), b.x, H_, true, b);
   }
@@ -512,11 +425,11 @@ void CudaQwen35::decoder_layer(const LayerWeights& L, int T, void* k_cache, void
 
 void CudaQwen35::forward_chunk(int T) {
   mark("embed");
-  cuda::embed_rows(embed_, d_args_->tokens, T, x_, H_, stream_);
+  cuda::embed_rows(w_->embed, d_args_->tokens, T, x_, H_, stream_);
   const StepBuffers b = decode_buffers();
-  for (auto& L : layers_) decoder_layer(L, T, L.k_cache, L.v_cache, b);
+  for (auto& L : w_->layers) decoder_layer(L, T, b);
   mark("norm");
-  cuda::rmsnorm(x_, Act::F32, H_, final_norm_, cfg_.rms_norm_eps, T, H_, hidden_, act_, H_, &d_args_->out_row,
+  cuda::rmsnorm(x_, Act::F32, H_, w_->final_norm, cfg_.rms_norm_eps, T, H_, hidden_, act_, H_, &d_args_->out_row,
                 stream_);
 }
 
@@ -529,26 +442,31 @@ void CudaQwen35::mtp_chunk(int n, bool from_target) {
   mark("inputs");
   cuda::gather_rows(from_target ? hidden_ : mtp_hidden_, H_, &d_args_->first_row, &d_args_->n_real, n, mtp_src_, act_,
                     stream_);
-  cuda::embed_rows(embed_, d_args_->tokens, n, x_, H_, stream_);
+  cuda::embed_rows(w_->embed, d_args_->tokens, n, x_, H_, stream_);
   char* xn = static_cast<char*>(xn_);
-  cuda::rmsnorm(x_, Act::F32, H_, mtp_norm_emb_, eps, n, H_, xn, act_, 2 * H_, nullptr, stream_);
-  cuda::rmsnorm(mtp_src_, act_, H_, mtp_norm_hid_, eps, n, H_, xn + size_t(H_) * act_size(act_), act_, 2 * H_,
+  cuda::rmsnorm(x_, Act::F32, H_, w_->mtp_norm_emb, eps, n, H_, xn, act_, 2 * H_, nullptr, stream_);
+  cuda::rmsnorm(mtp_src_, act_, H_, w_->mtp_norm_hid, eps, n, H_, xn + size_t(H_) * act_size(act_), act_, 2 * H_,
                 nullptr, stream_);
   mark("fc");
-  cuda::matmul(mtp_fc_, xn_, act_, n, 2 * H_, x_, H_, false, splitk_, stream_);
-  decoder_layer(mtp_layer_, n, mtp_layer_.k_cache, mtp_layer_.v_cache, decode_buffers());
+  cuda::matmul(w_->mtp_fc, xn_, act_, n, 2 * H_, x_, H_, false, splitk_, stream_);
+  decoder_layer(w_->mtp_layer, n, decode_buffers());
   mark("norm");
-  cuda::rmsnorm(x_, Act::F32, H_, mtp_norm_, eps, n, H_, mtp_hidden_, act_, H_, &d_args_->out_row, stream_);
+  cuda::rmsnorm(x_, Act::F32, H_, w_->mtp_norm, eps, n, H_, mtp_hidden_, act_, H_, &d_args_->out_row, stream_);
   mark("head");  // what follows in the same graph (mtp_draft: the argmax)
   prof_prefix_.clear();
 }
 
-void CudaQwen35::target_forward(std::span<const int32_t> tokens) {
+void CudaQwen35::check_forward(std::span<const int32_t> tokens) const {
   const int T = int(tokens.size());
   if (T <= 0) fail("target_forward: no tokens");
   if (length_ + T > max_tokens_) fail("sequence of {} tokens exceeds the cache capacity {}", length_ + T, max_tokens_);
   if (T > hidden_rows_ - kMaxRows) fail("target_forward: {} tokens exceed the hidden-row buffer", T);
   check_tokens(tokens);
+}
+
+void CudaQwen35::target_forward(std::span<const int32_t> tokens) {
+  check_forward(tokens);
+  const int T = int(tokens.size());
   forward_start_ = length_;
   int done = 0;
   if (prefill_applies(T)) {
@@ -601,7 +519,7 @@ void CudaQwen35::target_rollback(int keep) {
 }
 
 void CudaQwen35::mtp_forward(std::span<const int32_t> next_tokens, int first_row) {
-  if (!has_mtp_) fail("this checkpoint has no MTP head (mtp_num_hidden_layers is 0 and no mtp.layers.* tensors)");
+  if (!w_->has_mtp) fail("this checkpoint has no MTP head (mtp_num_hidden_layers is 0 and no mtp.layers.* tensors)");
   const int n = int(next_tokens.size());
   if (n <= 0 || first_row < 0 || first_row + n > last_T_)
     fail("mtp_forward: rows [{}, {}) outside the last forward's {} rows", first_row, first_row + n, last_T_);
@@ -683,7 +601,7 @@ void CudaQwen35::mtp_draft(int n, int32_t* out) {
   };
   auto argmax_into = [&](int slot) {
     cuda::gather_rows(mtp_hidden_, H_, &d_args_->first_row, &d_args_->n_real, 1, head_in_, act_, stream_);
-    cuda::matmul_argmax(head_, head_in_, act_, 1, H_, pairs_, d_out_ + slot, nullptr, stream_);
+    cuda::matmul_argmax(w_->head, head_in_, act_, 1, H_, pairs_, d_out_ + slot, nullptr, stream_);
   };
   replay(GraphKind::MtpDraft, n, 0, [&] {
     set_args(0);

@@ -10,12 +10,18 @@
 
 namespace nextn {
 class Qwen35Checkpoint;
+class SequenceGroup;
 
 // Throws Error (one line) when no CUDA device is usable, the device is not
 // sm_90, or the checkpoint does not fit in device memory.
 // NEXTN_CUDA_ACT=fp32 selects the fp32-activation mode (fp32 weights and
 // operands on CUDA cores: slow, for exact parity checks on small models).
 std::unique_ptr<ModelRuntime> make_cuda_runtime(const Qwen35Checkpoint& ckpt, int max_tokens);
+
+// Sequences over one copy of the weights whose target forwards run as one
+// trunk forward (model/batch_runtime.h; backend/cuda/qwen35_group.cpp).
+// Throws what make_cuda_runtime would when no usable device exists.
+std::unique_ptr<SequenceGroup> make_cuda_sequence_group(const Qwen35Checkpoint& ckpt);
 
 // Throws the same Error make_cuda_runtime would when no usable device exists;
 // returns a one-line description of device 0 otherwise.

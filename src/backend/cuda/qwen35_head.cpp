@@ -25,7 +25,7 @@ namespace nextn::cuda {
 
 void CudaQwen35::head_project(int width, const HeadTally& tally) {
   cuda::gather_rows(hidden_, H_, &d_args_->first_row, &d_args_->n_real, width, head_in_, act_, stream_);
-  cuda::matmul(head_, head_in_, act_, width, H_, logits_, V_, false, nullptr, stream_, tally);
+  cuda::matmul(w_->head, head_in_, act_, width, H_, logits_, V_, false, nullptr, stream_, tally);
 }
 
 void CudaQwen35::head_argmax(int first, int count, int width, int32_t* out) {
@@ -64,7 +64,7 @@ void CudaQwen35::fused_argmax_rows(GraphKind kind, const void* rows, int first, 
   upload(a);
   replay(kind, count, 0, [&] {
     cuda::gather_rows(rows, H_, &d_args_->first_row, &d_args_->n_real, count, head_in_, act_, stream_);
-    cuda::matmul_argmax(head_, head_in_, act_, count, H_, pairs_, d_out_, nullptr, stream_, t);
+    cuda::matmul_argmax(w_->head, head_in_, act_, count, H_, pairs_, d_out_, nullptr, stream_, t);
   });
   fetch(d_out_, sizeof(int32_t) * size_t(count), out);
 }
@@ -99,8 +99,8 @@ int CudaQwen35::walk_as_batched(std::span<const int32_t> drafts, int rows, int32
 void CudaQwen35::record_walk_body(int rows, int nd, cudaStream_t s, cudaGraphConditionalHandle handle,
                                   int use_handle) {
   const int row_bytes = H_ * act_size(act_);
-  cuda::matmul_argmax(head_, head_in_, act_, 1, H_, pairs_, nullptr, nullptr, s, tally(HeadPath::Walk));
-  cuda::walk_step(head_, act_, pairs_, d_walk_, d_args_->drafts, std::min(nd, rows - 1), d_out_, rows, hidden_,
+  cuda::matmul_argmax(w_->head, head_in_, act_, 1, H_, pairs_, nullptr, nullptr, s, tally(HeadPath::Walk));
+  cuda::walk_step(w_->head, act_, pairs_, d_walk_, d_args_->drafts, std::min(nd, rows - 1), d_out_, rows, hidden_,
                   row_bytes, head_in_, d_head_, handle, use_handle, s);
 }
 
@@ -174,8 +174,8 @@ int CudaQwen35::walk_flag(int rows, int nd, int32_t* out) {
     const size_t row_bytes = size_t(H_) * act_size(act_);
     for (int j = 0; j < rows; ++j) {
       const void* x = static_cast<const char*>(hidden_) + size_t(j) * row_bytes;
-      cuda::matmul_argmax(head_, x, act_, 1, H_, pairs_, nullptr, d_walk_, stream_, t);
-      cuda::walk_compare(head_, act_, pairs_, j, d_args_->drafts, std::min(nd, rows - 1), d_out_, d_walk_,
+      cuda::matmul_argmax(w_->head, x, act_, 1, H_, pairs_, nullptr, d_walk_, stream_, t);
+      cuda::walk_compare(w_->head, act_, pairs_, j, d_args_->drafts, std::min(nd, rows - 1), d_out_, d_walk_,
                          d_walk_ + 1, stream_, d_head_);
     }
     CUDA_CHECK(cudaMemcpyAsync(d_out_ + rows, d_walk_ + 1, sizeof(int), cudaMemcpyDeviceToDevice, stream_));
@@ -205,7 +205,7 @@ void CudaQwen35::mtp_logits(float* out) {
   upload(a);
   replay(GraphKind::MtpLogits, 1, 0, [&] {  // uncounted, as head_logits
     cuda::gather_rows(mtp_hidden_, H_, &d_args_->first_row, &d_args_->n_real, 1, head_in_, act_, stream_);
-    cuda::matmul(head_, head_in_, act_, 1, H_, logits_, V_, false, nullptr, stream_, {});
+    cuda::matmul(w_->head, head_in_, act_, 1, H_, logits_, V_, false, nullptr, stream_, {});
   });
   fetch(logits_, sizeof(float) * size_t(V_), out);
 }

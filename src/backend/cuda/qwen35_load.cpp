@@ -1,10 +1,14 @@
-// CudaQwen35's weight loading: checkpoint tensors uploaded to the device in the
-// kernels' layout (dense, or MLX q4/q8 packed), one projection or layer at a time.
+// CudaQwen35Weights: the device and shape checks, the memory estimate, and the
+// checkpoint tensors uploaded to the device in the kernels' layout (dense, or
+// MLX q4/q8 packed), one projection or layer at a time.
 #ifdef NEXTN_HAVE_CUDA
 #include "backend/cuda/qwen35_runtime.h"
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -12,6 +16,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/dense_upload.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/workspace_dims.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
@@ -28,10 +33,141 @@ bool same_quant(const WeightRef& a, const WeightRef& b) {
          a.cols == b.cols;
 }
 
+void check_shapes(const Qwen35Config& c) {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) fail("--backend cuda: unsupported shape: {}", what);
+  };
+  need(c.head_dim % 32 == 0 && c.head_dim <= 256, fmt::format("head_dim {} (a multiple of 32, at most 256)", c.head_dim));
+  need(c.rotary_dim() <= c.head_dim && c.rotary_dim() % 2 == 0, fmt::format("rotary dim {}", c.rotary_dim()));
+  need(c.num_key_value_heads > 0 && c.num_attention_heads % c.num_key_value_heads == 0,
+       fmt::format("{} query heads over {} KV heads", c.num_attention_heads, c.num_key_value_heads));
+  need(c.linear_key_head_dim <= 128 && c.linear_value_head_dim <= 128,
+       fmt::format("GDN head dims {}x{} (at most 128)", c.linear_key_head_dim, c.linear_value_head_dim));
+  need(c.linear_num_key_heads > 0 && c.linear_num_value_heads % c.linear_num_key_heads == 0,
+       fmt::format("{} GDN value heads over {} key heads", c.linear_num_value_heads, c.linear_num_key_heads));
+  need(c.linear_conv_kernel_dim >= 1, "conv kernel");
+  need(c.hidden_size % 32 == 0, fmt::format("hidden size {} (a multiple of 32)", c.hidden_size));
+}
+
+// Device bytes the weights take in the kernels' layout (for the up-front check).
+size_t weight_bytes(const WeightRef& w, Act act) {
+  if (!w.quantized()) return size_t(w.rows) * size_t(w.cols) * (act == Act::F32 ? 4 : 2);
+  return size_t(w.rows) * size_t(w.cols) * size_t(w.quant.bits) / 8 +
+         size_t(w.rows) * size_t(w.cols / w.quant.group_size) * 8;
+}
+
+size_t all_weight_bytes(const Qwen35Checkpoint& ck, Act act) {
+  const auto& c = ck.config();
+  const int H = c.hidden_size, hd = c.head_dim, I = c.intermediate_size;
+  const int64_t V = c.vocab_size;
+  const WeightRef emb = ck.matrix("embed_tokens", V, H), head = ck.lm_head();
+  size_t total = weight_bytes(emb, act);
+  if (head.weight != emb.weight) total += weight_bytes(head, act);
+  auto layer = [&](const std::string& p, bool full) {
+    size_t b = 0;
+    if (full) {
+      for (const char* n : {".q_proj", ".k_proj", ".v_proj"}) {
+        const int64_t rows = std::string(n) == ".q_proj" ? int64_t(c.num_attention_heads) * hd * 2
+                                                          : int64_t(c.num_key_value_heads) * hd;
+        b += weight_bytes(ck.matrix(p + ".self_attn" + n, rows, H), act);
+      }
+      b += weight_bytes(ck.matrix(p + ".self_attn.o_proj", H, int64_t(c.num_attention_heads) * hd), act);
+    } else {
+      const std::string g = p + ".linear_attn";
+      b += weight_bytes(ck.matrix(g + ".in_proj_qkv", c.conv_dim(), H), act);
+      b += weight_bytes(ck.matrix(g + ".in_proj_z", c.value_dim(), H), act);
+      b += weight_bytes(ck.matrix(g + ".out_proj", H, c.value_dim()), act);
+    }
+    for (const char* n : {".mlp.gate_proj", ".mlp.up_proj"}) b += weight_bytes(ck.matrix(p + n, I, H), act);
+    b += weight_bytes(ck.matrix(p + ".mlp.down_proj", H, I), act);
+    return b;
+  };
+  for (int i = 0; i < c.num_hidden_layers; ++i)
+    total += layer("layers." + std::to_string(i), c.full_attention[size_t(i)]);
+  if (ck.mtp_layers() > 0) {
+    total += weight_bytes(ck.matrix("mtp.fc", H, 2 * H), act);
+    total += layer("mtp.layers.0", true);
+  }
+  return total;
+}
+
 }  // namespace
 
-float* CudaQwen35::upload_floats(const std::vector<float>& v, const char* what) {
-  float* d = mem_.alloc<float>(v.size() * sizeof(float), what);
+size_t sequence_bytes(const Qwen35Config& c, int max_tokens, Act act, bool has_mtp) {
+  const size_t kv = size_t(max_tokens) * c.num_key_value_heads * c.head_dim * size_t(act_size(act)) * 2;
+  const size_t gdn = 2 * size_t(c.linear_num_value_heads) * c.linear_key_head_dim * c.linear_value_head_dim * 4 +
+                     size_t(kMaxRows) * (2 * c.conv_dim() + c.value_dim()) * 4;
+  size_t total = has_mtp ? kv : 0;
+  for (int i = 0; i < c.num_hidden_layers; ++i) total += c.full_attention[size_t(i)] ? kv : gdn;
+  return total + size_t(kMaxRows) * size_t(c.vocab_size) * 4;  // logits
+}
+
+CudaQwen35Weights::CudaQwen35Weights(const Qwen35Checkpoint& ck, int reserve_tokens) : cfg(ck.config()) {
+  static_assert(kWorkspaceRows == kMaxRows);
+  if (reserve_tokens < 0) fail("internal: CudaQwen35Weights reserving {} tokens", reserve_tokens);
+  (void)cuda_device_summary();
+  if (const char* a = std::getenv("NEXTN_CUDA_ACT")) {
+    const std::string s(a);
+    if (s == "fp32") act = Act::F32;
+    else if (s == "bf16" || s.empty()) act = Act::BF16;
+    else fail("NEXTN_CUDA_ACT='{}': expected bf16 or fp32", s);
+  }
+  check_shapes(cfg);
+  {
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const size_t need = all_weight_bytes(ck, act) + sequence_bytes(cfg, reserve_tokens, act, ck.mtp_layers() > 0);
+    if (need > free_b)
+      fail("--backend cuda: the checkpoint needs about {:.2f} GiB of device memory (weights, caches and {} tokens "
+           "of context), but only {:.2f} of {:.2f} GiB are free",
+           double(need) / kGiB, reserve_tokens, double(free_b) / kGiB, double(total_b) / kGiB);
+  }
+  cuda::init_kernels();
+  const int H = cfg.hidden_size, V = cfg.vocab_size;
+  const WeightRef emb = ck.matrix("embed_tokens", V, H), head_ref = ck.lm_head();
+  const bool tied = head_ref.weight == emb.weight;
+  embed = upload_matrix({emb}, "embedding", false, tied ? Use::Matmul : Use::RowLookupOnly);
+  head = tied ? embed : upload_matrix({head_ref}, "LM head", false);
+  head.splits = 1;  // every arm projects with the same kernel and the same bits
+  final_norm = upload_floats(ck.norm("norm", H, true), "norms");
+  for (int i = 0; i < cfg.num_hidden_layers; ++i)
+    layers.push_back(load_layer(ck, "layers." + std::to_string(i), cfg.full_attention[size_t(i)]));
+  has_mtp = ck.mtp_layers() > 0;
+  if (has_mtp) {
+    mtp_fc = upload_matrix({ck.matrix("mtp.fc", H, 2 * H)}, "MTP fc", true);
+    mtp_norm_emb = upload_floats(ck.norm("mtp.pre_fc_norm_embedding", H, true), "norms");
+    mtp_norm_hid = upload_floats(ck.norm("mtp.pre_fc_norm_hidden", H, true), "norms");
+    mtp_norm = upload_floats(ck.norm("mtp.norm", H, true), "norms");
+    mtp_layer = load_layer(ck, "mtp.layers.0", true);
+  }
+  {
+    std::vector<float> inv(size_t(cfg.rotary_dim() / 2));
+    for (size_t i = 0; i < inv.size(); ++i)  // as transformers and cpu::rope_angles: fp32(1 / theta^(2i/rd))
+      inv[i] = float(1.0 / std::pow(cfg.rope_theta, double(2 * i) / double(cfg.rotary_dim())));
+    inv_freq = upload_floats(inv, "rope");
+  }
+  for (auto& L : layers)
+    if (L.full) L.kv_index = kv_layers++;
+  if (has_mtp) mtp_layer.kv_index = kv_layers++;
+  auto track = [&](const DevMatrix& m) { splitk_floats = std::max(splitk_floats, cuda::splitk_scratch_floats(m)); };
+  auto track_layer = [&](const LayerWeights& L) {
+    for (const auto& p : L.attn.qkv.parts) track(p.m);
+    for (const auto& p : L.gdn_in.parts) track(p.m);
+    for (const auto& p : L.gate_up.parts) track(p.m);
+    track(L.attn.o);
+    track(L.gdn_out);
+    track(L.down);
+  };
+  for (const auto& L : layers) track_layer(L);
+  if (has_mtp) {
+    track_layer(mtp_layer);
+    track(mtp_fc);
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+float* CudaQwen35Weights::upload_floats(const std::vector<float>& v, const char* what) {
+  float* d = mem.alloc<float>(v.size() * sizeof(float), what);
   CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
   return d;
 }
@@ -39,7 +175,7 @@ float* CudaQwen35::upload_floats(const std::vector<float>& v, const char* what) 
 // Rows of all parts, concatenated, in the kernels' layout: dense as bf16
 // (fp32 in the fp32-activation mode), MLX packed words as stored with fp32
 // scales and biases.
-DevMatrix CudaQwen35::upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable,
+DevMatrix CudaQwen35Weights::upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable,
                                     Use use) {
   DevMatrix m;
   const WeightRef& w0 = parts.front();
@@ -51,23 +187,23 @@ DevMatrix CudaQwen35::upload_matrix(const std::vector<WeightRef>& parts, const c
     m.kind = w0.quant.bits == 4 ? WKind::Q4 : WKind::Q8;
     m.group = w0.quant.group_size;
   } else {
-    m.kind = act_ == Act::F32 ? WKind::F32 : WKind::BF16;
+    m.kind = act == Act::F32 ? WKind::F32 : WKind::BF16;
   }
   m.splits = splittable ? cuda::choose_splits(m.rows, m.cols, m.kind) : 1;
   cuda::check_matrix(m, w0.name.c_str());
 
   if (!w0.quantized()) {
     const size_t esz = m.kind == WKind::F32 ? 4 : 2;
-    auto* dst = mem_.alloc<uint8_t>(size_t(m.rows) * m.cols * esz, what);
+    auto* dst = mem.alloc<uint8_t>(size_t(m.rows) * m.cols * esz, what);
     m.w = dst;
     upload_dense_parts(parts, esz, dst);
     return m;
   }
   const int per_word = 32 / w0.quant.bits;
   const size_t words = size_t(m.rows) * (m.cols / per_word), groups = size_t(m.rows) * (m.cols / m.group);
-  auto* dw = mem_.alloc<uint8_t>(words * 4, what);
-  auto* ds = mem_.alloc<float>(groups * 4, what);
-  auto* db = mem_.alloc<float>(groups * 4, what);
+  auto* dw = mem.alloc<uint8_t>(words * 4, what);
+  auto* ds = mem.alloc<float>(groups * 4, what);
+  auto* db = mem.alloc<float>(groups * 4, what);
   m.w = dw;
   m.scales = ds;
   m.biases = db;
@@ -90,13 +226,13 @@ DevMatrix CudaQwen35::upload_matrix(const std::vector<WeightRef>& parts, const c
     db += pg;
   }
   const int64_t packed_bytes = use == Use::Matmul ? cuda::pack_quant_bytes(m) : 0;
-  cuda::pack_quant(m, packed_bytes > 0 ? mem_.alloc<uint8_t>(size_t(packed_bytes), what) : nullptr, nullptr);
+  cuda::pack_quant(m, packed_bytes > 0 ? mem.alloc<uint8_t>(size_t(packed_bytes), what) : nullptr, nullptr);
   // The bf16 mode reads a streamed matrix only through its packed copy
   // (embedding lookups included): the MLX words and fp32 scales go.
-  if (m.packed != nullptr && act_ == Act::BF16) {
-    mem_.release(m.w);
-    mem_.release(m.scales);
-    mem_.release(m.biases);
+  if (m.packed != nullptr && act == Act::BF16) {
+    mem.release(m.w);
+    mem.release(m.scales);
+    mem.release(m.biases);
     m.w = nullptr;
     m.scales = m.biases = nullptr;
   }
@@ -104,7 +240,7 @@ DevMatrix CudaQwen35::upload_matrix(const std::vector<WeightRef>& parts, const c
 }
 
 // Fuses consecutive parts that share a storage format into one matrix.
-Linear CudaQwen35::upload_linear(const std::vector<WeightRef>& parts, const char* what) {
+Linear CudaQwen35Weights::upload_linear(const std::vector<WeightRef>& parts, const char* what) {
   Linear lin;
   lin.cols = int(parts.front().cols);
   size_t i = 0;
@@ -119,8 +255,8 @@ Linear CudaQwen35::upload_linear(const std::vector<WeightRef>& parts, const char
   return lin;
 }
 
-LayerWeights CudaQwen35::load_layer(const Qwen35Checkpoint& ck, const std::string& p, bool full) {
-  const auto& c = cfg_;
+LayerWeights CudaQwen35Weights::load_layer(const Qwen35Checkpoint& ck, const std::string& p, bool full) {
+  const auto& c = cfg;
   const int H = c.hidden_size, hd = c.head_dim;
   LayerWeights L;
   L.full = full;
@@ -147,8 +283,8 @@ LayerWeights CudaQwen35::load_layer(const Qwen35Checkpoint& ck, const std::strin
     t.a_log = upload_floats(ck.vector(g + ".A_log", Hv), "GDN A_log");
     t.dt_bias = upload_floats(ck.vector(g + ".dt_bias", Hv), "GDN dt_bias");
     t.norm_w = upload_floats(ck.norm(g + ".norm", c.linear_value_head_dim, false), "GDN norm");
-    L.gdn_index = int(gdn_host_.size());
-    gdn_host_.push_back(t);
+    L.gdn_index = int(gdn.size());
+    gdn.push_back(t);
   }
   L.gate_up = upload_linear({ck.matrix(p + ".mlp.gate_proj", c.intermediate_size, H),
                              ck.matrix(p + ".mlp.up_proj", c.intermediate_size, H)},

@@ -58,7 +58,7 @@ void CudaQwen35::prefill_allocate() {
   auto track = [&](const DevMatrix& m) {
     if (PrefillGemm::supported(m)) scratch = std::max(scratch, PrefillGemm::scratch_bytes(m));
   };
-  for (const auto& L : layers_) {
+  for (const auto& L : w_->layers) {
     for (const auto* lin : {&L.attn.qkv, &L.gdn_in, &L.gate_up})
       for (const auto& p : lin->parts) track(p.m);
     track(L.attn.o);
@@ -93,10 +93,10 @@ void CudaQwen35::prefill_attention(int T, void* k_cache, void* v_cache, const St
 void CudaQwen35::prefill_chunk(int n) {
   const StepBuffers& b = prefill_buffers_;
   mark("embed");
-  cuda::embed_rows(embed_, b.tokens, n, b.x, H_, stream_);
-  for (auto& L : layers_) decoder_layer(L, n, L.k_cache, L.v_cache, b);
+  cuda::embed_rows(w_->embed, b.tokens, n, b.x, H_, stream_);
+  for (auto& L : w_->layers) decoder_layer(L, n, b);
   mark("norm");
-  cuda::rmsnorm(b.x, Act::F32, H_, final_norm_, cfg_.rms_norm_eps, n, H_, hidden_, act_, H_, &d_args_->out_row,
+  cuda::rmsnorm(b.x, Act::F32, H_, w_->final_norm, cfg_.rms_norm_eps, n, H_, hidden_, act_, H_, &d_args_->out_row,
                 stream_);
 }
 

@@ -1,5 +1,7 @@
-// Private to the CUDA runtime (qwen35.cpp, qwen35_load.cpp): the CudaQwen35 class
-// and the structs it holds (step arguments, device memory, weights).
+// Private to the CUDA runtime (qwen35*.cpp): the CudaQwen35 class, the
+// weights it reads (CudaQwen35Weights, shared by the sequences of a
+// CudaSequenceGroup) and the structs they hold (step arguments, device
+// memory, weights).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -64,7 +66,59 @@ struct LayerWeights {
   int gdn_index = -1;  // row of the GDN table
   Linear gate_up;      // [gate (I) ; up (I)]
   DevMatrix down;
-  void *k_cache = nullptr, *v_cache = nullptr;
+  int kv_index = -1;  // full attention: the sequence's KV cache pair (CudaQwen35::kv_)
+};
+
+// One checkpoint's weights on the device, read by every sequence over them
+// (make_cuda_runtime: one; a CudaSequenceGroup: several). Immutable once
+// loaded; the caches, GDN state and workspace are each sequence's own.
+struct CudaQwen35Weights {
+  // Checks the device and the shapes, then that the weights and one sequence
+  // of `reserve_tokens` positions fit in free device memory (0: the weights
+  // and one sequence's fixed buffers), then uploads. NEXTN_CUDA_ACT is read
+  // here. The caller has checked reserve_tokens (workspace_dims).
+  CudaQwen35Weights(const Qwen35Checkpoint& ck, int reserve_tokens);
+  CudaQwen35Weights(const CudaQwen35Weights&) = delete;
+  CudaQwen35Weights& operator=(const CudaQwen35Weights&) = delete;
+
+  Qwen35Config cfg;
+  Act act = Act::BF16;
+  DeviceMemory mem;
+  DevMatrix embed, head;
+  float* final_norm = nullptr;
+  std::vector<LayerWeights> layers;
+  float* inv_freq = nullptr;
+  bool has_mtp = false;
+  DevMatrix mtp_fc;
+  float *mtp_norm_emb = nullptr, *mtp_norm_hid = nullptr, *mtp_norm = nullptr;
+  LayerWeights mtp_layer;
+  int kv_layers = 0;                // KV cache pairs a sequence holds (full layers, then the MTP's)
+  std::vector<cuda::GdnLayer> gdn;  // per GDN layer: conv_w, a_log, dt_bias, norm_w (the rest is per sequence)
+  int64_t splitk_floats = 0;        // split-K scratch the largest split matrix needs
+
+ private:
+  float* upload_floats(const std::vector<float>& v, const char* what);
+  // Use::RowLookupOnly: only embed_rows reads the matrix (an untied
+  // embedding), so it gets no streamed copy; a matrix a matmul reads keeps
+  // only the streamed copy in the bf16 mode, which embed_rows reads too.
+  enum class Use { Matmul, RowLookupOnly };
+  DevMatrix upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable,
+                          Use use = Use::Matmul);
+  Linear upload_linear(const std::vector<WeightRef>& parts, const char* what);
+  LayerWeights load_layer(const Qwen35Checkpoint& ck, const std::string& p, bool full);
+};
+
+// Device bytes one sequence of `max_tokens` positions takes beyond the
+// weights (KV caches, GDN state and projections, logits), for the up-front checks.
+size_t sequence_bytes(const Qwen35Config& c, int max_tokens, Act act, bool has_mtp);
+
+class CudaQwen35;
+
+// One sequence's rows in a group forward: rows [row, row + T) of the lead's
+// decode workspace (the lead is the slice at row 0).
+struct GroupSlice {
+  CudaQwen35* seq;
+  int row, T;
 };
 
 // The buffers a forward step reads and writes: the decode workspace
@@ -80,10 +134,14 @@ struct StepBuffers {
   const std::vector<cuda::GdnLayer>* gdn_host;  // its host copy
   const int32_t* tokens;  // [rows] device token ids
   bool prefill;           // matmuls through PrefillGemm, attention in kMaxRows slices
+  // A group forward (qwen35_group.cpp): the rows are several sequences'; the
+  // row-wise ops run over all of them, attention and GDN per sequence.
+  std::span<const GroupSlice> group = {};
 };
 
 enum class GraphKind : int {
-  Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, Rollback, MtpDraft, WalkWhile, MtpLogits
+  Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, Rollback, MtpDraft, WalkWhile, MtpLogits,
+  GroupForward
 };
 const char* graph_kind_name(GraphKind kind);
 
@@ -98,7 +156,10 @@ enum class WalkVariant { While, Flag };
 
 class CudaQwen35 final : public ModelRuntime {
  public:
+  // A sequence over its own copy of the weights (make_cuda_runtime).
   CudaQwen35(const Qwen35Checkpoint& ckpt, int max_tokens);
+  // A sequence over shared weights (CudaSequenceGroup::add_sequence).
+  CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max_tokens);
   ~CudaQwen35() override;
 
   const Qwen35Config& config() const override { return cfg_; }
@@ -122,27 +183,28 @@ class CudaQwen35 final : public ModelRuntime {
   void reset() override;
 
   WalkVariant walk_variant() const { return walk_variant_; }
+  const CudaQwen35Weights* weights() const { return w_.get(); }
+  // What target_forward checks before any change (token ids, capacity).
+  void check_forward(std::span<const int32_t> tokens) const;
+  // One trunk forward over the slices' rows (qwen35_group.cpp): this
+  // sequence is slices[0] (row 0); every slice has been check_forward'ed and
+  // the rows add up to at most kMaxRows. Each sequence ends as its own
+  // target_forward would leave it.
+  void forward_group(std::span<const GroupSlice> slices, std::span<const std::span<const int32_t>> tokens);
   std::vector<OpTiming> op_timings() const override;
   void clear_op_timings() override { op_ms_.clear(); }
   int64_t kernels_launched() const override { return kernels_launched_; }
   std::vector<MemoryUse> device_memory() const override;
 
  private:
-  // loading
-  float* upload_floats(const std::vector<float>& v, const char* what);
-  // Use::RowLookupOnly: only embed_rows reads the matrix (an untied
-  // embedding), so it gets no streamed copy; a matrix a matmul reads keeps
-  // only the streamed copy in the bf16 mode, which embed_rows reads too.
-  enum class Use { Matmul, RowLookupOnly };
-  DevMatrix upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable,
-                          Use use = Use::Matmul);
-  Linear upload_linear(const std::vector<WeightRef>& parts, const char* what);
-  LayerWeights load_layer(const Qwen35Checkpoint& ck, const std::string& p, bool full);
-  void check_shapes() const;
-
   // steps (capturable: launches only)
   void forward_chunk(int T);
-  void decoder_layer(const LayerWeights& L, int T, void* k_cache, void* v_cache, const StepBuffers& b);
+  void decoder_layer(const LayerWeights& L, int T, const StepBuffers& b);
+  // The group forward (qwen35_group.cpp): what its graph runs, and the
+  // per-sequence parts of a layer.
+  void group_chunk(std::span<const GroupSlice> slices, int rows);
+  void group_attention(const LayerWeights& L, const StepBuffers& b);
+  void group_gdn(const LayerWeights& L, const StepBuffers& b);
   StepBuffers decode_buffers() const;
   void project(const DevMatrix& W, const void* x, int T, int ldx, float* y, int ldy, bool accumulate,
                const StepBuffers& b);
@@ -174,9 +236,12 @@ class CudaQwen35 final : public ModelRuntime {
   void check_tokens(std::span<const int32_t> tokens) const;
   StepArgs args() const;
 
+  // The weights (shared by a group's sequences); declared first so that they
+  // go last.
+  std::shared_ptr<const CudaQwen35Weights> w_;
   Qwen35Config cfg_;
   int max_tokens_;
-  Act act_ = Act::BF16;
+  Act act_ = Act::BF16;  // the weights' mode
   bool use_graphs_ = true;
   // Default flag: on the H200 the flag walk's verify rounds were 0.3-1.7 points
   // of batched faster than the while walk's at every K in 3..32 (0.8B and 4B
@@ -211,12 +276,14 @@ class CudaQwen35 final : public ModelRuntime {
   bool profile_ = false;
   // NEXTN_CUDA_PDL_OFF=kind,kind (graph_kind_name): graphs of these kinds are
   // captured without programmatic edges (a timing knob: PDL changes no bits).
-  // "forward_multi" names the forward graphs of more than one row only.
+  // "forward_multi" names the forward graphs of more than one row only (a
+  // group forward always has more than one).
   uint32_t pdl_off_kinds_ = 0;
   static constexpr int kPdlOffForwardMulti = 31;
   bool pdl_off(GraphKind kind, int rows) const {
     return (pdl_off_kinds_ >> int(kind) & 1u) ||
-           (kind == GraphKind::Forward && rows > 1 && (pdl_off_kinds_ >> kPdlOffForwardMulti & 1u));
+           ((kind == GraphKind::GroupForward || (kind == GraphKind::Forward && rows > 1)) &&
+            (pdl_off_kinds_ >> kPdlOffForwardMulti & 1u));
   }
   std::string prof_prefix_;                       // "mtp." inside the MTP's layer
   std::vector<std::pair<Event, std::string>>* capturing_marks_ = nullptr;
@@ -225,15 +292,17 @@ class CudaQwen35 final : public ModelRuntime {
   void add_intervals(const std::vector<std::pair<Event, std::string>>& marks);
   static int count_kernel_nodes(cudaGraph_t g);
 
-  // weights
-  DevMatrix embed_, head_;
-  float* final_norm_ = nullptr;
-  std::vector<LayerWeights> layers_;
-  float* inv_freq_ = nullptr;
-  bool has_mtp_ = false;
-  DevMatrix mtp_fc_;
-  float *mtp_norm_emb_ = nullptr, *mtp_norm_hid_ = nullptr, *mtp_norm_ = nullptr;
-  LayerWeights mtp_layer_;
+  // The attention caches, per LayerWeights::kv_index.
+  struct KvCache {
+    void *k = nullptr, *v = nullptr;  // [max_tokens][Hkv][hd] act
+  };
+  std::vector<KvCache> kv_;
+  Event group_event_;  // orders this sequence's stream around a group forward
+  uint64_t id_ = 0;    // unique among the process's sequences (a group graph's key names its sequences by it)
+  // The group forwards this sequence led: (sequence id, rows) of each slice
+  // -> the `a` of its GraphKind::GroupForward graph. Bounded (qwen35_group.cpp).
+  std::map<std::vector<std::pair<uint64_t, int>>, int> group_graph_ids_;
+  int next_group_graph_id_ = 0;
   // What the MTP graphs ran, counted on the host as they are replayed (they
   // have no early exit: every row launched is a row run). reset() clears it.
   MtpWork mtp_work_;

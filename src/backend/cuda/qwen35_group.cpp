@@ -1,0 +1,230 @@
+// CudaSequenceGroup: several CudaQwen35 sequences over one CudaQwen35Weights,
+// their target forwards run as one trunk forward (docs/server.md, "Batching";
+// docs/cuda-backend.md, "Several sequences").
+//
+// A group forward runs on the stream and the decode workspace (kMaxRows rows)
+// of its first sequence, the lead, over the concatenated rows of its slices:
+// embedding, RMSNorms, every matmul (q/k/v, o, the GDN in- and
+// out-projections, the MLP) and the residuals once over all the rows;
+// attention and the GDN conv and recurrence per sequence, over its rows, on
+// its own caches, state and step arguments (position, parity), with the
+// same row count its own target_forward would give them; the final norm per
+// sequence into its own hidden rows. The matmuls are batch-invariant (row j
+// of a many-row product is the one-row product, whatever kernel instance
+// the row count picks: docs/cuda-backend.md), the other row-wise ops are one
+// block per row, and the per-sequence ops see exactly their solo inputs, so
+// every sequence ends bit for bit as its own target_forward would leave it.
+//
+// A sequence's GDN in-projection rows are copied from the lead's buffer into
+// its own (its conv reads them there, and a later target_rollback replays
+// from them), and its GDN outputs back beside the others' for out_proj.
+// Each sequence's stream and the lead's are ordered by events (no host
+// sync). The forward is a graph per (sequences, rows of each), as the solo
+// steps are graphs per row count.
+#ifdef NEXTN_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <utility>
+#include <memory>
+#include <vector>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/qwen35.h"
+#include "backend/cuda/qwen35_runtime.h"
+#include "core/error.h"
+#include "io/checkpoint.h"
+#include "model/batch_runtime.h"
+
+namespace nextn {
+namespace cuda {
+
+// Group graphs one lead keeps (each is one captured trunk forward).
+constexpr int kMaxGroupGraphs = 64;
+
+void CudaQwen35::forward_group(std::span<const GroupSlice> slices, std::span<const std::span<const int32_t>> tokens) {
+  if (slices.empty() || slices.size() != tokens.size() || slices[0].seq != this || slices[0].row != 0)
+    fail("internal: forward_group must be called on the sequence of its first slice");
+  int rows = 0;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    if (slices[i].row != rows || slices[i].T != int(tokens[i].size()) || slices[i].seq->w_ != w_)
+      fail("internal: forward_group slices out of order");
+    rows += slices[i].T;
+  }
+  if (rows > kMaxRows) fail("internal: forward_group of {} rows above {}", rows, kMaxRows);
+  for (size_t i = 0; i < slices.size(); ++i) {
+    CudaQwen35& q = *slices[i].seq;
+    // Every sequence's own position and parity (its attention and GDN
+    // kernels read them); the lead's arguments also carry every row's token.
+    StepArgs a = q.args();
+    a.pos = q.length_;
+    a.out_row = 0;
+    if (i == 0)
+      for (size_t j = 0; j < slices.size(); ++j)
+        std::copy(tokens[j].begin(), tokens[j].end(), a.tokens + slices[j].row);
+    q.upload(a);
+    if (&q != this) {  // its earlier work and its upload before the forward
+      CUDA_CHECK(cudaEventRecord(q.group_event_, q.stream_));
+      CUDA_CHECK(cudaStreamWaitEvent(stream_, q.group_event_, 0));
+    }
+  }
+
+  // One graph per (sequences, rows of each), captured at its first use (or
+  // launched directly with NEXTN_CUDA_GRAPHS=0). The server's batches change
+  // as requests come and go, so the graphs are bounded: past kMaxGroupGraphs
+  // keys the lead drops them all (after its stream is idle) and starts over.
+  std::vector<std::pair<uint64_t, int>> key;
+  for (const GroupSlice& s : slices) key.emplace_back(s.seq->id_, s.T);
+  auto it = group_graph_ids_.find(key);
+  if (it == group_graph_ids_.end()) {
+    if (group_graph_ids_.size() >= size_t(kMaxGroupGraphs)) {
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      for (const auto& entry : group_graph_ids_)
+        graphs_.erase(std::make_tuple(int(GraphKind::GroupForward), entry.second, 0));
+      group_graph_ids_.clear();
+    }
+    it = group_graph_ids_.emplace(std::move(key), next_group_graph_id_++).first;
+  }
+  replay(GraphKind::GroupForward, it->second, 0, [&] { group_chunk(slices, rows); });
+  CUDA_CHECK(cudaEventRecord(group_event_, stream_));
+  for (const GroupSlice& s : slices) {
+    CudaQwen35& q = *s.seq;
+    if (&q != this) CUDA_CHECK(cudaStreamWaitEvent(q.stream_, group_event_, 0));
+    // What target_forward of these rows (one chunk) leaves.
+    q.forward_start_ = q.length_;
+    q.length_ += s.T;
+    q.last_T_ = s.T;
+    q.last_chunk_T_ = s.T;
+    q.parity_ ^= 1;
+  }
+}
+
+void CudaQwen35::group_chunk(std::span<const GroupSlice> slices, int rows) {
+  cuda::embed_rows(w_->embed, d_args_->tokens, rows, x_, H_, stream_);
+  StepBuffers b = decode_buffers();
+  b.group = slices;
+  for (const auto& L : w_->layers) decoder_layer(L, rows, b);
+  mark("norm");
+  for (const GroupSlice& s : slices)
+    cuda::rmsnorm(x_ + size_t(s.row) * H_, Act::F32, H_, w_->final_norm, cfg_.rms_norm_eps, s.T, H_, s.seq->hidden_,
+                  act_, H_, &s.seq->d_args_->out_row, stream_);
+}
+
+void CudaQwen35::group_attention(const LayerWeights& L, const StepBuffers& b) {
+  const int qd = cfg_.num_attention_heads * cfg_.head_dim;
+  const size_t as = size_t(act_size(act_));
+  for (const GroupSlice& s : b.group) {
+    const CudaQwen35& q = *s.seq;
+    const KvCache& kv = q.kv_[size_t(L.kv_index)];
+    const int* pos = &q.d_args_->pos;
+    float* proj = b.proj + size_t(s.row) * size_t(proj_ld_);
+    float* qrows = b.q + size_t(s.row) * size_t(qd);
+    cuda::attn_prepare(attn_shape_, proj, proj_ld_, s.T, L.attn.q_norm, L.attn.k_norm, w_->inv_freq, pos, qrows, kv.k,
+                       kv.v, act_, stream_);
+    cuda::attention(attn_shape_, qrows, kv.k, kv.v, act_, proj, proj_ld_, s.T, pos, q.max_tokens_, q.attn_partial_,
+                    static_cast<char*>(b.act) + size_t(s.row) * size_t(qd) * as, stream_);
+  }
+}
+
+void CudaQwen35::group_gdn(const LayerWeights& L, const StepBuffers& b) {
+  const size_t idx = size_t(L.gdn_index);
+  const GdnLayer& lead = (*b.gdn_host)[idx];
+  const size_t ld = size_t(lead.proj_ld), as = size_t(act_size(act_)), vd = size_t(cfg_.value_dim());
+  for (const GroupSlice& s : b.group) {
+    const CudaQwen35& q = *s.seq;
+    const GdnLayer& g = q.gdn_host_[idx];
+    if (&q != this)
+      CUDA_CHECK(cudaMemcpyAsync(const_cast<float*>(g.proj), lead.proj + size_t(s.row) * ld,
+                                 size_t(s.T) * ld * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+    cuda::gdn_conv(gdn_shape_, q.gdn_table_, L.gdn_index, 1, s.T, &q.d_args_->parity, 0, false, stream_);
+    cuda::gdn_recurrence(gdn_shape_, q.gdn_table_, L.gdn_index, 1, s.T, &q.d_args_->parity, 0, false, act_, stream_);
+    if (&q != this)
+      CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(b.act) + size_t(s.row) * vd * as, q.act_buf_,
+                                 size_t(s.T) * vd * as, cudaMemcpyDeviceToDevice, stream_));
+  }
+}
+
+namespace {
+
+// Enough for the server's batches; each sequence holds its own workspace
+// (its logits alone are kMaxRows x vocab fp32) beside its caches.
+constexpr int kMaxGroupSequences = 32;
+
+class CudaSequenceGroup final : public SequenceGroup {
+ public:
+  explicit CudaSequenceGroup(const Qwen35Checkpoint& ckpt)
+      : weights_(std::make_shared<const CudaQwen35Weights>(ckpt, 0)),
+        info_(qwen35_info(ckpt.config())),
+        max_positions_(ckpt.config().max_position_embeddings) {}
+  const char* backend_name() const override { return "cuda"; }
+  ModelInfo info() const override { return info_; }
+  int max_sequences() const override { return kMaxGroupSequences; }
+  bool shares_forwards() const override { return true; }
+  std::unique_ptr<ModelRuntime> add_sequence(int max_tokens) override {
+    if (max_tokens > max_positions_)
+      fail("a sequence of up to {} positions exceeds config.json's max_position_embeddings {}", max_tokens,
+           max_positions_);
+    return std::make_unique<CudaQwen35>(weights_, max_tokens);
+  }
+  void forward_together(std::span<ModelRuntime* const> sequences,
+                        std::span<const std::span<const int32_t>> tokens) override;
+
+ private:
+  std::shared_ptr<const CudaQwen35Weights> weights_;
+  ModelInfo info_;
+  int max_positions_;
+};
+
+void CudaSequenceGroup::forward_together(std::span<ModelRuntime* const> sequences,
+                                         std::span<const std::span<const int32_t>> tokens) {
+  if (sequences.size() != tokens.size())
+    fail("internal: forward_together of {} sequences and {} token lists", sequences.size(), tokens.size());
+  std::vector<CudaQwen35*> seqs;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    auto* q = dynamic_cast<CudaQwen35*>(sequences[i]);
+    if (q == nullptr || q->weights() != weights_.get())
+      fail("internal: forward_together over a sequence of another group");
+    if (std::find(seqs.begin(), seqs.end(), q) != seqs.end())
+      fail("internal: forward_together lists one sequence twice");
+    q->check_forward(tokens[i]);  // all checked before any sequence changes
+    seqs.push_back(q);
+  }
+  // Chunks of at most kMaxRows rows, each sequence whole, in order. A
+  // sequence longer than that (a prompt) runs its own target_forward (the
+  // prefill GEMMs, then the graphs), and so does a chunk of one sequence.
+  std::vector<GroupSlice> chunk;
+  std::vector<std::span<const int32_t>> chunk_tokens;
+  int rows = 0;
+  auto flush = [&] {
+    if (chunk.size() == 1) chunk[0].seq->target_forward(chunk_tokens[0]);
+    else if (!chunk.empty()) chunk[0].seq->forward_group(chunk, chunk_tokens);
+    chunk.clear();
+    chunk_tokens.clear();
+    rows = 0;
+  };
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int T = int(tokens[i].size());
+    if (T > kMaxRows) {
+      seqs[i]->target_forward(tokens[i]);
+      continue;
+    }
+    if (rows + T > kMaxRows) flush();
+    chunk.push_back({seqs[i], rows, T});
+    chunk_tokens.push_back(tokens[i]);
+    rows += T;
+  }
+  flush();
+}
+
+}  // namespace
+}  // namespace cuda
+
+std::unique_ptr<SequenceGroup> make_cuda_sequence_group(const Qwen35Checkpoint& ckpt) {
+  return std::make_unique<cuda::CudaSequenceGroup>(ckpt);
+}
+
+}  // namespace nextn
+#endif  // NEXTN_HAVE_CUDA
