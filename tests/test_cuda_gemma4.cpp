@@ -509,7 +509,7 @@ TEST(CudaGemma4Quantized, Q4MatchesTheCpuRuntimeAndSpeculatesExactly) {
     {
       auto gpu = make_rt(ck, L, mode);
       gpu->target_forward(sequence);  // 72 rows: two chunks
-      std::vector<float> got(size_t(V));
+      std::vector<float> got(static_cast<size_t>(V));
       int checked = 0, agree = 0;
       double max_err_std = 0;
       for (int i = 0; i < L; ++i) {
