@@ -37,10 +37,19 @@ inline Gemma4SyntheticPreset shrunk_gemma4_preset(const Gemma4Shape& s, bool ass
   return p;
 }
 
-// Writes the pair under dir/target and dir/assistant (bf16, seed 3).
-inline void write_shrunk_gemma4_pair(const Gemma4Shape& s, const std::string& dir) {
+// A shape whose every matrix width is a multiple of the synthetic quantization
+// group (64), so that --quant q4 / q8 quantizes every matrix of the pair.
+inline Gemma4Shape quantizable_gemma4_shape() {
+  Gemma4Shape s;
+  s.assistant_hidden = 64;
+  s.intermediate = 128;  // the assistant's: 64
+  return s;
+}
+
+// Writes the pair under dir/target and dir/assistant (`quant`: bf16, q4 or q8; seed 3).
+inline void write_shrunk_gemma4_pair(const Gemma4Shape& s, const std::string& dir, const std::string& quant = "bf16") {
   MakeCheckpointOptions o;
-  o.quant = "bf16";
+  o.quant = quant;
   o.seed = 3;
   make_gemma4_checkpoint(shrunk_gemma4_preset(s, false), o, dir + "/target");
   make_gemma4_checkpoint(shrunk_gemma4_preset(s, true), o, dir + "/assistant");

@@ -10,12 +10,15 @@
 //    every verify arm, with an oracle drafter and with the CPU assistant
 //    reading the CUDA target (Gemma4Target);
 //  - the Gemma4Target view (last hidden row, scaled embedding, cached K/V)
-//    close to the CPU runtime's in the fp32 mode, round after round.
+//    close to the CPU runtime's in the fp32 mode, round after round;
+//  - an MLX q4 pair from make-checkpoint against the CPU runtime, and
+//    speculative == greedy on it (CudaGemma4Quantized).
 // Skipped without a GPU (the device suite runs them: scripts/device/run.sh).
 #include <gtest/gtest.h>
 
 #ifdef NEXTN_HAVE_CUDA
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -388,6 +391,42 @@ TEST(CudaGemma4Errors, RefusesAnAssistantCheckpointAndABadCapacity) {
   EXPECT_THROW(rt->target_forward(bad), Error);
 }
 
+// Widths that are multiples of 128 (hidden 128, MLP 256, vocabulary 1024,
+// window 8), the given sliding / full head dims, 4 query heads.
+test::Gemma4Shape wide_shape(int head_dim, int global_head_dim) {
+  test::Gemma4Shape shape;
+  shape.hidden = 128;
+  shape.assistant_hidden = 64;
+  shape.intermediate = 256;
+  shape.head_dim = head_dim;
+  shape.global_head_dim = global_head_dim;
+  shape.sliding_window = 8;
+  shape.vocab = 1024;
+  return shape;
+}
+
+// Speculative output == `truth` (greedy) for each K x every verify arm, with
+// the CPU assistant in `assistant_dir` and with an oracle drafter.
+void expect_speculative_equals(const std::vector<int32_t>& truth, const RuntimeFactory& factory,
+                               const std::string& assistant_dir, const std::vector<int32_t>& prompt,
+                               const GenerateOptions& g, const std::vector<int>& ks, Mode mode) {
+  for (int K : ks) {
+    for (VerifyArm arm : {VerifyArm::Batched, VerifyArm::Walk, VerifyArm::Pad, VerifyArm::Fused}) {
+      GenerateOptions o = g;
+      o.block_size = K;
+      o.verify = arm;
+      if (arm == VerifyArm::Pad) o.pad_width = resolve_pad_width(K, 0);
+      const GenerateResult with_assistant = generate_with_assistant(factory, assistant_dir, prompt, o, 2);
+      EXPECT_EQ(with_assistant.tokens, truth) << mode.name() << " assistant K=" << K << " " << verify_arm_name(arm);
+      o.draft = DraftKind::Oracle;
+      o.oracle.accept_rate = 0.7;
+      o.oracle.seed = uint64_t(K);
+      EXPECT_EQ(generate_fresh(factory, prompt, o).tokens, truth)
+          << mode.name() << " oracle K=" << K << " " << verify_arm_name(arm);
+    }
+  }
+}
+
 // The 31B's head shapes (sliding head_dim 256 over 2 KV heads, full layers
 // head_dim 512 over one KV head with K = V) at small widths, from the
 // make-checkpoint generator: a 90-token forward (two chunks, rings wrapped)
@@ -396,14 +435,7 @@ TEST(CudaGemma4Errors, RefusesAnAssistantCheckpointAndABadCapacity) {
 TEST(CudaGemma4Wide, HeadDim512MatchesTheCpuRuntimeAndSpeculatesExactly) {
   NEXTN_REQUIRE_GPU();
   const test::TempDir tmp;
-  test::Gemma4Shape shape;
-  shape.hidden = 128;
-  shape.assistant_hidden = 64;
-  shape.intermediate = 256;
-  shape.head_dim = 256;
-  shape.global_head_dim = 512;
-  shape.sliding_window = 8;
-  shape.vocab = 1024;
+  const test::Gemma4Shape shape = wide_shape(256, 512);
   test::write_shrunk_gemma4_pair(shape, tmp.path.string());
   const auto ck = Gemma4Checkpoint::open((tmp.path / "target").string());
   ASSERT_EQ(ck.config().layers[6].head_dim, 512);
@@ -435,22 +467,76 @@ TEST(CudaGemma4Wide, HeadDim512MatchesTheCpuRuntimeAndSpeculatesExactly) {
     g.max_new_tokens = 80;  // past the rings' wrap
     g.ignore_eos = true;
     const std::vector<int32_t> truth = generate_fresh(factory, prompt, g).tokens;
-    for (int K : {2, 4, 7, 16}) {
-      for (VerifyArm arm : {VerifyArm::Batched, VerifyArm::Walk, VerifyArm::Pad, VerifyArm::Fused}) {
-        GenerateOptions o = g;
-        o.block_size = K;
-        o.verify = arm;
-        if (arm == VerifyArm::Pad) o.pad_width = resolve_pad_width(K, 0);
-        const GenerateResult with_assistant =
-            generate_with_assistant(factory, (tmp.path / "assistant").string(), prompt, o, 2);
-        EXPECT_EQ(with_assistant.tokens, truth) << mode.name() << " assistant K=" << K << " " << verify_arm_name(arm);
-        o.draft = DraftKind::Oracle;
-        o.oracle.accept_rate = 0.7;
-        o.oracle.seed = uint64_t(K);
-        EXPECT_EQ(generate_fresh(factory, prompt, o).tokens, truth)
-            << mode.name() << " oracle K=" << K << " " << verify_arm_name(arm);
+    expect_speculative_equals(truth, factory, (tmp.path / "assistant").string(), prompt, g, {2, 4, 7, 16}, mode);
+  }
+}
+
+// MLX q4 Gemma 4 (the make-checkpoint generator's q4 pair, every matrix
+// quantized, widths multiples of 128 so the bf16 mode takes the streamed q4
+// kernel) against the CPU runtime, which dequantizes exactly: the fp32 mode's
+// teacher-forced logits within 1e-3 std of the CPU's and its greedy tokens
+// equal; the bf16 mode's argmax equal on every row whose CPU top-1/top-2 gap
+// exceeds 1.5 std (every logit error below half of that), as the Qwen3.5 q4
+// tests check; speculative output equal to greedy on CUDA in both modes for
+// K = 2..8, with the CPU assistant (q4 too) and with an oracle.
+TEST(CudaGemma4Quantized, Q4MatchesTheCpuRuntimeAndSpeculatesExactly) {
+  NEXTN_REQUIRE_GPU();
+  const test::TempDir tmp;
+  const test::Gemma4Shape shape = wide_shape(32, 64);
+  test::write_shrunk_gemma4_pair(shape, tmp.path.string(), "q4");
+  const auto ck = Gemma4Checkpoint::open((tmp.path / "target").string());
+  const int V = ck.config().vocab_size;
+  ASSERT_TRUE(ck.matrix("embed_tokens", V, ck.config().hidden_size).quantized());
+  const std::vector<int32_t> prompt{3, 900, 41, 7, 512, 66, 1000, 5, 230, 18, 77, 640};
+  GenerateOptions g;
+  g.max_new_tokens = 60;  // past the rings' wrap
+  g.ignore_eos = true;
+  const RuntimeFactory cpu_factory = [&](int cap) {
+    return make_cpu_gemma4_runtime(ck, cap, CpuRuntimeOptions{.threads = 2});
+  };
+  const std::vector<int32_t> cpu_greedy = generate_fresh(cpu_factory, prompt, g).tokens;
+  std::vector<int32_t> sequence = prompt;
+  sequence.insert(sequence.end(), cpu_greedy.begin(), cpu_greedy.end());
+  const int L = int(sequence.size());
+  std::vector<float> want(size_t(L) * size_t(V));
+  {
+    auto cpu = cpu_factory(L);
+    cpu->target_forward(sequence);
+    for (int i = 0; i < L; ++i) cpu->head_logits(i, &want[size_t(i) * size_t(V)]);
+  }
+  for (Mode mode : {Mode{true}, Mode{false}}) {
+    SCOPED_TRACE(mode.name());
+    {
+      auto gpu = make_rt(ck, L, mode);
+      gpu->target_forward(sequence);  // 72 rows: two chunks
+      std::vector<float> got(static_cast<size_t>(V));
+      int checked = 0, agree = 0;
+      double max_err_std = 0;
+      for (int i = 0; i < L; ++i) {
+        const float* w = &want[size_t(i) * size_t(V)];
+        const test::RowStats s = test::row_stats(w, V);
+        gpu->head_logits(i, got.data());
+        double e = 0;
+        for (int v = 0; v < V; ++v) e = std::max(e, std::fabs(double(got[size_t(v)]) - w[v]));
+        max_err_std = std::max(max_err_std, e / s.std);
+        const int32_t top = cpu::argmax(got.data(), V);
+        agree += top == s.top1;
+        if (mode.fp32 || s.margin_std > 1.5) {
+          ++checked;
+          EXPECT_EQ(top, s.top1) << "row " << i << " margin " << s.margin_std << " std";
+        }
       }
+      EXPECT_LT(max_err_std, mode.fp32 ? 1e-3 : 0.75);
+      std::printf("[cuda %s] gemma4 q4: rows %d, margin-checked %d, argmax agree %d, max |logit err| / std %.3g\n",
+                  mode.name(), L, checked, agree, max_err_std);
     }
+    const RuntimeFactory factory = [&](int cap) { return make_rt(ck, cap, mode); };
+    const std::vector<int32_t> truth = generate_fresh(factory, prompt, g).tokens;
+    if (mode.fp32) {
+      EXPECT_EQ(truth, cpu_greedy);
+    }
+    expect_speculative_equals(truth, factory, (tmp.path / "assistant").string(), prompt, g, {2, 3, 4, 5, 6, 7, 8},
+                              mode);
   }
 }
 

@@ -98,6 +98,8 @@ TEST(CudaCli, MachineRecordGpuFieldsAreReadOrLabelled) {
 // checked when the reference gap exceeds kBf16MarginStd std; that is sound
 // while every logit error stays under half of it, which the test asserts.
 constexpr double kBf16MarginStd = 1.5;
+using test::row_stats;
+using test::RowStats;
 constexpr double kBf16RelErr = 0.25;    // ||gpu - ref|| / ||ref|| over all logits of a fixture
 constexpr double kBf16MinAgree = 0.75;  // argmax agreement over all rows (a regression floor)
 
@@ -112,25 +114,6 @@ std::unique_ptr<ModelRuntime> make_rt(const Qwen35Checkpoint& ck, int max_tokens
   auto rt = make_cuda_runtime(ck, max_tokens);
   unsetenv("NEXTN_CUDA_ACT");
   return rt;
-}
-
-struct RowStats {
-  int32_t top1;
-  double margin_std;  // (top1 - top2) / std
-  double std;
-};
-
-RowStats row_stats(const float* x, int64_t n) {
-  const int32_t a = cpu::argmax(x, n);
-  double mean = 0, m2 = 0;
-  for (int64_t i = 0; i < n; ++i) mean += x[i];
-  mean /= double(n);
-  for (int64_t i = 0; i < n; ++i) m2 += (x[i] - mean) * (x[i] - mean);
-  const double sd = std::sqrt(m2 / double(n));
-  float second = -INFINITY;
-  for (int64_t i = 0; i < n; ++i)
-    if (i != a) second = std::max(second, x[i]);
-  return {a, (double(x[a]) - double(second)) / sd, sd};
 }
 
 // Argmax of every row of a T-row forward, through head_argmax in pieces.

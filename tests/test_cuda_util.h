@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
@@ -33,6 +34,27 @@ inline bool have_cuda_device() {
   if (!::nextn::test::have_cuda_device()) GTEST_SKIP() << "no CUDA device on this machine"
 
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
+
+// A logit row's argmax and its top-1/top-2 gap in units of the row's std
+// (the bf16 tests check a row's argmax only where that gap is clear).
+struct RowStats {
+  int32_t top1;
+  double margin_std;  // (top1 - top2) / std
+  double std;
+};
+
+inline RowStats row_stats(const float* x, int64_t n) {
+  const int32_t a = cpu::argmax(x, n);
+  double mean = 0, m2 = 0;
+  for (int64_t i = 0; i < n; ++i) mean += x[i];
+  mean /= double(n);
+  for (int64_t i = 0; i < n; ++i) m2 += (x[i] - mean) * (x[i] - mean);
+  const double sd = std::sqrt(m2 / double(n));
+  float second = -INFINITY;
+  for (int64_t i = 0; i < n; ++i)
+    if (i != a) second = std::max(second, x[i]);
+  return {a, (double(x[a]) - double(second)) / sd, sd};
+}
 
 // A device allocation, filled with NaN bytes (0xff) so that unwritten
 // outputs show.

@@ -130,6 +130,24 @@ TEST(Gemma4Config, BadInputIsOneLineNamingTheField) {
   expect_error(with("eos_token_id", 9999), "eos_token_id");
 }
 
+// The MLX affine block is read as for Qwen3.5 (io/quant_config.h), top level
+// of a target's and of an assistant's config.json; other methods are refused.
+TEST(Gemma4Config, MlxQuantizationBlockIsReadAndOtherMethodsRefused) {
+  json j = text();
+  j["quantization"] = {{"group_size", 64}, {"bits", 4}, {"mode", "affine"}, {"model.embed_tokens", false}};
+  const Gemma4TextConfig c = parse(j);
+  ASSERT_TRUE(c.quant.present);
+  EXPECT_EQ(c.quant.defaults.bits, 4);
+  EXPECT_EQ(c.quant.defaults.group_size, 64);
+  EXPECT_FALSE(c.quant.for_module("model.embed_tokens"));
+  EXPECT_EQ(c.quant.for_module("model.layers.0.mlp.up_proj")->bits, 4);
+  EXPECT_FALSE(parse(text()).quant.present);
+  j["quantization"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}};
+  expect_error(j, "quant_method");
+  j["quantization"] = {{"bits", 3}, {"group_size", 64}};
+  expect_error(j, "quantization.bits");
+}
+
 json assistant() {
   json tc = text();
   tc["num_hidden_layers"] = 2;
@@ -139,6 +157,9 @@ json assistant() {
 }
 
 TEST(Gemma4Config, Assistant) {
+  json qa = assistant();
+  qa["quantization_config"] = {{"group_size", 32}, {"bits", 8}};
+  EXPECT_EQ(parse_gemma4_assistant_config(qa.dump(), "config.json").text.quant.defaults.bits, 8);
   const Gemma4AssistantConfig a = parse_gemma4_assistant_config(assistant().dump(), "config.json");
   EXPECT_EQ(a.backbone_hidden_size, 64);
   EXPECT_TRUE(a.use_ordered_embeddings);

@@ -26,7 +26,7 @@ void register_make_checkpoint(CLI::App& app) {
                   "test-stream: tests only)");
   auto* quant = cmd->add_option("--quant", o->quant,
                                 "q4 (MLX affine 4-bit g64, mlx-community layout) or bf16 (HF layout); Gemma 4: bf16 "
-                                "only (its default)");
+                                "(its default), q4 or q8 (MLX affine g64, HF names)");
   cmd->add_option("-o,--out", o->out, "Output directory (created; must not hold safetensors)");
   cmd->add_option("--seed", o->seed, "RNG seed (default 0); the bytes depend on preset, quant and seed only")
       ->check(non_negative());

@@ -1,4 +1,5 @@
-// nextn quantize: rewrite a checkpoint as MLX affine (mlx-community layout).
+// nextn quantize: rewrite a checkpoint as MLX affine (Qwen3.5: the mlx-community
+// layout; Gemma 4 target or assistant: its stored names).
 #include <cstdio>
 
 #include "commands.h"
@@ -14,7 +15,7 @@ void register_quantize(CLI::App& app) {
   };
   auto opts = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("quantize", "Quantize a checkpoint to MLX affine (bits 4/8, group 32/64/128)");
-  cmd->add_option("-m,--model", opts->model, "Input checkpoint directory (HF or mlx layout, dense weights)");
+  cmd->add_option("-m,--model", opts->model, "Input checkpoint directory (Qwen3.5 or Gemma 4, HF or mlx layout, dense weights)");
   cmd->add_option("-o,--output", opts->out, "Output directory (created; must not hold safetensors)");
   cmd->add_option("--bits", opts->bits, "Bits per weight: 4 or 8 (default 4)");
   cmd->add_option("--group-size", opts->group, "Quantization group size: 32, 64 or 128 (default 64)");

@@ -44,7 +44,7 @@ else
   # Several sequences in one forward (tests/test_cuda_batch.cpp): == each alone.
   phases+=("batch|*CudaBatch.*:CudaBatchSynthetic.*|${NEXTN_T_BATCH:-300}")
   # Gemma 4 (tests/test_cuda_gemma4.cpp): parity, then speculative == greedy.
-  phases+=("gemma4|*CudaGemma4.*:CudaGemma4Errors.*:CudaGemma4Wide.*:*CudaGemma4Spec.*|${NEXTN_T_GEMMA4:-300}")
+  phases+=("gemma4|*CudaGemma4.*:CudaGemma4Errors.*:CudaGemma4Wide.*:*CudaGemma4Spec.*:CudaGemma4Quantized.*|${NEXTN_T_GEMMA4:-300}")
   [ "${NEXTN_DEVICE_BENCH:-0}" = 1 ] && phases+=("bench|CudaBench.*|${NEXTN_T_BENCH:-90}")
   [ -n "${NEXTN_GTEST_FILTER:-}" ] && phases=("custom|$NEXTN_GTEST_FILTER|${NEXTN_T_CUSTOM:-480}")
   for ph in "${phases[@]}"; do

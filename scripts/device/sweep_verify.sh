@@ -19,7 +19,9 @@
 #   NEXTN_SWEEP_BACKEND    [cuda]; cpu runs the same flow on the CPU backend
 #   NEXTN_SWEEP_MODELS     space-separated name=preset or name=@DIR (an existing
 #                          checkpoint, e.g. a test fixture for the CPU flow test)
-#                          [4b=qwen3.5-4b 27b=qwen3.5-27b]; mode 27b keeps the 27b one
+#                          [4b=qwen3.5-4b 27b=qwen3.5-27b]; mode 27b keeps the 27b one.
+#                          Gemma 4: gemma4-31b=gemma4-31b (q4 like every preset here,
+#                          ~17 GB on disk) with NEXTN_SWEEP_GUARD=0 NEXTN_SWEEP_COSTS=free
 #   NEXTN_SWEEP_K [3,4,8,16,32]  NEXTN_SWEEP_ARMS [batched,walk,pad,fused]
 #   NEXTN_SWEEP_RATES ["0.8 0.6 0.9"]  NEXTN_SWEEP_COSTS ["free mtp"]
 #   NEXTN_SWEEP_REPEATS [5]  NEXTN_SWEEP_N [48] tokens per run

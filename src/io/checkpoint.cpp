@@ -193,56 +193,60 @@ bool Qwen35Checkpoint::has(const std::string& logical) const {
   return store_.find(s + ".weight") != nullptr || store_.find(s) != nullptr;
 }
 
-WeightRef Qwen35Checkpoint::matrix(const std::string& logical, int64_t rows, int64_t cols) const {
-  const std::string mod = stored_name(logical);
+WeightRef checkpoint_matrix(const TensorStore& store, const QuantConfig& quant, const std::string& dir,
+                            const std::string& mod, int64_t rows, int64_t cols) {
   WeightRef w;
   w.name = mod + ".weight";
   w.rows = rows;
   w.cols = cols;
-  if (rows <= 0 || cols <= 0) fail("{}: tensor '{}': requested shape [{}, {}] is not positive", dir_, w.name, rows, cols);
-  w.weight = store_.find(w.name);
-  if (!w.weight) fail("{}: missing tensor '{}'", dir_, w.name);
-  const TensorView* scales = store_.find(mod + ".scales");
+  if (rows <= 0 || cols <= 0) fail("{}: tensor '{}': requested shape [{}, {}] is not positive", dir, w.name, rows, cols);
+  w.weight = store.find(w.name);
+  if (!w.weight) fail("{}: missing tensor '{}'", dir, w.name);
+  const TensorView* scales = store.find(mod + ".scales");
   if (!scales) {
     if (!is_float_dtype(w.weight->dtype)) {
       if (w.weight->dtype == DType::U32)
-        fail("{}: tensor '{}': dtype U32 (quantized?) but there is no '{}.scales'", dir_, w.name, mod);
-      fail("{}: tensor '{}': dtype {}, expected F32, BF16 or F16", dir_, w.name, dtype_name(w.weight->dtype));
+        fail("{}: tensor '{}': dtype U32 (quantized?) but there is no '{}.scales'", dir, w.name, mod);
+      fail("{}: tensor '{}': dtype {}, expected F32, BF16 or F16", dir, w.name, dtype_name(w.weight->dtype));
     }
     const std::vector<int64_t> want{rows, cols};
     if (w.weight->shape != want)
-      fail("{}: tensor '{}': shape {}, expected {}", dir_, w.name, shape_str(w.weight->shape), shape_str(want));
+      fail("{}: tensor '{}': shape {}, expected {}", dir, w.name, shape_str(w.weight->shape), shape_str(want));
     return w;
   }
 
   // MLX affine.
-  if (!config_.quant.present)
-    fail("{}: tensor '{}.scales' is stored but config.json has no 'quantization' (bits, group_size)", dir_, mod);
-  auto q = config_.quant.for_module(mod);
-  if (!q) fail("{}: tensor '{}.scales' is stored but config.json's quantization marks '{}' as not quantized", dir_, mod, mod);
+  if (!quant.present)
+    fail("{}: tensor '{}.scales' is stored but config.json has no 'quantization' (bits, group_size)", dir, mod);
+  auto q = quant.for_module(mod);
+  if (!q) fail("{}: tensor '{}.scales' is stored but config.json's quantization marks '{}' as not quantized", dir, mod, mod);
   w.quant = *q;
   w.scales = scales;
-  w.biases = store_.find(mod + ".biases");
-  if (!w.biases) fail("{}: missing tensor '{}.biases'", dir_, mod);
+  w.biases = store.find(mod + ".biases");
+  if (!w.biases) fail("{}: missing tensor '{}.biases'", dir, mod);
   if (w.weight->dtype != DType::U32)
-    fail("{}: tensor '{}': dtype {}, expected U32 (packed {}-bit, '{}.scales' is stored)", dir_, w.name,
+    fail("{}: tensor '{}': dtype {}, expected U32 (packed {}-bit, '{}.scales' is stored)", dir, w.name,
          dtype_name(w.weight->dtype), q->bits, mod);
   if (cols % q->group_size != 0)
-    fail("{}: tensor '{}': {} input columns are not a multiple of the group size {}", dir_, w.name, cols,
+    fail("{}: tensor '{}': {} input columns are not a multiple of the group size {}", dir, w.name, cols,
          q->group_size);
   const std::vector<int64_t> packed{rows, cols * q->bits / 32};
   if (w.weight->shape != packed)
-    fail("{}: tensor '{}': shape {}, expected {} ({}-bit packing of [{}, {}])", dir_, w.name,
+    fail("{}: tensor '{}': shape {}, expected {} ({}-bit packing of [{}, {}])", dir, w.name,
          shape_str(w.weight->shape), shape_str(packed), q->bits, rows, cols);
   const std::vector<int64_t> groups{rows, cols / q->group_size};
   for (const TensorView* t : {w.scales, w.biases}) {
     if (!is_float_dtype(t->dtype))
-      fail("{}: tensor '{}': dtype {}, expected F32, BF16 or F16", dir_, t->name, dtype_name(t->dtype));
+      fail("{}: tensor '{}': dtype {}, expected F32, BF16 or F16", dir, t->name, dtype_name(t->dtype));
     if (t->shape != groups)
-      fail("{}: tensor '{}': shape {}, expected {} (group size {} over [{}, {}])", dir_, t->name,
+      fail("{}: tensor '{}': shape {}, expected {} (group size {} over [{}, {}])", dir, t->name,
            shape_str(t->shape), shape_str(groups), q->group_size, rows, cols);
   }
   return w;
+}
+
+WeightRef Qwen35Checkpoint::matrix(const std::string& logical, int64_t rows, int64_t cols) const {
+  return checkpoint_matrix(store_, config_.quant, dir_, stored_name(logical), rows, cols);
 }
 
 WeightRef Qwen35Checkpoint::lm_head() const {

@@ -46,6 +46,14 @@ struct WeightRef {
   bool quantized() const { return scales != nullptr; }
 };
 
+// The matrix stored as module `mod` ("<mod>.weight", and for MLX affine
+// "<mod>.scales" / "<mod>.biases" with bits and group size from `quant`),
+// checked against [rows, cols] (a quantized one: packed [rows, cols*bits/32],
+// scales/biases [rows, cols/group]); `dir` names the checkpoint in errors.
+// Both families' loaders (Qwen3.5 here, Gemma 4) read their matrices so.
+WeightRef checkpoint_matrix(const TensorStore& store, const QuantConfig& quant, const std::string& dir,
+                            const std::string& mod, int64_t rows, int64_t cols);
+
 class Qwen35Checkpoint {
  public:
   // Throws Error; also for a config that contradicts the tensors (more than

@@ -27,24 +27,9 @@
 #include <string>
 #include <vector>
 
+#include "io/quant_config.h"
+
 namespace nextn {
-
-struct QuantParams {
-  int bits = 0;        // 4 or 8
-  int group_size = 0;  // 32, 64 or 128
-};
-
-struct QuantConfig {
-  bool present = false;
-  QuantParams defaults;
-  // Module path (as written in config.json, e.g. "language_model.model.layers.0.mlp.gate_proj")
-  // -> params, or nullopt when the override says `false` (not quantized).
-  std::map<std::string, std::optional<QuantParams>> overrides;
-
-  // Params for a stored module path ("language_model.model.layers.0.mlp.gate_proj"):
-  // its override, else the defaults; nullopt when not present or overridden `false`.
-  std::optional<QuantParams> for_module(const std::string& module_path) const;
-};
 
 struct Qwen35Config {
   std::string model_type;  // qwen3_5 or qwen3_5_text

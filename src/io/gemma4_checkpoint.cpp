@@ -30,10 +30,11 @@ Gemma4Checkpoint Gemma4Checkpoint::open(const std::string& dir) {
   std::string why;
   const auto layout = detect_layout(ck.store_.names(), &why);
   if (!layout) fail("{}: cannot detect the checkpoint layout: {}", ck.dir_, why);
-  if (*layout == Layout::Mlx) fail("{}: mlx-converted Gemma 4 checkpoints are not supported", ck.dir_);
   ck.prefix_ = layout_prefix(*layout);
-  if (!ck.config_.tie_word_embeddings && !ck.store_.find(std::string(layout_head(*layout)) + ".weight"))
-    fail("{}: config.json: field 'tie_word_embeddings' is false but there is no tensor 'lm_head.weight'", ck.dir_);
+  ck.head_ = layout_head(*layout);
+  if (!ck.config_.tie_word_embeddings && !ck.store_.find(ck.head_ + ".weight"))
+    fail("{}: config.json: field 'tie_word_embeddings' is false but there is no tensor '{}.weight'", ck.dir_,
+         ck.head_);
   return ck;
 }
 
@@ -51,18 +52,8 @@ Gemma4Checkpoint Gemma4Checkpoint::open_assistant(const std::string& dir) {
 bool Gemma4Checkpoint::has(const std::string& logical) const { return store_.find(stored(logical) + ".weight"); }
 
 WeightRef Gemma4Checkpoint::matrix(const std::string& logical, int64_t rows, int64_t cols, bool top_level) const {
-  WeightRef w;
-  w.name = (top_level ? logical : stored(logical)) + ".weight";
-  w.rows = rows;
-  w.cols = cols;
-  w.weight = store_.find(w.name);
-  if (!w.weight) fail("{}: missing tensor '{}'", dir_, w.name);
-  if (!is_float_dtype(w.weight->dtype))
-    fail("{}: tensor '{}': dtype {}, expected F32, BF16 or F16", dir_, w.name, dtype_name(w.weight->dtype));
-  const std::vector<int64_t> want{rows, cols};
-  if (w.weight->shape != want)
-    fail("{}: tensor '{}': shape {}, expected {}", dir_, w.name, shape_text(w.weight->shape), shape_text(want));
-  return w;
+  const std::string mod = !top_level ? stored(logical) : logical == "lm_head" ? head_ : logical;
+  return checkpoint_matrix(store_, config_.quant, dir_, mod, rows, cols);
 }
 
 WeightRef Gemma4Checkpoint::lm_head() const {
@@ -86,7 +77,9 @@ std::vector<float> Gemma4Checkpoint::vector(const std::string& name, int64_t siz
 float Gemma4Checkpoint::embed_scale() const {
   const float s = std::sqrt(float(config_.hidden_size));
   const WeightRef e = matrix("embed_tokens", config_.vocab_size, config_.hidden_size);
-  switch (e.weight->dtype) {
+  // A quantized embedding dequantizes in its scales' dtype (mlx-lm computes
+  // in the model's dtype, which the scales carry): round to that.
+  switch (e.quantized() ? e.scales->dtype : e.weight->dtype) {
     case DType::BF16:
       return bf16_to_f32(f32_to_bf16(s));
     case DType::F16:

@@ -1,5 +1,7 @@
 // A Gemma 4 checkpoint (target or assistant): its config, its tensors and the
-// prefix of its text model. Dense weights only (F32, BF16, F16). Logical
+// prefix of its text model. Matrices dense (F32, BF16, F16) or MLX
+// affine-quantized (4/8-bit, config.json's `quantization`), as Qwen3.5's
+// (checkpoint_matrix in io/checkpoint.h). Logical
 // names are relative to the text model ("embed_tokens",
 // "layers.3.self_attn.q_proj", "norm"); the assistant's own tensors are
 // top-level ("pre_projection", "post_projection", "masked_embedding.*").
@@ -16,7 +18,8 @@ namespace nextn {
 
 class Gemma4Checkpoint {
  public:
-  // A target (`gemma4` / `gemma4_text`): model.* or model.language_model.* tensors. Throws Error.
+  // A target (`gemma4` / `gemma4_text`): model.*, model.language_model.* or (mlx-lm's
+  // layout) language_model.model.* tensors with language_model.lm_head. Throws Error.
   static Gemma4Checkpoint open(const std::string& dir);
   // An assistant (`gemma4_assistant`). Throws Error.
   static Gemma4Checkpoint open_assistant(const std::string& dir);
@@ -27,7 +30,8 @@ class Gemma4Checkpoint {
   const std::string& dir() const { return dir_; }
   const TensorStore& store() const { return store_; }
 
-  // A dense [rows, cols] matrix; `top_level` names a tensor outside the text model.
+  // A [rows, cols] matrix, dense or quantized; `top_level` names a tensor outside the
+  // text model ("lm_head" maps to the layout's head module).
   WeightRef matrix(const std::string& logical, int64_t rows, int64_t cols, bool top_level = false) const;
   // The LM head: the tied embedding, or lm_head when stored and untied.
   WeightRef lm_head() const;
@@ -36,7 +40,8 @@ class Gemma4Checkpoint {
   std::vector<float> vector(const std::string& stored_name, int64_t size) const;
   std::string stored(const std::string& logical) const { return prefix_ + logical; }
   // sqrt(hidden_size) as fp32, rounded to the embedding's stored dtype (as
-  // transformers rounds it for a model loaded in that dtype).
+  // transformers rounds it for a model loaded in that dtype); for a quantized
+  // embedding, to its scales' dtype (the dtype mlx-lm computes in).
   float embed_scale() const;
   // The assistant's token_ordering buffer [vocab] (a permutation of the vocabulary).
   std::vector<int32_t> token_ordering() const;
@@ -51,6 +56,7 @@ class Gemma4Checkpoint {
   bool is_assistant_ = false;
   TensorStore store_;
   std::string prefix_ = "model.";
+  std::string head_ = "lm_head";  // the untied LM head's module
 };
 
 }  // namespace nextn

@@ -180,8 +180,6 @@ Gemma4TextConfig parse_text(const Reader& r, const std::string& model_type, bool
 json parse_root(const std::string& text, const std::string& file) {
   json root = parse_json(text, file);
   if (!root.is_object()) fail("{}: expected a JSON object at the top level, got {}", file, type_word(root));
-  if (root.contains("quantization") || root.contains("quantization_config"))
-    fail("{}: field 'quantization': quantized Gemma 4 checkpoints are not supported", file);
   return root;
 }
 
@@ -230,6 +228,7 @@ Gemma4TextConfig parse_gemma4_config(const std::string& config_json, const std::
     }
     const Reader r(config_file, sources);
     Gemma4TextConfig c = parse_text(r, mt, false);
+    c.quant = parse_quant_config(config_file, root);
     bool have_eos = false;
     if (generation_json) {
       const json g = parse_json(*generation_json, generation_file);
@@ -261,6 +260,7 @@ Gemma4AssistantConfig parse_gemma4_assistant_config(const std::string& config_js
     const Reader r(config_file, {{tc, "text_config."}});
     Gemma4AssistantConfig a;
     a.text = parse_text(r, "gemma4_text", true);
+    a.text.quant = parse_quant_config(config_file, root);
     // Gemma4AssistantConfig sets num_kv_shared_layers = num_hidden_layers whatever the file says.
     a.text.num_kv_shared_layers = a.text.num_hidden_layers;
     const Reader top(config_file, {{&root, ""}});

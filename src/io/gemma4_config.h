@@ -15,10 +15,14 @@
 //  - Refused with one error line: per-layer embeddings
 //    (hidden_size_per_layer_input > 0), MoE blocks, KV sharing in a target,
 //    bidirectional attention, attention bias, activations other than
-//    gelu_pytorch_tanh, rope scaling factors, quantization.
+//    gelu_pytorch_tanh, rope scaling factors.
+//  - quantization: the top-level MLX affine block (io/quant_config.h), as
+//    for Qwen3.5; the checkpoint reads it per stored module.
 #pragma once
 #include <string>
 #include <vector>
+
+#include "io/quant_config.h"
 
 namespace nextn {
 
@@ -46,6 +50,7 @@ struct Gemma4TextConfig {
   int num_kv_shared_layers = 0;  // 0 for a target; num_hidden_layers for an assistant
   std::vector<Gemma4LayerSpec> layers;
   std::vector<int> eos_token_ids;
+  QuantConfig quant;  // present == false: dense
 
   int last_layer_of(bool sliding) const;  // -1 when none
 };

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "io/gemma4_checkpoint.h"
 #include "io/safetensors.h"
 
 namespace nextn {
@@ -110,22 +111,16 @@ void write_text(const fs::path& p, const std::string& text) {
   if (!f) fail("{}: write failed", p.string());
 }
 
-}  // namespace
 
-QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string& out_dir, const QuantizeOptions& opt) {
-  if (opt.bits != 4 && opt.bits != 8) fail("quantize: --bits {} is not supported (supported: 4, 8)", opt.bits);
-  if (opt.group_size != 32 && opt.group_size != 64 && opt.group_size != 128)
-    fail("quantize: --group-size {} is not supported (supported: 32, 64, 128)", opt.group_size);
-
-  const Qwen35Checkpoint ck = Qwen35Checkpoint::open(in_dir);
-  const TensorStore& store = ck.store();
-  const std::vector<std::string> names = store.names();
-  if (ck.config().quant.present) fail("{}: already quantized (config.json has 'quantization')", ck.dir());
+// An input that is quantized already (config block or stored scales): Error.
+void refuse_quantized(const std::string& dir, const QuantConfig& quant, const std::vector<std::string>& names) {
+  if (quant.present) fail("{}: already quantized (config.json has 'quantization')", dir);
   for (const auto& n : names)
-    if (n.ends_with(".scales")) fail("{}: already quantized (tensor '{}')", ck.dir(), n);
-  ck.validate();  // a broken input fails here, before anything is written
+    if (n.ends_with(".scales")) fail("{}: already quantized (tensor '{}')", dir, n);
+}
 
-  // The output directory must not be the input nor hold another checkpoint.
+// The output directory must not be the input nor hold another checkpoint; created when absent.
+void prepare_output_dir(const std::string& in_dir, const std::string& out_dir) {
   std::error_code ec;
   if (fs::exists(out_dir, ec)) {
     if (!fs::is_directory(out_dir, ec)) fail("{}: exists and is not a directory", out_dir);
@@ -139,6 +134,148 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
     fs::create_directories(out_dir, ec);
     if (ec) fail("{}: cannot create directory: {}", out_dir, ec.message());
   }
+}
+
+// A dense 2-D float `t` written as module `mod`: MLX affine (<mod>.weight
+// packed, .scales, .biases) when its width is a multiple of the group, else
+// as stored (listed in rep.unquantizable). Output bytes live in `buffers`.
+void quantize_or_keep(const std::string& dir, const TensorView& t, const std::string& mod, int bits, int group,
+                      std::deque<std::vector<uint8_t>>& buffers, std::vector<TensorToWrite>& out,
+                      QuantizeReport& rep) {
+  const std::string& name = t.name;
+  const int64_t rows = t.shape[0], cols = t.shape[1];
+  if (cols % group != 0 || rows == 0) {
+    out.push_back({mod + ".weight", t.dtype, t.shape, t.data, t.nbytes});
+    rep.unquantizable.push_back(name);
+    ++rep.kept;
+    return;
+  }
+  const int64_t words = cols * bits / 32, groups = cols / group;
+  auto& packed = buffers.emplace_back(size_t(rows * words) * 4);
+  std::vector<float> scales(size_t(rows * groups)), biases(size_t(rows * groups));
+  parallel_rows(rows, [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(static_cast<size_t>(cols));
+    std::vector<uint32_t> words_buf(static_cast<size_t>(words));
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        row[size_t(c)] = load_float(t.dtype, t.data, size_t(r * cols + c));
+        if (!std::isfinite(row[size_t(c)]))
+          fail("{}: tensor '{}': non-finite value at [{}, {}]; cannot quantize", dir, name, r, c);
+      }
+      quantize_affine(row.data(), 1, cols, bits, group, words_buf.data(), &scales[size_t(r * groups)],
+                      &biases[size_t(r * groups)]);
+      std::memcpy(packed.data() + size_t(r * words) * 4, words_buf.data(), size_t(words) * 4);
+    }
+  });
+  // Scales and biases in bf16 for a bf16 model (as MLX), else f32.
+  const DType sdt = t.dtype == DType::BF16 ? DType::BF16 : DType::F32;
+  auto store_floats = [&](const std::vector<float>& v) -> std::vector<uint8_t>& {
+    auto& buf = buffers.emplace_back(v.size() * dtype_size(sdt));
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (sdt == DType::BF16) {
+        const uint16_t h = f32_to_bf16(v[i]);
+        std::memcpy(buf.data() + 2 * i, &h, 2);
+      } else {
+        std::memcpy(buf.data() + 4 * i, &v[i], 4);
+      }
+    }
+    return buf;
+  };
+  auto& sb = store_floats(scales);
+  auto& bb = store_floats(biases);
+  out.push_back({mod + ".weight", DType::U32, {rows, words}, packed.data(), packed.size()});
+  out.push_back({mod + ".scales", sdt, {rows, groups}, sb.data(), sb.size()});
+  out.push_back({mod + ".biases", sdt, {rows, groups}, bb.data(), bb.size()});
+  ++rep.quantized;
+}
+
+// <out>/model.safetensors, config.json (as read, key order kept, plus the
+// quantization blocks) and the side files (generation config, tokenizer).
+void write_quantized(const std::string& in_dir, const std::string& out_dir, const std::vector<TensorToWrite>& out,
+                     int bits, int group, QuantizeReport& rep) {
+  std::error_code ec;
+  rep.out_file = (fs::path(out_dir) / "model.safetensors").string();
+  for (const auto& t : out) rep.bytes_out += t.nbytes;
+  write_safetensors(rep.out_file, out, {{"format", "mlx"}});
+
+  // config.json: as read (key order kept), plus the quantization blocks.
+  const fs::path in_cfg = fs::path(in_dir) / "config.json";
+  nlohmann::ordered_json cfg;
+  try {
+    cfg = nlohmann::ordered_json::parse(read_text(in_cfg));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: malformed JSON: {}", in_cfg.string(), e.what());
+  }
+  const nlohmann::ordered_json q = {{"group_size", group}, {"bits", bits}, {"mode", "affine"}};
+  cfg["quantization"] = q;
+  cfg["quantization_config"] = q;
+  write_text(fs::path(out_dir) / "config.json", cfg.dump(2) + "\n");
+
+  // generation_config.json and the tokenizer files travel along.
+  for (const char* f : {"generation_config.json", "tokenizer.json", "tokenizer_config.json", "vocab.json",
+                        "merges.txt", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
+                        "chat_template.json"}) {
+    const fs::path src = fs::path(in_dir) / f;
+    if (!fs::is_regular_file(src, ec)) continue;
+    fs::copy_file(src, fs::path(out_dir) / f, fs::copy_options::overwrite_existing, ec);
+    if (ec) fail("{}: cannot copy to {}: {}", src.string(), out_dir, ec.message());
+    rep.copied_files.push_back(f);
+  }
+}
+
+// `nextn quantize` of a Gemma 4 target or assistant: every 2-D float
+// `.weight` of the text model (target: its prefix and LM head; assistant:
+// every tensor) quantized under its stored name; norms, layer_scalar and
+// token_ordering as stored; a target's other tensors (vision, audio) dropped.
+QuantizeReport quantize_gemma4(const std::string& in_dir, const std::string& out_dir, const std::string& model_type,
+                               int bits, int group) {
+  const Gemma4Checkpoint ck = model_type == "gemma4_assistant" ? Gemma4Checkpoint::open_assistant(in_dir)
+                                                               : Gemma4Checkpoint::open(in_dir);
+  const std::vector<std::string> names = ck.store().names();
+  refuse_quantized(ck.dir(), ck.config().quant, names);
+  prepare_output_dir(in_dir, out_dir);
+  QuantizeReport rep;
+  std::deque<std::vector<uint8_t>> buffers;
+  std::vector<TensorToWrite> out;
+  const std::string head = ck.lm_head().name;
+  for (const auto& name : names) {
+    const TensorView& t = ck.store().get(name);
+    if (!ck.is_assistant() && !name.starts_with(ck.stored("")) && name != head) {
+      ++rep.dropped;
+      continue;
+    }
+    if (t.shape.size() == 2 && name.ends_with(".weight") && is_float_dtype(t.dtype)) {
+      quantize_or_keep(ck.dir(), t, name.substr(0, name.size() - 7), bits, group, buffers, out, rep);
+      continue;
+    }
+    out.push_back({name, t.dtype, t.shape, t.data, t.nbytes});
+    ++rep.kept;
+  }
+  write_quantized(in_dir, out_dir, out, bits, group, rep);
+  return rep;
+}
+
+}  // namespace
+
+QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string& out_dir, const QuantizeOptions& opt) {
+  if (opt.bits != 4 && opt.bits != 8) fail("quantize: --bits {} is not supported (supported: 4, 8)", opt.bits);
+  if (opt.group_size != 32 && opt.group_size != 64 && opt.group_size != 128)
+    fail("quantize: --group-size {} is not supported (supported: 32, 64, 128)", opt.group_size);
+
+  std::string gemma;
+  try {
+    gemma = gemma4_model_type(in_dir);
+  } catch (const Error&) {
+    // no readable config.json: Qwen35Checkpoint::open below says so
+  }
+  if (!gemma.empty()) return quantize_gemma4(in_dir, out_dir, gemma, opt.bits, opt.group_size);
+  const Qwen35Checkpoint ck = Qwen35Checkpoint::open(in_dir);
+  const TensorStore& store = ck.store();
+  const std::vector<std::string> names = store.names();
+  refuse_quantized(ck.dir(), ck.config().quant, names);
+  ck.validate();  // a broken input fails here, before anything is written
+
+  prepare_output_dir(in_dir, out_dir);
 
   QuantizeReport rep;
   const int bits = opt.bits, group = opt.group_size;
@@ -195,51 +332,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
       continue;
     }
     if (t.shape.size() == 2 && logical->ends_with(".weight") && is_float_dtype(t.dtype)) {
-      const int64_t rows = t.shape[0], cols = t.shape[1];
-      if (cols % group != 0 || rows == 0) {
-        out.push_back({oname, t.dtype, t.shape, t.data, t.nbytes});
-        rep.unquantizable.push_back(name);
-        ++rep.kept;
-        continue;
-      }
-      const std::string mod = oname.substr(0, oname.size() - 7);  // without ".weight"
-      const int64_t words = cols * bits / 32, groups = cols / group;
-      auto& packed = buffers.emplace_back(size_t(rows * words) * 4);
-      std::vector<float> scales(size_t(rows * groups)), biases(size_t(rows * groups));
-      parallel_rows(rows, [&](int64_t r0, int64_t r1) {
-        std::vector<float> row(static_cast<size_t>(cols));
-        std::vector<uint32_t> words_buf(static_cast<size_t>(words));
-        for (int64_t r = r0; r < r1; ++r) {
-          for (int64_t c = 0; c < cols; ++c) {
-            row[size_t(c)] = load_float(t.dtype, t.data, size_t(r * cols + c));
-            if (!std::isfinite(row[size_t(c)]))
-              fail("{}: tensor '{}': non-finite value at [{}, {}]; cannot quantize", ck.dir(), name, r, c);
-          }
-          quantize_affine(row.data(), 1, cols, bits, group, words_buf.data(), &scales[size_t(r * groups)],
-                          &biases[size_t(r * groups)]);
-          std::memcpy(packed.data() + size_t(r * words) * 4, words_buf.data(), size_t(words) * 4);
-        }
-      });
-      // Scales and biases in bf16 for a bf16 model (as MLX), else f32.
-      const DType sdt = t.dtype == DType::BF16 ? DType::BF16 : DType::F32;
-      auto store_floats = [&](const std::vector<float>& v) -> std::vector<uint8_t>& {
-        auto& buf = buffers.emplace_back(v.size() * dtype_size(sdt));
-        for (size_t i = 0; i < v.size(); ++i) {
-          if (sdt == DType::BF16) {
-            const uint16_t h = f32_to_bf16(v[i]);
-            std::memcpy(buf.data() + 2 * i, &h, 2);
-          } else {
-            std::memcpy(buf.data() + 4 * i, &v[i], 4);
-          }
-        }
-        return buf;
-      };
-      auto& sb = store_floats(scales);
-      auto& bb = store_floats(biases);
-      out.push_back({mod + ".weight", DType::U32, {rows, words}, packed.data(), packed.size()});
-      out.push_back({mod + ".scales", sdt, {rows, groups}, sb.data(), sb.size()});
-      out.push_back({mod + ".biases", sdt, {rows, groups}, bb.data(), bb.size()});
-      ++rep.quantized;
+      quantize_or_keep(ck.dir(), t, oname.substr(0, oname.size() - 7), bits, group, buffers, out, rep);
       continue;
     }
     // A_log, dt_bias, linear_attn.norm, anything else: as stored.
@@ -247,33 +340,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
     ++rep.kept;
   }
 
-  rep.out_file = (fs::path(out_dir) / "model.safetensors").string();
-  for (const auto& t : out) rep.bytes_out += t.nbytes;
-  write_safetensors(rep.out_file, out, {{"format", "mlx"}});
-
-  // config.json: as read (key order kept), plus the quantization blocks.
-  const fs::path in_cfg = fs::path(in_dir) / "config.json";
-  nlohmann::ordered_json cfg;
-  try {
-    cfg = nlohmann::ordered_json::parse(read_text(in_cfg));
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: malformed JSON: {}", in_cfg.string(), e.what());
-  }
-  const nlohmann::ordered_json q = {{"group_size", group}, {"bits", bits}, {"mode", "affine"}};
-  cfg["quantization"] = q;
-  cfg["quantization_config"] = q;
-  write_text(fs::path(out_dir) / "config.json", cfg.dump(2) + "\n");
-
-  // generation_config.json and the tokenizer files travel along.
-  for (const char* f : {"generation_config.json", "tokenizer.json", "tokenizer_config.json", "vocab.json",
-                        "merges.txt", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
-                        "chat_template.json"}) {
-    const fs::path src = fs::path(in_dir) / f;
-    if (!fs::is_regular_file(src, ec)) continue;
-    fs::copy_file(src, fs::path(out_dir) / f, fs::copy_options::overwrite_existing, ec);
-    if (ec) fail("{}: cannot copy to {}: {}", src.string(), out_dir, ec.message());
-    rep.copied_files.push_back(f);
-  }
+  write_quantized(in_dir, out_dir, out, bits, group, rep);
   return rep;
 }
 

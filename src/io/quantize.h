@@ -1,6 +1,7 @@
 // MLX affine quantization: the quantizer (bit for bit mlx.core.quantize,
 // mode "affine", CPU) and `nextn quantize`, which rewrites a Qwen3.5
-// checkpoint in the mlx-community layout. See docs/config.md §4.
+// checkpoint in the mlx-community layout, or a Gemma 4 target / assistant
+// under its stored names. See docs/config.md §4 and docs/gemma4.md.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -41,7 +42,8 @@ struct QuantizeReport {
 };
 
 // Reads the checkpoint in `in_dir` (any layout, dense F32/BF16/F16), writes
-// `out_dir` in the MLX layout. Throws Error (bad flags, already quantized
+// `out_dir`: Qwen3.5 in the MLX layout; Gemma 4 (picked by config.json's
+// model_type) with its stored names, the text model's matrices quantized. Throws Error (bad flags, already quantized
 // input, output directory that would clobber the input or holds safetensors).
 QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string& out_dir, const QuantizeOptions& opt);
 

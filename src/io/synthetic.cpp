@@ -49,10 +49,11 @@ inline uint16_t to_bf16(float f) {  // round to nearest even (finite inputs)
 
 constexpr float kProjStd = 0.02f;
 constexpr float kQ4StdOfNibble = 4.6098f;  // sqrt((16^2 - 1) / 12)
+constexpr float kQ8StdOfByte = 73.9003f;   // sqrt((256^2 - 1) / 12)
 
-float scale_of(uint64_t key, int64_t g, float std_target) {
+float scale_of(uint64_t key, int64_t g, float std_target, int bits) {
   const uint64_t r = draw(key, uint64_t(g));
-  const float mag = std_target / kQ4StdOfNibble * (0.8f + 0.4f * unit(r));
+  const float mag = std_target / (bits == 8 ? kQ8StdOfByte : kQ4StdOfNibble) * (0.8f + 0.4f * unit(r));
   return (r & 1u) ? -mag : mag;
 }
 
@@ -74,8 +75,9 @@ void fill_range(const Spec& s, uint64_t seed, int64_t begin, int64_t end, uint8_
     case Fill::Scales:
     case Fill::Biases:
       for (int64_t i = begin; i < end; ++i) {
-        const float sc = std::bit_cast<float>(uint32_t(to_bf16(scale_of(key, i, s.hi))) << 16);
-        const uint16_t h = to_bf16(s.fill == Fill::Scales ? sc : -7.5f * sc);
+        const float sc = std::bit_cast<float>(uint32_t(to_bf16(scale_of(key, i, s.hi, s.bits))) << 16);
+        const float mid = s.bits == 8 ? -127.5f : -7.5f;  // the middle of the code range: mean ~0
+        const uint16_t h = to_bf16(s.fill == Fill::Scales ? sc : mid * sc);
         std::memcpy(out + 2 * i, &h, 2);
       }
       break;
@@ -107,6 +109,24 @@ void fill_range(const Spec& s, uint64_t seed, int64_t begin, int64_t end, uint8_
   }
 }
 
+}  // namespace
+
+void push_matrix_specs(std::vector<Spec>& v, const std::string& mod, int64_t rows, int64_t cols, float std_, int bits) {
+  if (bits == 0) {
+    const float a = std_ * std::sqrt(3.0f);  // uniform in ±a has std std_
+    v.push_back({mod + ".weight", DType::BF16, {rows, cols}, Fill::Uniform, -a, a, mod + ".weight"});
+    return;
+  }
+  constexpr int64_t g = kSyntheticGroup;
+  if (bits != 4 && bits != 8) fail("make-checkpoint: {}: {}-bit quantization (expected 4 or 8)", mod, bits);
+  if (cols % g != 0) fail("make-checkpoint: {}: input size {} is not a multiple of the group size {}", mod, cols, g);
+  v.push_back({mod + ".weight", DType::U32, {rows, cols * bits / 32}, Fill::Packed, 0, 0, mod + ".weight"});
+  v.push_back({mod + ".scales", DType::BF16, {rows, cols / g}, Fill::Scales, 0, std_, mod + ".qparams", bits});
+  v.push_back({mod + ".biases", DType::BF16, {rows, cols / g}, Fill::Biases, 0, std_, mod + ".qparams", bits});
+}
+
+namespace {
+
 // Every tensor of the checkpoint, by stored name.
 std::vector<Spec> tensor_specs(const SyntheticPreset& p, bool q4) {
   std::vector<Spec> v;
@@ -114,15 +134,7 @@ std::vector<Spec> tensor_specs(const SyntheticPreset& p, bool q4) {
   const std::string head = q4 ? "language_model.lm_head" : "lm_head";
   const int64_t H = p.hidden;
   auto matrix = [&](const std::string& mod, int64_t rows, int64_t cols, float std_ = kProjStd) {
-    if (!q4) {
-      const float a = std_ * std::sqrt(3.0f);
-      v.push_back({mod + ".weight", DType::BF16, {rows, cols}, Fill::Uniform, -a, a, mod + ".weight"});
-      return;
-    }
-    if (cols % 64 != 0) fail("make-checkpoint: {}: input size {} is not a multiple of the group size 64", mod, cols);
-    v.push_back({mod + ".weight", DType::U32, {rows, cols / 8}, Fill::Packed, 0, 0, mod + ".weight"});
-    v.push_back({mod + ".scales", DType::BF16, {rows, cols / 64}, Fill::Scales, 0, std_, mod + ".qparams"});
-    v.push_back({mod + ".biases", DType::BF16, {rows, cols / 64}, Fill::Biases, 0, std_, mod + ".qparams"});
+    push_matrix_specs(v, mod, rows, cols, std_, q4 ? 4 : 0);
   };
   // (1+w) norms: the real gamma (q4, mlx stores it shifted) or gamma - 1 (HF).
   auto norm1p = [&](const std::string& mod, int64_t n) {

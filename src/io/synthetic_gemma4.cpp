@@ -16,14 +16,23 @@ constexpr float kProjStd = 0.02f;
 
 bool is_full(const Gemma4SyntheticPreset& p, int i) { return i + 1 == p.layers || (i + 1) % p.full_every == 0; }
 
-// Every tensor, by stored name (sorted).
-std::vector<Spec> gemma4_specs(const Gemma4SyntheticPreset& p) {
+// --quant -> bits (0: bf16). Throws Error for anything else.
+int quant_bits(const std::string& quant) {
+  if (quant == "bf16") return 0;
+  if (quant == "q4") return 4;
+  if (quant == "q8") return 8;
+  fail("make-checkpoint: --quant '{}': expected bf16, q4 or q8 for a Gemma 4 preset", quant);
+}
+
+// Every tensor, by stored name (sorted). Quantized (bits 4/8): every matrix
+// whose width is a multiple of the group (mlx-lm's rule); the others, the
+// norms, layer_scalar and token_ordering stay dense.
+std::vector<Spec> gemma4_specs(const Gemma4SyntheticPreset& p, int bits) {
   std::vector<Spec> v;
   const std::string pre = p.assistant ? "model." : "model.language_model.";
   const int64_t H = p.hidden;
-  const float a = kProjStd * std::sqrt(3.0f);  // uniform in ±a has std kProjStd
   auto matrix = [&](const std::string& mod, int64_t rows, int64_t cols) {
-    v.push_back({mod + ".weight", DType::BF16, {rows, cols}, Fill::Uniform, -a, a, mod + ".weight"});
+    push_matrix_specs(v, mod, rows, cols, kProjStd, cols % kSyntheticGroup == 0 ? bits : 0);
   };
   auto norm = [&](const std::string& mod, int64_t n) {  // plain RMSNorm weights, near 1
     v.push_back({mod + ".weight", DType::BF16, {n}, Fill::Uniform, 0.9f, 1.1f, mod + ".weight"});
@@ -105,7 +114,8 @@ std::optional<Gemma4SyntheticPreset> gemma4_synthetic_preset(const std::string& 
 
 std::vector<std::string> gemma4_synthetic_preset_names() { return {"gemma4-31b", "gemma4-31b-assistant"}; }
 
-std::string gemma4_synthetic_config_json(const Gemma4SyntheticPreset& p) {
+std::string gemma4_synthetic_config_json(const Gemma4SyntheticPreset& p, const std::string& quant) {
+  const int bits = quant_bits(quant);
   using J = nlohmann::ordered_json;
   J layer_types = J::array();
   for (int i = 0; i < p.layers; ++i) layer_types.push_back(is_full(p, i) ? "full_attention" : "sliding_attention");
@@ -138,7 +148,15 @@ std::string gemma4_synthetic_config_json(const Gemma4SyntheticPreset& p) {
       {"eos_token_id", 1},
       {"dtype", "bfloat16"},
   };
-  const J note = {{"preset", p.name}, {"quant", "bf16"}, {"note", "random weights at the real shapes"}};
+  const J note = {{"preset", p.name}, {"quant", quant}, {"note", "random weights at the real shapes"}};
+  // Top level, as mlx-lm writes it (both keys, as `nextn quantize` does).
+  auto with_quant = [&](J cfg) {
+    if (bits == 0) return cfg;
+    const J q = {{"group_size", kSyntheticGroup}, {"bits", bits}, {"mode", "affine"}};
+    cfg["quantization"] = q;
+    cfg["quantization_config"] = q;
+    return cfg;
+  };
   if (p.assistant) {
     J cfg = {{"architectures", {"Gemma4AssistantForCausalLM"}},
              {"model_type", "gemma4_assistant"},
@@ -149,20 +167,21 @@ std::string gemma4_synthetic_config_json(const Gemma4SyntheticPreset& p) {
              {"tie_word_embeddings", true},
              {"text_config", text},
              {"nextn_synthetic", note}};
-    return cfg.dump(2) + "\n";
+    return with_quant(cfg).dump(2) + "\n";
   }
   J cfg = {{"architectures", {"Gemma4ForConditionalGeneration"}},
            {"model_type", "gemma4"},
            {"tie_word_embeddings", true},
            {"text_config", text},
            {"nextn_synthetic", note}};
-  return cfg.dump(2) + "\n";
+  return with_quant(cfg).dump(2) + "\n";
 }
 
 MakeCheckpointReport make_gemma4_checkpoint(const Gemma4SyntheticPreset& p, const MakeCheckpointOptions& o,
                                             const std::string& out_dir) {
-  if (o.quant != "bf16") fail("make-checkpoint: --quant '{}': the Gemma 4 presets are bf16 only", o.quant);
-  return write_synthetic(gemma4_specs(p), gemma4_synthetic_config_json(p), "pt", o, out_dir);
+  const int bits = quant_bits(o.quant);
+  return write_synthetic(gemma4_specs(p, bits), gemma4_synthetic_config_json(p, o.quant), bits ? "mlx" : "pt", o,
+                         out_dir);
 }
 
 }  // namespace nextn

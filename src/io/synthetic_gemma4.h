@@ -1,6 +1,10 @@
 // `nextn make-checkpoint --preset gemma4-31b | gemma4-31b-assistant`:
 // random-weight Gemma 4 checkpoints at the 31B's real shapes, and its
-// assistant's, for timing (docs/gemma4.md). bf16, Hugging Face layout: the
+// assistant's, for timing (docs/gemma4.md). bf16 (the default), or MLX
+// affine q4 / q8 group 64 (every matrix whose width is a multiple of 64:
+// packed words, bf16 scales and biases, drawn as the Qwen3.5 q4 presets draw
+// them; norms, layer_scalar and token_ordering dense, config.json with the
+// `quantization` block). Hugging Face names in every case: the
 // target as `gemma4` (Gemma4ForConditionalGeneration, tensors under
 // model.language_model.*, tied head), the assistant as `gemma4_assistant`
 // (model.*, pre/post_projection, the centroid-masked head). Values as the
@@ -33,9 +37,10 @@ struct Gemma4SyntheticPreset {
 std::optional<Gemma4SyntheticPreset> gemma4_synthetic_preset(const std::string& name);
 std::vector<std::string> gemma4_synthetic_preset_names();
 
-std::string gemma4_synthetic_config_json(const Gemma4SyntheticPreset& p);
+// quant: bf16, q4 or q8 (else Error).
+std::string gemma4_synthetic_config_json(const Gemma4SyntheticPreset& p, const std::string& quant = "bf16");
 
-// Writes the checkpoint (bf16 only: o.quant must be "bf16"). Throws Error.
+// Writes the checkpoint (o.quant: bf16, q4 or q8). Throws Error.
 MakeCheckpointReport make_gemma4_checkpoint(const Gemma4SyntheticPreset& p, const MakeCheckpointOptions& o,
                                             const std::string& out_dir);
 

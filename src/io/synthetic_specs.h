@@ -13,9 +13,9 @@ namespace nextn {
 
 enum class Fill {
   Uniform,      // bf16 uniform in [lo, hi)
-  Packed,       // u32 random words (4-bit nibbles uniform in [0, 15])
-  Scales,       // bf16 per-group scale ±std/4.61 (std in hi), key of the module
-  Biases,       // bf16 -7.5 * scale of the same group
+  Packed,       // u32 random words (4-bit nibbles / 8-bit bytes uniform)
+  Scales,       // bf16 per-group scale ±std/sd(q) (std in hi), key of the module; sd(q) 4.61 (4-bit), 73.9 (8-bit)
+  Biases,       // bf16 -(2^bits - 1)/2 * scale of the same group
   ALogF32,      // f32 log(U(1, 16))
   DtBias,       // bf16 log(expm1(dt)), dt = exp(U(log 1e-3, log 1e-1))
   Permutation,  // i64 i -> (a i + b) mod n, a bijection of [0, n) (n = numel)
@@ -28,6 +28,7 @@ struct Spec {
   Fill fill = Fill::Uniform;
   float lo = 0, hi = 0;
   std::string key_name;  // RNG stream (the tensor's own name, or its module's for scales/biases)
+  int bits = 4;          // Scales, Biases: the quantization's bits
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -35,6 +36,13 @@ struct Spec {
   }
   uint64_t nbytes() const { return uint64_t(numel()) * dtype_size(dtype); }
 };
+
+// One [rows, cols] matrix of module `mod` with values of std `std_`: bf16
+// uniform (bits 0), or MLX affine `bits`-bit (4 or 8) group 64 (packed words,
+// bf16 scales and biases; cols must be a multiple of 64, else Error). The
+// q4 bytes are those the Qwen3.5 presets have always written.
+void push_matrix_specs(std::vector<Spec>& v, const std::string& mod, int64_t rows, int64_t cols, float std_, int bits);
+constexpr int kSyntheticGroup = 64;
 
 // Generates `specs` (in their order) into shards of about o.shard_bytes under
 // out_dir (created; must hold no safetensors), with the index and config.json.

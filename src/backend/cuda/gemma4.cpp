@@ -26,9 +26,9 @@
 #include <string>
 
 #include "backend/cuda/check.h"
-#include "backend/cuda/dense_upload.h"
 #include "backend/cuda/gemma4_runtime.h"
 #include "backend/cuda/qwen35.h"
+#include "backend/cuda/weight_upload.h"
 #include "core/dtype.h"
 #include "io/gemma4_checkpoint.h"
 
@@ -41,30 +41,11 @@ float* CudaGemma4::upload_floats(const std::vector<float>& v, const char* what) 
   return d;
 }
 
-// Dense parts (F32 / BF16 / F16 as stored) concatenated along the rows, as
-// fp32 in the fp32 mode, bf16 otherwise.
-DevMatrix CudaGemma4::upload_matrix(const std::vector<WeightRef>& parts, const char* what) {
-  DevMatrix m;
-  m.cols = int(parts.front().cols);
-  for (const auto& p : parts) {
-    if (p.quantized()) fail("--backend cuda: {}: Gemma 4 weights must be dense (F32, BF16 or F16)", p.name);
-    m.rows += int(p.rows);
-  }
-  m.kind = act_ == Act::F32 ? WKind::F32 : WKind::BF16;
-  m.splits = choose_splits(m.rows, m.cols, m.kind);
-  // The fp32 kernel takes any width; the tensor-core one needs multiples of 32.
-  if (act_ == Act::BF16) {
-    if (m.cols % 32 != 0)
-      fail("--backend cuda: {} is [{}, {}]: the bf16 mode needs a width that is a multiple of 32 "
-           "(NEXTN_CUDA_ACT=fp32 takes any)",
-           parts.front().name, m.rows, m.cols);
-    check_matrix(m, parts.front().name.c_str());
-  }
-  const size_t esz = act_ == Act::F32 ? 4 : 2;
-  auto* dst = mem_.alloc<uint8_t>(size_t(m.rows) * size_t(m.cols) * esz, what);
-  m.w = dst;
-  upload_dense_parts(parts, esz, dst);
-  return m;
+// Parts concatenated along the rows in the kernels' layout (weight_upload.h):
+// dense as fp32 in the fp32 mode, bf16 otherwise; MLX Q4/Q8 packed.
+DevMatrix CudaGemma4::upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable,
+                                    WeightUse use) {
+  return upload_weight_parts(parts, act_, mem_, what, splittable, use);
 }
 
 Gemma4DevLayer CudaGemma4::load_layer(const Gemma4Checkpoint& ck, int index) {
@@ -82,10 +63,11 @@ Gemma4DevLayer CudaGemma4::load_layer(const Gemma4Checkpoint& ck, int index) {
   std::vector<WeightRef> qkv = {ck.matrix(p + "self_attn.q_proj", int64_t(Hq_) * hd, H),
                                 ck.matrix(p + "self_attn.k_proj", int64_t(kvh) * hd, H)};
   if (!L.spec.k_eq_v) qkv.push_back(ck.matrix(p + "self_attn.v_proj", int64_t(kvh) * hd, H));
-  L.qkv = upload_matrix(qkv, "attention q/k/v");
-  L.o = upload_matrix({ck.matrix(p + "self_attn.o_proj", H, int64_t(Hq_) * hd)}, "attention o");
-  L.gate_up = upload_matrix({ck.matrix(p + "mlp.gate_proj", I_, H), ck.matrix(p + "mlp.up_proj", I_, H)}, "MLP gate/up");
-  L.down = upload_matrix({ck.matrix(p + "mlp.down_proj", H, I_)}, "MLP down");
+  L.qkv = upload_matrix(qkv, "attention q/k/v", true);
+  L.o = upload_matrix({ck.matrix(p + "self_attn.o_proj", H, int64_t(Hq_) * hd)}, "attention o", true);
+  L.gate_up =
+      upload_matrix({ck.matrix(p + "mlp.gate_proj", I_, H), ck.matrix(p + "mlp.up_proj", I_, H)}, "MLP gate/up", true);
+  L.down = upload_matrix({ck.matrix(p + "mlp.down_proj", H, I_)}, "MLP down", true);
   // As cpu::gemma4_rope_table: fp32(1 / theta^(2i/hd)) for the rotating pairs.
   std::vector<float> inv(size_t(hd / 2), 0.0f);
   for (int i = 0; i < L.spec.rope_pairs && i < hd / 2; ++i)
@@ -129,10 +111,13 @@ CudaGemma4::CudaGemma4(const Gemma4Checkpoint& ck, int max_tokens)
   const size_t as = size_t(act_size(act_));
 
   // weights
+  // Unsplit (every verify arm projects the head with the same kernel and the
+  // same bits); a quantized matrix is packed for its split factor, so the
+  // tied embedding is uploaded unsplit too.
   const WeightRef emb = ck.matrix("embed_tokens", V_, H_), head = ck.lm_head();
-  embed_ = upload_matrix({emb}, "embedding");
-  head_ = head.name == emb.name ? embed_ : upload_matrix({head}, "LM head");
-  head_.splits = 1;  // every verify arm projects with the same kernel and the same bits
+  const bool tied = head.name == emb.name;
+  embed_ = upload_matrix({emb}, "embedding", false, tied ? WeightUse::Matmul : WeightUse::RowLookupOnly);
+  head_ = tied ? embed_ : upload_matrix({head}, "LM head", false);
   embed_scale_ = ck.embed_scale();
   final_norm_ = upload_floats(ck.vector(ck.stored("norm.weight"), H_), "norms");
   for (int i = 0; i < cfg_.num_hidden_layers; ++i) layers_.push_back(load_layer(ck, i));

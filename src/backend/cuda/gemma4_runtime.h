@@ -10,6 +10,7 @@
 #include "backend/cuda/device_handles.h"
 #include "backend/cuda/gemma4_kernels.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/weight_upload.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/gemma4_config.h"
@@ -71,7 +72,8 @@ class CudaGemma4 final : public Gemma4Runtime {
  private:
   // loading (gemma4.cpp)
   float* upload_floats(const std::vector<float>& v, const char* what);
-  DevMatrix upload_matrix(const std::vector<WeightRef>& parts, const char* what);
+  DevMatrix upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable,
+                          WeightUse use = WeightUse::Matmul);
   Gemma4DevLayer load_layer(const Gemma4Checkpoint& ck, int index);
   // the forward
   void forward_chunk(const int32_t* tokens, int pos, int T, void* hidden_out);

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "backend/cuda/check.h"
-#include "backend/cuda/dense_upload.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/weight_upload.h"
 #include "backend/cuda/workspace_dims.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -172,71 +172,10 @@ float* CudaQwen35Weights::upload_floats(const std::vector<float>& v, const char*
   return d;
 }
 
-// Rows of all parts, concatenated, in the kernels' layout: dense as bf16
-// (fp32 in the fp32-activation mode), MLX packed words as stored with fp32
-// scales and biases.
+// Rows of all parts, concatenated, in the kernels' layout (weight_upload.h).
 DevMatrix CudaQwen35Weights::upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable,
-                                    Use use) {
-  DevMatrix m;
-  const WeightRef& w0 = parts.front();
-  m.cols = int(w0.cols);
-  for (const auto& p : parts) m.rows += int(p.rows);
-  if (w0.quantized()) {
-    if (w0.quant.bits != 4 && w0.quant.bits != 8)
-      fail("--backend cuda: {}: {}-bit quantization is not supported (4 or 8)", w0.name, w0.quant.bits);
-    m.kind = w0.quant.bits == 4 ? WKind::Q4 : WKind::Q8;
-    m.group = w0.quant.group_size;
-  } else {
-    m.kind = act == Act::F32 ? WKind::F32 : WKind::BF16;
-  }
-  m.splits = splittable ? cuda::choose_splits(m.rows, m.cols, m.kind) : 1;
-  cuda::check_matrix(m, w0.name.c_str());
-
-  if (!w0.quantized()) {
-    const size_t esz = m.kind == WKind::F32 ? 4 : 2;
-    auto* dst = mem.alloc<uint8_t>(size_t(m.rows) * m.cols * esz, what);
-    m.w = dst;
-    upload_dense_parts(parts, esz, dst);
-    return m;
-  }
-  const int per_word = 32 / w0.quant.bits;
-  const size_t words = size_t(m.rows) * (m.cols / per_word), groups = size_t(m.rows) * (m.cols / m.group);
-  auto* dw = mem.alloc<uint8_t>(words * 4, what);
-  auto* ds = mem.alloc<float>(groups * 4, what);
-  auto* db = mem.alloc<float>(groups * 4, what);
-  m.w = dw;
-  m.scales = ds;
-  m.biases = db;
-  std::vector<float> s, b;
-  for (const auto& p : parts) {
-    const size_t pw = size_t(p.rows) * (p.cols / per_word), pg = size_t(p.rows) * (p.cols / p.quant.group_size);
-    CUDA_CHECK(cudaMemcpy(dw, p.weight->data, pw * 4, cudaMemcpyHostToDevice));
-    s.resize(pg);
-    b.resize(pg);
-    for (size_t i = 0; i < pg; ++i) {
-      s[i] = load_float(p.scales->dtype, p.scales->data, i);
-      b[i] = load_float(p.biases->dtype, p.biases->data, i);
-      // The fast q4 kernel takes (scale, bias) as bf16: only when that is exact.
-      m.sb_exact = m.sb_exact && bf16_to_f32(f32_to_bf16(s[i])) == s[i] && bf16_to_f32(f32_to_bf16(b[i])) == b[i];
-    }
-    CUDA_CHECK(cudaMemcpy(ds, s.data(), pg * 4, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(db, b.data(), pg * 4, cudaMemcpyHostToDevice));
-    dw += pw * 4;
-    ds += pg;
-    db += pg;
-  }
-  const int64_t packed_bytes = use == Use::Matmul ? cuda::pack_quant_bytes(m) : 0;
-  cuda::pack_quant(m, packed_bytes > 0 ? mem.alloc<uint8_t>(size_t(packed_bytes), what) : nullptr, nullptr);
-  // The bf16 mode reads a streamed matrix only through its packed copy
-  // (embedding lookups included): the MLX words and fp32 scales go.
-  if (m.packed != nullptr && act == Act::BF16) {
-    mem.release(m.w);
-    mem.release(m.scales);
-    mem.release(m.biases);
-    m.w = nullptr;
-    m.scales = m.biases = nullptr;
-  }
-  return m;
+                                           Use use) {
+  return upload_weight_parts(parts, act, mem, what, splittable, use);
 }
 
 // Fuses consecutive parts that share a storage format into one matrix.

@@ -22,6 +22,7 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/prefill.h"
 #include "backend/cuda/qwen35.h"
+#include "backend/cuda/weight_upload.h"
 #include "core/error.h"
 #include "core/fault.h"
 #include "io/checkpoint.h"
@@ -98,10 +99,7 @@ struct CudaQwen35Weights {
 
  private:
   float* upload_floats(const std::vector<float>& v, const char* what);
-  // Use::RowLookupOnly: only embed_rows reads the matrix (an untied
-  // embedding), so it gets no streamed copy; a matrix a matmul reads keeps
-  // only the streamed copy in the bf16 mode, which embed_rows reads too.
-  enum class Use { Matmul, RowLookupOnly };
+  using Use = WeightUse;  // who reads a matrix (weight_upload.h)
   DevMatrix upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable,
                           Use use = Use::Matmul);
   Linear upload_linear(const std::vector<WeightRef>& parts, const char* what);

@@ -1,0 +1,115 @@
+#ifdef NEXTN_HAVE_CUDA
+#include "backend/cuda/weight_upload.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+
+#include "backend/cuda/check.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace nextn::cuda {
+
+void upload_dense_parts(const std::vector<WeightRef>& parts, size_t esz, uint8_t* dst) {
+  std::vector<uint8_t> host;
+  for (const auto& p : parts) {
+    const size_t n = size_t(p.rows) * size_t(p.cols);
+    const DType dt = p.weight->dtype;
+    if ((dt == DType::BF16 && esz == 2) || (dt == DType::F32 && esz == 4)) {
+      CUDA_CHECK(cudaMemcpy(dst, p.weight->data, n * esz, cudaMemcpyHostToDevice));
+    } else {
+      host.resize(n * esz);
+      for (size_t i = 0; i < n; ++i) {
+        const float f = load_float(dt, p.weight->data, i);
+        if (esz == 4) {
+          std::memcpy(&host[i * 4], &f, 4);
+        } else {
+          const uint16_t b = f32_to_bf16(f);
+          std::memcpy(&host[i * 2], &b, 2);
+        }
+      }
+      CUDA_CHECK(cudaMemcpy(dst, host.data(), n * esz, cudaMemcpyHostToDevice));
+    }
+    dst += n * esz;
+  }
+}
+
+DevMatrix upload_weight_parts(const std::vector<WeightRef>& parts, Act act, DeviceMemory& mem, const char* what,
+                              bool splittable, WeightUse use) {
+  DevMatrix m;
+  const WeightRef& w0 = parts.front();
+  m.cols = int(w0.cols);
+  for (const auto& p : parts) {
+    if (p.quantized() != w0.quantized() || p.quant.bits != w0.quant.bits ||
+        p.quant.group_size != w0.quant.group_size || p.cols != w0.cols)
+      fail("--backend cuda: {}: stored as {} but '{}', fused with it into one matrix, as {}", p.name,
+           p.quantized() ? fmt::format("{}-bit group {}", p.quant.bits, p.quant.group_size) : "dense", w0.name,
+           w0.quantized() ? fmt::format("{}-bit group {}", w0.quant.bits, w0.quant.group_size) : "dense");
+    m.rows += int(p.rows);
+  }
+  if (w0.quantized()) {
+    if (w0.quant.bits != 4 && w0.quant.bits != 8)
+      fail("--backend cuda: {}: {}-bit quantization is not supported (4 or 8)", w0.name, w0.quant.bits);
+    m.kind = w0.quant.bits == 4 ? WKind::Q4 : WKind::Q8;
+    m.group = w0.quant.group_size;
+  } else {
+    m.kind = act == Act::F32 ? WKind::F32 : WKind::BF16;
+  }
+  m.splits = splittable ? choose_splits(m.rows, m.cols, m.kind) : 1;
+  // The fp32 kernel takes any width; the tensor-core and quantized ones need multiples of 32.
+  if (m.kind == WKind::BF16 && m.cols % 32 != 0)
+    fail("--backend cuda: {} is [{}, {}]: the bf16 mode needs a width that is a multiple of 32 "
+         "(NEXTN_CUDA_ACT=fp32 takes any)",
+         w0.name, m.rows, m.cols);
+  if (m.kind != WKind::F32) check_matrix(m, w0.name.c_str());
+
+  if (!w0.quantized()) {
+    const size_t esz = m.kind == WKind::F32 ? 4 : 2;
+    auto* dst = mem.alloc<uint8_t>(size_t(m.rows) * m.cols * esz, what);
+    m.w = dst;
+    upload_dense_parts(parts, esz, dst);
+    return m;
+  }
+  const int per_word = 32 / w0.quant.bits;
+  const size_t words = size_t(m.rows) * (m.cols / per_word), groups = size_t(m.rows) * (m.cols / m.group);
+  auto* dw = mem.alloc<uint8_t>(words * 4, what);
+  auto* ds = mem.alloc<float>(groups * 4, what);
+  auto* db = mem.alloc<float>(groups * 4, what);
+  m.w = dw;
+  m.scales = ds;
+  m.biases = db;
+  std::vector<float> s, b;
+  for (const auto& p : parts) {
+    const size_t pw = size_t(p.rows) * (p.cols / per_word), pg = size_t(p.rows) * (p.cols / p.quant.group_size);
+    CUDA_CHECK(cudaMemcpy(dw, p.weight->data, pw * 4, cudaMemcpyHostToDevice));
+    s.resize(pg);
+    b.resize(pg);
+    for (size_t i = 0; i < pg; ++i) {
+      s[i] = load_float(p.scales->dtype, p.scales->data, i);
+      b[i] = load_float(p.biases->dtype, p.biases->data, i);
+      // The fast q4 kernel takes (scale, bias) as bf16: only when that is exact.
+      m.sb_exact = m.sb_exact && bf16_to_f32(f32_to_bf16(s[i])) == s[i] && bf16_to_f32(f32_to_bf16(b[i])) == b[i];
+    }
+    CUDA_CHECK(cudaMemcpy(ds, s.data(), pg * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(db, b.data(), pg * 4, cudaMemcpyHostToDevice));
+    dw += pw * 4;
+    ds += pg;
+    db += pg;
+  }
+  const int64_t packed_bytes = use == WeightUse::Matmul ? pack_quant_bytes(m) : 0;
+  pack_quant(m, packed_bytes > 0 ? mem.alloc<uint8_t>(size_t(packed_bytes), what) : nullptr, nullptr);
+  // The bf16 mode reads a streamed matrix only through its packed copy
+  // (embedding lookups included): the MLX words and fp32 scales go.
+  if (m.packed != nullptr && act == Act::BF16) {
+    mem.release(m.w);
+    mem.release(m.scales);
+    mem.release(m.biases);
+    m.w = nullptr;
+    m.scales = m.biases = nullptr;
+  }
+  return m;
+}
+
+}  // namespace nextn::cuda
+#endif  // NEXTN_HAVE_CUDA
