@@ -31,7 +31,11 @@ Engine::Engine(std::unique_ptr<SequenceGroup> group, const tok::Tokenizer& token
   if (options_.limits.max_batch < 1) fail("--max-batch {} must be at least 1", options_.limits.max_batch);
   max_batch_ = std::min(options_.limits.max_batch, group_->max_sequences());
   capacity_ = runtime_capacity(options_.limits.max_prompt_tokens, options_.limits.max_tokens, options_.block_size);
-  free_slots_.push_back(group_->add_sequence(capacity_));  // one now: a model that cannot run fails at start
+  // Every slot now: a server that cannot hold max-batch sequences fails at
+  // start, not at its Nth request; and a CUDA sequence's construction
+  // synchronizes the device, which must not happen while a worker's
+  // sequence captures a graph.
+  for (int i = 0; i < max_batch_; ++i) free_slots_.push_back(group_->add_sequence(capacity_));
   scheduler_.on_forward = [this](int sequences, int rows) { metrics_.shared_forward(sequences, rows); };
   thread_ = std::thread([this] { loop(); });
 }
@@ -82,21 +86,9 @@ void Engine::loop() {
       job->push(std::move(gone));
       continue;
     }
-    std::unique_ptr<ModelRuntime> slot;
-    if (!free_slots_.empty()) {
-      slot = std::move(free_slots_.back());
-      free_slots_.pop_back();
-    } else {
-      try {
-        slot = group_->add_sequence(capacity_);
-      } catch (const std::exception& e) {
-        JobEvent fail_event;
-        fail_event.final = true;
-        fail_event.error = e.what();
-        job->push(std::move(fail_event));
-        continue;
-      }
-    }
+    // running_ < max_batch_ slots are taken, so one is free.
+    std::unique_ptr<ModelRuntime> slot = std::move(free_slots_.back());
+    free_slots_.pop_back();
     ++running_;
     metrics_.set_queue(int(queue_.size()), running_);
     const int id = next_worker_++;
