@@ -128,6 +128,7 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
   stream_ = make_stream();
   body_stream_ = make_stream();
   group_event_ = make_event(cudaEventDisableTiming);
+  fork_event_ = make_event(cudaEventDisableTiming);
   static std::atomic<uint64_t> next_id{1};
   id_ = next_id++;
   const auto& c = cfg_;

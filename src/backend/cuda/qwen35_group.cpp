@@ -72,9 +72,12 @@ void CudaQwen35::forward_group(std::span<const GroupSlice> slices, std::span<con
     }
   }
 
-  // One graph per (sequences, rows of each), captured at its first use (or
-  // launched directly with NEXTN_CUDA_GRAPHS=0). The server's batches change
-  // as requests come and go, so the graphs are bounded: past kMaxGroupGraphs
+  // One graph per (sequences, rows of each), captured at the key's second
+  // use and replayed after (launched directly with NEXTN_CUDA_GRAPHS=0). A
+  // key's first use launches directly: the server's batches change as
+  // requests come and go and as their verify blocks differ, and capturing a
+  // graph of thousands of nodes for a batch that never comes again costs
+  // more than launching it. The graphs are bounded: past kMaxGroupGraphs
   // keys the lead drops them all (after its stream is idle) and starts over.
   std::vector<std::pair<uint64_t, int>> key;
   for (const GroupSlice& s : slices) key.emplace_back(s.seq->id_, s.T);
@@ -83,12 +86,13 @@ void CudaQwen35::forward_group(std::span<const GroupSlice> slices, std::span<con
     if (group_graph_ids_.size() >= size_t(kMaxGroupGraphs)) {
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       for (const auto& entry : group_graph_ids_)
-        graphs_.erase(std::make_tuple(int(GraphKind::GroupForward), entry.second, 0));
+        graphs_.erase(std::make_tuple(int(GraphKind::GroupForward), entry.second.id, 0));
       group_graph_ids_.clear();
     }
-    it = group_graph_ids_.emplace(std::move(key), next_group_graph_id_++).first;
+    it = group_graph_ids_.emplace(std::move(key), GroupGraphKey{next_group_graph_id_++, 0}).first;
   }
-  replay(GraphKind::GroupForward, it->second, 0, [&] { group_chunk(slices, rows); });
+  if (it->second.uses++ == 0) group_chunk(slices, rows);
+  else replay(GraphKind::GroupForward, it->second.id, 0, [&] { group_chunk(slices, rows); });
   CUDA_CHECK(cudaEventRecord(group_event_, stream_));
   for (const GroupSlice& s : slices) {
     CudaQwen35& q = *s.seq;
@@ -113,38 +117,59 @@ void CudaQwen35::group_chunk(std::span<const GroupSlice> slices, int rows) {
                   act_, H_, &s.seq->d_args_->out_row, stream_);
 }
 
+// The per-sequence parts run on the sequences' own streams, branching off
+// the lead's and joining it again, so that the GPU overlaps the sequences'
+// small kernels (a captured group graph gets one branch per sequence).
+// Every branch reads and writes only its own slice of the shared rows and
+// its own caches and state, so the order between branches does not matter.
+template <typename F>
+void CudaQwen35::on_sequence_streams(std::span<const GroupSlice> slices, F&& per) {
+  CUDA_CHECK(cudaEventRecord(fork_event_, stream_));
+  for (const GroupSlice& s : slices) {
+    if (s.seq == this) {
+      per(s, static_cast<cudaStream_t>(stream_));
+      continue;
+    }
+    cudaStream_t branch = s.seq->stream_;
+    CUDA_CHECK(cudaStreamWaitEvent(branch, fork_event_, 0));
+    per(s, branch);
+    CUDA_CHECK(cudaEventRecord(s.seq->group_event_, branch));
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, s.seq->group_event_, 0));
+  }
+}
+
 void CudaQwen35::group_attention(const LayerWeights& L, const StepBuffers& b) {
   const int qd = cfg_.num_attention_heads * cfg_.head_dim;
   const size_t as = size_t(act_size(act_));
-  for (const GroupSlice& s : b.group) {
+  on_sequence_streams(b.group, [&](const GroupSlice& s, cudaStream_t st) {
     const CudaQwen35& q = *s.seq;
     const KvCache& kv = q.kv_[size_t(L.kv_index)];
     const int* pos = &q.d_args_->pos;
     float* proj = b.proj + size_t(s.row) * size_t(proj_ld_);
     float* qrows = b.q + size_t(s.row) * size_t(qd);
     cuda::attn_prepare(attn_shape_, proj, proj_ld_, s.T, L.attn.q_norm, L.attn.k_norm, w_->inv_freq, pos, qrows, kv.k,
-                       kv.v, act_, stream_);
+                       kv.v, act_, st);
     cuda::attention(attn_shape_, qrows, kv.k, kv.v, act_, proj, proj_ld_, s.T, pos, q.max_tokens_, q.attn_partial_,
-                    static_cast<char*>(b.act) + size_t(s.row) * size_t(qd) * as, stream_);
-  }
+                    static_cast<char*>(b.act) + size_t(s.row) * size_t(qd) * as, st);
+  });
 }
 
 void CudaQwen35::group_gdn(const LayerWeights& L, const StepBuffers& b) {
   const size_t idx = size_t(L.gdn_index);
   const GdnLayer& lead = (*b.gdn_host)[idx];
   const size_t ld = size_t(lead.proj_ld), as = size_t(act_size(act_)), vd = size_t(cfg_.value_dim());
-  for (const GroupSlice& s : b.group) {
+  on_sequence_streams(b.group, [&](const GroupSlice& s, cudaStream_t st) {
     const CudaQwen35& q = *s.seq;
     const GdnLayer& g = q.gdn_host_[idx];
     if (&q != this)
       CUDA_CHECK(cudaMemcpyAsync(const_cast<float*>(g.proj), lead.proj + size_t(s.row) * ld,
-                                 size_t(s.T) * ld * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
-    cuda::gdn_conv(gdn_shape_, q.gdn_table_, L.gdn_index, 1, s.T, &q.d_args_->parity, 0, false, stream_);
-    cuda::gdn_recurrence(gdn_shape_, q.gdn_table_, L.gdn_index, 1, s.T, &q.d_args_->parity, 0, false, act_, stream_);
+                                 size_t(s.T) * ld * sizeof(float), cudaMemcpyDeviceToDevice, st));
+    cuda::gdn_conv(gdn_shape_, q.gdn_table_, L.gdn_index, 1, s.T, &q.d_args_->parity, 0, false, st);
+    cuda::gdn_recurrence(gdn_shape_, q.gdn_table_, L.gdn_index, 1, s.T, &q.d_args_->parity, 0, false, act_, st);
     if (&q != this)
       CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(b.act) + size_t(s.row) * vd * as, q.act_buf_,
-                                 size_t(s.T) * vd * as, cudaMemcpyDeviceToDevice, stream_));
-  }
+                                 size_t(s.T) * vd * as, cudaMemcpyDeviceToDevice, st));
+  });
 }
 
 namespace {
@@ -192,6 +217,14 @@ void CudaSequenceGroup::forward_together(std::span<ModelRuntime* const> sequence
     q->check_forward(tokens[i]);  // all checked before any sequence changes
     seqs.push_back(q);
   }
+  // In the order of the sequences' ids, whatever order the caller lists them
+  // in (the server's threads arrive in any order): the same batch gets the
+  // same lead and the same graph key every step. Each sequence's result does
+  // not depend on its place in the batch.
+  std::vector<size_t> order(seqs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return seqs[a]->sequence_id() < seqs[b]->sequence_id(); });
   // Chunks of at most kMaxRows rows, each sequence whole, in order. A
   // sequence longer than that (a prompt) runs its own target_forward (the
   // prefill GEMMs, then the graphs), and so does a chunk of one sequence.
@@ -205,7 +238,7 @@ void CudaSequenceGroup::forward_together(std::span<ModelRuntime* const> sequence
     chunk_tokens.clear();
     rows = 0;
   };
-  for (size_t i = 0; i < seqs.size(); ++i) {
+  for (const size_t i : order) {
     const int T = int(tokens[i].size());
     if (T > kMaxRows) {
       seqs[i]->target_forward(tokens[i]);

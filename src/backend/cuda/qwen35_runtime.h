@@ -182,6 +182,7 @@ class CudaQwen35 final : public ModelRuntime {
 
   WalkVariant walk_variant() const { return walk_variant_; }
   const CudaQwen35Weights* weights() const { return w_.get(); }
+  uint64_t sequence_id() const { return id_; }
   // What target_forward checks before any change (token ids, capacity).
   void check_forward(std::span<const int32_t> tokens) const;
   // One trunk forward over the slices' rows (qwen35_group.cpp): this
@@ -296,10 +297,21 @@ class CudaQwen35 final : public ModelRuntime {
   };
   std::vector<KvCache> kv_;
   Event group_event_;  // orders this sequence's stream around a group forward
+  Event fork_event_;   // as a group's lead: where the sequences' streams branch off (on_sequence_streams)
+  // As a group's lead: per(slice, stream) for every slice, each on its
+  // sequence's own stream, all after the work on the lead's stream so far;
+  // the lead's stream then waits for all of them (qwen35_group.cpp).
+  template <typename F>
+  void on_sequence_streams(std::span<const GroupSlice> slices, F&& per);
   uint64_t id_ = 0;    // unique among the process's sequences (a group graph's key names its sequences by it)
   // The group forwards this sequence led: (sequence id, rows) of each slice
-  // -> the `a` of its GraphKind::GroupForward graph. Bounded (qwen35_group.cpp).
-  std::map<std::vector<std::pair<uint64_t, int>>, int> group_graph_ids_;
+  // -> the `a` of its GraphKind::GroupForward graph and how often the key
+  // came. Bounded (qwen35_group.cpp).
+  struct GroupGraphKey {
+    int id = 0;
+    int uses = 0;
+  };
+  std::map<std::vector<std::pair<uint64_t, int>>, GroupGraphKey> group_graph_ids_;
   int next_group_graph_id_ = 0;
   // What the MTP graphs ran, counted on the host as they are replayed (they
   // have no early exit: every row launched is a row run). reset() clears it.
