@@ -12,6 +12,10 @@
 //    head again), pad 0.98-1.00x, fused 0.998-1.008x (a tie: it beat
 //    batched's whole spread in 5 of 80 cells, by under 1 %, and nowhere
 //    twice in a row). The early-exit ceiling is at most ~1 % of a round.
+//    The Gemma 4 31B pairing (head 262144 x 5376, q4, oracle 0.6/0.8/0.9,
+//    the record's "Gemma 4 pairing" section): batched at every K as well
+//    (walk 0.89-0.99x, pad 0.99x, fused within 0.4 %), so one table serves
+//    both families.
 //  - cpu: batched at every K. docs/benchmark_results/verify-arms-cpu-2026-11-29.md
 //    (fixture qwen35-causal-tied, MTP and oracle 0.8 drafters, K = 3..32):
 //    every arm's [min, max] over 7 repeats overlaps batched's at every K
