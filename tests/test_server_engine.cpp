@@ -13,6 +13,7 @@
 #include "speculative/generate.h"
 #include "speculative/sampled_generate.h"
 #include "tokenizer/model_tokenizer.h"
+#include "engine_test_util.h"
 
 namespace nextn::server {
 namespace {
@@ -20,24 +21,8 @@ namespace {
 using namespace std::chrono_literals;
 const std::string kModel = std::string(NEXTN_SOURCE_DIR) + "/models/default";
 
-struct Finished {
-  std::string text, finish_reason;
-  int completion_tokens = 0;
-};
-
-Finished wait(Job& job) {
-  Finished f;
-  for (;;)
-    for (JobEvent& ev : job.take(1000ms)) {
-      f.text += ev.text;
-      if (ev.final) {
-        EXPECT_EQ(ev.error, "");
-        f.finish_reason = ev.finish_reason;
-        f.completion_tokens = ev.completion_tokens;
-        return f;
-      }
-    }
-}
+using engine_test::Finished;
+using engine_test::wait;
 
 std::shared_ptr<Job> greedy_job(const tok::Tokenizer& t, const std::string& prompt, int max_tokens,
                                 std::vector<std::string> stop = {}, bool ignore_eos = false) {

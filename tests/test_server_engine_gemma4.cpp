@@ -20,6 +20,7 @@
 #include "speculative/gemma4_drafter.h"
 #include "speculative/sampled_generate.h"
 #include "tokenizer/model_tokenizer.h"
+#include "engine_test_util.h"
 
 namespace nextn::server {
 namespace {
@@ -32,24 +33,8 @@ using namespace std::chrono_literals;
 const std::string kTokenizerDir = std::string(NEXTN_FIXTURES) + "/tokenizers/gemma4";
 constexpr int kThreads = 2;
 
-struct Finished {
-  std::string text, finish_reason;
-  int completion_tokens = 0;
-};
-
-Finished wait(Job& job) {
-  Finished f;
-  for (;;)
-    for (JobEvent& ev : job.take(1000ms)) {
-      f.text += ev.text;
-      if (ev.final) {
-        EXPECT_EQ(ev.error, "");
-        f.finish_reason = ev.finish_reason;
-        f.completion_tokens = ev.completion_tokens;
-        return f;
-      }
-    }
-}
+using engine_test::Finished;
+using engine_test::wait;
 
 // A Gemma 4 target and (optionally) its assistant, as `nextn serve -m T [--draft A]` opens them.
 struct Served {

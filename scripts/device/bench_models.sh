@@ -27,7 +27,6 @@ mkdir -p "$CK"
 SUMMARY=$OUT/summary.txt
 START=$(date +%s)
 . scripts/device/lib.sh
-left() { echo $((BUDGET - ($(date +%s) - START))); }
 export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 N=$BUILD/nextn
 

@@ -29,7 +29,6 @@ LOG=$OUT/logs
 SUMMARY=$OUT/summary.txt
 START=$(date +%s)
 . scripts/device/lib.sh
-left() { echo $((BUDGET - ($(date +%s) - START))); }
 # cuBLAS (the prefill GEMM) from the toolkit, else from the Python wheels.
 CUBLAS_DIR=/usr/local/cuda/lib64
 [ -e "$CUBLAS_DIR/libcublas.so.13" ] || CUBLAS_DIR=$(dirname "$(find / -name 'libcublas.so.13*' 2>/dev/null | head -1)")
@@ -39,27 +38,18 @@ mkdir -p "$CK"
 record_start
 say "cuBLAS from $CUBLAS_DIR; before = $BEFORE"
 
-run() {  # name limit command...: runs it, logs it, puts its summary lines in the summary
-  local name=$1 limit=$2
-  shift 2
-  if [ "$(left)" -lt 20 ]; then say "skip $name: $(left) s of the budget left"; return; fi
-  local t0=$(date +%s)
-  timeout "$limit" "$@" >"$LOG/$name.txt" 2>&1
-  say "$name: exit $? in $(( $(date +%s) - t0 )) s: $*"
-  grep -E "tokens/s|ms per round|roofline|peak device|at the peak|error:" "$LOG/$name.txt" | sed 's/^/    /' | tee -a "$SUMMARY" >/dev/null
-}
 
 for size in ${NEXTN_RECORD_SIZES:-0.8b 4b 27b}; do
   dir=$CK/$size-q4
   n=256
   [ "$size" = 27b ] && n=128
-  run "make_$size" 120 "$N" make-checkpoint --preset "qwen3.5-$size" --quant q4 --seed "$SEED" --out "$dir"
+  run_step "make_$size" 120 "$N" make-checkpoint --preset "qwen3.5-$size" --quant q4 --seed "$SEED" --out "$dir"
   common=(bench decode --backend cuda -m "$dir" --prompt-len 16 -n "$n" --repeats 3)
-  run "decode_${size}_new" 200 "$N" "${common[@]}" --prefill-len 2048 --breakdown
-  run "decode_${size}_old" 200 env $BEFORE "$N" "${common[@]}" --prefill-len 2048
-  run "mtp4_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 4 --breakdown
-  run "mtp8_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 8
-  run "mtp4_${size}_old" 200 env $BEFORE "$N" "${common[@]}" --draft mtp --block-size 4
+  run_step "decode_${size}_new" 200 "$N" "${common[@]}" --prefill-len 2048 --breakdown
+  run_step "decode_${size}_old" 200 env $BEFORE "$N" "${common[@]}" --prefill-len 2048
+  run_step "mtp4_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 4 --breakdown
+  run_step "mtp8_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 8
+  run_step "mtp4_${size}_old" 200 env $BEFORE "$N" "${common[@]}" --draft mtp --block-size 4
   rm -rf "$dir"
 done
 

@@ -39,3 +39,19 @@ record_finish() {
   say "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
   tar czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOG"
 }
+
+# Seconds left of $BUDGET since $START (the scripts that time steps set both).
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+
+# run_step NAME LIMIT COMMAND...: runs the command with a time limit unless
+# fewer than 20 s of the budget are left (then says it skipped), logs its
+# output to $LOG/NAME.txt and copies its summary lines into the summary.
+run_step() {
+  local name=$1 limit=$2
+  shift 2
+  if [ "$(left)" -lt 20 ]; then say "skip $name: $(left) s of the budget left"; return; fi
+  local t0=$(date +%s)
+  timeout "$limit" "$@" >"$LOG/$name.txt" 2>&1
+  say "$name: exit $? in $(( $(date +%s) - t0 )) s: $*"
+  grep -E "tokens/s|ms per round|roofline|peak device|at the peak|error:" "$LOG/$name.txt" | sed 's/^/    /' | tee -a "$SUMMARY" >/dev/null
+}

@@ -22,33 +22,23 @@ LOG=$OUT/logs
 SUMMARY=$OUT/summary.txt
 START=$(date +%s)
 . scripts/device/lib.sh
-left() { echo $((BUDGET - ($(date +%s) - START))); }
 export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 N=$BUILD/nextn
 mkdir -p "$CK"
 record_start
 
-run() {  # name limit command...
-  local name=$1 limit=$2
-  shift 2
-  if [ "$(left)" -lt 20 ]; then say "skip $name: $(left) s of the budget left"; return; fi
-  local t0=$(date +%s)
-  timeout "$limit" "$@" >"$LOG/$name.txt" 2>&1
-  say "$name: exit $? in $(( $(date +%s) - t0 )) s: $*"
-  grep -E "tokens/s|ms per round|error:" "$LOG/$name.txt" | sed 's/^/    /' | tee -a "$SUMMARY" >/dev/null
-}
 
 for size in ${NEXTN_RECORD_SIZES:-0.8b 4b 27b}; do
   dir=$CK/$size-q4
   n=256
   [ "$size" = 27b ] && n=128
-  run "make_$size" 120 "$N" make-checkpoint --preset "qwen3.5-$size" --quant q4 --seed 0 --out "$dir"
+  run_step "make_$size" 120 "$N" make-checkpoint --preset "qwen3.5-$size" --quant q4 --seed 0 --out "$dir"
   common=(bench decode --backend cuda -m "$dir" --prompt-len 16 -n "$n" --repeats 3 --draft mtp)
   for k in 4 8; do
-    run "k${k}_${size}_pdl_a" 120 "$N" "${common[@]}" --block-size $k
-    run "k${k}_${size}_fwd_multi_off" 120 env NEXTN_CUDA_PDL_OFF=forward_multi "$N" "${common[@]}" --block-size $k
-    run "k${k}_${size}_no_pdl" 120 env NEXTN_CUDA_PDL=0 "$N" "${common[@]}" --block-size $k
-    run "k${k}_${size}_pdl_b" 120 "$N" "${common[@]}" --block-size $k
+    run_step "k${k}_${size}_pdl_a" 120 "$N" "${common[@]}" --block-size $k
+    run_step "k${k}_${size}_fwd_multi_off" 120 env NEXTN_CUDA_PDL_OFF=forward_multi "$N" "${common[@]}" --block-size $k
+    run_step "k${k}_${size}_no_pdl" 120 env NEXTN_CUDA_PDL=0 "$N" "${common[@]}" --block-size $k
+    run_step "k${k}_${size}_pdl_b" 120 "$N" "${common[@]}" --block-size $k
   done
   rm -rf "$dir"
 done

@@ -73,7 +73,6 @@ START=$(date +%s)
 . scripts/device/lib.sh
 export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"  # libfmt carried by prepare.sh
 NEXTN=$BUILD/nextn
-left() { echo $((BUDGET - ($(date +%s) - START))); }
 mkdir -p "$OUT/json" "$CK"
 
 if [ "$MODE" = 27b ]; then

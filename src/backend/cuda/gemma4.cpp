@@ -36,9 +36,7 @@ namespace nextn {
 namespace cuda {
 
 float* CudaGemma4::upload_floats(const std::vector<float>& v, const char* what) {
-  float* d = mem_.alloc<float>(v.size() * sizeof(float), what);
-  CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
-  return d;
+  return cuda::upload_floats(mem_, v, what);
 }
 
 // Parts concatenated along the rows in the kernels' layout (weight_upload.h):

@@ -167,9 +167,7 @@ CudaQwen35Weights::CudaQwen35Weights(const Qwen35Checkpoint& ck, int reserve_tok
 }
 
 float* CudaQwen35Weights::upload_floats(const std::vector<float>& v, const char* what) {
-  float* d = mem.alloc<float>(v.size() * sizeof(float), what);
-  CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
-  return d;
+  return cuda::upload_floats(mem, v, what);
 }
 
 // Rows of all parts, concatenated, in the kernels' layout (weight_upload.h).

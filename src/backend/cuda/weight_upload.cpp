@@ -111,5 +111,11 @@ DevMatrix upload_weight_parts(const std::vector<WeightRef>& parts, Act act, Devi
   return m;
 }
 
+float* upload_floats(DeviceMemory& mem, const std::vector<float>& v, const char* what) {
+  float* d = mem.alloc<float>(v.size() * sizeof(float), what);
+  CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return d;
+}
+
 }  // namespace nextn::cuda
 #endif  // NEXTN_HAVE_CUDA

@@ -18,6 +18,10 @@ namespace nextn::cuda {
 // sum(rows * cols) * esz bytes; esz 4: fp32, 2: bf16. Synchronous.
 void upload_dense_parts(const std::vector<WeightRef>& parts, size_t esz, uint8_t* dst);
 
+// A float vector (norm weights, a RoPE table) copied to new device memory
+// from `mem` (`what`: its use). Synchronous.
+float* upload_floats(DeviceMemory& mem, const std::vector<float>& v, const char* what);
+
 // Who reads a matrix. RowLookupOnly: only embed_rows (an untied embedding),
 // so it gets no streamed copy; a Matmul matrix keeps only its streamed copy
 // in the bf16 mode (embed_rows reads that too).
