@@ -150,7 +150,8 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--queue-depth", a->queue_depth, "Requests that may wait behind the running ones (default 16; above: 429)")
       ->check(number());
   cmd->add_option("--max-batch", a->max_batch,
-                  "Requests generating at once, their target forwards shared (default 8; the cuda backend runs 1)")
+                  "Requests generating at once, their target forwards shared (default 8; cuda: at most 32; Gemma 4: 1); "
+                  "every slot is made at start")
       ->check(number());
   add_threads_option(cmd, &a->threads);
   cmd->callback([a] { run(*a); });
