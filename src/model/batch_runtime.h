@@ -35,7 +35,10 @@ class SequenceGroup {
   // false when it runs the sequences' forwards one after another.
   virtual bool shares_forwards() const = 0;
   // A fresh sequence with caches of `max_tokens` positions. The group must
-  // outlive it; destroying it frees its caches.
+  // outlive it; destroying it frees its caches. On CUDA not while another
+  // thread runs one of the group's sequences: the constructor synchronizes
+  // the device, which fails during that thread's graph capture (the server
+  // therefore makes every slot at start, server/engine.cpp).
   virtual std::unique_ptr<ModelRuntime> add_sequence(int max_tokens) = 0;
   // target_forward(tokens[i]) on sequences[i] for every i: distinct
   // sequences of this group, each with at least one token. When
