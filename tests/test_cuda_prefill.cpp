@@ -3,7 +3,9 @@
 // test-stream):
 //  - the prefill GEMM path (forwards longer than kMaxRows, bf16 mode): greedy
 //    == speculative for every verify arm after a long prompt; its last-row
-//    logits close to the 64-row graph path (NEXTN_CUDA_PREFILL=chunked);
+//    logits close to the 64-row graph path (NEXTN_CUDA_PREFILL=chunked), with
+//    the tensor-core prefill attention and with the decode kernel's
+//    (NEXTN_CUDA_PREFILL_ATTN=split), also for a second long forward;
 //  - programmatic dependent launch changes no bit (PdlSuspend vs default);
 //  - the profile mode (NEXTN_CUDA_PROFILE=1) times the operations it ran, as
 //    many as it ran, and changes no token.
@@ -106,6 +108,43 @@ TEST(CudaPrefill, CloseToTheGraphPath) {
   std::printf("[cuda prefill] last-row logits, GEMM vs 64-row graphs after 600 tokens: relative error %.2e\n", rel);
   EXPECT_GT(rel, 0.0) << "the two paths are expected to differ in the last bits (another summation order)";
   EXPECT_LT(rel, 0.02);
+}
+
+// The prefill attention on tensor cores (the default) and the decode kernel
+// in 64-row slices (NEXTN_CUDA_PREFILL_ATTN=split), both against the 64-row
+// graphs, over two long forwards: the second one's prefill chunk attends to
+// the first one's keys (pos0 > 0).
+TEST(CudaPrefill, TensorCoreAttentionCloseToTheGraphPath) {
+  NEXTN_REQUIRE_GPU();
+  const auto ck = Qwen35Checkpoint::open(stream_checkpoint());
+  const int V = ck.config().vocab_size;
+  const auto prompt = long_prompt(900, V);
+  const auto first = std::span(prompt).first(600), second = std::span(prompt).subspan(600);
+  std::map<std::string, std::vector<float>> logits;
+  for (const auto& [env, value] : {std::pair{"NEXTN_CUDA_PREFILL_ATTN", "mma"}, {"NEXTN_CUDA_PREFILL_ATTN", "split"},
+                                   {"NEXTN_CUDA_PREFILL", "chunked"}}) {
+    auto rt = make_rt(ck, 960, env, value);
+    rt->target_forward(first);
+    rt->target_forward(second);
+    auto& row = logits[value];
+    row.resize(size_t(V));
+    rt->head_logits(int(second.size()) - 1, row.data());
+    for (float x : row) ASSERT_TRUE(std::isfinite(x)) << value;
+  }
+  const auto& graphs = logits["chunked"];
+  for (const char* mode : {"mma", "split"}) {
+    const auto& got = logits[mode];
+    double diff = 0, norm = 0;
+    for (int i = 0; i < V; ++i) {
+      diff += std::pow(double(got[size_t(i)]) - graphs[size_t(i)], 2);
+      norm += std::pow(double(graphs[size_t(i)]), 2);
+    }
+    const double rel = std::sqrt(diff / norm);
+    std::printf("[cuda prefill] last-row logits after 600 + 300 tokens, prefill attention %s vs 64-row graphs: "
+                "relative error %.2e\n",
+                mode, rel);
+    EXPECT_LT(rel, 0.02) << mode;
+  }
 }
 
 TEST(CudaPdl, SameBitsWithoutPdl) {

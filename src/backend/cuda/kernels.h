@@ -184,6 +184,15 @@ void attention(const AttnShape& a, const float* q, const void* kcache, const voi
                const float* proj, int ld, int T, const int* pos, int max_tokens, float* partial, void* out,
                cudaStream_t s);
 
+// The same attention for a prefill chunk of T (any number of) queries, bf16
+// mode only (caches and out bf16), on tensor cores (attention_prefill.cu):
+// close to attention() but not bitwise (q and the softmax weights rounded
+// to bf16, another summation order). For head_dim 64, 128 or 256 (check
+// attention_prefill_supports first).
+bool attention_prefill_supports(const AttnShape& a);
+void attention_prefill(const AttnShape& a, const float* q, const void* kcache, const void* vcache, const float* proj,
+                       int ld, int T, const int* pos, void* out, cudaStream_t s);
+
 // out[t][i] = silu(gu[t][i]) * gu[t][I + i], to type `act` ([T][ldo]).
 void swiglu(const float* gu, int ld, int I, int T, void* out, Act act, int ldo, cudaStream_t s);
 

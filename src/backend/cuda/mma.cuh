@@ -1,5 +1,6 @@
-// Tensor-core and bf16 helpers shared by the matmul kernels (matmul.cu, the
-// generic family; matmul_stream.cu, the streamed quantized kernel).
+// Tensor-core, bf16 and shared-memory copy helpers shared by the matmul
+// kernels (matmul.cu, the generic family; matmul_stream.cu, the streamed
+// quantized kernel) and the prefill attention (attention_prefill.cu).
 #pragma once
 #include <cuda_bf16.h>
 
@@ -33,6 +34,27 @@ __device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t
   uint32_t r;
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));  // (a & b) | c
   return r;
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+// 16 bytes global -> shared without registers.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>  // wait until at most N of this thread's committed groups are still in flight
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// Four 8x8 bf16 matrices from shared memory, transposed: lane l gives the
+// address of row l % 8 of matrix l / 8 (16 contiguous bytes) and receives in
+// register i the elements (rows 2 (l % 4), 2 (l % 4) + 1; column l / 4) of
+// matrix i, i.e. an mma B fragment half of a row-major [k][n] tile.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row_addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(row_addr))
+               : "memory");
 }
 
 }  // namespace nextn::cuda

@@ -89,6 +89,11 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
     if (v == "chunked") prefill_gemm_enabled_ = false;
     else if (v != "gemm" && !v.empty()) fail("NEXTN_CUDA_PREFILL='{}': expected gemm or chunked", v);
   }
+  if (const char* p = std::getenv("NEXTN_CUDA_PREFILL_ATTN")) {
+    const std::string v(p);
+    if (v == "split") prefill_attn_mma_ = false;
+    else if (v != "mma" && !v.empty()) fail("NEXTN_CUDA_PREFILL_ATTN='{}': expected mma or split", v);
+  }
   if (const char* w = std::getenv("NEXTN_CUDA_WALK")) {
     const std::string s(w);
     if (s == "flag") walk_variant_ = WalkVariant::Flag;

@@ -2,9 +2,11 @@
 // <= kMaxRows (which the 64-row graphs run, so that rollback and the
 // batch-invariance contract of short forwards are untouched), in chunks of
 // kPrefillRows through PrefillGemm (cuBLAS tensor cores on bf16-expanded
-// weights) instead of 64-row slices of the streamed decode kernel. The other
-// operations are the decode kernels on more rows; attention runs in kMaxRows
-// slices so it reuses the decode workspace. Only in the bf16 mode: the fp32
+// weights) instead of 64-row slices of the streamed decode kernel. Attention
+// goes through attention_prefill (tensor cores, the whole chunk in one
+// launch; NEXTN_CUDA_PREFILL_ATTN=split or an unsupported head_dim: the
+// decode kernel in kMaxRows slices, reusing the decode workspace). The other
+// operations are the decode kernels on more rows. Only in the bf16 mode: the fp32
 // mode, which the CPU parity tests use, keeps every forward on the graphs.
 #ifdef NEXTN_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -82,6 +84,11 @@ void CudaQwen35::prefill_project(const DevMatrix& W, const void* x, int T, int l
 }
 
 void CudaQwen35::prefill_attention(int T, void* k_cache, void* v_cache, const StepBuffers& b) {
+  if (prefill_attn_mma_ && cuda::attention_prefill_supports(attn_shape_)) {
+    // d_prefill_pos_[0]: the chunk's first position (prefill() runs in the bf16 mode only).
+    cuda::attention_prefill(attn_shape_, b.q, k_cache, v_cache, b.proj, proj_ld_, T, d_prefill_pos_, b.act, stream_);
+    return;
+  }
   const int qd = cfg_.num_attention_heads * cfg_.head_dim;
   const size_t as = size_t(act_size(act_));
   for (int t0 = 0, i = 0; t0 < T; t0 += kMaxRows, ++i)

@@ -348,6 +348,9 @@ class CudaQwen35 final : public ModelRuntime {
   // prefill workspace (allocated at the first long forward; NEXTN_CUDA_PREFILL=
   // chunked keeps every forward on the 64-row graphs)
   bool prefill_gemm_enabled_ = true;
+  // NEXTN_CUDA_PREFILL_ATTN=split: prefill attention through the decode
+  // kernel in kMaxRows slices instead of attention_prefill (tensor cores).
+  bool prefill_attn_mma_ = true;
   std::unique_ptr<PrefillGemm> prefill_gemm_;
   StepBuffers prefill_buffers_{};
   std::vector<cuda::GdnLayer> prefill_gdn_host_;
