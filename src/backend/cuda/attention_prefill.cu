@@ -8,7 +8,8 @@
 // S = Q K^T (m16n8k16, bf16 in, fp32 accumulation), the causal mask (query at
 // absolute position pos0 + t sees keys [0, pos0 + t]), an online softmax in
 // fp32 (running max and sum per row, exp2 with the scale folded in), then
-// O += P V with P rounded to bf16. K and V tiles come in through cp.async,
+// O += P V with P rounded to bf16. Fragments come from shared memory through
+// ldmatrix (rows padded by 16 bytes: no bank conflicts). K and V tiles come in through cp.async,
 // the next K tile while this one's P V runs. The end: O / sum * sigmoid(gate).
 // Not batch-invariant in the decode kernel's sense (another summation order),
 // which prefill does not need: greedy and speculative decoding run the same
@@ -48,8 +49,6 @@ __device__ __forceinline__ void load_kv_tile(bf16* dst, const bf16* cache, int H
   }
 }
 
-__device__ __forceinline__ uint32_t lds32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
-
 // q: fp32 [T][Hq][HD] (after attn_prepare); caches bf16 [pos][Hkv][HD];
 // proj: fp32 [T][ld], the gate of head h at h * 2 HD + HD; out: bf16
 // [T][Hq * HD]. pos0: the absolute position of row 0.
@@ -68,6 +67,7 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnShape a, con
   const int h = blockIdx.y, kvh = h / (a.Hq / a.Hkv);
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kQTile;  // the longest tiles first
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int mi = lane >> 3, mr = lane & 7;  // ldmatrix: the matrix and row this lane addresses
   const int pos0 = *pos0_ptr;
   const int rows = min(kQTile, T - q0);
   const int nk = pos0 + q0 + rows;  // keys the tile's last row sees
@@ -104,12 +104,14 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnShape a, con
       for (int n = 0; n < 8; ++n) Sacc[n][0] = Sacc[n][1] = Sacc[n][2] = Sacc[n][3] = 0.0f;
 #pragma unroll 4
       for (int ks = 0; ks < HD / 16; ++ks) {
-        const bf16* qa = Qs + (r0 + g) * S + ks * 16 + 2 * c;
-        const uint32_t a0 = lds32(qa), a1 = lds32(qa + 8 * S), a2 = lds32(qa + 8), a3 = lds32(qa + 8 * S + 8);
+        uint32_t qa[4];  // A fragment: rows r0.. r0 + 15, dims ks * 16 ..
+        ldmatrix_x4(qa, Qs + (r0 + mr + (mi & 1) * 8) * S + ks * 16 + (mi >> 1) * 8);
 #pragma unroll
-        for (int n = 0; n < 8; ++n) {
-          const bf16* kb = Ks + (n * 8 + g) * S + ks * 16 + 2 * c;
-          mma_bf16(Sacc[n], a0, a1, a2, a3, lds32(kb), lds32(kb + 8));
+        for (int np = 0; np < 4; ++np) {  // B fragments of key n-tiles 2 np, 2 np + 1
+          uint32_t kb[4];
+          ldmatrix_x4(kb, Ks + ((2 * np + (mi >> 1)) * 8 + mr) * S + ks * 16 + (mi & 1) * 8);
+          mma_bf16(Sacc[2 * np], qa[0], qa[1], qa[2], qa[3], kb[0], kb[1]);
+          mma_bf16(Sacc[2 * np + 1], qa[0], qa[1], qa[2], qa[3], kb[2], kb[3]);
         }
       }
     }
@@ -165,7 +167,6 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnShape a, con
       }
       // O += P V: the S accumulators of key n-tiles 2j, 2j + 1 are the A
       // fragment of k-step j; V's B fragments through ldmatrix.trans.
-      const int mi = lane >> 3, mr = lane & 7;
 #pragma unroll
       for (int j = 0; j < kKTile / 16; ++j) {
         const uint32_t p0 = pack_bf16(Sacc[2 * j][0], Sacc[2 * j][1]), p1 = pack_bf16(Sacc[2 * j][2], Sacc[2 * j][3]);

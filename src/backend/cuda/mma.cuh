@@ -46,6 +46,17 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>  // wait until at most N of this thread's committed groups are still in flight
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
+// Four 8x8 bf16 matrices from shared memory: lane l gives the address of
+// row l % 8 of matrix l / 8 (16 contiguous bytes) and receives in register i
+// the elements (row l / 4; columns 2 (l % 4), 2 (l % 4) + 1) of matrix i: an
+// mma A fragment of a row-major tile, or a B fragment half of an [n][k] one.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row_addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(row_addr))
+               : "memory");
+}
+
 // Four 8x8 bf16 matrices from shared memory, transposed: lane l gives the
 // address of row l % 8 of matrix l / 8 (16 contiguous bytes) and receives in
 // register i the elements (rows 2 (l % 4), 2 (l % 4) + 1; column l / 4) of
