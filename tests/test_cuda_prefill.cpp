@@ -5,7 +5,8 @@
 //    == speculative for every verify arm after a long prompt; its last-row
 //    logits close to the 64-row graph path (NEXTN_CUDA_PREFILL=chunked), with
 //    the tensor-core prefill attention and with the decode kernel's
-//    (NEXTN_CUDA_PREFILL_ATTN=split), also for a second long forward;
+//    (NEXTN_CUDA_PREFILL_ATTN=split), with the decode GDN recurrence
+//    (NEXTN_CUDA_PREFILL_GDN=serial), also for a second long forward;
 //  - programmatic dependent launch changes no bit (PdlSuspend vs default);
 //  - the profile mode (NEXTN_CUDA_PROFILE=1) times the operations it ran, as
 //    many as it ran, and changes no token.
@@ -110,10 +111,12 @@ TEST(CudaPrefill, CloseToTheGraphPath) {
   EXPECT_LT(rel, 0.02);
 }
 
-// The prefill attention on tensor cores (the default) and the decode kernel
-// in 64-row slices (NEXTN_CUDA_PREFILL_ATTN=split), both against the 64-row
-// graphs, over two long forwards: the second one's prefill chunk attends to
-// the first one's keys (pos0 > 0).
+// The prefill attention on tensor cores and the GDN recurrence in row parts
+// (both defaults: "mma"), the decode attention kernel in 64-row slices
+// (NEXTN_CUDA_PREFILL_ATTN=split) and the decode GDN recurrence
+// (NEXTN_CUDA_PREFILL_GDN=serial), each against the 64-row graphs, over two
+// long forwards: the second one's prefill chunk attends to the first one's
+// keys (pos0 > 0) and starts from its GDN state.
 TEST(CudaPrefill, TensorCoreAttentionCloseToTheGraphPath) {
   NEXTN_REQUIRE_GPU();
   const auto ck = Qwen35Checkpoint::open(stream_checkpoint());
@@ -122,7 +125,7 @@ TEST(CudaPrefill, TensorCoreAttentionCloseToTheGraphPath) {
   const auto first = std::span(prompt).first(600), second = std::span(prompt).subspan(600);
   std::map<std::string, std::vector<float>> logits;
   for (const auto& [env, value] : {std::pair{"NEXTN_CUDA_PREFILL_ATTN", "mma"}, {"NEXTN_CUDA_PREFILL_ATTN", "split"},
-                                   {"NEXTN_CUDA_PREFILL", "chunked"}}) {
+                                   {"NEXTN_CUDA_PREFILL_GDN", "serial"}, {"NEXTN_CUDA_PREFILL", "chunked"}}) {
     auto rt = make_rt(ck, 960, env, value);
     rt->target_forward(first);
     rt->target_forward(second);
@@ -132,7 +135,7 @@ TEST(CudaPrefill, TensorCoreAttentionCloseToTheGraphPath) {
     for (float x : row) ASSERT_TRUE(std::isfinite(x)) << value;
   }
   const auto& graphs = logits["chunked"];
-  for (const char* mode : {"mma", "split"}) {
+  for (const char* mode : {"mma", "split", "serial"}) {
     const auto& got = logits[mode];
     double diff = 0, norm = 0;
     for (int i = 0; i < V; ++i) {
@@ -140,7 +143,7 @@ TEST(CudaPrefill, TensorCoreAttentionCloseToTheGraphPath) {
       norm += std::pow(double(graphs[size_t(i)]), 2);
     }
     const double rel = std::sqrt(diff / norm);
-    std::printf("[cuda prefill] last-row logits after 600 + 300 tokens, prefill attention %s vs 64-row graphs: "
+    std::printf("[cuda prefill] last-row logits after 600 + 300 tokens, prefill %s vs 64-row graphs: "
                 "relative error %.2e\n",
                 mode, rel);
     EXPECT_LT(rel, 0.02) << mode;

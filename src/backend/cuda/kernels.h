@@ -226,6 +226,13 @@ void gdn_conv(const GdnShape& g, const GdnLayer* table, int layer, int n_layers,
 void gdn_recurrence(const GdnShape& g, const GdnLayer* table, int layer, int n_layers, int T, const int* parity,
                     int invert, bool replay, Act act, cudaStream_t s);
 
+// The same recurrence for a prefill chunk of T tokens, one layer, bf16 mode
+// (gdn_prefill.cu): not bitwise equal to gdn_recurrence (4 row parts per
+// column, fused multiply-adds), the gated norm in a second kernel.
+// o_scratch: [T][Hv*dv] fp32, the raw outputs between the two.
+void gdn_prefill_recurrence(const GdnShape& g, const GdnLayer* table, int layer, int T, const int* parity,
+                            float* o_scratch, cudaStream_t s);
+
 // dst[r][:] = r < *n_real ? src[*first + r][:] : 0 for r < width, elements of `act`.
 void gather_rows(const void* src, int n, const int* first, const int* n_real, int width, void* dst, Act act,
                  cudaStream_t s);

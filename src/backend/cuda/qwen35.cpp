@@ -94,6 +94,11 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
     if (v == "split") prefill_attn_mma_ = false;
     else if (v != "mma" && !v.empty()) fail("NEXTN_CUDA_PREFILL_ATTN='{}': expected mma or split", v);
   }
+  if (const char* p = std::getenv("NEXTN_CUDA_PREFILL_GDN")) {
+    const std::string v(p);
+    if (v == "serial") prefill_gdn_parts_ = false;
+    else if (v != "parts" && !v.empty()) fail("NEXTN_CUDA_PREFILL_GDN='{}': expected parts or serial", v);
+  }
   if (const char* w = std::getenv("NEXTN_CUDA_WALK")) {
     const std::string s(w);
     if (s == "flag") walk_variant_ = WalkVariant::Flag;
@@ -414,7 +419,10 @@ void CudaQwen35::decoder_layer(const LayerWeights& L, int T, const StepBuffers& 
       mark("gdn.conv");
       cuda::gdn_conv(gdn_shape_, b.gdn_table, L.gdn_index, 1, T, &d_args_->parity, 0, false, stream_);
       mark("gdn.rec");
-      cuda::gdn_recurrence(gdn_shape_, b.gdn_table, L.gdn_index, 1, T, &d_args_->parity, 0, false, act_, stream_);
+      if (b.prefill && prefill_gdn_parts_ && proj_ld_ >= c.value_dim())  // b.proj is free here: the raw outputs
+        cuda::gdn_prefill_recurrence(gdn_shape_, b.gdn_table, L.gdn_index, T, &d_args_->parity, b.proj, stream_);
+      else
+        cuda::gdn_recurrence(gdn_shape_, b.gdn_table, L.gdn_index, 1, T, &d_args_->parity, 0, false, act_, stream_);
     }
     mark("gdn.out");
     project(L.gdn_out, b.act, T, c.value_dim(), b.x, H_, true, b);

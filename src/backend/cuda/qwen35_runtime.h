@@ -351,6 +351,9 @@ class CudaQwen35 final : public ModelRuntime {
   // NEXTN_CUDA_PREFILL_ATTN=split: prefill attention through the decode
   // kernel in kMaxRows slices instead of attention_prefill (tensor cores).
   bool prefill_attn_mma_ = true;
+  // NEXTN_CUDA_PREFILL_GDN=serial: prefill's GDN recurrence through the
+  // decode kernel instead of gdn_prefill_recurrence (4 row parts per column).
+  bool prefill_gdn_parts_ = true;
   std::unique_ptr<PrefillGemm> prefill_gemm_;
   StepBuffers prefill_buffers_{};
   std::vector<cuda::GdnLayer> prefill_gdn_host_;
