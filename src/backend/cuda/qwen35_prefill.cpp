@@ -34,7 +34,7 @@ namespace nextn::cuda {
 bool CudaQwen35::prefill_applies(int T) const { return prefill_gemm_enabled_ && act_ == Act::BF16 && T > kMaxRows; }
 
 void CudaQwen35::prefill_release() {
-  if (!prefill_gemm_) return;
+  if (!prefill_gemm_ && prefill_mem_.total() == 0) return;  // none held (or an allocation that failed part way)
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued prefill work may still read the buffers
   prefill_gemm_.reset();
   prefill_mem_ = DeviceMemory();
@@ -50,6 +50,7 @@ static int prefill_slices(int max_rows) { return (kPrefillRows + max_rows - 1) /
 
 void CudaQwen35::prefill_allocate() {
   if (prefill_gemm_) return;
+  prefill_release();  // what an earlier attempt that ran out of memory left
   const auto& c = cfg_;
   const size_t P = kPrefillRows, as = size_t(act_size(act_));
   const int qd = c.num_attention_heads * c.head_dim;
