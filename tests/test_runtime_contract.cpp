@@ -8,6 +8,7 @@
 #include "backend/cuda/workspace_dims.h"
 #include "fixture_util.h"
 #include "io/checkpoint.h"
+#include "model/runtime.h"
 #include "runtime_contract.h"
 
 namespace nextn {
@@ -62,6 +63,21 @@ TEST(CudaWorkspaceDims, SumsAreCheckedIn64Bits) {
   test::expect_error([&] { (void)cuda::workspace_dims(small, INT_MAX - 10); }, "hidden rows (max_tokens + 64)",
                      "hidden rows");
   test::expect_error([&] { (void)cuda::workspace_dims(small, 0); }, "max_tokens 0 must be positive", "capacity 0");
+}
+
+// The rows per forward a runtime is built for: [1, 64], checked by
+// make_runtime for every backend and by the CUDA sequence itself.
+TEST(CudaWorkspaceDims, RowsPerForwardAreChecked) {
+  EXPECT_NO_THROW(cuda::check_max_rows(1));
+  EXPECT_NO_THROW(cuda::check_max_rows(kMaxForwardRows));
+  test::expect_error([] { cuda::check_max_rows(0); }, "rows per forward 0 outside [1, 64]", "0 rows");
+  test::expect_error([] { cuda::check_max_rows(65); }, "rows per forward 65 outside [1, 64]", "65 rows");
+  const auto dirs = test::fixture_dirs();
+  ASSERT_FALSE(dirs.empty());
+  const auto ckpt = Qwen35Checkpoint::open(dirs.front());
+  test::expect_error([&] { (void)make_runtime(ckpt, BackendKind::Cpu, 8, 1, 0); },
+                     "runtime rows per forward 0: expected 1 to 64", "make_runtime 0 rows");
+  EXPECT_NO_THROW((void)make_runtime(ckpt, BackendKind::Cpu, 8, 1, 4));
 }
 
 }  // namespace

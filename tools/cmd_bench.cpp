@@ -26,6 +26,7 @@ namespace {
 struct DecodeArgs {
   std::string model, backend = "cpu", draft = "none";
   int threads = 0;
+  int max_rows = 0;  // 0: the rows the decode uses
   CLI::Option* block_opt = nullptr;
   bench::DecodeBenchOptions o;
   bool json = false, breakdown = false;
@@ -54,7 +55,13 @@ void run_decode(const DecodeArgs& a) {
   bench::DeviceFigures fig;
   if (kind == BackendKind::Cuda) bench::measure_device(&fig);
   const int threads = a.threads;
-  RuntimeFactory factory = [&ckpt, kind, threads](int cap) { return make_runtime(ckpt, kind, cap, threads); };
+  // The runtimes are built for the rows the decode uses (a verify block of K,
+  // or one row), so that the peak below is the workspace such a run needs;
+  // prompts then run in chunks of that many rows (same bits).
+  const int rows = a.max_rows > 0 ? a.max_rows : o.draft == DraftKind::None ? 1 : o.block_size;
+  if (rows > kMaxForwardRows) fail("--max-rows {} exceeds {}", rows, kMaxForwardRows);
+  fig.runtime_rows = rows;
+  RuntimeFactory factory = [&ckpt, kind, threads, rows](int cap) { return make_runtime(ckpt, kind, cap, threads, rows); };
   if (kind == BackendKind::Cuda) factory = bench::probe_memory(factory, &fig);
   const auto r = bench::run_decode_bench(factory, ckpt.config().vocab_size, o);
   bench::BreakdownReport breakdown;
@@ -196,6 +203,10 @@ void register_bench(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   dec->add_option("--draft", d->draft, "none (plain greedy, default) or mtp (speculative with the MTP head)");
   d->block_opt = dec->add_option("--block-size", d->o.block_size, "--draft mtp: verify width K (default: MTP layers + 2)");
+  dec->add_option("--max-rows", d->max_rows,
+                  "Rows per forward the runtimes are built for (CUDA workspaces; default: K with --draft mtp, else 1; "
+                  "64: every workspace at its largest)")
+      ->check(CLI::Range(1, kMaxForwardRows));
   add_threads_option(dec, &d->threads);
   dec->add_flag("--json", d->json, "Print one JSON object");
   dec->add_flag("--breakdown", d->breakdown,

@@ -27,8 +27,9 @@ uint64_t device_bytes(const TensorView& t) {
 }
 
 #ifdef NEXTN_HAVE_CUDA
-// Forwards every ModelRuntime method (a new virtual must be added here too); records device memory in use after creation and
-// before destruction.
+// Forwards every ModelRuntime method (a new virtual must be added here too); records device memory in use after creation,
+// after each forward of more than kMaxForwardRows tokens (a prompt: its prefill workspace is still held then; the
+// runtime releases it at the next forward) and before destruction.
 class MemoryProbe final : public ModelRuntime {
  public:
   MemoryProbe(std::unique_ptr<ModelRuntime> rt, DeviceFigures* fig, int cap) : rt_(std::move(rt)), fig_(fig), cap_(cap) {
@@ -44,7 +45,10 @@ class MemoryProbe final : public ModelRuntime {
   ModelInfo info() const override { return rt_->info(); }
   const char* backend_name() const override { return rt_->backend_name(); }
   int target_length() const override { return rt_->target_length(); }
-  void target_forward(std::span<const int32_t> t) override { rt_->target_forward(t); }
+  void target_forward(std::span<const int32_t> t) override {
+    rt_->target_forward(t);
+    if (t.size() > size_t(kMaxForwardRows)) sample();
+  }
   void target_rollback(int keep) override { rt_->target_rollback(keep); }
   void head_argmax(int first, int count, int width, int32_t* out) override { rt_->head_argmax(first, count, width, out); }
   void head_argmax_fused(int first, int count, int32_t* out) override { rt_->head_argmax_fused(first, count, out); }
@@ -154,10 +158,11 @@ std::string roofline_text(const DecodeBytes& b, const MemoryBudget& m, const Dev
                    decode_tps_median, 100.0 * decode_tps_median / roof);
   const double limit = 1.10 * double(m.total());
   s += fmt::format(
-      "peak device memory {:.3f} GiB (over the {:.3f} GiB in use before; runtime capacity {} tokens); budget "
+      "peak device memory {:.3f} GiB (over the {:.3f} GiB in use before; runtime capacity {} tokens{}); budget "
       "weights {:.3f} + KV {:.3f} + GDN/speculative state {:.3f} = {:.3f} GiB; peak/budget {:.3f} ({} the 1.10 "
       "limit)\n",
-      double(f.peak_runtime) / kGiB, double(f.baseline_used) / kGiB, f.peak_capacity, double(m.weights) / kGiB,
+      double(f.peak_runtime) / kGiB, double(f.baseline_used) / kGiB, f.peak_capacity,
+      f.runtime_rows > 0 ? fmt::format(", {} rows per forward", f.runtime_rows) : std::string(), double(m.weights) / kGiB,
       double(m.kv) / kGiB, double(m.gdn_state) / kGiB, double(m.total()) / kGiB,
       double(f.peak_runtime) / double(std::max<uint64_t>(1, m.total())), double(f.peak_runtime) <= limit ? "within" : "OVER");
   if (!f.peak_uses.empty()) {
@@ -193,6 +198,7 @@ nlohmann::ordered_json roofline_json(const DecodeBytes& b, const MemoryBudget& m
     j["roofline_tokens_per_second"] = roof;
     j["fraction_of_roofline"] = decode_tps_median / roof;
     j["peak_device_bytes"] = f.peak_runtime;
+    if (f.runtime_rows > 0) j["runtime_rows"] = f.runtime_rows;
     j["baseline_device_bytes"] = f.baseline_used;
     j["peak_capacity"] = f.peak_capacity;
     nlohmann::ordered_json uses = nlohmann::ordered_json::object();

@@ -46,6 +46,7 @@ struct DeviceFigures {
   uint64_t baseline_used = 0;   // device memory in use before the first runtime (context included)
   uint64_t peak_runtime = 0;    // max over runtimes of (used - baseline), probed after creation and before destruction
   int peak_capacity = 0;        // that runtime's max_tokens
+  int runtime_rows = 0;         // rows per forward the runtimes are built for (make_runtime's max_rows; 0: not said)
   std::vector<MemoryUse> peak_uses;  // that runtime's own allocations at the peak (ModelRuntime::device_memory)
 };
 

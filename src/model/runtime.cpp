@@ -57,8 +57,10 @@ BackendKind parse_backend(const std::string& name) {
 }
 
 std::unique_ptr<ModelRuntime> make_runtime(const Qwen35Checkpoint& ckpt, BackendKind kind, int max_tokens,
-                                           int cpu_threads) {
+                                           int cpu_threads, int max_rows) {
   if (max_tokens <= 0) fail("runtime capacity {} tokens: expected at least 1", max_tokens);
+  if (max_rows < 1 || max_rows > kMaxForwardRows)
+    fail("runtime rows per forward {}: expected 1 to {}", max_rows, kMaxForwardRows);
   // The capacity bounds every position a run can reach (prompt + new tokens
   // + one verify block of slack); the model was trained up to this limit.
   const int limit = ckpt.config().max_position_embeddings;
@@ -68,7 +70,7 @@ std::unique_ptr<ModelRuntime> make_runtime(const Qwen35Checkpoint& ckpt, Backend
          ckpt.dir(), max_tokens, limit);
   if (kind == BackendKind::Cpu) return make_cpu_runtime(ckpt, max_tokens, CpuRuntimeOptions{.threads = cpu_threads});
 #ifdef NEXTN_HAVE_CUDA
-  return make_cuda_runtime(ckpt, max_tokens);
+  return make_cuda_runtime(ckpt, max_tokens, max_rows);
 #else
   fail("--backend cuda: this nextn was built without the CUDA backend (no nvcc at build time, or -DNEXTN_CUDA=OFF)");
 #endif

@@ -22,6 +22,13 @@
 
 namespace nextn {
 
+// The most token rows one runtime call works on at once (a forward chunk, a
+// verify block, a head argmax width, an MTP draft chain): what make_runtime
+// builds a runtime for by default. The CUDA backend sizes its row-count
+// workspaces by the rows it is built for (max_rows below) and runs longer
+// forwards in chunks of that many.
+inline constexpr int kMaxForwardRows = 64;
+
 // What the MTP head computed, counted where the work runs (beside the shared
 // issue-11 interface below): entries its decoder layer processed (mtp_forward
 // rows and chained mtp_step / mtp_draft steps) and the rows its LM-head argmax
@@ -161,7 +168,11 @@ BackendKind parse_backend(const std::string& name);  // throws Error
 // max_tokens bounds the caches (prompt + generated + block size).
 // cpu_threads: the CPU backend's thread count (0: default_thread_count(),
 // i.e. NEXTN_THREADS or all cores); results do not depend on it.
+// max_rows (CUDA; the CPU backend has no row-count workspaces): the rows per
+// call the runtime is built for, in [1, kMaxForwardRows]; a call over more
+// (head argmax width, walk rows, draft chain) throws Error, a longer forward
+// runs in chunks. Results do not depend on it.
 std::unique_ptr<ModelRuntime> make_runtime(const Qwen35Checkpoint& ckpt, BackendKind kind, int max_tokens,
-                                           int cpu_threads = 0);
+                                           int cpu_threads = 0, int max_rows = kMaxForwardRows);
 
 }  // namespace nextn

@@ -134,8 +134,8 @@ int max_splits_for(int max_tokens) { return ceil_div(max_tokens, kAttnSplit); }
 
 }  // namespace
 
-int64_t attn_partial_floats(const AttnShape& a, int max_tokens) {
-  return int64_t(kMaxRows) * a.Hq * max_splits_for(max_tokens) * (a.hd + 2);
+int64_t attn_partial_floats(const AttnShape& a, int max_tokens, int max_rows) {
+  return int64_t(max_rows) * a.Hq * max_splits_for(max_tokens) * (a.hd + 2);
 }
 
 void attn_prepare(const AttnShape& a, const float* proj, int ld, int T, const float* q_norm, const float* k_norm,

@@ -87,10 +87,11 @@ constexpr int kMaxRows = 64;     // tokens per matmul call (padded to 8 inside)
 constexpr int kTileM = 64;       // output features per block of the generic kernel (the streamed one: 128)
 constexpr int kChunkK = 128;     // k per main-loop step; split boundaries are multiples of it
 int choose_splits(int rows, int cols, WKind kind = WKind::BF16);
-// fp32 scratch a split-K call needs, in floats (0 when splits == 1). The
-// caller zeroes it once, when it allocates it: its first floats are the
-// streamed kernel's per-tile counters, which every call leaves at zero.
-int64_t splitk_scratch_floats(const DevMatrix& m);
+// fp32 scratch a split-K call of up to max_rows rows needs, in floats (0
+// when splits == 1). The caller zeroes it once, when it allocates it: its
+// first floats are the streamed kernel's per-tile counters, which every call
+// leaves at zero.
+int64_t splitk_scratch_floats(const DevMatrix& m, int max_rows = kMaxRows);
 // Checks the shape limits of the kernels (cols % 32 == 0, group >= 32); throws Error.
 void check_matrix(const DevMatrix& m, const char* name);
 
@@ -110,7 +111,8 @@ int64_t head_read_bytes(const DevMatrix& W, Act act);
 // `pairs` is scratch of argmax_pairs_size(W) (value, index) pairs.
 // If `stop` is non-null and *stop != 0 when the kernels start, they return
 // at once (the walk's device-side early exit).
-int64_t argmax_pairs_bytes(const DevMatrix& W);
+// argmax_pairs_bytes: for calls of up to max_rows rows.
+int64_t argmax_pairs_bytes(const DevMatrix& W, int max_rows = kMaxRows);
 // With a tally, the projection counts its rows and bytes, and the second
 // pass (when `out` is given) counts one head call.
 void matmul_argmax(const DevMatrix& W, const void* X, Act act, int T, int ldx, void* pairs, int32_t* out,
@@ -177,9 +179,9 @@ void attn_prepare(const AttnShape& a, const float* proj, int ld, int T, const fl
 // rows [0, *pos + t], keys split at fixed 256-key boundaries, the splits
 // combined in split order; then o * sigmoid(gate) into out ([T][Hq*hd] of
 // type `act`). gate is read from proj as in attn_prepare. `partial` holds
-// attn_partial_floats(a, max_tokens) floats.
+// attn_partial_floats(a, max_tokens, rows) floats for calls of up to `rows` queries.
 constexpr int kAttnSplit = 256;
-int64_t attn_partial_floats(const AttnShape& a, int max_tokens);
+int64_t attn_partial_floats(const AttnShape& a, int max_tokens, int max_rows = kMaxRows);
 void attention(const AttnShape& a, const float* q, const void* kcache, const void* vcache, Act act,
                const float* proj, int ld, int T, const int* pos, int max_tokens, float* partial, void* out,
                cudaStream_t s);

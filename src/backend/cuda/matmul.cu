@@ -385,8 +385,8 @@ int choose_splits(int rows, int cols, WKind kind) {
   return ceil_div(chunks, per);  // every split non-empty
 }
 
-int64_t splitk_scratch_floats(const DevMatrix& m) {
-  return m.splits > 1 ? stream_counter_floats() + int64_t(m.splits) * kMaxRows * m.rows : 0;
+int64_t splitk_scratch_floats(const DevMatrix& m, int max_rows) {
+  return m.splits > 1 ? stream_counter_floats() + int64_t(m.splits) * max_rows * m.rows : 0;
 }
 
 void check_matrix(const DevMatrix& m, const char* name) {
@@ -443,7 +443,9 @@ void pack_quant(DevMatrix& m, void* dst, cudaStream_t s) {
   CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
-int64_t argmax_pairs_bytes(const DevMatrix& W) { return int64_t(ceil_div(W.rows, 8)) * kMaxRows * sizeof(ArgMax); }
+int64_t argmax_pairs_bytes(const DevMatrix& W, int max_rows) {
+  return int64_t(ceil_div(W.rows, 8)) * max_rows * sizeof(ArgMax);
+}
 
 void matmul_argmax(const DevMatrix& W, const void* X, Act act, int T, int ldx, void* pairs, int32_t* out,
                    const int* stop, cudaStream_t s, const HeadTally& tally) {

@@ -6,10 +6,12 @@
 // workspace, stream and graphs.
 //
 // Same semantics as the CPU runtime (backend/cpu/qwen35.cpp), step by step:
-//  - a target_forward of T <= 64 tokens is one captured graph per T; longer
-//    forwards (prefill) run as consecutive chunks of 64 through the same
-//    graphs, which gives the same bits because every kernel is
-//    batch-invariant;
+//  - a target_forward of T <= R tokens (R = the rows the sequence is built
+//    for, at most 64) is one captured graph per T; longer forwards run as
+//    consecutive chunks of R through the same graphs, which gives the same
+//    bits because every kernel is batch-invariant (prompts of more than 64
+//    tokens take the prefill GEMMs for all but their last <= 64 tokens:
+//    qwen35_prefill.cpp);
 //  - everything that changes between steps (positions, the GDN buffer parity,
 //    row offsets, token ids, drafts) is uploaded into one device struct
 //    (StepArgs) before a replay; kernels read it from device memory;
@@ -69,18 +71,21 @@ namespace {
 
 // make_cuda_runtime's weights, loaded once the capacity has passed its own
 // checks (a bad capacity costs no device work).
-std::shared_ptr<const CudaQwen35Weights> weights_for_one_sequence(const Qwen35Checkpoint& ck, int max_tokens) {
+std::shared_ptr<const CudaQwen35Weights> weights_for_one_sequence(const Qwen35Checkpoint& ck, int max_tokens,
+                                                                  int max_rows) {
+  check_max_rows(max_rows);
   (void)workspace_dims(ck.config(), max_tokens);
   return std::make_shared<const CudaQwen35Weights>(ck, max_tokens);
 }
 
 }  // namespace
 
-CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens)
-    : CudaQwen35(weights_for_one_sequence(ck, max_tokens), max_tokens) {}
+CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens, int max_rows)
+    : CudaQwen35(weights_for_one_sequence(ck, max_tokens, max_rows), max_tokens, max_rows) {}
 
-CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max_tokens)
-    : w_(std::move(weights)), cfg_(w_->cfg), max_tokens_(max_tokens), act_(w_->act) {
+CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max_tokens, int max_rows)
+    : w_(std::move(weights)), cfg_(w_->cfg), max_tokens_(max_tokens), max_rows_(max_rows), act_(w_->act) {
+  check_max_rows(max_rows);
   const WorkspaceDims dims = workspace_dims(cfg_, max_tokens);  // sizes checked before any device work
   if (const char* g = std::getenv("NEXTN_CUDA_GRAPHS")) use_graphs_ = std::string(g) != "0";
   if (const char* p = std::getenv("NEXTN_CUDA_PROFILE")) profile_ = std::string(p) == "1";
@@ -129,7 +134,7 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
   {
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    const size_t need = sequence_bytes(cfg_, max_tokens, act_, w_->has_mtp);
+    const size_t need = sequence_bytes(cfg_, max_tokens, act_, w_->has_mtp, max_rows_);
     if (need > free_b)
       fail("--backend cuda: a sequence of {} tokens needs about {:.2f} GiB of device memory (caches and "
            "workspace) beside the weights, but only {:.2f} of {:.2f} GiB are free",
@@ -168,32 +173,33 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
     const size_t S = size_t(2) * Hv * c.linear_key_head_dim * c.linear_value_head_dim * 4;
     gdn_conv_bytes_ = conv_state;
     gdn_S_bytes_ = S;
-    t.proj = mem_.alloc<float>(size_t(kMaxRows) * gdn_ld * 4, "GDN projections");
+    t.proj = mem_.alloc<float>(size_t(max_rows_) * gdn_ld * 4, "GDN projections");
     t.proj_ld = gdn_ld;
-    t.conv_out = mem_.alloc<float>(size_t(kMaxRows) * cd * 4, "GDN conv outputs");
+    t.conv_out = mem_.alloc<float>(size_t(max_rows_) * cd * 4, "GDN conv outputs");
     t.conv_state = mem_.alloc<float>(conv_state, "GDN conv state");
     t.S = mem_.alloc<float>(S, "GDN recurrent state");
     CUDA_CHECK(cudaMemset(t.conv_state, 0, conv_state));
     CUDA_CHECK(cudaMemset(t.S, 0, S));
-    CUDA_CHECK(cudaMemset(const_cast<float*>(t.proj), 0, size_t(kMaxRows) * gdn_ld * 4));
+    CUDA_CHECK(cudaMemset(const_cast<float*>(t.proj), 0, size_t(max_rows_) * gdn_ld * 4));
   }
 
   // workspace
-  const int R = kMaxRows;
+  const int R = max_rows_;
   proj_ld_ = dims.proj_ld;
   act_ld_ = dims.act_ld;
   hidden_rows_ = dims.hidden_rows;
   d_args_ = mem_.alloc<StepArgs>(sizeof(StepArgs), "step arguments");
-  d_chain_args_ = mem_.alloc<StepArgs>(sizeof(StepArgs) * 2 * kMaxRows, "draft chain arguments");
+  d_chain_args_ = mem_.alloc<StepArgs>(sizeof(StepArgs) * 2 * size_t(R), "draft chain arguments");
   CUDA_CHECK(cudaMemset(d_args_, 0, sizeof(StepArgs)));
   x_ = mem_.alloc<float>(size_t(R) * H_ * 4, "activations");
   xn_ = mem_.alloc(size_t(R) * 2 * H_ * as, "activations");
   proj_ = mem_.alloc<float>(size_t(R) * proj_ld_ * 4, "activations");
   act_buf_ = mem_.alloc(size_t(R) * act_ld_ * as, "activations");
   q_ = mem_.alloc<float>(size_t(R) * Hq * hd * 4, "activations");
-  attn_partial_ = mem_.alloc<float>(size_t(cuda::attn_partial_floats(attn_shape_, max_tokens)) * 4, "attention");
-  splitk_ = mem_.alloc<float>(size_t(w_->splitk_floats) * 4, "split-K partials");
-  CUDA_CHECK(cudaMemset(splitk_, 0, size_t(w_->splitk_floats) * 4));  // the streamed kernel's tile counters start at zero
+  attn_partial_ = mem_.alloc<float>(size_t(cuda::attn_partial_floats(attn_shape_, max_tokens, R)) * 4, "attention");
+  const size_t splitk_bytes = size_t(w_->splitk_floats_for(R)) * 4;
+  splitk_ = mem_.alloc<float>(splitk_bytes, "split-K partials");
+  CUDA_CHECK(cudaMemset(splitk_, 0, splitk_bytes));  // the streamed kernel's tile counters start at zero
   hidden_ = mem_.alloc(size_t(hidden_rows_) * H_ * as, "hidden rows");
   mtp_hidden_ = mem_.alloc(size_t(hidden_rows_) * H_ * as, "MTP hidden rows");
   CUDA_CHECK(cudaMemset(hidden_, 0, size_t(hidden_rows_) * H_ * as));
@@ -201,7 +207,7 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
   mtp_src_ = mem_.alloc(size_t(R) * H_ * as, "MTP inputs");
   head_in_ = mem_.alloc(size_t(R) * H_ * as, "head inputs");
   logits_ = mem_.alloc<float>(size_t(R) * V_ * 4, "logits");
-  pairs_ = mem_.alloc(size_t(cuda::argmax_pairs_bytes(w_->head)), "argmax pairs");
+  pairs_ = mem_.alloc(size_t(cuda::argmax_pairs_bytes(w_->head, R)), "argmax pairs");
   argmax_scratch_ = mem_.alloc(size_t(cuda::argmax_scratch_bytes(V_)) * R, "argmax");
   d_out_ = mem_.alloc<int32_t>(size_t(R + 2) * 4, "tokens");
   d_walk_ = mem_.alloc<int>(2 * sizeof(int), "walk counters");
@@ -216,7 +222,7 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
 
   h_args_ = make_pinned<StepArgs>(kArgSlots);
   h_out_ = make_pinned<int32_t>(size_t(R) + 2);
-  h_chain_args_ = make_pinned<StepArgs>(size_t(2) * kMaxRows);
+  h_chain_args_ = make_pinned<StepArgs>(size_t(2) * size_t(R));
   for (auto& e : arg_events_) e = make_event(cudaEventDisableTiming);
   CUDA_CHECK(cudaDeviceSynchronize());
 }
@@ -225,6 +231,12 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
 // the stream must finish before its buffers go.
 CudaQwen35::~CudaQwen35() {
   if (stream_) (void)cudaStreamSynchronize(stream_);
+}
+
+void CudaQwen35::check_rows(const char* what, int rows) const {
+  if (rows > max_rows_)
+    fail("{}: {} rows, but this runtime was built for forwards of at most {} rows (its workspaces hold that many)",
+         what, rows, max_rows_);
 }
 
 // Every buffer the constructor zeroes that a sequence writes, zeroed again in
@@ -239,7 +251,7 @@ void CudaQwen35::reset() {
   for (auto& t : gdn_host_) {
     zero(t.conv_state, gdn_conv_bytes_);
     zero(t.S, gdn_S_bytes_);
-    zero(const_cast<float*>(t.proj), size_t(kMaxRows) * size_t(t.proj_ld) * 4);
+    zero(const_cast<float*>(t.proj), size_t(max_rows_) * size_t(t.proj_ld) * 4);
   }
   const size_t as = size_t(act_size(act_));
   zero(d_args_, sizeof(StepArgs));
@@ -248,6 +260,7 @@ void CudaQwen35::reset() {
   zero(d_walk_, 2 * sizeof(int));
   zero(d_head_, sizeof(HeadCounters));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  prefill_release();
   length_ = forward_start_ = last_T_ = last_chunk_T_ = parity_ = 0;
   mtp_length_ = mtp_last_n_ = 0;
   mtp_work_ = MtpWork{};
@@ -318,6 +331,7 @@ std::vector<MemoryUse> CudaQwen35::device_memory() const {
   std::map<std::string, uint64_t> sum;
   for (const auto& [what, bytes] : w_->mem.by_use()) sum[what] += uint64_t(bytes);
   for (const auto& [what, bytes] : mem_.by_use()) sum[what] += uint64_t(bytes);
+  for (const auto& [what, bytes] : prefill_mem_.by_use()) sum[what] += uint64_t(bytes);
   std::vector<MemoryUse> v;
   for (const auto& [what, bytes] : sum) v.push_back({what, bytes});
   return v;
@@ -351,7 +365,7 @@ void CudaQwen35::upload(const StepArgs& a) {
 
 // The one host sync of a call: copy results back.
 void CudaQwen35::fetch(const void* src, size_t bytes, void* dst) {
-  if (bytes <= sizeof(int32_t) * (kMaxRows + 2)) {
+  if (bytes <= sizeof(int32_t) * size_t(max_rows_ + 2)) {
     CUDA_CHECK(cudaMemcpyAsync(h_out_, src, bytes, cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     std::memcpy(dst, h_out_, bytes);
@@ -485,12 +499,15 @@ void CudaQwen35::target_forward(std::span<const int32_t> tokens) {
   int done = 0;
   if (prefill_applies(T)) {
     // All but the last <= kMaxRows tokens through the prefill GEMMs; the rest
-    // (what a rollback can undo) through the graphs below.
+    // (what a rollback can undo) through the graphs below. The split does not
+    // depend on max_rows_, so every sequence prefills the same tokens.
     done = T - ((T - 1) % kMaxRows + 1);
     prefill(tokens.first(size_t(done)));
+  } else {
+    prefill_release();  // the prompt's workspace, once decoding has begun
   }
   while (done < T) {
-    const int n = std::min(kMaxRows, T - done);
+    const int n = std::min(max_rows_, T - done);
     StepArgs a = args();
     a.pos = length_ + done;
     a.out_row = done;
@@ -540,7 +557,7 @@ void CudaQwen35::mtp_forward(std::span<const int32_t> next_tokens, int first_row
   if (mtp_length_ + n > max_tokens_) fail("MTP cache capacity {} exceeded", max_tokens_);
   check_tokens(next_tokens);
   for (int done = 0; done < n;) {
-    const int m = std::min(kMaxRows, n - done);
+    const int m = std::min(max_rows_, n - done);
     StepArgs a = args();
     a.pos = mtp_length_ + done;
     a.out_row = done;
@@ -577,7 +594,7 @@ void CudaQwen35::mtp_step(int32_t token) {
 void CudaQwen35::mtp_argmax(int count, int32_t* out) {
   if (count < 0 || count > mtp_last_n_) fail("mtp_argmax: {} entries, last call made {}", count, mtp_last_n_);
   mtp_work_.argmax_rows += count;  // counted before the launch below (which throws only on a bad count)
-  if (count > kMaxRows) fail("mtp_argmax: {} entries above {}", count, kMaxRows);
+  check_rows("mtp_argmax", count);
   fused_argmax_rows(GraphKind::MtpArgmax, mtp_hidden_, mtp_last_n_ - count, count, out, {});
 }
 
@@ -588,7 +605,7 @@ void CudaQwen35::mtp_argmax(int count, int32_t* out) {
 void CudaQwen35::mtp_draft(int n, int32_t* out) {
   if (n <= 0) return;
   if (mtp_last_n_ == 0) fail("mtp_draft before any mtp_forward");
-  if (n > kMaxRows) fail("mtp_draft: {} drafts above {}", n, kMaxRows);
+  check_rows("mtp_draft", n);
   if (mtp_length_ + n - 1 > max_tokens_) fail("MTP cache capacity {} exceeded", max_tokens_);
   // Entry 0: argmax args for the last row of the latest call; then per step
   // i >= 1: the step's args (2i-1) and the argmax args for its row 0 (2i).
@@ -646,8 +663,8 @@ void CudaQwen35::mtp_rollback(int length) {
 
 }  // namespace cuda
 
-std::unique_ptr<ModelRuntime> make_cuda_runtime(const Qwen35Checkpoint& ckpt, int max_tokens) {
-  return std::make_unique<cuda::CudaQwen35>(ckpt, max_tokens);
+std::unique_ptr<ModelRuntime> make_cuda_runtime(const Qwen35Checkpoint& ckpt, int max_tokens, int max_rows) {
+  return std::make_unique<cuda::CudaQwen35>(ckpt, max_tokens, max_rows);
 }
 
 }  // namespace nextn

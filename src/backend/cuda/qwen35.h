@@ -16,7 +16,10 @@ class SequenceGroup;
 // sm_90, or the checkpoint does not fit in device memory.
 // NEXTN_CUDA_ACT=fp32 selects the fp32-activation mode (fp32 weights and
 // operands on CUDA cores: slow, for exact parity checks on small models).
-std::unique_ptr<ModelRuntime> make_cuda_runtime(const Qwen35Checkpoint& ckpt, int max_tokens);
+// max_rows: the most rows one call works on at once (runtime.h,
+// kMaxForwardRows); the row-count workspaces are sized by it.
+std::unique_ptr<ModelRuntime> make_cuda_runtime(const Qwen35Checkpoint& ckpt, int max_tokens,
+                                                int max_rows = kMaxForwardRows);
 
 // Sequences over one copy of the weights whose target forwards run as one
 // trunk forward (model/batch_runtime.h; backend/cuda/qwen35_group.cpp).

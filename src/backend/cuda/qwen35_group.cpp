@@ -2,7 +2,7 @@
 // their target forwards run as one trunk forward (docs/server.md, "Batching";
 // docs/cuda-backend.md, "Several sequences").
 //
-// A group forward runs on the stream and the decode workspace (kMaxRows rows)
+// A group forward runs on the stream and the decode workspace (max_rows_ rows)
 // of its first sequence, the lead, over the concatenated rows of its slices:
 // embedding, RMSNorms, every matmul (q/k/v, o, the GDN in- and
 // out-projections, the MLP) and the residuals once over all the rows;
@@ -52,11 +52,13 @@ void CudaQwen35::forward_group(std::span<const GroupSlice> slices, std::span<con
   for (size_t i = 0; i < slices.size(); ++i) {
     if (slices[i].row != rows || slices[i].T != int(tokens[i].size()) || slices[i].seq->w_ != w_)
       fail("internal: forward_group slices out of order");
+    slices[i].seq->check_rows("forward_group", slices[i].T);  // its own buffers take its rows
     rows += slices[i].T;
   }
-  if (rows > kMaxRows) fail("internal: forward_group of {} rows above {}", rows, kMaxRows);
+  if (rows > max_rows_) fail("internal: forward_group of {} rows above {}", rows, max_rows_);
   for (size_t i = 0; i < slices.size(); ++i) {
     CudaQwen35& q = *slices[i].seq;
+    q.prefill_release();  // as its own target_forward would: decoding has begun
     // Every sequence's own position and parity (its attention and GDN
     // kernels read them); the lead's arguments also carry every row's token.
     StepArgs a = q.args();

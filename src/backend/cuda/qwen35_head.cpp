@@ -32,7 +32,7 @@ void CudaQwen35::head_argmax(int first, int count, int width, int32_t* out) {
   if (first < 0 || count < 0 || width < count || first + count > last_T_)
     fail("head_argmax: rows [{}, {}) of width {} outside the last forward's {} rows", first, first + count, width,
          last_T_);
-  if (width > kMaxRows) fail("head_argmax: width {} above {}", width, kMaxRows);
+  check_rows("head_argmax", width);
   if (count == 0) return;
   StepArgs a = args();
   a.first_row = first;
@@ -49,7 +49,7 @@ void CudaQwen35::head_argmax(int first, int count, int width, int32_t* out) {
 
 void CudaQwen35::head_argmax_fused(int first, int count, int32_t* out) {
   if (first < 0 || count < 0 || first + count > last_T_) fail("head_argmax_fused: rows outside the last forward");
-  if (count > kMaxRows) fail("head_argmax_fused: {} rows above {}", count, kMaxRows);
+  check_rows("head_argmax_fused", count);
   fused_argmax_rows(GraphKind::HeadFused, hidden_, first, count, out, tally(HeadPath::Fused));
 }
 
@@ -74,6 +74,7 @@ int CudaQwen35::head_walk(std::span<const int32_t> drafts, int32_t* out) {
   const int rows = std::min(nd + 1, last_T_);
   if (rows < 1) fail("head_walk: no rows in the last forward");
   if (nd > kMaxRows) fail("head_walk: {} drafts above {}", nd, kMaxRows);
+  check_rows("head_walk", rows);
   if (fault_ == Fault::RuntimeWalkAsBatched) return walk_as_batched(drafts, rows, out);
   StepArgs a = args();
   std::copy(drafts.begin(), drafts.end(), a.drafts);

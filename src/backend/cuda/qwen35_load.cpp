@@ -93,17 +93,17 @@ size_t all_weight_bytes(const Qwen35Checkpoint& ck, Act act) {
 
 }  // namespace
 
-size_t sequence_bytes(const Qwen35Config& c, int max_tokens, Act act, bool has_mtp) {
+size_t sequence_bytes(const Qwen35Config& c, int max_tokens, Act act, bool has_mtp, int max_rows) {
   const size_t kv = size_t(max_tokens) * c.num_key_value_heads * c.head_dim * size_t(act_size(act)) * 2;
   const size_t gdn = 2 * size_t(c.linear_num_value_heads) * c.linear_key_head_dim * c.linear_value_head_dim * 4 +
-                     size_t(kMaxRows) * (2 * c.conv_dim() + c.value_dim()) * 4;
+                     size_t(max_rows) * (2 * c.conv_dim() + c.value_dim()) * 4;
   size_t total = has_mtp ? kv : 0;
   for (int i = 0; i < c.num_hidden_layers; ++i) total += c.full_attention[size_t(i)] ? kv : gdn;
-  return total + size_t(kMaxRows) * size_t(c.vocab_size) * 4;  // logits
+  return total + size_t(max_rows) * size_t(c.vocab_size) * 4;  // logits
 }
 
 CudaQwen35Weights::CudaQwen35Weights(const Qwen35Checkpoint& ck, int reserve_tokens) : cfg(ck.config()) {
-  static_assert(kWorkspaceRows == kMaxRows);
+  static_assert(kWorkspaceRows == kMaxRows && kMaxForwardRows == kMaxRows);
   if (reserve_tokens < 0) fail("internal: CudaQwen35Weights reserving {} tokens", reserve_tokens);
   (void)cuda_device_summary();
   if (const char* a = std::getenv("NEXTN_CUDA_ACT")) {
@@ -149,7 +149,12 @@ CudaQwen35Weights::CudaQwen35Weights(const Qwen35Checkpoint& ck, int reserve_tok
   for (auto& L : layers)
     if (L.full) L.kv_index = kv_layers++;
   if (has_mtp) mtp_layer.kv_index = kv_layers++;
-  auto track = [&](const DevMatrix& m) { splitk_floats = std::max(splitk_floats, cuda::splitk_scratch_floats(m)); };
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+int64_t CudaQwen35Weights::splitk_floats_for(int max_rows) const {
+  int64_t floats = 0;
+  auto track = [&](const DevMatrix& m) { floats = std::max(floats, cuda::splitk_scratch_floats(m, max_rows)); };
   auto track_layer = [&](const LayerWeights& L) {
     for (const auto& p : L.attn.qkv.parts) track(p.m);
     for (const auto& p : L.gdn_in.parts) track(p.m);
@@ -163,7 +168,7 @@ CudaQwen35Weights::CudaQwen35Weights(const Qwen35Checkpoint& ck, int reserve_tok
     track_layer(mtp_layer);
     track(mtp_fc);
   }
-  CUDA_CHECK(cudaDeviceSynchronize());
+  return floats;
 }
 
 float* CudaQwen35Weights::upload_floats(const std::vector<float>& v, const char* what) {

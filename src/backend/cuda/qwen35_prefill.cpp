@@ -5,9 +5,21 @@
 // weights) instead of 64-row slices of the streamed decode kernel. Attention
 // goes through attention_prefill (tensor cores, the whole chunk in one
 // launch; NEXTN_CUDA_PREFILL_ATTN=split or an unsupported head_dim: the
-// decode kernel in kMaxRows slices, reusing the decode workspace). The other
-// operations are the decode kernels on more rows. Only in the bf16 mode: the fp32
-// mode, which the CPU parity tests use, keeps every forward on the graphs.
+// decode kernel in max_rows_ slices, reusing the decode workspace), the GDN
+// recurrence through gdn_prefill_recurrence (NEXTN_CUDA_PREFILL_GDN=serial:
+// the decode kernel). The other operations are the decode kernels on more
+// rows. Only in the bf16 mode: the fp32 mode, which the CPU parity tests
+// use, keeps every forward on the graphs.
+//
+// The workspace (activations, GDN projections and conv outputs for
+// kPrefillRows rows, the weight expansion scratch, the cuBLAS handle) lives
+// in prefill_mem_ only while a prompt needs it: a long forward allocates it,
+// the next forward that needs none (the first decode step), reset() or the
+// destructor releases it. Releasing it at the next forward rather than at the
+// end of the prompt leaves it in place for whoever samples device memory
+// after the prompt (bench decode's peak), and costs the first decode step a
+// device sync. The prefill does not run inside a graph, so no graph holds
+// its pointers.
 #ifdef NEXTN_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -24,34 +36,51 @@ namespace nextn::cuda {
 
 bool CudaQwen35::prefill_applies(int T) const { return prefill_gemm_enabled_ && act_ == Act::BF16 && T > kMaxRows; }
 
+void CudaQwen35::prefill_release() {
+  if (!prefill_gemm_ && prefill_mem_.total() == 0) return;  // none held (or an allocation that failed part way)
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued prefill work may still read the buffers
+  prefill_gemm_.reset();
+  prefill_mem_ = DeviceMemory();
+  prefill_buffers_ = StepBuffers{};
+  prefill_gdn_host_.clear();
+  d_prefill_tokens_ = nullptr;
+  d_prefill_pos_ = nullptr;
+  prefill_scratch_ = nullptr;
+}
+
+// Attention slices of max_rows_ rows per prefill chunk.
+static int prefill_slices(int max_rows) { return (kPrefillRows + max_rows - 1) / max_rows; }
+
 void CudaQwen35::prefill_allocate() {
   if (prefill_gemm_) return;
+  prefill_release();  // what an earlier attempt that ran out of memory left
   const auto& c = cfg_;
   const size_t P = kPrefillRows, as = size_t(act_size(act_));
   const int qd = c.num_attention_heads * c.head_dim;
+  DeviceMemory& mem = prefill_mem_;
   StepBuffers& b = prefill_buffers_;
-  b.x = mem_.alloc<float>(P * H_ * 4, "prefill activations");
-  b.xn = mem_.alloc(P * 2 * H_ * as, "prefill activations");
-  b.proj = mem_.alloc<float>(P * size_t(proj_ld_) * 4, "prefill activations");
-  b.act = mem_.alloc(P * size_t(act_ld_) * as, "prefill activations");
-  b.q = mem_.alloc<float>(P * size_t(qd) * 4, "prefill activations");
-  d_prefill_tokens_ = mem_.alloc<int32_t>(P * 4, "prefill tokens");
-  d_prefill_pos_ = mem_.alloc<int>(P / kMaxRows * sizeof(int), "prefill positions");
+  b.x = mem.alloc<float>(P * H_ * 4, "prefill activations");
+  b.xn = mem.alloc(P * 2 * H_ * as, "prefill activations");
+  b.proj = mem.alloc<float>(P * size_t(proj_ld_) * 4, "prefill activations");
+  b.act = mem.alloc(P * size_t(act_ld_) * as, "prefill activations");
+  b.q = mem.alloc<float>(P * size_t(qd) * 4, "prefill activations");
+  d_prefill_tokens_ = mem.alloc<int32_t>(P * 4, "prefill tokens");
+  d_prefill_pos_ = mem.alloc<int>(size_t(prefill_slices(max_rows_)) * sizeof(int), "prefill positions");
   b.tokens = d_prefill_tokens_;
   b.prefill = true;
   prefill_gdn_host_ = gdn_host_;
   if (!gdn_host_.empty()) {
     const int gdn_ld = gdn_host_.front().proj_ld, cd = c.conv_dim();
-    auto* proj = mem_.alloc<float>(P * size_t(gdn_ld) * 4, "prefill GDN projections");
-    auto* conv_out = mem_.alloc<float>(P * size_t(cd) * 4, "prefill GDN conv outputs");
+    auto* proj = mem.alloc<float>(P * size_t(gdn_ld) * 4, "prefill GDN projections");
+    auto* conv_out = mem.alloc<float>(P * size_t(cd) * 4, "prefill GDN conv outputs");
     for (auto& t : prefill_gdn_host_) {
       t.proj = proj;
       t.conv_out = conv_out;
       t.y = b.act;
     }
   }
-  b.gdn_table = mem_.alloc<GdnLayer>(std::max<size_t>(1, prefill_gdn_host_.size()) * sizeof(GdnLayer),
-                                     "prefill GDN table");
+  b.gdn_table = mem.alloc<GdnLayer>(std::max<size_t>(1, prefill_gdn_host_.size()) * sizeof(GdnLayer),
+                                    "prefill GDN table");
   if (!prefill_gdn_host_.empty())
     CUDA_CHECK(cudaMemcpy(b.gdn_table, prefill_gdn_host_.data(), prefill_gdn_host_.size() * sizeof(GdnLayer),
                           cudaMemcpyHostToDevice));
@@ -67,7 +96,7 @@ void CudaQwen35::prefill_allocate() {
     track(L.gdn_out);
     track(L.down);
   }
-  prefill_scratch_ = mem_.alloc(size_t(std::max<int64_t>(scratch, 16)), "prefill weight expansion");
+  prefill_scratch_ = mem.alloc(size_t(std::max<int64_t>(scratch, 16)), "prefill weight expansion");
   prefill_gemm_ = std::make_unique<PrefillGemm>(stream_);
 }
 
@@ -78,8 +107,8 @@ void CudaQwen35::prefill_project(const DevMatrix& W, const void* x, int T, int l
     return;
   }
   const size_t as = size_t(act_size(act_));
-  for (int t0 = 0; t0 < T; t0 += kMaxRows)
-    cuda::matmul(W, static_cast<const char*>(x) + size_t(t0) * size_t(ldx) * as, act_, std::min(kMaxRows, T - t0),
+  for (int t0 = 0; t0 < T; t0 += max_rows_)
+    cuda::matmul(W, static_cast<const char*>(x) + size_t(t0) * size_t(ldx) * as, act_, std::min(max_rows_, T - t0),
                  ldx, y + size_t(t0) * size_t(ldy), ldy, accumulate, splitk_, stream_);
 }
 
@@ -91,9 +120,9 @@ void CudaQwen35::prefill_attention(int T, void* k_cache, void* v_cache, const St
   }
   const int qd = cfg_.num_attention_heads * cfg_.head_dim;
   const size_t as = size_t(act_size(act_));
-  for (int t0 = 0, i = 0; t0 < T; t0 += kMaxRows, ++i)
+  for (int t0 = 0, i = 0; t0 < T; t0 += max_rows_, ++i)
     cuda::attention(attn_shape_, b.q + size_t(t0) * qd, k_cache, v_cache, act_, b.proj + size_t(t0) * proj_ld_,
-                    proj_ld_, std::min(kMaxRows, T - t0), d_prefill_pos_ + i, max_tokens_, attn_partial_,
+                    proj_ld_, std::min(max_rows_, T - t0), d_prefill_pos_ + i, max_tokens_, attn_partial_,
                     static_cast<char*>(b.act) + size_t(t0) * qd * as, stream_);
 }
 
@@ -122,8 +151,8 @@ void CudaQwen35::prefill(std::span<const int32_t> tokens) {
     a.pos = length_ + done;
     a.out_row = done;
     upload(a);
-    std::vector<int> pos(size_t(kPrefillRows / kMaxRows));
-    for (size_t i = 0; i < pos.size(); ++i) pos[i] = a.pos + int(i) * kMaxRows;
+    std::vector<int> pos(size_t(prefill_slices(max_rows_)));
+    for (size_t i = 0; i < pos.size(); ++i) pos[i] = a.pos + int(i) * max_rows_;
     CUDA_CHECK(cudaMemcpyAsync(d_prefill_tokens_, tokens.data() + done, size_t(n) * 4, cudaMemcpyHostToDevice,
                                stream_));
     CUDA_CHECK(cudaMemcpyAsync(d_prefill_pos_, pos.data(), pos.size() * sizeof(int), cudaMemcpyHostToDevice,

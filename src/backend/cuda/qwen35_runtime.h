@@ -95,7 +95,9 @@ struct CudaQwen35Weights {
   LayerWeights mtp_layer;
   int kv_layers = 0;                // KV cache pairs a sequence holds (full layers, then the MTP's)
   std::vector<cuda::GdnLayer> gdn;  // per GDN layer: conv_w, a_log, dt_bias, norm_w (the rest is per sequence)
-  int64_t splitk_floats = 0;        // split-K scratch the largest split matrix needs
+  // Split-K scratch the largest split matrix needs in calls of up to
+  // max_rows rows (a sequence sizes its scratch by it).
+  int64_t splitk_floats_for(int max_rows) const;
 
  private:
   float* upload_floats(const std::vector<float>& v, const char* what);
@@ -106,9 +108,10 @@ struct CudaQwen35Weights {
   LayerWeights load_layer(const Qwen35Checkpoint& ck, const std::string& p, bool full);
 };
 
-// Device bytes one sequence of `max_tokens` positions takes beyond the
-// weights (KV caches, GDN state and projections, logits), for the up-front checks.
-size_t sequence_bytes(const Qwen35Config& c, int max_tokens, Act act, bool has_mtp);
+// Device bytes one sequence of `max_tokens` positions, built for forwards of
+// up to `max_rows` rows, takes beyond the weights (KV caches, GDN state and
+// projections, logits), for the up-front checks.
+size_t sequence_bytes(const Qwen35Config& c, int max_tokens, Act act, bool has_mtp, int max_rows = kMaxRows);
 
 class CudaQwen35;
 
@@ -120,7 +123,7 @@ struct GroupSlice {
 };
 
 // The buffers a forward step reads and writes: the decode workspace
-// (kMaxRows rows, the one the captured graphs use) or the prefill workspace
+// (max_rows_ rows, the one the captured graphs use) or the prefill workspace
 // (kPrefillRows rows, run without graphs).
 struct StepBuffers {
   float* x;               // [rows][H] fp32 residual
@@ -131,7 +134,7 @@ struct StepBuffers {
   cuda::GdnLayer* gdn_table;                    // device table whose proj/conv_out/y point into these rows
   const std::vector<cuda::GdnLayer>* gdn_host;  // its host copy
   const int32_t* tokens;  // [rows] device token ids
-  bool prefill;           // matmuls through PrefillGemm, attention in kMaxRows slices
+  bool prefill;           // matmuls through PrefillGemm, attention in max_rows_ slices
   // A group forward (qwen35_group.cpp): the rows are several sequences'; the
   // row-wise ops run over all of them, attention and GDN per sequence.
   std::span<const GroupSlice> group = {};
@@ -155,9 +158,12 @@ enum class WalkVariant { While, Flag };
 class CudaQwen35 final : public ModelRuntime {
  public:
   // A sequence over its own copy of the weights (make_cuda_runtime).
-  CudaQwen35(const Qwen35Checkpoint& ckpt, int max_tokens);
+  // max_rows: the most rows one call works on at once (a forward chunk, head
+  // argmax width, walk rows, MTP draft chain), in [1, kMaxRows]; every
+  // row-count workspace is sized by it (qwen35.cpp).
+  CudaQwen35(const Qwen35Checkpoint& ckpt, int max_tokens, int max_rows = kMaxRows);
   // A sequence over shared weights (CudaSequenceGroup::add_sequence).
-  CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max_tokens);
+  CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max_tokens, int max_rows = kMaxRows);
   ~CudaQwen35() override;
 
   const Qwen35Config& config() const override { return cfg_; }
@@ -182,12 +188,13 @@ class CudaQwen35 final : public ModelRuntime {
 
   WalkVariant walk_variant() const { return walk_variant_; }
   const CudaQwen35Weights* weights() const { return w_.get(); }
+  int max_rows() const { return max_rows_; }
   uint64_t sequence_id() const { return id_; }
   // What target_forward checks before any change (token ids, capacity).
   void check_forward(std::span<const int32_t> tokens) const;
   // One trunk forward over the slices' rows (qwen35_group.cpp): this
   // sequence is slices[0] (row 0); every slice has been check_forward'ed and
-  // the rows add up to at most kMaxRows. Each sequence ends as its own
+  // the rows add up to at most max_rows(). Each sequence ends as its own
   // target_forward would leave it.
   void forward_group(std::span<const GroupSlice> slices, std::span<const std::span<const int32_t>> tokens);
   std::vector<OpTiming> op_timings() const override;
@@ -211,6 +218,7 @@ class CudaQwen35 final : public ModelRuntime {
   // last <= kMaxRows tokens, in chunks of kPrefillRows through PrefillGemm.
   bool prefill_applies(int T) const;
   void prefill(std::span<const int32_t> tokens);
+  void prefill_release();
   void prefill_chunk(int n);
   void prefill_project(const DevMatrix& W, const void* x, int T, int ldx, float* y, int ldy, bool accumulate);
   void prefill_attention(int T, void* k_cache, void* v_cache, const StepBuffers& b);
@@ -240,6 +248,7 @@ class CudaQwen35 final : public ModelRuntime {
   std::shared_ptr<const CudaQwen35Weights> w_;
   Qwen35Config cfg_;
   int max_tokens_;
+  int max_rows_ = kMaxRows;  // rows the decode workspace holds (constructor)
   Act act_ = Act::BF16;  // the weights' mode
   bool use_graphs_ = true;
   // Default flag: on the H200 the flag walk's verify rounds were 0.3-1.7 points
@@ -256,6 +265,7 @@ class CudaQwen35 final : public ModelRuntime {
   // graphs, then streams, then device memory. A constructor that throws
   // releases whatever of them it had made.
   DeviceMemory mem_;
+  DeviceMemory prefill_mem_;  // the prefill workspace, while a prompt needs it (qwen35_prefill.cpp)
   Stream stream_;
   Stream body_stream_;  // captures the while walk's body graph
   // A captured step: its executable graph, the kernel nodes in it, and (in
@@ -321,7 +331,7 @@ class CudaQwen35 final : public ModelRuntime {
   std::vector<cuda::GdnLayer> gdn_host_;
   cuda::GdnLayer* gdn_table_ = nullptr;
 
-  // workspace
+  // workspace (R = max_rows_ rows)
   StepArgs* d_args_ = nullptr;
   StepArgs* d_chain_args_ = nullptr;  // [2R]: per-step arguments of a chained mtp_draft
   float* x_ = nullptr;     // [R][H] fp32 residual
@@ -345,8 +355,9 @@ class CudaQwen35 final : public ModelRuntime {
   HeadCounters* d_head_ = nullptr;  // the head's work counters (head_work, reset)
   int hidden_rows_ = 0;
 
-  // prefill workspace (allocated at the first long forward; NEXTN_CUDA_PREFILL=
-  // chunked keeps every forward on the 64-row graphs)
+  // prefill workspace (in prefill_mem_: allocated by a long forward, released
+  // by the next forward that needs none, reset() or the destructor;
+  // NEXTN_CUDA_PREFILL=chunked keeps every forward on the graphs)
   bool prefill_gemm_enabled_ = true;
   // NEXTN_CUDA_PREFILL_ATTN=split: prefill attention through the decode
   // kernel in kMaxRows slices instead of attention_prefill (tensor cores).
@@ -358,7 +369,7 @@ class CudaQwen35 final : public ModelRuntime {
   StepBuffers prefill_buffers_{};
   std::vector<cuda::GdnLayer> prefill_gdn_host_;
   int32_t* d_prefill_tokens_ = nullptr;  // [kPrefillRows]
-  int* d_prefill_pos_ = nullptr;         // [kPrefillRows / kMaxRows]: attention slice positions
+  int* d_prefill_pos_ = nullptr;         // [ceil(kPrefillRows / max_rows_)]: attention slice positions
   void* prefill_scratch_ = nullptr;      // bf16 expansion of the largest quantized matrix
 
   // pinned host side
@@ -368,6 +379,8 @@ class CudaQwen35 final : public ModelRuntime {
   static constexpr int kArgSlots = 16;
   int arg_slot_ = 0;
   PinnedBuffer<int32_t> h_out_;  // [R + 2]
+  // Throws Error when `rows` exceeds the rows this sequence was built for.
+  void check_rows(const char* what, int rows) const;
 
   // sequence state (host mirror)
   int length_ = 0;

@@ -8,6 +8,11 @@
 
 namespace nextn::cuda {
 
+void check_max_rows(int max_rows) {
+  if (max_rows < 1 || max_rows > kWorkspaceRows)
+    fail("--backend cuda: rows per forward {} outside [1, {}]", max_rows, kWorkspaceRows);
+}
+
 WorkspaceDims workspace_dims(const Qwen35Config& c, int max_tokens) {
   if (max_tokens < 1) fail("--backend cuda: max_tokens {} must be positive", max_tokens);
   const int64_t hd = c.head_dim, Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, I = c.intermediate_size;

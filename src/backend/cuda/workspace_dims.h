@@ -19,6 +19,10 @@ struct WorkspaceDims {
   int hidden_rows = 0;  // rows of the target's (and MTP's) post-norm hidden buffer
 };
 
+// Throws Error unless 1 <= max_rows <= kWorkspaceRows: the rows per forward
+// a CUDA sequence is built for (the size of its row-count workspaces).
+void check_max_rows(int max_rows);
+
 // Throws Error naming the first quantity that does not fit in an int, or a
 // max_tokens below 1.
 WorkspaceDims workspace_dims(const Qwen35Config& c, int max_tokens);

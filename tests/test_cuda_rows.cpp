@@ -1,0 +1,219 @@
+// The rows per forward a CUDA sequence is built for (make_cuda_runtime's
+// max_rows) and the prefill workspace's lifetime, on a synthetic q4
+// checkpoint whose every matrix takes the streamed kernel (preset
+// test-stream):
+//  - a sequence built for K rows gives the same bits as one built for 64:
+//    logits after a long prompt (prefill GEMMs, then the tail in K-row
+//    chunks) and after a short one, greedy and MTP-speculative tokens;
+//  - a call over the built rows throws Error and leaves the sequence usable;
+//  - the prefill workspace exists only between a long prompt and the next
+//    forward, and a second prompt after reset() reallocates it to the same bits;
+//  - device_memory() shows the row-count workspaces at the built size.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#ifdef NEXTN_HAVE_CUDA
+#include "backend/cuda/qwen35.h"
+#include "core/error.h"
+#include "io/checkpoint.h"
+#include "io/synthetic.h"
+#include "speculative/generate.h"
+#include "test_cuda_util.h"
+
+namespace nextn {
+namespace {
+
+const std::string& rows_checkpoint() {
+  static const std::string dir = [] {
+    const std::string d = testing::TempDir() + "nextn-rows-test-stream-q4";
+    std::filesystem::remove_all(d);
+    MakeCheckpointOptions mo;
+    mo.quant = "q4";
+    mo.seed = 31;
+    make_checkpoint(*synthetic_preset("test-stream"), mo, d);
+    return d;
+  }();
+  return dir;
+}
+
+std::vector<int32_t> prompt_of(int n, int vocab) {
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) p[size_t(i)] = int32_t((int64_t(i) * 7919 + 13) % vocab);
+  return p;
+}
+
+std::map<std::string, uint64_t> uses_of(const ModelRuntime& rt) {
+  std::map<std::string, uint64_t> m;
+  for (const auto& u : rt.device_memory()) m[u.what] = u.bytes;
+  return m;
+}
+
+bool has_prefill_workspace(const ModelRuntime& rt) {
+  for (const auto& u : rt.device_memory())
+    if (u.what.starts_with("prefill")) return true;
+  return false;
+}
+
+// Last-row logits after `prompt`, then those of 6 greedy single-token steps.
+std::vector<std::vector<float>> logits_run(ModelRuntime& rt, const std::vector<int32_t>& prompt) {
+  const int V = rt.vocab();
+  std::vector<std::vector<float>> out;
+  rt.target_forward(prompt);
+  int32_t t = 0;
+  int row = int(prompt.size()) - 1;
+  for (int i = 0; i <= 6; ++i) {
+    out.emplace_back(size_t(V));
+    rt.head_logits(row, out.back().data());
+    rt.head_argmax(row, 1, 1, &t);
+    rt.target_forward({&t, 1});
+    row = 0;
+  }
+  return out;
+}
+
+TEST(CudaRows, BuiltForKRowsGivesTheBitsOf64) {
+  NEXTN_REQUIRE_GPU();
+  const auto ck = Qwen35Checkpoint::open(rows_checkpoint());
+  const int V = ck.config().vocab_size;
+  // 150 tokens: 128 through the prefill GEMMs, the last 22 through the graphs
+  // (one chunk at 64 rows; chunks of K otherwise). 40: graphs only.
+  for (int len : {150, 40}) {
+    const auto prompt = prompt_of(len, V);
+    auto wide = make_cuda_runtime(ck, 200, 64);
+    const auto want = logits_run(*wide, prompt);
+    for (int K : {1, 4, 7}) {
+      auto narrow = make_cuda_runtime(ck, 200, K);
+      EXPECT_TRUE(logits_run(*narrow, prompt) == want) << "prompt " << len << ", built for " << K << " rows";
+    }
+  }
+  const auto prompt = prompt_of(150, V);
+  GenerateOptions g;
+  g.max_new_tokens = 24;
+  g.ignore_eos = true;
+  const auto greedy = generate_fresh([&](int cap) { return make_cuda_runtime(ck, cap, 64); }, prompt, g).tokens;
+  ASSERT_EQ(greedy.size(), 24u);
+  EXPECT_EQ(generate_fresh([&](int cap) { return make_cuda_runtime(ck, cap, 1); }, prompt, g).tokens, greedy);
+  for (int K : {2, 4, 8}) {
+    const RuntimeFactory built_for_k = [&](int cap) { return make_cuda_runtime(ck, cap, K); };
+    GenerateOptions m = g;
+    m.block_size = K;
+    m.draft = DraftKind::Mtp;
+    for (VerifyArm arm : {VerifyArm::Batched, VerifyArm::Walk, VerifyArm::Fused}) {
+      m.verify = arm;
+      EXPECT_EQ(generate_fresh(built_for_k, prompt, m).tokens, greedy) << "K=" << K << " " << verify_arm_name(arm);
+    }
+  }
+}
+
+TEST(CudaRows, CallsOverTheBuiltRowsThrow) {
+  NEXTN_REQUIRE_GPU();
+  const auto ck = Qwen35Checkpoint::open(rows_checkpoint());
+  const int V = ck.config().vocab_size;
+  for (int bad : {0, 65}) {
+    try {
+      (void)make_cuda_runtime(ck, 64, bad);
+      ADD_FAILURE() << bad << " rows accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rows per forward"), std::string::npos) << e.what();
+    }
+  }
+  auto rt = make_cuda_runtime(ck, 100, 4);
+  auto ref = make_cuda_runtime(ck, 100, 64);
+  const auto prompt = prompt_of(10, V);  // longer than 4: three chunks
+  rt->target_forward(prompt);
+  ref->target_forward(prompt);
+  std::vector<int32_t> out(16), want(16);
+  auto expect_refused = [&](const char* what, const std::function<void()>& f) {
+    try {
+      f();
+      ADD_FAILURE() << what << " over the built rows did not throw";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("built for forwards of at most 4 rows"), std::string::npos)
+          << what << ": " << e.what();
+    }
+  };
+  expect_refused("head_argmax", [&] { rt->head_argmax(0, 5, 5, out.data()); });
+  expect_refused("head_argmax pad width", [&] { rt->head_argmax(0, 3, 5, out.data()); });
+  expect_refused("head_argmax_fused", [&] { rt->head_argmax_fused(0, 6, out.data()); });
+  const std::vector<int32_t> drafts(5, 1);
+  expect_refused("head_walk", [&] { (void)rt->head_walk(drafts, out.data()); });
+  rt->mtp_forward(std::span<const int32_t>(prompt).subspan(1, 9), 0);
+  ref->mtp_forward(std::span<const int32_t>(prompt).subspan(1, 9), 0);
+  expect_refused("mtp_argmax", [&] { rt->mtp_argmax(5, out.data()); });
+  expect_refused("mtp_draft", [&] { rt->mtp_draft(5, out.data()); });
+  // Still usable, and still equal to the 64-row sequence.
+  rt->head_argmax(6, 4, 4, out.data());
+  ref->head_argmax(6, 4, 4, want.data());
+  EXPECT_EQ(out, want);
+  rt->mtp_draft(4, out.data());
+  ref->mtp_draft(4, want.data());
+  EXPECT_EQ(out, want);
+}
+
+TEST(CudaRows, PrefillWorkspaceLivesFromPromptToNextForward) {
+  NEXTN_REQUIRE_GPU();
+  const auto ck = Qwen35Checkpoint::open(rows_checkpoint());
+  const int V = ck.config().vocab_size;
+  const auto prompt = prompt_of(150, V);
+  auto rt = make_cuda_runtime(ck, 200, 4);
+  EXPECT_FALSE(has_prefill_workspace(*rt));
+  rt->target_forward(prompt_of(40, V));  // no prefill below 65 tokens
+  EXPECT_FALSE(has_prefill_workspace(*rt));
+  rt->reset();
+  std::vector<std::vector<float>> runs[2];
+  for (auto& run : runs) {
+    rt->target_forward(prompt);
+    EXPECT_TRUE(has_prefill_workspace(*rt));
+    run.emplace_back(size_t(V));
+    rt->head_logits(int(prompt.size()) - 1, run.back().data());
+    int32_t t = 0;
+    rt->head_argmax(int(prompt.size()) - 1, 1, 1, &t);
+    for (int i = 0; i < 4; ++i) {
+      rt->target_forward({&t, 1});
+      EXPECT_FALSE(has_prefill_workspace(*rt)) << "after decode step " << i;
+      run.emplace_back(size_t(V));
+      rt->head_logits(0, run.back().data());
+      rt->head_argmax(0, 1, 1, &t);
+    }
+    rt->reset();
+    EXPECT_FALSE(has_prefill_workspace(*rt));
+  }
+  EXPECT_TRUE(runs[0] == runs[1]) << "a second prompt, on a reallocated prefill workspace";
+  // A prompt whose forward ends while the workspace is held, then reset()
+  // before any decode step: released too.
+  rt->target_forward(prompt);
+  rt->reset();
+  EXPECT_FALSE(has_prefill_workspace(*rt));
+}
+
+TEST(CudaRows, DeviceMemoryShowsTheBuiltRows) {
+  NEXTN_REQUIRE_GPU();
+  const auto ck = Qwen35Checkpoint::open(rows_checkpoint());
+  const auto& c = ck.config();
+  auto wide = make_cuda_runtime(ck, 300, 64);
+  auto narrow = make_cuda_runtime(ck, 300, 4);
+  const auto w = uses_of(*wide), n = uses_of(*narrow);
+  EXPECT_EQ(w.at("logits"), uint64_t(64) * uint64_t(c.vocab_size) * 4);
+  EXPECT_EQ(n.at("logits"), uint64_t(4) * uint64_t(c.vocab_size) * 4);
+  for (const char* what : {"GDN projections", "GDN conv outputs", "argmax pairs"})
+    EXPECT_EQ(n.at(what) * 16, w.at(what)) << what;
+  for (const char* what : {"activations", "attention", "MTP inputs", "head inputs"})
+    if (w.count(what)) {
+      EXPECT_LT(n.at(what), w.at(what)) << what;
+    }
+  EXPECT_LE(n.at("split-K partials"), w.at("split-K partials"));  // 16 bytes each where no matrix splits
+  // Not row-count workspaces: the same at both sizes.
+  for (const char* what : {"the KV cache", "GDN recurrent state", "GDN conv state", "hidden rows"})
+    EXPECT_EQ(n.at(what), w.at(what)) << what;
+  for (const auto& [what, bytes] : w) EXPECT_FALSE(what.starts_with("prefill")) << what << " before any prompt";
+}
+
+}  // namespace
+}  // namespace nextn
+#endif  // NEXTN_HAVE_CUDA
