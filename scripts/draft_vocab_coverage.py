@@ -5,7 +5,7 @@ A draft vocabulary of N (`--draft-vocab N`, docs/speculative.md) lets the MTP
 head propose only ids [0, N), so the share of real text's tokens with id >= N
 bounds how often a subset cannot propose the right token. This script
 tokenizes the repository's own prose (README.md, docs/**/*.md) and code
-(src/, tools/, tests/*.cpp|h|cu|cuh) with `nextn tokenize` (one call per
+(src/, tools/, tests/*.cpp|h|cu|cuh; scripts/**/*.py) with `nextn tokenize` (one call per
 corpus: the files concatenated) and prints, per corpus and N, the share of
 tokens with id < N as a Markdown table.
 
@@ -29,7 +29,9 @@ CODE_SUFFIXES = {".cpp", ".h", ".cu", ".cuh"}
 def corpora() -> dict[str, list[Path]]:
     prose = [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md"))
     code = sorted(p for d in ("src", "tools", "tests") for p in (ROOT / d).rglob("*") if p.suffix in CODE_SUFFIXES)
-    return {"prose (README.md, docs/**/*.md)": prose, "code (src, tools, tests: C++/CUDA)": code}
+    python = sorted((ROOT / "scripts").rglob("*.py"))
+    return {"prose (README.md, docs/**/*.md)": prose, "code (src, tools, tests: C++/CUDA)": code,
+            "code (scripts/**/*.py: Python)": python}
 
 
 def vocab_size(model_dir: Path) -> int:

@@ -23,6 +23,7 @@
 #include "backend/cuda/qwen35.h"
 #include "io/checkpoint.h"
 #include "io/synthetic.h"
+#include "draft_vocab_util.h"
 #include "speculative/generate.h"
 #include "test_cuda_util.h"
 #endif
@@ -110,9 +111,7 @@ std::vector<Model> models(const std::string& tmp) {
     std::vector<int32_t> p(ref.sequence.begin(), ref.sequence.begin() + std::min<long>(8, long(ref.sequence.size())));
     out.push_back({d, p});
   }
-  out.push_back({std::string(NEXTN_SOURCE_DIR) + "/models/nextn-code-15m",
-                 {619, 572, 303, 297, 2606, 3721, 85, 292, 258, 380, 560, 322, 3388, 1126, 6485, 3721, 85, 58, 16,
-                  1319, 292}});
+  out.push_back({test::kShippedModel, test::kShippedCodePrompt});
   std::filesystem::remove_all(tmp);
   MakeCheckpointOptions mo;
   mo.quant = "q4";
@@ -134,13 +133,7 @@ TEST(CudaDraftVocab, SpeculativeWithASubsetEqualsPlainGreedy) {
     for (int N : {V / 2, 200}) {
       for (int K = 2; K <= 8; ++K) {
         rt->reset();
-        GenerateOptions o;
-        o.max_new_tokens = kTokens;
-        o.draft = DraftKind::Mtp;
-        o.block_size = K;
-        o.ignore_eos = true;
-        o.draft_vocab = N;
-        const auto r = generate(*rt, m.prompt, o);
+        const auto r = generate(*rt, m.prompt, test::mtp_options(kTokens, K, N));
         EXPECT_EQ(r.tokens, greedy) << test::fixture_name(m.dir) << " N=" << N << " K=" << K;
         EXPECT_EQ(r.stats.draft_vocab, N);
       }
@@ -191,40 +184,19 @@ TEST(CudaDraftVocab, LogitsArgmaxAndTheDeviceChainHonourTheSubset) {
   std::filesystem::remove_all(tmp);
 }
 
-// The MTP drafter, keeping every token it proposed.
-class RecordingMtpDrafter final : public Drafter {
- public:
-  explicit RecordingMtpDrafter(ModelRuntime& rt) : inner_(rt) {}
-  const char* name() const override { return "mtp"; }
-  void begin(std::span<const int32_t> p, int32_t first) override { inner_.begin(p, first); }
-  void propose(int n, std::vector<int32_t>& out) override {
-    inner_.propose(n, out);
-    proposed.insert(proposed.end(), out.begin(), out.end());
-  }
-  void commit(std::span<const int32_t> d, int a, int32_t next) override { inner_.commit(d, a, next); }
-  std::vector<int32_t> proposed;
-
- private:
-  MtpDrafter inner_;
-};
+using test::RecordingMtpDrafter;
 
 TEST(CudaDraftVocab, DraftsStayInsideTheSubsetWhereTheWholeVocabularyLeavesIt) {
   NEXTN_REQUIRE_GPU();
-  const auto ck = Qwen35Checkpoint::open(std::string(NEXTN_SOURCE_DIR) + "/models/nextn-code-15m");
-  const std::vector<int32_t> prompt = {619, 572, 303, 297, 2606, 3721, 85, 292, 258, 380, 560,
-                                       322, 3388, 1126, 6485, 3721, 85, 58, 16, 1319, 292};
+  const auto ck = Qwen35Checkpoint::open(test::kShippedModel);
+  const std::vector<int32_t>& prompt = test::kShippedCodePrompt;
   auto rt = cuda_rt(ck, runtime_capacity(int(prompt.size()), 32, 4));
   constexpr int N = 1024;
   for (int n : {0, N}) {
     rt->reset();
     rt->set_draft_vocab(n);
     RecordingMtpDrafter d(*rt);
-    GenerateOptions o;
-    o.max_new_tokens = 32;
-    o.draft = DraftKind::Mtp;
-    o.block_size = 4;
-    o.ignore_eos = true;
-    (void)speculative_generate(*rt, d, prompt, o);
+    (void)speculative_generate(*rt, d, prompt, test::mtp_options(32, 4, 0));
     ASSERT_FALSE(d.proposed.empty());
     const bool outside = std::any_of(d.proposed.begin(), d.proposed.end(), [](int32_t t) { return t >= N; });
     if (n == 0)

@@ -23,50 +23,31 @@
 #include "fixture_util.h"
 #include "io/checkpoint.h"
 #include "model/runtime.h"
+#include "draft_vocab_util.h"
 #include "speculative/generate.h"
 
 namespace nextn {
 namespace {
 
-const std::string kShipped = std::string(NEXTN_SOURCE_DIR) + "/models/nextn-code-15m";
-
-// Python source in the shipped model's vocabulary (its tokenizer's ids for
-// "import os\n\ndef main(argv):\n    for name in sorted(os.listdir(argv[1])):\n").
-const std::vector<int32_t> kCodePrompt = {619, 572, 303, 297, 2606, 3721, 85, 292, 258, 380, 560,
-                                          322, 3388, 1126, 6485, 3721, 85, 58, 16, 1319, 292};
+using test::kShippedCodePrompt;
+using test::kShippedModel;
+using test::RecordingMtpDrafter;
 
 std::vector<std::string> mtp_model_dirs() {
   std::vector<std::string> dirs;
   for (const auto& d : test::fixture_dirs())
     if (Qwen35Checkpoint::open(d).mtp_layers() > 0) dirs.push_back(d);
-  dirs.push_back(kShipped);
+  dirs.push_back(kShippedModel);
   return dirs;
 }
 
 std::vector<int32_t> prompt_for(const std::string& dir, int vocab) {
-  if (dir == kShipped) return kCodePrompt;
+  if (dir == kShippedModel) return kShippedCodePrompt;
   const auto ref = test::load_reference(dir);
   std::vector<int32_t> p(ref.sequence.begin(), ref.sequence.begin() + std::min<long>(8, long(ref.sequence.size())));
   for (int32_t& t : p) t %= vocab;
   return p;
 }
-
-// The MTP drafter, keeping every token it proposed.
-class RecordingMtpDrafter final : public Drafter {
- public:
-  explicit RecordingMtpDrafter(ModelRuntime& rt) : inner_(rt) {}
-  const char* name() const override { return "mtp"; }
-  void begin(std::span<const int32_t> p, int32_t first) override { inner_.begin(p, first); }
-  void propose(int n, std::vector<int32_t>& out) override {
-    inner_.propose(n, out);
-    proposed.insert(proposed.end(), out.begin(), out.end());
-  }
-  void commit(std::span<const int32_t> d, int a, int32_t next) override { inner_.commit(d, a, next); }
-  std::vector<int32_t> proposed;
-
- private:
-  MtpDrafter inner_;
-};
 
 TEST(DraftVocab, SpeculativeWithASubsetEqualsPlainGreedyForEveryK) {
   constexpr int kTokens = 24;
@@ -80,13 +61,7 @@ TEST(DraftVocab, SpeculativeWithASubsetEqualsPlainGreedyForEveryK) {
     for (int N : {V / 2, V / 8}) {
       for (int K = 2; K <= 8; ++K) {
         rt->reset();
-        GenerateOptions o;
-        o.max_new_tokens = kTokens;
-        o.draft = DraftKind::Mtp;
-        o.block_size = K;
-        o.ignore_eos = true;
-        o.draft_vocab = N;
-        const auto r = generate(*rt, prompt, o);
+        const auto r = generate(*rt, prompt, test::mtp_options(kTokens, K, N));
         SCOPED_TRACE(::testing::Message() << test::fixture_name(dir) << " N=" << N << " K=" << K);
         ASSERT_EQ(r.tokens, greedy);
         EXPECT_EQ(r.stats.draft_vocab, N);
@@ -102,12 +77,7 @@ std::vector<int32_t> drafts_of(ModelRuntime& rt, const std::vector<int32_t>& pro
   rt.reset();
   rt.set_draft_vocab(n);
   RecordingMtpDrafter d(rt);
-  GenerateOptions o;
-  o.max_new_tokens = tokens;
-  o.draft = DraftKind::Mtp;
-  o.block_size = K;
-  o.ignore_eos = true;
-  const auto r = speculative_generate(rt, d, prompt, o);
+  const auto r = speculative_generate(rt, d, prompt, test::mtp_options(tokens, K, 0));
   EXPECT_EQ(int64_t(d.proposed.size()), r.stats.counters.drafted);
   return d.proposed;
 }
@@ -157,7 +127,7 @@ TEST(DraftVocab, SubsetLogitsAreThePrefixAndTheArgmaxIsTheirs) {
 }
 
 TEST(DraftVocab, SetDraftVocabValues) {
-  const auto ckpt = Qwen35Checkpoint::open(kShipped);
+  const auto ckpt = Qwen35Checkpoint::open(kShippedModel);
   const int V = ckpt.config().vocab_size;
   auto rt = make_runtime(ckpt, BackendKind::Cpu, 16);
   EXPECT_EQ(rt->draft_vocab(), V);  // the default: the whole vocabulary
@@ -177,7 +147,7 @@ TEST(DraftVocab, SetDraftVocabValues) {
   o.draft_vocab = 100;
   o.max_new_tokens = 4;
   rt->reset();
-  EXPECT_THROW(generate(*rt, kCodePrompt, o), Error);
+  EXPECT_THROW(generate(*rt, kShippedCodePrompt, o), Error);
 }
 
 // ---- the CLI ----
@@ -188,8 +158,8 @@ nlohmann::json json_of(const test::CliResult& r) {
 }
 
 TEST(DraftVocabCli, GenerateReportsTheSubsetAndKeepsTheTokens) {
-  const std::string ids = fmt::format("{}", fmt::join(kCodePrompt, ","));
-  const std::string g = "generate -m " + kShipped + " --prompt-ids " + ids + " -n 24 --ignore-eos --json ";
+  const std::string ids = fmt::format("{}", fmt::join(kShippedCodePrompt, ","));
+  const std::string g = "generate -m " + kShippedModel + " --prompt-ids " + ids + " -n 24 --ignore-eos --json ";
   const auto plain = json_of(test::run_cli(g));
   const auto full = json_of(test::run_cli(g + "--draft mtp --block-size 4"));
   const auto subset = json_of(test::run_cli(g + "--draft mtp --block-size 4 --draft-vocab 1024"));
@@ -205,17 +175,17 @@ TEST(DraftVocabCli, GenerateReportsTheSubsetAndKeepsTheTokens) {
 }
 
 TEST(DraftVocabCli, BadValuesAreOneErrorLineNamingTheFlag) {
-  const std::string g = "generate -m " + kShipped + " --prompt-ids 1,2,3 -n 4 ";
+  const std::string g = "generate -m " + kShippedModel + " --prompt-ids 1,2,3 -n 4 ";
   for (const std::string bad : {"0", "-5", "abc", "''"})
     test::expect_one_error_line(test::run_cli(g + "--draft mtp --draft-vocab " + bad), "--draft-vocab");
   test::expect_one_error_line(test::run_cli(g + "--draft-vocab 100"), "--draft-vocab");
   test::expect_one_error_line(test::run_cli(g + "--draft oracle --accept-rate 0.5 --draft-vocab 100"), "--draft-vocab");
-  test::expect_one_error_line(test::run_cli("bench decode -m " + kShipped + " --draft-vocab 100"), "--draft-vocab");
-  test::expect_one_error_line(test::run_cli("serve -m " + kShipped + " --draft-vocab 100 --port 0"), "--draft-vocab");
+  test::expect_one_error_line(test::run_cli("bench decode -m " + kShippedModel + " --draft-vocab 100"), "--draft-vocab");
+  test::expect_one_error_line(test::run_cli("serve -m " + kShippedModel + " --draft-vocab 100 --port 0"), "--draft-vocab");
 }
 
 TEST(DraftVocabCli, BenchDecodeReportsTheSubset) {
-  const auto r = json_of(test::run_cli("bench decode -m " + kShipped +
+  const auto r = json_of(test::run_cli("bench decode -m " + kShippedModel +
                                        " --draft mtp --block-size 4 --draft-vocab 2048 -n 16 --prompt-len 8 "
                                        "--repeats 1 --json"));
   EXPECT_EQ(r["settings"]["draft_vocab"], 2048);

@@ -600,12 +600,12 @@ void CudaQwen35::mtp_draft(int n, int32_t* out) {
   auto set_args = [&](int k) {
     CUDA_CHECK(cudaMemcpyAsync(d_args_, d_chain_args_ + k, sizeof(StepArgs), cudaMemcpyDeviceToDevice, stream_));
   };
-  const DevMatrix head = draft_head();  // drafts over ids [0, draft_vocab())
+  const DevMatrix drafting_head = draft_head();  // drafts over ids [0, draft_vocab())
   auto argmax_into = [&](int slot) {
     cuda::gather_rows(mtp_hidden_, H_, &d_args_->first_row, &d_args_->n_real, 1, head_in_, act_, stream_);
-    cuda::matmul_argmax(head, head_in_, act_, 1, H_, pairs_, d_out_ + slot, nullptr, stream_);
+    cuda::matmul_argmax(drafting_head, head_in_, act_, 1, H_, pairs_, d_out_ + slot, nullptr, stream_);
   };
-  replay(GraphKind::MtpDraft, n, head.rows, [&] {
+  replay(GraphKind::MtpDraft, n, drafting_head.rows, [&] {
     set_args(0);
     argmax_into(0);
     for (int i = 1; i < n; ++i) {
