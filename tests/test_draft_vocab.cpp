@@ -9,7 +9,9 @@
 //  - set_draft_vocab's values: 0 and >= vocab mean the whole vocabulary,
 //    < 0 is an error; the setting survives reset();
 //  - the CLI: generate / bench decode report it; bad values are one error
-//    line naming the flag.
+//    line naming the flag;
+//  - the serving engine drafts from the subset (greedy and seeded sampled
+//    answers equal their solo runs with it).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,7 +26,11 @@
 #include "io/checkpoint.h"
 #include "model/runtime.h"
 #include "draft_vocab_util.h"
+#include "engine_test_util.h"
+#include "server/engine.h"
 #include "speculative/generate.h"
+#include "speculative/sampled_generate.h"
+#include "tokenizer/model_tokenizer.h"
 
 namespace nextn {
 namespace {
@@ -190,6 +196,71 @@ TEST(DraftVocabCli, BenchDecodeReportsTheSubset) {
                                        "--repeats 1 --json"));
   EXPECT_EQ(r["settings"]["draft_vocab"], 2048);
   EXPECT_GT(r["drafted"].get<int>(), 0);
+}
+
+// ---- the serving engine ----
+
+// One job alone on an engine drafting with the MTP head from ids [0, n):
+// its text and the engine's accepted-draft counter.
+std::pair<std::string, double> serve_alone(const Qwen35Checkpoint& ckpt, const tok::Tokenizer& t,
+                                           const server::CompletionRequest& req, int n) {
+  server::Metrics metrics;
+  server::EngineOptions eo;
+  eo.draft = DraftKind::Mtp;
+  eo.draft_vocab = n;
+  eo.limits.max_prompt_tokens = 64;
+  eo.limits.max_tokens = 64;
+  server::Engine engine(ckpt, t, eo, metrics);
+  auto job = std::make_shared<server::Job>(req, t.encode(req.prompt));
+  EXPECT_TRUE(engine.submit(job));
+  const auto done = server::engine_test::wait(*job);
+  const std::string m = metrics.render(), name = "\nnextn_accepted_tokens_total ";
+  const size_t at = m.find(name);
+  EXPECT_NE(at, std::string::npos) << m;
+  return {done.text, at == std::string::npos ? -1.0 : std::stod(m.substr(at + name.size()))};
+}
+
+// The text of generated tokens as the engine streams it: a final EOS adds none.
+std::string text_of(const Qwen35Checkpoint& ckpt, const tok::Tokenizer& t, std::vector<int32_t> tokens) {
+  const auto& eos = ckpt.config().eos_token_ids;
+  if (!tokens.empty() && std::find(eos.begin(), eos.end(), tokens.back()) != eos.end()) tokens.pop_back();
+  return t.decode(tokens);
+}
+
+TEST(DraftVocabServe, TheEngineDraftsFromTheSubset) {
+  const auto ckpt = Qwen35Checkpoint::open(kShippedModel);
+  const auto t = tok::load_model_tokenizer(kShippedModel, "test");
+  constexpr int N = 512;
+  server::CompletionRequest req;
+  req.prompt = "def fibonacci(n):";
+  req.max_tokens = 48;
+  const auto ids = t.encode(req.prompt);
+  auto rt = make_runtime(ckpt, BackendKind::Cpu, runtime_capacity(int(ids.size()), 48, kMaxBlockSize));
+  // Greedy: the text is plain greedy's; the accepted drafts are the subset's.
+  req.sampling.temperature = 0;
+  const auto greedy = greedy_generate(*rt, ids, 48, false).tokens;
+  rt->reset();
+  GenerateOptions o = test::mtp_options(48, default_block_size(1), N);
+  o.ignore_eos = false;
+  const auto subset = generate(*rt, ids, o);
+  rt->reset();
+  o.draft_vocab = 0;
+  const auto whole = generate(*rt, ids, o);
+  ASSERT_NE(subset.stats.counters.accepted, whole.stats.counters.accepted) << "pick an N that changes the drafts";
+  const auto [text, accepted] = serve_alone(ckpt, t, req, N);
+  EXPECT_EQ(text, text_of(ckpt, t, greedy));
+  EXPECT_EQ(accepted, double(subset.stats.counters.accepted));
+  // Seeded sampling: the answer is sampled_generate's with the subset, draw for draw.
+  req.sampling = {.temperature = 0.8, .top_k = 20, .seed = 7};
+  req.seed_given = true;
+  SampledOptions so;
+  so.max_new_tokens = 48;
+  so.sampling = req.sampling;
+  so.draft = DraftKind::Mtp;
+  so.draft_vocab = N;
+  rt->reset();
+  const auto sampled = sampled_generate(*rt, ids, so);
+  EXPECT_EQ(serve_alone(ckpt, t, req, N).first, text_of(ckpt, t, sampled.tokens));
 }
 
 }  // namespace
