@@ -139,7 +139,7 @@ class ModelRuntime {
   // Counters of the MTP head's work so far (see MtpWork); reset() clears them.
   virtual MtpWork mtp_work() const = 0;
 
-  // ---- draft vocabulary (docs/speculative.md, "Draft vocabulary") ----
+  // ---- draft vocabulary (docs/speculative.md §10) ----
   // The MTP head's own projections (mtp_argmax, mtp_draft, mtp_logits) cover
   // token ids [0, draft_vocab()) only: drafts are argmaxes over that prefix,
   // and mtp_logits writes -inf past it, so sampled drafts are drawn from
