@@ -244,6 +244,7 @@ GenerateResult generate(ModelRuntime& rt, std::span<const int32_t> prompt, const
   if (o.draft_cost == DraftCost::Mtp) {
     if (rt.info().mtp_layers == 0)
       fail("--draft-cost mtp: the checkpoint has no MTP head (0 MTP layers)");
+    rt.set_draft_vocab(0);  // the cost of the whole head's chain, whatever the runtime was set to
     OracleAtMtpCostDrafter d(rt, *oracle_truth, o.oracle);
     return speculative_generate(rt, d, prompt, o);
   }
