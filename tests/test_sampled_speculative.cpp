@@ -3,10 +3,12 @@
 // distribution; the random fixtures' do not): the tokens sampled with the MTP drafter follow the
 // exact distribution of plain sampling, computed here by enumerating every
 // continuation (a chi-square goodness-of-fit test at fixed seeds), and a
-// deliberately wrong acceptance rule fails the same test. Also: mtp_logits
+// deliberately wrong acceptance rule fails the same test; drafts from a
+// draft-vocabulary subset pass it too, and are drawn from the subset only. Also: mtp_logits
 // against transformers and against mtp_argmax, greedy unchanged by sinks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -61,8 +63,9 @@ test::TupleDistribution exact_distribution(const Qwen35Checkpoint& ckpt) {
   return test::exact_sampling_distribution(*rt, kPrompt, test_params(), kTokens);
 }
 
+// draft_vocab: the MTP drafts' vocabulary (SampledOptions::draft_vocab; 0: whole).
 std::map<std::vector<int32_t>, int> sample_counts(const Qwen35Checkpoint& ckpt, DraftKind draft, AcceptRule rule,
-                                                  int runs, GenerateStats* last_stats = nullptr) {
+                                                  int runs, GenerateStats* last_stats = nullptr, int draft_vocab = 0) {
   auto rt = make_runtime(ckpt, BackendKind::Cpu, 64);
   std::map<std::vector<int32_t>, int> counts;
   VerifyCounters total;
@@ -76,8 +79,12 @@ std::map<std::vector<int32_t>, int> sample_counts(const Qwen35Checkpoint& ckpt, 
     o.block_size = 3;
     o.ignore_eos = true;
     o.rule = rule;
+    o.draft_vocab = draft_vocab;
     const auto r = sampled_generate(*rt, kPrompt, o);
     EXPECT_EQ(int(r.tokens.size()), kTokens);
+    if (draft_vocab > 0) {
+      EXPECT_EQ(r.stats.draft_vocab, draft_vocab);  // what the runtime drafted from
+    }
     ++counts[r.tokens];
     total.rounds += r.stats.counters.rounds;
     total.drafted += r.stats.counters.drafted;
@@ -119,6 +126,82 @@ TEST(SampledSpeculative, MtpDraftsKeepThePlainSamplingDistribution) {
   EXPECT_LT(stats.counters.accepted, stats.counters.drafted);
   std::printf("chi-square of speculative sampling: %.1f (df %d, limit %.1f); acceptance %lld/%lld\n", stat, df,
               chi_square_limit(df), (long long)stats.counters.accepted, (long long)stats.counters.drafted);
+}
+
+// A draft vocabulary that leaves out tokens the target samples here (the
+// drafter must then miss them and the residual draw supply them): the
+// masked q (-inf past the prefix) keeps the distribution exact.
+constexpr int kSubset = 256;
+
+TEST(SampledSpeculative, MtpDraftsFromAVocabularySubsetKeepThePlainSamplingDistribution) {
+  const auto ckpt = Qwen35Checkpoint::open(kDefaultModel);
+  const auto exact = exact_distribution(ckpt);
+  // The subset matters: the plain distribution puts mass on ids past it.
+  double outside = 0;
+  for (const auto& [tuple, prob] : exact)
+    if (std::any_of(tuple.begin() + 1, tuple.end(), [](int32_t t) { return t >= kSubset; })) outside += prob;
+  ASSERT_GT(outside, 0.05);
+  GenerateStats stats;
+  const auto spec = sample_counts(ckpt, DraftKind::Mtp, AcceptRule::Exact, kSpecRuns, &stats, kSubset);
+  const auto [stat, df] = chi_square(exact, spec, kSpecRuns);
+  EXPECT_LT(stat, chi_square_limit(df)) << "df " << df;
+  EXPECT_GT(stats.counters.accepted, 0);
+  EXPECT_LT(stats.counters.accepted, stats.counters.drafted);
+  std::printf("chi-square of speculative sampling, draft vocabulary %d: %.1f (df %d, limit %.1f); acceptance %lld/%lld; "
+              "plain mass on tuples past the subset %.3f\n",
+              kSubset, stat, df, chi_square_limit(df), (long long)stats.counters.accepted,
+              (long long)stats.counters.drafted, outside);
+}
+
+// The MTP drafter, checking what sampled drafting sees of a subset: no
+// finite logit past it, and every drafted token inside it.
+class SubsetCheckingDrafter final : public Drafter {
+ public:
+  SubsetCheckingDrafter(ModelRuntime& rt, int vocab, int subset) : inner_(rt), vocab_(vocab), subset_(subset) {}
+  const char* name() const override { return "mtp"; }
+  void begin(std::span<const int32_t> p, int32_t first) override { inner_.begin(p, first); }
+  void propose(int n, std::vector<int32_t>& out) override { inner_.propose(n, out); }
+  void commit(std::span<const int32_t> drafts, int a, int32_t next) override {
+    for (int32_t t : drafts) drafted_outside += t >= subset_;
+    drafted += int64_t(drafts.size());
+    inner_.commit(drafts, a, next);
+  }
+  void draft_logits(float* out) override {
+    inner_.draft_logits(out);
+    for (int v = subset_; v < vocab_; ++v) finite_outside += std::isfinite(out[v]) ? 1 : 0;
+  }
+  void draft_step(int32_t token) override { inner_.draft_step(token); }
+  int64_t drafted = 0, drafted_outside = 0, finite_outside = 0;
+
+ private:
+  MtpDrafter inner_;
+  int vocab_, subset_;
+};
+
+TEST(SampledSpeculative, SampledDraftsComeFromTheSubsetOnly) {
+  const auto ckpt = Qwen35Checkpoint::open(kDefaultModel);
+  auto rt = make_runtime(ckpt, BackendKind::Cpu, 128);
+  const int V = rt->vocab();
+  SampledOptions o;
+  o.max_new_tokens = 48;
+  o.sampling = {.temperature = 1.0, .seed = 5};
+  o.block_size = 4;
+  o.ignore_eos = true;
+  for (int subset : {V, kSubset}) {  // the whole vocabulary first: it must draft past kSubset
+    rt->reset();
+    rt->set_draft_vocab(subset);
+    SubsetCheckingDrafter d(*rt, V, kSubset);
+    const auto r = sampled_generate(*rt, &d, kPrompt, o);
+    EXPECT_EQ(int(r.tokens.size()), o.max_new_tokens);
+    ASSERT_GT(d.drafted, 0);
+    if (subset == V) {
+      ASSERT_GT(d.drafted_outside, 0) << "no sampled draft at or above " << kSubset << ": the check below would be empty";
+      EXPECT_GT(d.finite_outside, 0);
+    } else {
+      EXPECT_EQ(d.drafted_outside, 0);
+      EXPECT_EQ(d.finite_outside, 0);
+    }
+  }
 }
 
 TEST(SampledSpeculative, AWrongAcceptanceRuleFailsTheSameTest) {

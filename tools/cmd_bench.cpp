@@ -27,7 +27,7 @@ struct DecodeArgs {
   std::string model, backend = "cpu", draft = "none";
   int threads = 0;
   int max_rows = 0;  // 0: the rows the decode uses
-  CLI::Option* block_opt = nullptr;
+  CLI::Option *block_opt = nullptr, *draft_vocab_opt = nullptr;
   bench::DecodeBenchOptions o;
   bool json = false, breakdown = false;
 };
@@ -44,8 +44,11 @@ void run_decode(const DecodeArgs& a) {
     if (o.draft == DraftKind::None) fail("--block-size applies to --draft mtp only");
     check_block_size(o.block_size);
   }
+  o.draft_vocab = draft_vocab_from_flag(o.draft, a.draft_vocab_opt->count() > 0, a.o.draft_vocab);
   const std::string dir = model_dir_or_default(a.model);
   const auto ckpt = Qwen35Checkpoint::open(dir);
+  // Clamped as the runtime clamps it, so the report says what the drafts covered.
+  if (o.draft_vocab > 0) o.draft_vocab = effective_draft_vocab(o.draft_vocab, ckpt.config().vocab_size);
   if (o.draft == DraftKind::Mtp && ckpt.mtp_layers() == 0)
     fail("{}: --draft mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
   if (o.draft == DraftKind::Mtp && a.block_opt->count() == 0) o.block_size = default_block_size(ckpt.mtp_layers());
@@ -207,6 +210,9 @@ void register_bench(CLI::App& app) {
                   "Rows per forward the runtimes are built for (CUDA workspaces; default: K with --draft mtp, else 1; "
                   "64: every workspace at its largest)")
       ->check(CLI::Range(1, kMaxForwardRows));
+  d->draft_vocab_opt = dec->add_option("--draft-vocab", d->o.draft_vocab,
+                                       "--draft mtp: draft from token ids [0, N) only (default: the whole vocabulary)")
+                           ->check(number());
   add_threads_option(dec, &d->threads);
   dec->add_flag("--json", d->json, "Print one JSON object");
   dec->add_flag("--breakdown", d->breakdown,

@@ -31,10 +31,11 @@ struct GenerateArgs {
   int n = 32;
   double accept_rate = -1;
   uint64_t seed = 1;
-  int block_size = 0, pad_width = 0, threads = 0;
+  int block_size = 0, pad_width = 0, threads = 0, draft_vocab = 0;
   bool ignore_eos = false, json = false, chat = false;
   CLI::Option *rate_opt = nullptr, *pattern_opt = nullptr, *block_opt = nullptr, *pad_opt = nullptr,
-              *seed_opt = nullptr, *prompt_opt = nullptr, *ids_opt = nullptr, *cost_opt = nullptr;
+              *seed_opt = nullptr, *prompt_opt = nullptr, *ids_opt = nullptr, *cost_opt = nullptr,
+              *draft_vocab_opt = nullptr;
 };
 
 // Per draft position i: the share of rounds whose draft i was accepted
@@ -68,6 +69,7 @@ void run(const GenerateArgs& a) {
   o.draft_cost = parse_draft_cost(a.draft_cost);
   if (a.cost_opt->count() > 0 && o.draft != DraftKind::Oracle) fail("--draft-cost applies to --draft oracle only");
   if (a.block_opt->count() > 0) check_block_size(a.block_size);
+  o.draft_vocab = draft_vocab_from_flag(o.draft, a.draft_vocab_opt->count() > 0, a.draft_vocab);
   if (a.pad_opt->count() > 0 && o.verify != VerifyArm::Pad) fail("--pad-width applies to --verify pad only");
   const BackendKind kind = parse_backend(a.backend);
 
@@ -183,6 +185,10 @@ void register_generate(CLI::App& app) {
   a->cost_opt = cmd->add_option("--draft-cost", a->draft_cost,
                                  "Oracle: free (default) or mtp (run the MTP draft chain for its cost, use the oracle's tokens)");
   a->block_opt = cmd->add_option("--block-size", a->block_size, "Verify width K, 2..64 (default: MTP layers + 2)")->check(number());
+  a->draft_vocab_opt = cmd->add_option("--draft-vocab", a->draft_vocab,
+                                       "--draft mtp: draft from token ids [0, N) only; the output stays exact "
+                                       "(default: the whole vocabulary; N above it is clamped)")
+                           ->check(number());
   cmd->add_option("--verify", a->verify,
                  "Verify arm: batched, walk, pad, fused, auto (calibration, else the recorded winner per K; default batched)");
   a->pad_opt = cmd->add_option("--pad-width", a->pad_width, "Pad arm width P, K < P <= 64 (default: next multiple of 16)")

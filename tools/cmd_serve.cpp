@@ -27,9 +27,9 @@ namespace {
 
 struct ServeArgs {
   std::string model, draft = "none", host = "127.0.0.1", backend = "cpu", served_name;
-  int port = 8000, block_size = 0, threads = 0;
+  int port = 8000, block_size = 0, threads = 0, draft_vocab = 0;
   int max_body_kib = 1024, max_prompt_tokens = 2048, max_tokens = 1024, queue_depth = 16, max_batch = 8;
-  CLI::Option* block_opt = nullptr;
+  CLI::Option *block_opt = nullptr, *draft_vocab_opt = nullptr;
 };
 
 // The engine of a Gemma 4 target: a serial group over its runtime factory,
@@ -58,6 +58,7 @@ void run(const ServeArgs& a) {
       fail("--block-size applies to a drafter only (--draft mtp or an assistant directory)");
     check_block_size(a.block_size);
   }
+  const int draft_vocab = draft_vocab_from_flag(draft, a.draft_vocab_opt->count() > 0, a.draft_vocab);
   if (a.port < 0 || a.port > 65535) fail("--port {} is outside [0, 65535]", a.port);
   if (a.max_body_kib < 1) fail("--max-body-kib {} must be at least 1", a.max_body_kib);
   if (a.max_prompt_tokens < 1) fail("--max-prompt-tokens {} must be at least 1", a.max_prompt_tokens);
@@ -101,7 +102,7 @@ void run(const ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   server::Metrics metrics;
-  server::EngineOptions eo{kind, a.threads, draft, a.block_opt->count() > 0 ? a.block_size : 0, limits, {}};
+  server::EngineOptions eo{kind, a.threads, draft, a.block_opt->count() > 0 ? a.block_size : 0, limits, {}, draft_vocab};
   const std::unique_ptr<server::Engine> engine =
       gemma4 ? gemma4_engine(dir, a, kind, assistant_draft, eo, tokenizer, metrics)
              : std::make_unique<server::Engine>(*ckpt, tokenizer, eo, metrics);
@@ -138,6 +139,9 @@ void register_serve(CLI::App& app) {
   a->block_opt = cmd->add_option("--block-size", a->block_size,
                                  "Verify width K, 2..64 (default: MTP layers + 2; with an assistant 4)")
                      ->check(number());
+  a->draft_vocab_opt = cmd->add_option("--draft-vocab", a->draft_vocab,
+                                       "--draft mtp: draft from token ids [0, N) only (default: the whole vocabulary)")
+                           ->check(number());
   cmd->add_option("--host", a->host, "Address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", a->port, "Port (default 8000; 0: any free port, printed at start)")->check(number());
   cmd->add_option("--backend", a->backend, "cpu or cuda (default cpu)");

@@ -24,6 +24,7 @@ DecodeBenchReport run_decode_bench(const RuntimeFactory& factory, int vocab, con
   spec.max_new_tokens = o.max_new_tokens;
   spec.draft = o.draft;
   spec.block_size = o.block_size;
+  spec.draft_vocab = o.draft_vocab;
   spec.ignore_eos = true;
   DecodeBenchReport r;
   for (int rep = -1; rep < o.repeats; ++rep) {  // rep -1: warm-up, discarded
@@ -73,8 +74,10 @@ std::string decode_table_text(const DecodeBenchReport& r, const DecodeBenchOptio
   s += fmt::format("  decode tokens/s   {:>32}   ({} ms/token)\n", format_summary(r.decode, 1),
                    format_summary(r.per_token, 4));
   if (o.draft != DraftKind::None) {
-    s += fmt::format("  draft {}, block size {}: accepted {} of {} drafts ({:.3f})\n", draft_kind_name(o.draft),
-                     o.block_size, r.accepted, r.drafted, r.drafted ? double(r.accepted) / double(r.drafted) : 0.0);
+    const std::string subset = o.draft_vocab > 0 ? fmt::format(", draft vocabulary {}", o.draft_vocab) : "";
+    s += fmt::format("  draft {}, block size {}{}: accepted {} of {} drafts ({:.3f})\n", draft_kind_name(o.draft),
+                     o.block_size, subset, r.accepted, r.drafted,
+                     r.drafted ? double(r.accepted) / double(r.drafted) : 0.0);
     s += fmt::format("  ms per round      {:>32}\n", format_summary(r.per_round, 4));
   }
   if (o.prefill_len > 0)
@@ -90,6 +93,7 @@ nlohmann::ordered_json decode_report_json(const DecodeBenchReport& r, const Deco
                    {"draft", draft_kind_name(o.draft)}};
   if (o.draft != DraftKind::None) {
     j["settings"]["block_size"] = o.block_size;
+    if (o.draft_vocab > 0) j["settings"]["draft_vocab"] = o.draft_vocab;
     j["drafted"] = r.drafted;
     j["accepted"] = r.accepted;
     j["acceptance"] = r.drafted ? double(r.accepted) / double(r.drafted) : 0.0;

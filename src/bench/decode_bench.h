@@ -19,6 +19,7 @@ struct DecodeBenchOptions {
   int prefill_len = 0;  // > 0: also time prefill of a prompt this long (separate runs, 2 tokens each)
   DraftKind draft = DraftKind::None;  // None or Mtp
   int block_size = 0;                 // Mtp: verify width K (resolved by the caller, >= 2)
+  int draft_vocab = 0;                // Mtp: drafts over ids [0, draft_vocab) (--draft-vocab); 0: all
 };
 
 struct DecodeBenchReport {

@@ -56,6 +56,7 @@ Run run_once(ModelRuntime& rt, const std::vector<int32_t>& prompt, int n, const 
     spec.max_new_tokens = n;
     spec.draft = o.draft;
     spec.block_size = o.block_size;
+    spec.draft_vocab = o.draft_vocab;
     spec.ignore_eos = true;
     r.g = generate(rt, prompt, spec);
   }

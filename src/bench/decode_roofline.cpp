@@ -62,6 +62,8 @@ class MemoryProbe final : public ModelRuntime {
   void mtp_argmax(int count, int32_t* out) override { rt_->mtp_argmax(count, out); }
   void mtp_rollback(int length) override { rt_->mtp_rollback(length); }
   MtpWork mtp_work() const override { return rt_->mtp_work(); }
+  int draft_vocab() const override { return rt_->draft_vocab(); }
+  void set_draft_vocab(int n) override { rt_->set_draft_vocab(n); }
   // The backend's own draft chain (CUDA: one graph, one copy back), not the
   // host loop of the base class.
   void mtp_draft(int n, int32_t* out) override { rt_->mtp_draft(n, out); }

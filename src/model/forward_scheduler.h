@@ -105,6 +105,8 @@ class ScheduledSequence final : public ModelRuntime {
   void mtp_draft(int n, int32_t* out) override { rt_.mtp_draft(n, out); }
   void mtp_logits(float* out) override { rt_.mtp_logits(out); }
   MtpWork mtp_work() const override { return rt_.mtp_work(); }
+  int draft_vocab() const override { return rt_.draft_vocab(); }
+  void set_draft_vocab(int n) override { rt_.set_draft_vocab(n); }
   std::vector<OpTiming> op_timings() const override { return rt_.op_timings(); }
   void clear_op_timings() override { rt_.clear_op_timings(); }
   int64_t kernels_launched() const override { return rt_.kernels_launched(); }

@@ -48,6 +48,16 @@ void ModelRuntime::mtp_draft(int n, int32_t* out) {
   }
 }
 
+int effective_draft_vocab(int n, int vocab) {
+  if (n < 0) fail("--draft-vocab {}: expected a token count of at least 1 (0: the whole vocabulary)", n);
+  return n == 0 || n >= vocab ? vocab : n;
+}
+
+void ModelRuntime::set_draft_vocab(int n) {
+  if (effective_draft_vocab(n, vocab()) != vocab())
+    fail("--draft-vocab {}: the {} runtime cannot restrict its drafts", n, backend_name());
+}
+
 void ModelRuntime::mtp_logits(float*) { fail("the {} backend has no MTP logits (needed to sample drafts)", backend_name()); }
 
 BackendKind parse_backend(const std::string& name) {

@@ -146,6 +146,20 @@ class ModelRuntime {
   // Counters of the MTP head's work so far (see MtpWork); reset() clears them.
   virtual MtpWork mtp_work() const = 0;
 
+  // ---- draft vocabulary (docs/speculative.md §10) ----
+  // The MTP head's own projections (mtp_argmax, mtp_draft, mtp_logits) cover
+  // token ids [0, draft_vocab()) only: drafts are argmaxes over that prefix,
+  // and mtp_logits writes -inf past it, so sampled drafts are drawn from
+  // exactly the distribution it hands out. The target's head (head_*) always
+  // covers the whole vocabulary: the output stays exact, only acceptance
+  // changes. Byte-level BPE ids follow merge order, so a prefix holds the
+  // frequent tokens and needs no gather table. Kept across reset().
+  virtual int draft_vocab() const { return vocab(); }
+  // n in [1, vocab): the prefix [0, n); 0 or n >= vocab: the whole vocabulary
+  // (a larger n is clamped, so one flag value fits models of any vocabulary).
+  // Error for n < 0. The default accepts the whole vocabulary only.
+  virtual void set_draft_vocab(int n);
+
   // ---- where the time goes (bench decode --breakdown) ----
   // Device time per operation class, summed since construction or
   // clear_op_timings(): only when the backend measures it (CUDA with
@@ -161,6 +175,11 @@ class ModelRuntime {
   // and libraries take besides (CUDA graphs, kernel modules, cuBLAS) is not in it.
   virtual std::vector<MemoryUse> device_memory() const { return {}; }
 };
+
+// The draft vocabulary set_draft_vocab(n) gives a model of `vocab` ids:
+// n in [1, vocab) stays, 0 or n >= vocab is vocab; Error naming --draft-vocab
+// for n < 0.
+int effective_draft_vocab(int n, int vocab);
 
 enum class BackendKind { Cpu, Cuda };
 BackendKind parse_backend(const std::string& name);  // throws Error

@@ -179,6 +179,7 @@ void Engine::run(Job& job, ModelRuntime& rt, ModelRuntime& slot, uint64_t seed) 
     o.max_new_tokens = req.max_tokens;
     o.draft = options_.draft;
     o.block_size = options_.block_size;
+    o.draft_vocab = drafter ? 0 : options_.draft_vocab;
     o.verify = VerifyArm::Batched;
     o.ignore_eos = req.ignore_eos;
     o.sink = sink;
@@ -190,6 +191,7 @@ void Engine::run(Job& job, ModelRuntime& rt, ModelRuntime& slot, uint64_t seed) 
     if (!req.seed_given) o.sampling.seed = seed;
     o.draft = options_.draft;
     o.block_size = options_.block_size;
+    o.draft_vocab = drafter ? 0 : options_.draft_vocab;
     o.ignore_eos = req.ignore_eos;
     o.sink = sink;
     result = drafter ? sampled_generate(rt, drafter.get(), job.prompt, o) : sampled_generate(rt, job.prompt, o);

@@ -43,6 +43,7 @@ struct EngineOptions {
   int block_size = 0;                 // 0: default for the checkpoint
   ServerLimits limits;
   DrafterFactory make_drafter;  // set: every job drafts with its own drafter from it (`draft` is ignored)
+  int draft_vocab = 0;          // draft mtp: drafts over ids [0, draft_vocab) (GenerateOptions::draft_vocab)
 };
 
 class Engine {

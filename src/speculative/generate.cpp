@@ -68,6 +68,13 @@ DraftCost parse_draft_cost(const std::string& name) {
   fail("--draft-cost '{}': expected free or mtp", name);
 }
 
+int draft_vocab_from_flag(DraftKind draft, bool given, int n) {
+  if (!given) return 0;
+  if (n < 1) fail("--draft-vocab {}: expected a token count of at least 1", n);
+  if (draft != DraftKind::Mtp) fail("--draft-vocab applies to --draft mtp only");
+  return n;
+}
+
 int default_block_size(int mtp_layers) { return std::clamp(mtp_layers + 2, kMinBlockSize, kMaxBlockSize); }
 
 double GenerateStats::tokens_per_second() const {
@@ -220,19 +227,24 @@ GenerateResult speculative_generate(ModelRuntime& rt, Drafter& drafter, std::spa
 
 GenerateResult generate(ModelRuntime& rt, std::span<const int32_t> prompt, const GenerateOptions& options,
                         const std::vector<int32_t>* oracle_truth) {
+  if (options.draft_vocab != 0 && options.draft != DraftKind::Mtp) fail("--draft-vocab applies to --draft mtp only");
   if (options.draft == DraftKind::None)
     return greedy_generate(rt, prompt, options.max_new_tokens, options.ignore_eos, options.sink);
   GenerateOptions o = options;
   // Qwen35Checkpoint::open sets the config's count to the checkpoint's, as the CLI reads it.
   if (o.block_size == 0) o.block_size = default_block_size(rt.info().mtp_layers);
   if (o.draft == DraftKind::Mtp) {
+    rt.set_draft_vocab(o.draft_vocab);
     MtpDrafter d(rt);
-    return speculative_generate(rt, d, prompt, o);
+    GenerateResult r = speculative_generate(rt, d, prompt, o);
+    r.stats.draft_vocab = rt.draft_vocab();
+    return r;
   }
   if (oracle_truth == nullptr) fail("internal: the oracle drafter needs the greedy output first");
   if (o.draft_cost == DraftCost::Mtp) {
     if (rt.info().mtp_layers == 0)
       fail("--draft-cost mtp: the checkpoint has no MTP head (0 MTP layers)");
+    rt.set_draft_vocab(0);  // the cost of the whole head's chain, whatever the runtime was set to
     OracleAtMtpCostDrafter d(rt, *oracle_truth, o.oracle);
     return speculative_generate(rt, d, prompt, o);
   }
@@ -288,6 +300,7 @@ nlohmann::ordered_json stats_json(const GenerateStats& s) {
   j["tokens_per_second"] = s.tokens_per_second();
   j["draft"] = s.draft;
   if (s.draft == "oracle") j["draft_cost"] = s.draft_cost;
+  if (s.draft_vocab > 0) j["draft_vocab"] = s.draft_vocab;
   j["mtp_work"] = {{"entries", s.mtp_work.entries},
                    {"chained_steps", s.mtp_work.chained_steps},
                    {"argmax_rows", s.mtp_work.argmax_rows}};

@@ -43,6 +43,11 @@ DraftCost parse_draft_cost(const std::string& name);  // free|mtp; throws Error
 // checkpoint) throws Error "separate drafter checkpoints are not supported yet".
 DraftKind parse_draft_kind(const std::string& name);
 
+// --draft-vocab n as a command line gives it (`given`: the flag is present)
+// for the drafter `draft`: Error naming the flag for n < 1 or a drafter
+// other than mtp. Returns the GenerateOptions::draft_vocab value (0 when absent).
+int draft_vocab_from_flag(DraftKind draft, bool given, int n);
+
 // The default block size: MTP layer count + 2 (3 for Qwen3.5; 2 without MTP).
 int default_block_size(int mtp_layers);
 
@@ -62,6 +67,9 @@ struct GenerateOptions {
   bool ignore_eos = false;
   OracleSpec oracle;  // draft == Oracle
   DraftCost draft_cost = DraftCost::Free;  // draft == Oracle
+  // draft == Mtp: the MTP drafts cover token ids [0, draft_vocab) only
+  // (ModelRuntime::set_draft_vocab); 0: the whole vocabulary.
+  int draft_vocab = 0;
   // Set when `verify` was picked by --verify auto (`verify` then holds auto's
   // recorded choice): stats report verify_requested "auto", the source that
   // decided ("calibration" or "record") and the reason.
@@ -78,6 +86,7 @@ struct GenerateStats {
   std::string stop = "budget";  // "budget", "eos" or "sink"
   std::string auto_source, auto_reason;  // empty unless --verify auto
   std::string draft_cost = "free";        // oracle: "free" or "mtp"
+  int draft_vocab = 0;                     // mtp: the ids drafts covered, [0, draft_vocab); 0: no MTP drafts
   MtpWork mtp_work;                       // the runtime's MTP counters over the decode (after the prefill)
   // Wall-clock totals (steady_clock), milliseconds.
   double prefill_ms = 0;   // prompt forward + first token (+ seeding the drafter)

@@ -32,9 +32,15 @@ struct RowSampler {
 
 GenerateResult sampled_generate(ModelRuntime& rt, std::span<const int32_t> prompt, const SampledOptions& o) {
   if (o.draft != DraftKind::None && o.draft != DraftKind::Mtp) fail("sampling supports the drafters none and mtp");
+  if (o.draft_vocab != 0 && o.draft != DraftKind::Mtp) fail("--draft-vocab applies to --draft mtp only");
   if (o.draft == DraftKind::None) return sampled_generate(rt, nullptr, prompt, o);
+  // The restricted head's logits are -inf past the prefix: q is then exactly
+  // the distribution the drafts are drawn from, and the rule stays lossless.
+  rt.set_draft_vocab(o.draft_vocab);
   MtpDrafter drafter(rt);  // begin/commit keep the MTP entries paired with the committed text
-  return sampled_generate(rt, &drafter, prompt, o);
+  GenerateResult r = sampled_generate(rt, &drafter, prompt, o);
+  r.stats.draft_vocab = rt.draft_vocab();
+  return r;
 }
 
 GenerateResult sampled_generate(ModelRuntime& rt, Drafter* drafter, std::span<const int32_t> prompt,

@@ -35,6 +35,7 @@ struct SampledOptions {
   SamplingParams sampling;  // temperature > 0
   DraftKind draft = DraftKind::None;  // None or Mtp
   int block_size = 0;                 // 0: default_block_size(MTP layers)
+  int draft_vocab = 0;                // Mtp: drafts drawn from ids [0, draft_vocab) only; 0: all
   bool ignore_eos = false;
   AcceptRule rule = AcceptRule::Exact;
   TokenSink sink;  // optional, as in GenerateOptions

@@ -90,8 +90,9 @@ struct CpuModel {
   void gdn_step(GdnState& st, int h0, int h1, const float* q, const float* k, const float* v, const float* g,
                 const float* beta, float* o) const;
   void mlp(const LayerWeights& L, int N, const float* xn, float* out);
-  void matmul(const Matrix& w, const float* x, int T, float* y) {
-    cpu::matmul(w, x, T, y, 0, -1, &pool, min_chunk_work);
+  // Output rows [0, rows) of w (-1: all).
+  void matmul(const Matrix& w, const float* x, int T, float* y, int64_t rows = -1) {
+    cpu::matmul(w, x, T, y, 0, rows, &pool, min_chunk_work);
   }
   cpu::HeadThreads head_threads() { return {&pool, min_chunk_work}; }
 
@@ -132,6 +133,8 @@ class CpuQwen35 final : public ModelRuntime {
   void mtp_argmax(int count, int32_t* out) override;
   void mtp_logits(float* out) override;
   void mtp_rollback(int length) override;
+  int draft_vocab() const override { return draft_vocab_; }
+  void set_draft_vocab(int n) override { draft_vocab_ = effective_draft_vocab(n, m_->cfg.vocab_size); }
 
   const CpuModel* model() const { return m_.get(); }
   // target_forward(tokens[i]) on seqs[i], one trunk forward over all rows;
@@ -156,6 +159,7 @@ class CpuQwen35 final : public ModelRuntime {
   int mtp_length_ = 0;
   int mtp_last_n_ = 0;
   std::vector<float> mtp_hidden_;  // [last n][H], post mtp.norm
+  int draft_vocab_;                // the MTP projections cover ids [0, draft_vocab_)
 };
 
 AttentionWeights load_attention(const Qwen35Checkpoint& ck, const std::string& p) {
@@ -221,7 +225,8 @@ CpuModel::CpuModel(const Qwen35Checkpoint& ck, const CpuRuntimeOptions& options)
   }
 }
 
-CpuQwen35::CpuQwen35(std::shared_ptr<CpuModel> model, int max_tokens) : m_(std::move(model)), max_tokens_(max_tokens) {
+CpuQwen35::CpuQwen35(std::shared_ptr<CpuModel> model, int max_tokens)
+    : m_(std::move(model)), max_tokens_(max_tokens), draft_vocab_(m_->cfg.vocab_size) {
   if (max_tokens < 1) fail("--backend cpu: max_tokens {} must be positive", max_tokens);
   const Qwen35Config& cfg = m_->cfg;
   const int kv_row = cfg.num_key_value_heads * cfg.head_dim;
@@ -629,20 +634,23 @@ void CpuQwen35::mtp_step(int32_t token) {
 
 void CpuQwen35::mtp_argmax(int count, int32_t* out) {
   if (count < 0 || count > mtp_last_n_) fail("mtp_argmax: {} entries, last call made {}", count, mtp_last_n_);
-  const int H = m_->cfg.hidden_size, V = m_->cfg.vocab_size;
-  std::vector<float> logits(static_cast<size_t>(V));
+  const int H = m_->cfg.hidden_size, N = draft_vocab_;
+  std::vector<float> logits(static_cast<size_t>(N));
   for (int i = 0; i < count; ++i) {
-    m_->matmul(*m_->lm_head, &mtp_hidden_[size_t(mtp_last_n_ - count + i) * H], 1, logits.data());
-    out[i] = cpu::argmax(logits.data(), V);
+    // Head rows [0, N) only: each logit is one dot(), the same bits as in the full projection.
+    m_->matmul(*m_->lm_head, &mtp_hidden_[size_t(mtp_last_n_ - count + i) * H], 1, logits.data(), N);
+    out[i] = cpu::argmax(logits.data(), N);
     ++mtp_work_.argmax_rows;
   }
 }
 
 void CpuQwen35::mtp_logits(float* out) {
   if (mtp_last_n_ == 0) fail("mtp_logits before any mtp_forward");
-  const int H = m_->cfg.hidden_size;
-  // The same projection mtp_argmax takes its argmax of.
-  m_->matmul(*m_->lm_head, &mtp_hidden_[size_t(mtp_last_n_ - 1) * H], 1, out);
+  const int H = m_->cfg.hidden_size, N = draft_vocab_;
+  // The same projection mtp_argmax takes its argmax of; ids past the draft
+  // vocabulary can never be drafted, so they get probability 0.
+  m_->matmul(*m_->lm_head, &mtp_hidden_[size_t(mtp_last_n_ - 1) * H], 1, out, N);
+  std::fill(out + N, out + m_->cfg.vocab_size, -INFINITY);
 }
 
 void CpuQwen35::mtp_rollback(int length) {

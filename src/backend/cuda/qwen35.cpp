@@ -595,7 +595,7 @@ void CudaQwen35::mtp_argmax(int count, int32_t* out) {
   if (count < 0 || count > mtp_last_n_) fail("mtp_argmax: {} entries, last call made {}", count, mtp_last_n_);
   mtp_work_.argmax_rows += count;  // counted before the launch below (which throws only on a bad count)
   check_rows("mtp_argmax", count);
-  fused_argmax_rows(GraphKind::MtpArgmax, mtp_hidden_, mtp_last_n_ - count, count, out, {});
+  fused_argmax_rows(GraphKind::MtpArgmax, draft_head(), mtp_hidden_, mtp_last_n_ - count, count, out, {});
 }
 
 // The draft chain on the device: argmax of the latest entry, then per draft
@@ -630,11 +630,12 @@ void CudaQwen35::mtp_draft(int n, int32_t* out) {
   auto set_args = [&](int k) {
     CUDA_CHECK(cudaMemcpyAsync(d_args_, d_chain_args_ + k, sizeof(StepArgs), cudaMemcpyDeviceToDevice, stream_));
   };
+  const DevMatrix drafting_head = draft_head();  // drafts over ids [0, draft_vocab())
   auto argmax_into = [&](int slot) {
     cuda::gather_rows(mtp_hidden_, H_, &d_args_->first_row, &d_args_->n_real, 1, head_in_, act_, stream_);
-    cuda::matmul_argmax(w_->head, head_in_, act_, 1, H_, pairs_, d_out_ + slot, nullptr, stream_);
+    cuda::matmul_argmax(drafting_head, head_in_, act_, 1, H_, pairs_, d_out_ + slot, nullptr, stream_);
   };
-  replay(GraphKind::MtpDraft, n, 0, [&] {
+  replay(GraphKind::MtpDraft, n, drafting_head.rows, [&] {
     set_args(0);
     argmax_into(0);
     for (int i = 1; i < n; ++i) {

@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "backend/cuda/check.h"
@@ -50,21 +51,28 @@ void CudaQwen35::head_argmax(int first, int count, int width, int32_t* out) {
 void CudaQwen35::head_argmax_fused(int first, int count, int32_t* out) {
   if (first < 0 || count < 0 || first + count > last_T_) fail("head_argmax_fused: rows outside the last forward");
   check_rows("head_argmax_fused", count);
-  fused_argmax_rows(GraphKind::HeadFused, hidden_, first, count, out, tally(HeadPath::Fused));
+  fused_argmax_rows(GraphKind::HeadFused, w_->head, hidden_, first, count, out, tally(HeadPath::Fused));
 }
 
-// Rows [first, first + count) of `rows` (hidden_ or mtp_hidden_) through the
-// head with the argmax fused in; one graph per (kind, count).
-void CudaQwen35::fused_argmax_rows(GraphKind kind, const void* rows, int first, int count, int32_t* out,
-                                   const HeadTally& t) {
+DevMatrix CudaQwen35::draft_head() const {
+  DevMatrix view = w_->head;
+  view.rows = draft_vocab();
+  return view;
+}
+
+// Rows [first, first + count) of `rows` (hidden_ or mtp_hidden_) through
+// `head` (the LM head or its draft_head prefix) with the argmax fused in;
+// one graph per (kind, count, head rows).
+void CudaQwen35::fused_argmax_rows(GraphKind kind, const DevMatrix& head, const void* rows, int first, int count,
+                                   int32_t* out, const HeadTally& t) {
   if (count == 0) return;
   StepArgs a = args();
   a.first_row = first;
   a.n_real = count;
   upload(a);
-  replay(kind, count, 0, [&] {
+  replay(kind, count, head.rows, [&] {
     cuda::gather_rows(rows, H_, &d_args_->first_row, &d_args_->n_real, count, head_in_, act_, stream_);
-    cuda::matmul_argmax(w_->head, head_in_, act_, count, H_, pairs_, d_out_, nullptr, stream_, t);
+    cuda::matmul_argmax(head, head_in_, act_, count, H_, pairs_, d_out_, nullptr, stream_, t);
   });
   fetch(d_out_, sizeof(int32_t) * size_t(count), out);
 }
@@ -204,11 +212,14 @@ void CudaQwen35::mtp_logits(float* out) {
   a.first_row = mtp_last_n_ - 1;
   a.n_real = 1;
   upload(a);
-  replay(GraphKind::MtpLogits, 1, 0, [&] {  // uncounted, as head_logits
+  const DevMatrix head = draft_head();
+  replay(GraphKind::MtpLogits, 1, head.rows, [&] {  // uncounted, as head_logits
     cuda::gather_rows(mtp_hidden_, H_, &d_args_->first_row, &d_args_->n_real, 1, head_in_, act_, stream_);
-    cuda::matmul(w_->head, head_in_, act_, 1, H_, logits_, V_, false, nullptr, stream_, {});
+    cuda::matmul(head, head_in_, act_, 1, H_, logits_, V_, false, nullptr, stream_, {});
   });
-  fetch(logits_, sizeof(float) * size_t(V_), out);
+  fetch(logits_, sizeof(float) * size_t(head.rows), out);
+  // Ids past the draft vocabulary are never drafted: probability 0, as on the CPU.
+  std::fill(out + head.rows, out + V_, -INFINITY);
 }
 
 HeadWork CudaQwen35::head_work() const {

@@ -183,6 +183,8 @@ class CudaQwen35 final : public ModelRuntime {
   void mtp_rollback(int length) override;
   void mtp_draft(int n, int32_t* out) override;
   void mtp_logits(float* out) override;
+  int draft_vocab() const override { return draft_vocab_ > 0 ? draft_vocab_ : V_; }
+  void set_draft_vocab(int n) override { draft_vocab_ = effective_draft_vocab(n, V_); }
   HeadWork head_work() const override;
   void reset() override;
 
@@ -226,8 +228,13 @@ class CudaQwen35 final : public ModelRuntime {
   void mtp_chunk(int n, bool from_target);
   void run_linear(const Linear& lin, const void* x, int T, int ldx, float* y, int ldy, const StepBuffers& b);
   void head_project(int width, const HeadTally& tally);
-  void fused_argmax_rows(GraphKind kind, const void* rows, int first, int count, int32_t* out,
+  void fused_argmax_rows(GraphKind kind, const DevMatrix& head, const void* rows, int first, int count, int32_t* out,
                          const HeadTally& tally);
+  // The LM head as the MTP drafts read it: rows [0, draft_vocab()) of the
+  // same memory (a prefix of every layout: row-major, or the streamed
+  // layout's 128-row tiles stored tile after tile; the kernels bound their
+  // epilogues by rows). Its graphs are keyed by the row count.
+  DevMatrix draft_head() const;
   HeadTally tally(HeadPath path) const { return {d_head_, int(path)}; }
   // head_walk's variants (qwen35_head.cpp); each returns the rows taken.
   int walk_while(int rows, int nd, int32_t* out);
@@ -392,6 +399,7 @@ class CudaQwen35 final : public ModelRuntime {
   size_t kv_bytes_ = 0, gdn_conv_bytes_ = 0, gdn_S_bytes_ = 0;
   int mtp_length_ = 0;
   int mtp_last_n_ = 0;
+  int draft_vocab_ = 0;  // set_draft_vocab's value; 0: the whole vocabulary (V_)
 };
 
 // Replays the graph for (kind, a, b), capturing `record` the first time; or
