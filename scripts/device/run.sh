@@ -40,7 +40,7 @@ else
   # phase only): ops, model parity, speculative == greedy, benchmarks.
   phases=("ops|CudaCli.*:CudaOps.*:CudaHeadOps.*|${NEXTN_T_OPS:-120}"
           "model|*CudaModel.TeacherForced*:*CudaModel.Greedy*:*CudaModel.Graphs*:*CudaModel.RuntimeContract*:CudaHandles.*|${NEXTN_T_MODEL:-120}"
-          "spec|*CudaModel.Speculative*:CudaModelStreamed.*:*CudaHead.*:CudaPrefill.*:CudaRows.*:CudaPdl.*:CudaProfile.*:CudaMtpLogits.*:CudaSampledSpeculative.*|${NEXTN_T_SPEC:-300}")
+          "spec|*CudaModel.Speculative*:CudaModelStreamed.*:*CudaHead.*:CudaPrefill.*:CudaRows.*:CudaDraftVocab.*:CudaPdl.*:CudaProfile.*:CudaMtpLogits.*:CudaSampledSpeculative.*|${NEXTN_T_SPEC:-300}")
   # Several sequences in one forward (tests/test_cuda_batch.cpp): == each alone.
   phases+=("batch|*CudaBatch.*:CudaBatchSynthetic.*|${NEXTN_T_BATCH:-300}")
   # Gemma 4 (tests/test_cuda_gemma4.cpp): parity, then speculative == greedy.
