@@ -60,15 +60,20 @@ void run_decode(const DecodeArgs& a) {
   const int threads = a.threads;
   // The runtimes are built for the rows the decode uses (a verify block of K,
   // or one row), so that the peak below is the workspace such a run needs;
-  // prompts then run in chunks of that many rows (same bits).
+  // prompts then run in chunks of that many rows (same bits). The
+  // --prefill-len runs get what `generate` builds (64 rows): a long prompt's
+  // last 1..64 tokens run on the graphs, one chunk of rows at a time.
   const int rows = a.max_rows > 0 ? a.max_rows : o.draft == DraftKind::None ? 1 : o.block_size;
+  const int long_rows = a.max_rows > 0 ? a.max_rows : kMaxForwardRows;
   if (rows > kMaxForwardRows) fail("--max-rows {} exceeds {}", rows, kMaxForwardRows);
-  fig.runtime_rows = rows;
-  RuntimeFactory factory = [&ckpt, kind, threads, rows](int cap) { return make_runtime(ckpt, kind, cap, threads, rows); };
-  if (kind == BackendKind::Cuda) factory = bench::probe_memory(factory, &fig);
-  const auto r = bench::run_decode_bench(factory, ckpt.config().vocab_size, o);
+  auto factory_for = [&](int n) {
+    RuntimeFactory f = [&ckpt, kind, threads, n](int cap) { return make_runtime(ckpt, kind, cap, threads, n); };
+    return kind == BackendKind::Cuda ? bench::probe_memory(f, &fig, n) : f;
+  };
+  const RuntimeFactory factory = factory_for(rows), long_prompt = factory_for(long_rows);
+  const auto r = bench::run_decode_bench(factory, ckpt.config().vocab_size, o, &long_prompt);
   bench::BreakdownReport breakdown;
-  if (a.breakdown) breakdown = bench::run_breakdown(factory, ckpt.config().vocab_size, o);
+  if (a.breakdown) breakdown = bench::run_breakdown(factory, ckpt.config().vocab_size, o, &long_prompt);
   bench::machine_end(machine, a.backend);
   const auto bytes = bench::decode_bytes(ckpt);
   const auto budget = bench::memory_budget(ckpt, fig.peak_capacity > 0 ? fig.peak_capacity : 1);
@@ -207,8 +212,8 @@ void register_bench(CLI::App& app) {
   dec->add_option("--draft", d->draft, "none (plain greedy, default) or mtp (speculative with the MTP head)");
   d->block_opt = dec->add_option("--block-size", d->o.block_size, "--draft mtp: verify width K (default: MTP layers + 2)");
   dec->add_option("--max-rows", d->max_rows,
-                  "Rows per forward the runtimes are built for (CUDA workspaces; default: K with --draft mtp, else 1; "
-                  "64: every workspace at its largest)")
+                  "Rows per forward the runtimes are built for (CUDA workspaces; default: K with --draft mtp, else 1, "
+                  "and 64 for the --prefill-len runs; 64: every workspace at its largest)")
       ->check(CLI::Range(1, kMaxForwardRows));
   d->draft_vocab_opt = dec->add_option("--draft-vocab", d->o.draft_vocab,
                                        "--draft mtp: draft from token ids [0, N) only (default: the whole vocabulary)")

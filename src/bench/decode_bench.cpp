@@ -12,7 +12,8 @@ std::vector<int32_t> synthetic_prompt(int len, int vocab) {
   return p;
 }
 
-DecodeBenchReport run_decode_bench(const RuntimeFactory& factory, int vocab, const DecodeBenchOptions& o) {
+DecodeBenchReport run_decode_bench(const RuntimeFactory& factory, int vocab, const DecodeBenchOptions& o,
+                                   const RuntimeFactory* long_prompt_factory) {
   if (o.prompt_len < 1) fail("--prompt-len {} must be at least 1", o.prompt_len);
   if (o.max_new_tokens < 2) fail("-n {}: a decode benchmark needs at least 2 tokens", o.max_new_tokens);
   if (o.repeats < 1) fail("--repeats {} must be at least 1", o.repeats);
@@ -50,7 +51,7 @@ DecodeBenchReport run_decode_bench(const RuntimeFactory& factory, int vocab, con
     for (int rep = 0; rep < o.repeats; ++rep) {
       GenerateResult g;
       {
-        auto rt = factory(long_cap);
+        auto rt = (long_prompt_factory ? *long_prompt_factory : factory)(long_cap);
         g = greedy_generate(*rt, long_prompt, 2, /*ignore_eos=*/true);
       }
       r.long_prefill_tps.push_back(g.stats.prefill_tokens_per_second());

@@ -34,7 +34,10 @@ struct DecodeBenchReport {
 // A deterministic synthetic prompt of `len` ids inside [0, vocab).
 std::vector<int32_t> synthetic_prompt(int len, int vocab);
 
-DecodeBenchReport run_decode_bench(const RuntimeFactory& factory, int vocab, const DecodeBenchOptions& o);
+// long_prompt_factory: the factory for the --prefill-len runs (a runtime built for
+// the rows a long prompt's last chunk uses; `factory` when null).
+DecodeBenchReport run_decode_bench(const RuntimeFactory& factory, int vocab, const DecodeBenchOptions& o,
+                                   const RuntimeFactory* long_prompt_factory = nullptr);
 std::string decode_table_text(const DecodeBenchReport& r, const DecodeBenchOptions& o);
 nlohmann::ordered_json decode_report_json(const DecodeBenchReport& r, const DecodeBenchOptions& o);
 

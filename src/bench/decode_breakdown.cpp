@@ -84,7 +84,8 @@ class ProfileEnv {
 
 }  // namespace
 
-BreakdownReport run_breakdown(const RuntimeFactory& factory, int vocab, const DecodeBenchOptions& o) {
+BreakdownReport run_breakdown(const RuntimeFactory& factory, int vocab, const DecodeBenchOptions& o,
+                              const RuntimeFactory* long_prompt_factory) {
   const ProfileEnv env;
   BreakdownReport rep;
   const auto prompt = synthetic_prompt(o.prompt_len, vocab);
@@ -109,7 +110,7 @@ BreakdownReport run_breakdown(const RuntimeFactory& factory, int vocab, const De
   if (o.prefill_len > 0) {
     DecodeBenchOptions greedy = o;
     greedy.draft = DraftKind::None;
-    auto rt = factory(runtime_capacity(o.prefill_len, 2, 1));
+    auto rt = (long_prompt_factory ? *long_prompt_factory : factory)(runtime_capacity(o.prefill_len, 2, 1));
     const auto long_prompt = synthetic_prompt(o.prefill_len, vocab);
     (void)run_once(*rt, long_prompt, 1, greedy);
     const Run p = run_once(*rt, long_prompt, 1, greedy);

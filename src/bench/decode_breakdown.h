@@ -35,7 +35,8 @@ struct BreakdownReport {
 };
 
 // Runs the breakdown runs (profile mode on for the runtimes it makes).
-BreakdownReport run_breakdown(const RuntimeFactory& factory, int vocab, const DecodeBenchOptions& o);
+BreakdownReport run_breakdown(const RuntimeFactory& factory, int vocab, const DecodeBenchOptions& o,
+                              const RuntimeFactory* long_prompt_factory = nullptr);  // as run_decode_bench's
 std::string breakdown_text(const BreakdownReport& r);
 nlohmann::ordered_json breakdown_json(const BreakdownReport& r);
 

@@ -32,7 +32,8 @@ uint64_t device_bytes(const TensorView& t) {
 // runtime releases it at the next forward) and before destruction.
 class MemoryProbe final : public ModelRuntime {
  public:
-  MemoryProbe(std::unique_ptr<ModelRuntime> rt, DeviceFigures* fig, int cap) : rt_(std::move(rt)), fig_(fig), cap_(cap) {
+  MemoryProbe(std::unique_ptr<ModelRuntime> rt, DeviceFigures* fig, int cap, int rows)
+      : rt_(std::move(rt)), fig_(fig), cap_(cap), rows_(rows) {
     sample();
   }
   ~MemoryProbe() override {
@@ -80,12 +81,13 @@ class MemoryProbe final : public ModelRuntime {
     if (d > fig_->peak_runtime) {
       fig_->peak_runtime = d;
       fig_->peak_capacity = cap_;
+      fig_->runtime_rows = rows_;
       fig_->peak_uses = rt_->device_memory();
     }
   }
   std::unique_ptr<ModelRuntime> rt_;
   DeviceFigures* fig_;
-  int cap_;
+  int cap_, rows_;
 };
 #endif
 
@@ -126,13 +128,14 @@ MemoryBudget memory_budget(const Qwen35Checkpoint& ck, int max_tokens) {
   return m;
 }
 
-RuntimeFactory probe_memory(RuntimeFactory inner, DeviceFigures* fig) {
+RuntimeFactory probe_memory(RuntimeFactory inner, DeviceFigures* fig, int rows) {
 #ifdef NEXTN_HAVE_CUDA
-  return [inner = std::move(inner), fig](int cap) -> std::unique_ptr<ModelRuntime> {
-    return std::make_unique<MemoryProbe>(inner(cap), fig, cap);
+  return [inner = std::move(inner), fig, rows](int cap) -> std::unique_ptr<ModelRuntime> {
+    return std::make_unique<MemoryProbe>(inner(cap), fig, cap, rows);
   };
 #else
   (void)fig;
+  (void)rows;
   return inner;
 #endif
 }

@@ -46,14 +46,15 @@ struct DeviceFigures {
   uint64_t baseline_used = 0;   // device memory in use before the first runtime (context included)
   uint64_t peak_runtime = 0;    // max over runtimes of (used - baseline), probed after creation and before destruction
   int peak_capacity = 0;        // that runtime's max_tokens
-  int runtime_rows = 0;         // rows per forward the runtimes are built for (make_runtime's max_rows; 0: not said)
+  int runtime_rows = 0;         // rows per forward the peak's runtime was built for (make_runtime's max_rows; 0: not said)
   std::vector<MemoryUse> peak_uses;  // that runtime's own allocations at the peak (ModelRuntime::device_memory)
 };
 
 // Wraps a factory so every runtime it makes records device memory in use
 // right after creation and right before destruction into *fig (CUDA builds;
 // elsewhere it returns `inner` unchanged and leaves fig invalid).
-RuntimeFactory probe_memory(RuntimeFactory inner, DeviceFigures* fig);
+// rows: the rows per forward `inner` builds its runtimes for (reported with the peak).
+RuntimeFactory probe_memory(RuntimeFactory inner, DeviceFigures* fig, int rows);
 // Measures copy_gbs and baseline_used (CUDA builds; no-op elsewhere).
 void measure_device(DeviceFigures* fig);
 
