@@ -16,6 +16,8 @@
 # environment of the *_old runs, i.e. what a change is compared against),
 # NEXTN_BENCH_BUDGET seconds (420; steps that would start past it are
 # skipped and say so), NEXTN_CK_DIR (/tmp/nextn-ck), NEXTN_SEED (0),
+# NEXTN_RECORD_MTP_BEFORE (1; 0 skips the K = 4 round in the "before"
+# environment, when that environment does not touch decoding),
 # NEXTN_RECORD_DRAFT_VOCAB (unset; e.g. 32768: also the K = 4 round with
 # --draft-vocab N, docs/speculative.md section 10).
 set -uo pipefail
@@ -52,10 +54,11 @@ for size in ${NEXTN_RECORD_SIZES:-0.8b 4b 27b}; do
   run_step "mtp4_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 4 --breakdown
   if [ -n "${NEXTN_RECORD_DRAFT_VOCAB:-}" ]; then
     run_step "mtp4dv_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 4 \
-      --draft-vocab "$NEXTN_RECORD_DRAFT_VOCAB" --breakdown
+      --draft-vocab "$NEXTN_RECORD_DRAFT_VOCAB"
   fi
   run_step "mtp8_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 8
-  run_step "mtp4_${size}_old" 200 env $BEFORE "$N" "${common[@]}" --draft mtp --block-size 4
+  [ "${NEXTN_RECORD_MTP_BEFORE:-1}" = 1 ] &&
+    run_step "mtp4_${size}_old" 200 env $BEFORE "$N" "${common[@]}" --draft mtp --block-size 4
   rm -rf "$dir"
 done
 
