@@ -101,8 +101,8 @@ struct Model {
 };
 
 // The fixtures with an MTP head, the shipped model, and a streamed-q4
-// synthetic checkpoint (written under `tmp`).
-std::vector<Model> models(const std::string& tmp) {
+// synthetic checkpoint (written under the test temp dir as `tmp_name`).
+std::vector<Model> models(const std::string& tmp_name) {
   std::vector<Model> out;
   for (const auto& d : test::fixture_dirs()) {
     const auto ck = Qwen35Checkpoint::open(d);
@@ -112,20 +112,15 @@ std::vector<Model> models(const std::string& tmp) {
     out.push_back({d, p});
   }
   out.push_back({test::kShippedModel, test::kShippedCodePrompt});
-  std::filesystem::remove_all(tmp);
-  MakeCheckpointOptions mo;
-  mo.quant = "q4";
-  mo.seed = 11;
-  make_checkpoint(*synthetic_preset("test-stream"), mo, tmp);
-  out.push_back({tmp, {3, 17, 256, 9, 1000, 44, 512, 7, 128, 64, 33, 900}});
+  out.push_back({test::make_stream_q4_checkpoint(tmp_name, 11), {3, 17, 256, 9, 1000, 44, 512, 7, 128, 64, 33, 900}});
   return out;
 }
 
 TEST(CudaDraftVocab, SpeculativeWithASubsetEqualsPlainGreedy) {
   NEXTN_REQUIRE_GPU();
-  const std::string tmp = testing::TempDir() + "nextn-test-draft-vocab-q4";
+  const std::string tmp_name = "nextn-test-draft-vocab-q4";
   constexpr int kTokens = 32;
-  for (const auto& m : models(tmp)) {
+  for (const auto& m : models(tmp_name)) {
     const auto ck = Qwen35Checkpoint::open(m.dir);
     const int V = ck.config().vocab_size;
     auto rt = cuda_rt(ck, runtime_capacity(int(m.prompt.size()), kTokens, 8));
@@ -139,13 +134,13 @@ TEST(CudaDraftVocab, SpeculativeWithASubsetEqualsPlainGreedy) {
       }
     }
   }
-  std::filesystem::remove_all(tmp);
+  std::filesystem::remove_all(testing::TempDir() + tmp_name);
 }
 
 TEST(CudaDraftVocab, LogitsArgmaxAndTheDeviceChainHonourTheSubset) {
   NEXTN_REQUIRE_GPU();
-  const std::string tmp = testing::TempDir() + "nextn-test-draft-vocab-chain";
-  for (const auto& m : models(tmp)) {
+  const std::string tmp_name = "nextn-test-draft-vocab-chain";
+  for (const auto& m : models(tmp_name)) {
     const auto ck = Qwen35Checkpoint::open(m.dir);
     const int V = ck.config().vocab_size;
     auto rt = cuda_rt(ck, int(m.prompt.size()) + 16);
@@ -181,7 +176,7 @@ TEST(CudaDraftVocab, LogitsArgmaxAndTheDeviceChainHonourTheSubset) {
     rt->mtp_logits(sub.data());
     EXPECT_EQ(sub, full);
   }
-  std::filesystem::remove_all(tmp);
+  std::filesystem::remove_all(testing::TempDir() + tmp_name);
 }
 
 using test::RecordingMtpDrafter;

@@ -276,12 +276,7 @@ TEST_P(CudaModel, SpeculativeEqualsGreedyFp32) {
 // with an oracle drafter (random MTP weights are never accepted).
 TEST(CudaModelStreamed, SpeculativeEqualsGreedyQ4) {
   NEXTN_REQUIRE_GPU();
-  const std::string dir = testing::TempDir() + "nextn-test-stream-q4";
-  std::filesystem::remove_all(dir);
-  MakeCheckpointOptions mo;
-  mo.quant = "q4";
-  mo.seed = 11;
-  make_checkpoint(*synthetic_preset("test-stream"), mo, dir);
+  const std::string dir = test::make_stream_q4_checkpoint("nextn-test-stream-q4", 11);
   const auto ck = Qwen35Checkpoint::open(dir);
   const std::vector<int32_t> prompt{3, 17, 256, 9, 1000, 44, 512, 7, 128, 64, 33, 900};
   const RuntimeFactory factory = [&](int cap) { return make_rt(ck, cap, ActMode{false}); };

@@ -32,15 +32,7 @@ namespace {
 
 // One q4 test-stream checkpoint per process.
 const std::string& stream_checkpoint() {
-  static const std::string dir = [] {
-    const std::string d = testing::TempDir() + "nextn-prefill-test-stream-q4";
-    std::filesystem::remove_all(d);
-    MakeCheckpointOptions mo;
-    mo.quant = "q4";
-    mo.seed = 23;
-    make_checkpoint(*synthetic_preset("test-stream"), mo, d);
-    return d;
-  }();
+  static const std::string dir = test::make_stream_q4_checkpoint("nextn-prefill-test-stream-q4", 23);
   return dir;
 }
 

@@ -30,15 +30,7 @@ namespace nextn {
 namespace {
 
 const std::string& rows_checkpoint() {
-  static const std::string dir = [] {
-    const std::string d = testing::TempDir() + "nextn-rows-test-stream-q4";
-    std::filesystem::remove_all(d);
-    MakeCheckpointOptions mo;
-    mo.quant = "q4";
-    mo.seed = 31;
-    make_checkpoint(*synthetic_preset("test-stream"), mo, d);
-    return d;
-  }();
+  static const std::string dir = test::make_stream_q4_checkpoint("nextn-rows-test-stream-q4", 31);
   return dir;
 }
 

@@ -12,14 +12,17 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/kernels.h"
 #include "core/dtype.h"
 #include "io/checkpoint.h"
+#include "io/synthetic.h"
 
 namespace nextn::test {
 
@@ -89,6 +92,19 @@ struct DevBuf {
     return v;
   }
 };
+
+// A fresh synthetic q4 g64 checkpoint of preset test-stream (every matrix
+// a multiple of 128 columns wide, so the whole model takes the streamed
+// kernel) in the test temp dir under `name`; returns its directory.
+inline std::string make_stream_q4_checkpoint(const std::string& name, uint64_t seed) {
+  const std::string dir = testing::TempDir() + name;
+  std::filesystem::remove_all(dir);
+  MakeCheckpointOptions mo;
+  mo.quant = "q4";
+  mo.seed = seed;
+  make_checkpoint(*synthetic_preset("test-stream"), mo, dir);
+  return dir;
+}
 
 // Random inputs from fixed seeds, so a failure reproduces: each call gives
 // the next seed of a fixed sequence (NEXTN_TEST_SEED moves the whole
