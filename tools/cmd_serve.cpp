@@ -1,9 +1,14 @@
 // nextn serve: the OpenAI-compatible HTTP server (docs/server.md). The engine
-// runs up to --max-batch requests at once with shared target forwards; HTTP
-// workers parse, queue and stream. Qwen3.5 targets run on the backend's
+// runs up to --max-batch requests at once with shared target forwards; the
+// event-driven HTTP layer (server/http_server.h) holds the connections and
+// the API (server/openai_api.h) parses, queues and streams. The port is
+// bound first, so /health answers "loading" while the model loads; SIGTERM
+// and SIGINT drain. Qwen3.5 targets run on the backend's
 // sequence group (MTP drafts); Gemma 4 targets on a serial group over their
 // runtime factory, optionally with the assistant (--draft DIR) as drafter.
+#include <chrono>
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <pthread.h>
@@ -17,6 +22,7 @@
 #include "model/target_model.h"
 #include "server/engine.h"
 #include "server/http_server.h"
+#include "server/openai_api.h"
 #include "speculative/gemma4_drafter.h"
 #include "speculative/verify.h"
 #include "tokenizer/chat_template.h"
@@ -29,6 +35,8 @@ struct ServeArgs {
   std::string model, draft = "none", host = "127.0.0.1", backend = "cpu", served_name;
   int port = 8000, block_size = 0, threads = 0, draft_vocab = 0;
   int max_body_kib = 1024, max_prompt_tokens = 2048, max_tokens = 1024, queue_depth = 16, max_batch = 8;
+  int max_connections = 2048;
+  double header_timeout = 10, body_timeout = 30, idle_timeout = 15, write_timeout = 30, drain_timeout = 30;
   CLI::Option *block_opt = nullptr, *draft_vocab_opt = nullptr;
 };
 
@@ -65,6 +73,11 @@ void run(const ServeArgs& a) {
   if (a.max_tokens < 1) fail("--max-tokens {} must be at least 1", a.max_tokens);
   if (a.queue_depth < 1) fail("--queue-depth {} must be at least 1", a.queue_depth);
   if (a.max_batch < 1) fail("--max-batch {} must be at least 1", a.max_batch);
+  if (a.max_connections < 1) fail("--max-connections {} must be at least 1", a.max_connections);
+  for (const auto& [flag, v] : {std::pair{"--header-timeout", a.header_timeout}, {"--body-timeout", a.body_timeout},
+                                {"--idle-timeout", a.idle_timeout}, {"--write-timeout", a.write_timeout}})
+    if (!(v > 0 && v <= 3600)) fail("{} {} is outside (0, 3600] seconds", flag, v);
+  if (!(a.drain_timeout >= 0 && a.drain_timeout <= 3600)) fail("--drain-timeout {} is outside [0, 3600] seconds", a.drain_timeout);
   const BackendKind kind = parse_backend(a.backend);
 
   const std::string dir = model_dir_or_default(a.model);
@@ -103,28 +116,56 @@ void run(const ServeArgs& a) {
 
   server::Metrics metrics;
   server::EngineOptions eo{kind, a.threads, draft, a.block_opt->count() > 0 ? a.block_size : 0, limits, {}, draft_vocab};
-  const std::unique_ptr<server::Engine> engine =
-      gemma4 ? gemma4_engine(dir, a, kind, assistant_draft, eo, tokenizer, metrics)
-             : std::make_unique<server::Engine>(*ckpt, tokenizer, eo, metrics);
-  server::HttpOptions ho;
-  ho.host = a.host;
-  ho.port = a.port;
-  ho.model_name = a.served_name.empty() ? std::filesystem::path(dir).lexically_normal().filename().string() : a.served_name;
-  if (ho.model_name.empty()) ho.model_name = "nextn";
-  ho.limits = limits;
-  server::HttpServer http(*engine, tokenizer, std::move(chat_template), metrics, ho);
-  const int port = http.bind();
-  std::fprintf(stderr, "nextn serve: model '%s' (%s backend, draft %s) listening on http://%s:%d\n", ho.model_name.c_str(),
+  std::string model_name =
+      a.served_name.empty() ? std::filesystem::path(dir).lexically_normal().filename().string() : a.served_name;
+  if (model_name.empty()) model_name = "nextn";
+  server::OpenAiApi api(tokenizer, std::move(chat_template), metrics, model_name, limits);
+  server::ConnectionLimits cl;
+  cl.max_connections = a.max_connections;
+  cl.header_timeout_s = a.header_timeout;
+  cl.body_timeout_s = a.body_timeout;
+  cl.idle_timeout_s = a.idle_timeout;
+  cl.write_timeout_s = a.write_timeout;
+  cl.max_body_bytes = limits.max_body_bytes;
+  server::HttpServer http([&api](server::HttpRequest r, std::shared_ptr<server::Responder> s) { api.handle(std::move(r), std::move(s)); },
+                          metrics, cl);
+  const int port = http.bind(a.host, a.port);
+  http.start();  // from here /health answers (503 "loading" until the engine is made)
+  std::unique_ptr<server::Engine> engine;
+  try {
+    engine = gemma4 ? gemma4_engine(dir, a, kind, assistant_draft, eo, tokenizer, metrics)
+                    : std::make_unique<server::Engine>(*ckpt, tokenizer, eo, metrics);
+  } catch (...) {
+    http.stop();
+    throw;
+  }
+  api.set_engine(engine.get());
+  std::fprintf(stderr, "nextn serve: model '%s' (%s backend, draft %s) listening on http://%s:%d\n", model_name.c_str(),
                a.backend.c_str(), a.draft.c_str(), a.host.c_str(), port);
   std::fflush(stderr);
-  std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    http.stop();
-  });
-  http.serve();
-  pthread_kill(waiter.native_handle(), SIGTERM);  // serve() may also end on its own
-  waiter.join();
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  // The drain: no new connections or requests (503, /health says draining);
+  // what is queued or running finishes within --drain-timeout; a second
+  // signal cuts it short. Then the rest is cancelled and the process exits 0.
+  api.begin_drain();
+  http.stop_accepting();
+  std::fprintf(stderr, "nextn serve: %s: draining %d request(s), at most %g s\n", strsignal(sig), engine->active(),
+               a.drain_timeout);
+  std::fflush(stderr);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(a.drain_timeout);
+  const timespec tick{0, 50'000'000};
+  while (engine->active() > 0 && std::chrono::steady_clock::now() < deadline)
+    if (sigtimedwait(&signals, nullptr, &tick) > 0) break;
+  const int cut = engine->active();
+  engine->cancel_all();
+  api.shutdown();
+  engine.reset();  // joins the jobs' threads: a cancelled job ends after its current step
+  // Connections close after their last response (no keep-alive while draining): let them flush.
+  for (int i = 0; i < 40 && http.open_connections() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  http.stop();
+  std::fprintf(stderr, "nextn serve: stopped (%d request(s) cut at the drain deadline)\n", cut);
 }
 
 }  // namespace
@@ -156,6 +197,21 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-batch", a->max_batch,
                   "Requests generating at once, their target forwards shared (default 8; cuda: at most 32; Gemma 4: 1); "
                   "every slot is made at start")
+      ->check(number());
+  cmd->add_option("--max-connections", a->max_connections,
+                  "Open client connections at most (default 2048; at the cap a new one closes the oldest idle one; "
+                  "the open-file limit is raised to fit)")
+      ->check(number());
+  cmd->add_option("--header-timeout", a->header_timeout, "Seconds a new connection has to send its request headers (default 10; then 408)")
+      ->check(number());
+  cmd->add_option("--body-timeout", a->body_timeout, "Seconds a request's body may take after its headers (default 30; then 408)")
+      ->check(number());
+  cmd->add_option("--idle-timeout", a->idle_timeout, "Seconds a keep-alive connection may stay idle between requests (default 15)")
+      ->check(number());
+  cmd->add_option("--write-timeout", a->write_timeout, "Seconds a client may leave one write of its answer unread (default 30; then closed)")
+      ->check(number());
+  cmd->add_option("--drain-timeout", a->drain_timeout,
+                  "On SIGTERM/SIGINT: seconds the running requests get to finish before they are cut (default 30)")
       ->check(number());
   add_threads_option(cmd, &a->threads);
   cmd->callback([a] { run(*a); });

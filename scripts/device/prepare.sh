@@ -2,7 +2,7 @@
 # Development-machine half of the device run (see run.sh): builds nextn and
 # nextn_tests with the CUDA backend into build-cuda/ with libstdc++/libgcc
 # linked statically, copies the shared libraries the GPU image lacks
-# (libfmt, libhwy, libpcre2, libicuuc, libcpp-httplib, libbrotli, and a stand-in for ICU data) beside them, strips the binaries and records the commit.
+# (libfmt, libhwy, libpcre2, libicuuc, libbrotli, and a stand-in for ICU data) beside them, strips the binaries and records the commit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${NEXTN_BUILD:-build-cuda}
@@ -12,7 +12,7 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "${LAUNCHER[@]}" \
   -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc -Wl,--as-needed" >/dev/null
 cmake --build "$BUILD" --target nextn nextn_tests
 mkdir -p "$BUILD/lib"
-for lib in $(ldd "$BUILD/nextn_tests" "$BUILD/nextn" | awk '/libfmt|libhwy|libpcre2|libicuuc|libcpp-httplib|libbrotli/ {print $3}'); do cp -L "$lib" "$BUILD/lib/"; done
+for lib in $(ldd "$BUILD/nextn_tests" "$BUILD/nextn" | awk '/libfmt|libhwy|libpcre2|libicuuc|libbrotli/ {print $3}'); do cp -L "$lib" "$BUILD/lib/"; done
 # ICU's 31 MB data library would push the carried tree past the device's
 # 64 MiB: the GPU runs carry a stand-in that only satisfies the loader. Only
 # the tokenizer's NFC step reads ICU data, and no device test tokenizes; a

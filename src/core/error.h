@@ -19,6 +19,14 @@ class RefusedError : public Error {
   explicit RefusedError(const std::string& what) : Error(what) {}
 };
 
+// The device can no longer compute (a sticky CUDA error such as an illegal
+// address): every later call on it fails too. A server that sees one stops
+// taking work and says so on /health; only a new process recovers.
+class DeviceFault : public Error {
+ public:
+  explicit DeviceFault(const std::string& what) : Error(what) {}
+};
+
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
   throw Error(fmt::format(f, std::forward<Args>(args)...));

@@ -51,6 +51,22 @@ Engine::~Engine() {
 
 int Engine::vocab() const { return group_->info().vocab_size; }
 
+int Engine::active() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return int(queue_.size()) + running_;
+}
+
+void Engine::cancel_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& job : queue_) job->cancel();
+  for (auto& [id, job] : running_jobs_) job->cancel();
+}
+
+std::string Engine::fault() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fault_;
+}
+
 bool Engine::submit(std::shared_ptr<Job> job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -95,10 +111,12 @@ void Engine::loop() {
     // Reserved here, so that jobs admitted together share their first forward.
     scheduler_.reserve();
     try {
+      running_jobs_[id] = job;
       workers_[id] = std::thread(&Engine::work, this, job, std::move(slot), seeds_(), id);
     } catch (const std::exception& e) {  // no thread: no slot taken, the job fails
       scheduler_.unreserve();
       workers_.erase(id);
+      running_jobs_.erase(id);
       --running_;
       JobEvent fail_event;
       fail_event.final = true;
@@ -124,12 +142,17 @@ void Engine::work(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot, 
     ScheduledSequence rt(scheduler_, *slot, /*reserved=*/true);  // waits for a turn; shares its target forwards
     run(*job, rt, *slot, seed);
   } catch (const std::exception& e) {  // the slot is reset before its next job
+    if (dynamic_cast<const DeviceFault*>(&e)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (fault_.empty()) fault_ = e.what();
+    }
     JobEvent fail_event;
     fail_event.final = true;
     fail_event.error = e.what();
     job->push(std::move(fail_event));
   }
   std::lock_guard<std::mutex> lock(mu_);
+  running_jobs_.erase(worker);
   free_slots_.push_back(std::move(slot));
   --running_;
   finished_workers_.push_back(worker);

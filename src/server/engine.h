@@ -58,6 +58,13 @@ class Engine {
   // Queues a job; false when limits.queue_depth jobs already wait.
   bool submit(std::shared_ptr<Job> job);
   int vocab() const;
+  // Jobs queued or generating.
+  int active() const;
+  // Cancels every queued and running job (the end of a drain).
+  void cancel_all();
+  // Set once a job failed with a DeviceFault: the reason, empty while the
+  // device can serve. The HTTP layer then refuses work and /health says 503.
+  std::string fault() const;
 
  private:
   void loop();
@@ -73,11 +80,13 @@ class Engine {
   int max_batch_ = 1;  // limits.max_batch, or fewer where the group holds fewer sequences
   int capacity_ = 0;   // positions per slot
   std::mt19937_64 seeds_;  // seeds for requests that give none (drawn on the loop thread)
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::vector<std::unique_ptr<ModelRuntime>> free_slots_;
   std::map<int, std::thread> workers_;  // by worker id
+  std::map<int, std::shared_ptr<Job>> running_jobs_;  // by worker id
+  std::string fault_;
   std::vector<int> finished_workers_;   // to join
   int running_ = 0;
   int next_worker_ = 0;

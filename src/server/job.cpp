@@ -3,11 +3,24 @@
 namespace nextn::server {
 
 void Job::push(JobEvent e) {
+  std::function<void()> listener;
   {
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(std::move(e));
+    listener = listener_;
   }
   cv_.notify_all();
+  if (listener) listener();
+}
+
+void Job::set_listener(std::function<void()> listener) {
+  bool waiting;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    listener_ = listener;
+    waiting = !events_.empty();
+  }
+  if (waiting && listener) listener();
 }
 
 std::vector<JobEvent> Job::take(std::chrono::milliseconds timeout) {

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -42,8 +43,14 @@ class Job {
   const std::chrono::steady_clock::time_point enqueued;
 
   void push(JobEvent e);
-  // Waits up to `timeout` for events and takes all that arrived.
+  // Waits up to `timeout` for events and takes all that arrived (0: only
+  // what is there).
   std::vector<JobEvent> take(std::chrono::milliseconds timeout);
+  // Called (on the pushing thread, outside the job's lock) after every push,
+  // and once at once if events are already waiting: the event-driven HTTP
+  // layer posts a wake-up to its connection from it instead of blocking a
+  // thread in take().
+  void set_listener(std::function<void()> listener);
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
 
@@ -51,6 +58,7 @@ class Job {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<JobEvent> events_;
+  std::function<void()> listener_;
   std::atomic<bool> cancelled_{false};
 };
 

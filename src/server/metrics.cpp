@@ -75,6 +75,26 @@ void Metrics::set_queue(int waiting, int running) {
   running_ = running;
 }
 
+void Metrics::connections(int open) {
+  std::lock_guard<std::mutex> lock(mu_);
+  connections_open_ = open;
+}
+
+void Metrics::connection_evicted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++evicted_;
+}
+
+void Metrics::connection_timed_out() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++timed_out_;
+}
+
+void Metrics::connection_refused() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++refused_;
+}
+
 std::string Metrics::render() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;
@@ -106,6 +126,14 @@ std::string Metrics::render() const {
           forwards_);
   counter("nextn_target_forward_rows_total", "Token rows those target forwards covered, all requests together.",
           forward_rows_);
+  out += fmt::format("# HELP nextn_http_connections_open Client connections open.\n"
+                     "# TYPE nextn_http_connections_open gauge\nnextn_http_connections_open {}\n", connections_open_);
+  counter("nextn_http_connections_evicted_total",
+          "Idle or half-sent connections closed at the connection cap to make room for a new one.", evicted_);
+  counter("nextn_http_timeouts_total", "Connections closed because headers, body, keep-alive or a write ran out of time.",
+          timed_out_);
+  counter("nextn_http_connections_refused_total",
+          "Connections refused (503) at the cap because every open one had a request in progress.", refused_);
   batch_sequences_.render(out, "nextn_batch_sequences", "Requests whose rows shared one target forward.");
   queue_.render(out, "nextn_queue_wait_seconds", "Seconds from arrival to the start of generation.");
   first_token_.render(out, "nextn_time_to_first_token_seconds", "Seconds from arrival to the first generated token.");

@@ -40,6 +40,13 @@ class Metrics {
   // One target forward the engine's scheduler ran for `sequences` requests
   // together, over `rows` rows in all.
   void shared_forward(int sequences, int rows);
+  // The HTTP layer's connections: open now, closed at the cap to make room
+  // (an idle or half-sent one), closed for a timeout, refused at the cap
+  // with nothing to evict.
+  void connections(int open);
+  void connection_evicted();
+  void connection_timed_out();
+  void connection_refused();
   std::string render() const;
 
  private:
@@ -51,6 +58,8 @@ class Metrics {
   std::map<std::string, uint64_t> rounds_by_arm_;
   int waiting_ = 0, running_ = 0;
   uint64_t forwards_ = 0, forward_rows_ = 0;
+  int connections_open_ = 0;
+  uint64_t evicted_ = 0, timed_out_ = 0, refused_ = 0;
   Histogram queue_, first_token_, latency_, batch_sequences_;
 };
 

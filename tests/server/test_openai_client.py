@@ -379,6 +379,81 @@ class Limits(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
 
+class Hostile(unittest.TestCase):
+    """Clients that would crash or starve a server (issue 22): deep nesting, half-sent requests, the drain."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server("--max-tokens", "64")  # the default 1 MiB body limit
+        cls.client = cls.server.client(max_retries=0)
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.server.stop()
+        assert code == 0, f"nextn serve exited {code}: {''.join(cls.server.log[-20:])}"
+
+    def assert_serving(self):
+        self.assertEqual(self.server.get("/health"), (200, '{"status":"ok"}'))
+        r = self.client.completions.create(model=self.server.model, prompt=PROMPTS[0], max_tokens=4, temperature=0)
+        self.assertEqual(r.usage.completion_tokens, 4)
+
+    def test_deeply_nested_request_gets_400(self):
+        depth = 300000  # a 600 KB body under the 1 MiB limit
+        body = (b'{"model":"default","messages":[{"role":"user","content":"hi","x":' + b"[" * depth + b"]" * depth +
+                b"}]}")
+        self.assertGreater(len(body), 600000)
+        status, text = self.server.post("/v1/chat/completions", body)
+        self.assertEqual(status, 400, text)
+        self.assertIn("nest", json.loads(text)["error"]["message"])
+        self.assert_serving()
+
+    def test_half_sent_requests_do_not_starve_the_server(self):
+        host, port = self.server.base[len("http://"):].split(":")
+        socks = []
+        try:
+            for _ in range(64):
+                s = socket.create_connection((host, int(port)))
+                s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro")
+                socks.append(s)
+            t0 = time.time()
+            self.assertEqual(self.server.get("/health")[0], 200)
+            print(f"hostile: /health with 64 half-sent requests open: {1000 * (time.time() - t0):.1f} ms",
+                  file=sys.stderr)
+            self.assert_serving()
+        finally:
+            for s in socks:
+                s.close()
+
+    def test_json_response_format_is_refused_by_name(self):
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.chat.completions.create(model=self.server.model, messages=[{"role": "user", "content": "x"}],
+                                                response_format={"type": "json_object"})
+        self.assertEqual(e.exception.body["param"], "response_format")
+
+
+class Drain(unittest.TestCase):
+    def test_sigterm_lets_a_running_stream_finish_then_exits_0(self):
+        server = Server("--drain-timeout", "60")
+        client = server.client(max_retries=0)
+        stream = client.completions.create(model=server.model, prompt=PROMPTS[1], max_tokens=64, temperature=0,
+                                           stream=True, extra_body={"ignore_eos": True})
+        text, reasons = "", []
+        for i, chunk in enumerate(stream):
+            if i == 0:
+                server.proc.send_signal(signal.SIGTERM)
+            if chunk.choices:
+                text += chunk.choices[0].text
+                if chunk.choices[0].finish_reason:
+                    reasons.append(chunk.choices[0].finish_reason)
+        self.assertEqual(reasons, ["length"])  # the whole answer, not cut
+        self.assertTrue(text)
+        self.assertEqual(server.proc.wait(timeout=60), 0)
+        server.drain.join(timeout=10)
+        log = "".join(server.log)
+        self.assertIn("draining", log)
+        self.assertIn("0 request(s) cut", log)
+
+
 class Load(unittest.TestCase):
     def test_concurrent_streams_lose_nothing(self):
         server = Server("--draft", "mtp")

@@ -7,8 +7,23 @@
 
 namespace nextn::cuda {
 
+// Errors that leave the CUDA context unusable: every later call fails too.
+inline bool cuda_error_is_sticky(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress: case cudaErrorLaunchFailure: case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction: case cudaErrorMisalignedAddress: case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc: case cudaErrorAssert: case cudaErrorECCUncorrectable: case cudaErrorLaunchTimeout:
+      return true;
+    default:
+      return false;
+  }
+}
+
 [[noreturn]] inline void cuda_fail(cudaError_t e, const char* what, const char* file, int line) {
   if (e == cudaErrorMemoryAllocation) fail("CUDA: out of device memory in {} ({}:{})", what, file, line);
+  if (cuda_error_is_sticky(e))
+    throw DeviceFault(fmt::format("CUDA: {} failed: {} ({}) at {}:{}; the device is unusable until the process restarts",
+                                  what, cudaGetErrorString(e), cudaGetErrorName(e), file, line));
   fail("CUDA: {} failed: {} ({}) at {}:{}", what, cudaGetErrorString(e), cudaGetErrorName(e), file, line);
 }
 
