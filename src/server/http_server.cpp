@@ -308,6 +308,7 @@ class Session : public Responder, public std::enable_shared_from_this<Session> {
   bool can_start() {
     if (closed_ || phase_ != Phase::Handling || started_) return false;
     started_ = true;
+    keep_alive_ = keep_alive_ && !server_.draining;  // a drain that began while the request was handled
     return true;
   }
 
