@@ -347,6 +347,9 @@ struct JsonWriter {
   bool ensure_ascii;
   std::string item_sep, key_sep;
   std::string out;
+  // Values from JSON are at most Value::kMaxJsonDepth deep and template-built
+  // ones are held to 200 by the interpreter (check_nesting); this guard is for
+  // anything else.
   int depth_guard = 0;
 
   void newline(int level) {
