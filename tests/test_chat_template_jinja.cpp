@@ -104,6 +104,38 @@ TEST(ChatTemplateJinja, LimitsStopRunawayTemplates) {
   EXPECT_EQ(error_of("{% set ns = namespace(x=0) %}{% set ns.x = [ns] %}"), "line 1: a namespace cannot contain itself");
 }
 
+// from_json recurses, so it refuses JSON deeper than Value::kMaxJsonDepth
+// instead of overflowing the stack (nlohmann parses and frees iteratively,
+// so the deep input itself is safe to build here).
+TEST(ChatTemplateJinja, FromJsonRefusesDeepValues) {
+  auto nested = [](int levels) {
+    return ojson::parse(std::string(size_t(levels), '[') + "1" + std::string(size_t(levels), ']'));
+  };
+  auto error_from = [](const ojson& j) -> std::string {
+    try {
+      Value::from_json(j);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "<no error>";
+  };
+  EXPECT_EQ(error_from(nested(100000)), "JSON value nested deeper than 128 levels");
+  EXPECT_EQ(error_from(ojson{{"a", nested(Value::kMaxJsonDepth)}}), "JSON value nested deeper than 128 levels");
+  const Value at_limit = Value::from_json(nested(Value::kMaxJsonDepth));
+  EXPECT_EQ(nesting_depth(at_limit, 1000), size_t(Value::kMaxJsonDepth));
+  // Scalars at the innermost level add no depth; objects count like arrays.
+  ojson deep_dict = 1;
+  for (int i = 0; i < Value::kMaxJsonDepth; ++i) deep_dict = ojson{{"k", std::move(deep_dict)}};
+  EXPECT_EQ(nesting_depth(Value::from_json(deep_dict), 1000), size_t(Value::kMaxJsonDepth));
+  deep_dict = ojson{{"k", std::move(deep_dict)}};
+  EXPECT_EQ(error_from(deep_dict), "JSON value nested deeper than 128 levels");
+  // Through render_chat: a template variable from a request.
+  const ChatTemplate t = parse_chat_template("{{ messages[0].content }}", "inline");
+  ChatOptions options;
+  options.extra = ojson{{"deep", nested(100000)}};
+  EXPECT_THROW(render_chat(t, ojson::parse(R"([{"role":"user","content":"hi"}])"), options), Error);
+}
+
 TEST(ChatTemplateJinja, RenderChatChecksItsInputs) {
   const ChatTemplate t = parse_chat_template("{{ messages[0].content }}{{ bos_token }}", "inline",
                                              ojson{{"bos_token", "<s>"}});

@@ -63,33 +63,45 @@ Value Value::callable(NativeFn f) {
   return v;
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+namespace {
+// Recursive, so the depth is bounded: a 100000-deep request field would
+// otherwise overflow the stack here and again when the Value is destroyed
+// (shared_ptr chains free recursively). The bound also keeps every later
+// walk over a converted value shallow: printing, equals, nesting_depth and
+// tojson's JsonWriter (which has its own guard at 512).
+Value value_from_json(const nlohmann::ordered_json& j, int depth) {
+  using Type = nlohmann::ordered_json::value_t;
+  if ((j.type() == Type::array || j.type() == Type::object) && depth >= Value::kMaxJsonDepth)
+    fail("JSON value nested deeper than {} levels", Value::kMaxJsonDepth);
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return none();
-    case nlohmann::ordered_json::value_t::boolean: return from_bool(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return from_int(j.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_unsigned: {
+    case Type::null: return Value::none();
+    case Type::boolean: return Value::from_bool(j.get<bool>());
+    case Type::number_integer: return Value::from_int(j.get<int64_t>());
+    case Type::number_unsigned: {
       const uint64_t u = j.get<uint64_t>();
-      if (u > uint64_t(INT64_MAX)) return from_float(double(u));
-      return from_int(int64_t(u));
+      if (u > uint64_t(INT64_MAX)) return Value::from_float(double(u));
+      return Value::from_int(int64_t(u));
     }
-    case nlohmann::ordered_json::value_t::number_float: return from_float(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return from_string(j.get<std::string>());
-    case nlohmann::ordered_json::value_t::array: {
+    case Type::number_float: return Value::from_float(j.get<double>());
+    case Type::string: return Value::from_string(j.get<std::string>());
+    case Type::array: {
       ValueList items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(from_json(e));
-      return from_list(std::move(items));
+      for (const auto& e : j) items.push_back(value_from_json(e, depth + 1));
+      return Value::from_list(std::move(items));
     }
-    case nlohmann::ordered_json::value_t::object: {
+    case Type::object: {
       ValueDict items;
       items.reserve(j.size());
-      for (auto it = j.begin(); it != j.end(); ++it) items.emplace_back(it.key(), from_json(it.value()));
-      return from_dict(std::move(items));
+      for (auto it = j.begin(); it != j.end(); ++it) items.emplace_back(it.key(), value_from_json(it.value(), depth + 1));
+      return Value::from_dict(std::move(items));
     }
-    default: return none();
+    default: return Value::none();
   }
 }
+}  // namespace
+
+Value Value::from_json(const nlohmann::ordered_json& j) { return value_from_json(j, 0); }
 
 const Value* Value::find(const std::string& key) const {
   if (kind != Kind::Dict) return nullptr;
@@ -335,6 +347,9 @@ struct JsonWriter {
   bool ensure_ascii;
   std::string item_sep, key_sep;
   std::string out;
+  // Values from JSON are at most Value::kMaxJsonDepth deep and template-built
+  // ones are held to 200 by the interpreter (check_nesting); this guard is for
+  // anything else.
   int depth_guard = 0;
 
   void newline(int level) {

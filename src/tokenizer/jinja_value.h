@@ -50,6 +50,10 @@ struct Value {
   static Value from_dict(ValueDict items);
   static Value namespace_of(ValueDict items);
   static Value callable(NativeFn f);
+  // Throws nextn::Error when `j` nests more than kMaxJsonDepth arrays/objects
+  // ([] is one level): template variables come from requests and from
+  // tokenizer configs, and the conversion recurses.
+  static constexpr int kMaxJsonDepth = 128;
   static Value from_json(const nlohmann::ordered_json& j);
 
   bool is_undefined() const { return kind == Kind::Undefined; }
