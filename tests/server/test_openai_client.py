@@ -449,6 +449,7 @@ class Drain(unittest.TestCase):
         self.assertTrue(text)
         self.assertEqual(server.proc.wait(timeout=60), 0)
         server.drain.join(timeout=10)
+        server.proc.stderr.close()
         log = "".join(server.log)
         self.assertIn("draining", log)
         self.assertIn("0 request(s) cut", log)
