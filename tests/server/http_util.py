@@ -247,10 +247,12 @@ class Server:
         return {"rss_kib": rss, "fds": len(os.listdir(f"/proc/{pid}/fd")),
                 "threads": len(os.listdir(f"/proc/{pid}/task"))}
 
-    def terminate(self, timeout):
-        """SIGTERM; (exit code or None when it did not exit within timeout, seconds taken). Kills it then."""
+    def terminate(self, timeout, send=True):
+        """SIGTERM (send=False: one was sent already); (exit code or None when it did not exit
+        within timeout, seconds taken). Kills it then."""
         t0 = time.monotonic()
-        self.proc.send_signal(signal.SIGTERM)
+        if send:
+            self.proc.send_signal(signal.SIGTERM)
         try:
             code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

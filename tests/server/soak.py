@@ -68,6 +68,7 @@ MALFORMED = [b'{"prompt": "x", "max_tokens": 4', b'{"prompt": 5, "max_tokens": 4
              b'{"prompt": "x", "stream": "yes"}', b'{"max_tokens": 4}', b'']
 
 ARGS = None
+MODEL = "default"  # the served id, from /v1/models
 
 
 class Soak:
@@ -96,7 +97,7 @@ class Soak:
     @staticmethod
     def body(variant, stream):
         endpoint, prompt, max_tokens, seed = variant
-        b = {"model": "default", "max_tokens": max_tokens, "stream": stream}
+        b = {"model": MODEL, "max_tokens": max_tokens, "stream": stream}
         b.update({"temperature": 0} if seed is None else {"temperature": 0.8, "seed": seed})
         if endpoint == "chat":
             b["messages"] = [{"role": "user", "content": prompt}]
@@ -146,8 +147,10 @@ class Soak:
                 self.count(kind, "MISMATCH")
                 self.fail(f"{kind} {variant}: {text!r} != reference {self.refs[variant]!r}")
         else:
+            # A clean server-side error (5xx JSON, or an error event on a stream) is allowed;
+            # a 4xx for a well-formed request, a 429 included, is a failure.
             self.count(kind, outcome)
-            if outcome == "429" or not outcome.startswith(("error_", "stream_error")):
+            if not outcome.startswith(("error_5", "stream_error")):
                 self.fail(f"{kind} {variant}: {outcome}")
 
     def one(self, kind, rng):
@@ -295,6 +298,31 @@ class Soak:
             except (OSError, HttpError) as e:
                 samples.append((str(e), ARGS.client_timeout))
 
+    def stall_burst(self, n, delay, samples, result):
+        """The issue's case inside the mix: n connections at once each send half a request's
+        headers and stop. /health must still be answered while they hang, and the server must
+        drop every one of them by its header timeout (plus slack)."""
+        time.sleep(delay)
+        req = request_bytes("POST", "/v1/completions", self.body(self.by_endpoint["completion"][0], False))
+        conns = []
+        for _ in range(n):
+            c = self.conn()
+            c.send(req[:req.index(b"\r\n\r\n") // 2])
+            conns.append(c)
+        with self.lock:
+            self.abandoned_open += n
+        for _ in range(5):
+            try:
+                status, _, took = simple_get(self.s.host, self.s.port, "/health", timeout=ARGS.client_timeout)
+                samples.append((status, took))
+            except (OSError, HttpError) as e:
+                samples.append((str(e), ARGS.client_timeout))
+            time.sleep(0.2)
+        end = time.monotonic() + HEADER_TIMEOUT + 5
+        result["kept_open"] = sum(not c.closed_by_peer(max(0.01, end - time.monotonic())) for c in conns)
+        for c in conns:
+            c.close()
+
 
 def settle(server, baseline, seconds):
     """Polls until descriptors and threads are back within their bounds (closes take a moment)."""
@@ -308,7 +336,7 @@ def settle(server, baseline, seconds):
 
 
 def main():
-    global ARGS
+    global ARGS, MODEL
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nextn", required=True)
     ap.add_argument("--model", default=None, help="checkpoint directory (default: the binary's models/default)")
@@ -330,6 +358,7 @@ def main():
     failures = [f"server lacks issue-22 flag {f} (left out at start)" for f in server.missing_flags]
     if server.missing_flags:
         print(f"soak: FLAGS MISSING from this nextn serve (issue 22): {' '.join(server.missing_flags)}")
+    MODEL = json.loads(simple_get(server.host, server.port, "/v1/models")[1])["data"][0]["id"]
     soak = Soak(server)
     try:
         # Reference pass: quiet, one request at a time.
@@ -343,7 +372,9 @@ def main():
             soak.refs[v] = text
         t_ref = time.monotonic()
         # Warm-up: the same mix at full concurrency, so the baseline is a warm server's.
-        soak.run_mix(max(ARGS.clients * 2, ARGS.requests // 10), ARGS.clients, ARGS.seed + 1)
+        warm_n = max(ARGS.clients * 2, ARGS.requests // 10)
+        soak.run_mix(warm_n, ARGS.clients, ARGS.seed + 1)
+        warm_s = time.monotonic() - t_ref
         warm_failures = len(soak.failures)
         soak.outcomes.clear()
         time.sleep(1)  # the warm-up's last closes
@@ -357,9 +388,15 @@ def main():
         stop, samples = threading.Event(), []
         monitor = threading.Thread(target=soak.health_monitor, args=(stop, samples))
         monitor.start()
+        burst_samples, burst = [], {}
+        # A quarter of the way in (by the warm-up's pace), the traffic still running.
+        burster = threading.Thread(target=soak.stall_burst,
+                                   args=(ARGS.clients, warm_s * ARGS.requests / warm_n / 4, burst_samples, burst))
+        burster.start()
         t_mix = time.monotonic()
         soak.run_mix(ARGS.requests, ARGS.clients, ARGS.seed)
         mix_s = time.monotonic() - t_mix
+        burster.join()
         stop.set()
         monitor.join()
         failures += soak.failures
@@ -375,6 +412,15 @@ def main():
         print(f"  /health during the mix: {len(samples)} probes, {len(bad)} not 200 within 5 s, worst {worst:.2f} s")
         if bad:
             failures.append(f"/health during the mix: {len(bad)} of {len(samples)} probes not 200 within 5 s")
+        bad = [s for s in burst_samples if s[0] != 200 or s[1] > 5]
+        print(f"  {ARGS.clients} stalled half-sent requests at once: /health {len(burst_samples) - len(bad)} of "
+              f"{len(burst_samples)} probes 200 within 5 s (worst {max(s[1] for s in burst_samples):.2f} s); "
+              f"{burst.get('kept_open', '?')} kept open past the header timeout + 5 s")
+        if bad:
+            failures.append(f"/health with {ARGS.clients} stalled requests: {len(bad)} of {len(burst_samples)} "
+                            f"probes not 200 within 5 s")
+        if burst.get("kept_open", 1):
+            failures.append(f"{burst.get('kept_open', 'all')} of {ARGS.clients} stalled requests kept open")
 
         # After: still serving, and back to the baseline.
         st = settle(server, baseline, IDLE_TIMEOUT + 10)
@@ -435,7 +481,7 @@ def drain(soak, server):
     answered 503 draining, and the server exits 0 within the drain timeout."""
     failures = []
     # The longest answer the server allows (ignore_eos), so that it is still running at the signal.
-    req = {"model": "default", "prompt": PROMPTS[0], "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True}
+    req = {"model": MODEL, "prompt": PROMPTS[0], "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True}
     c = soak.conn()
     c.send(request_bytes("POST", "/v1/completions", json.dumps(req).encode()))
     ref, outcome = soak.read_whole(c, False)
@@ -447,8 +493,15 @@ def drain(soak, server):
     status, headers = c.read_head()
     pieces = c.iter_body(headers)
     first = next(pieces, b"")
-    result = {}
-    reader = threading.Thread(target=lambda: result.update(rest=b"".join(pieces)), daemon=True)
+    rest = []
+
+    def read_rest():
+        try:
+            rest.extend(pieces)
+        except (OSError, HttpError):
+            pass  # cut: judged below by the missing [DONE]
+
+    reader = threading.Thread(target=read_rest, daemon=True)
     reader.start()
     t0 = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
@@ -461,7 +514,7 @@ def drain(soak, server):
         pass  # refused: not accepting any more
     reader.join(DRAIN_TIMEOUT + 5)
     text, done = [], False
-    for data in sse_data([first, result.get("rest", b"")]):
+    for data in sse_data([first, *rest]):
         if data == b"[DONE]":
             done = True
         elif status == 200:
@@ -470,7 +523,7 @@ def drain(soak, server):
     if status != 200 or not done or "".join(text) != ref:
         failures.append(f"the stream running at SIGTERM did not finish whole (status {status}, [DONE] {done}, "
                         f"text {'equal' if ''.join(text) == ref else 'not equal'} to its reference)")
-    code, _ = server.terminate(max(1.0, DRAIN_TIMEOUT - (time.monotonic() - t0)))
+    code, _ = server.terminate(max(1.0, DRAIN_TIMEOUT - (time.monotonic() - t0)), send=False)
     print(f"  SIGTERM during a stream: stream {'finished' if done else 'CUT'} ({len(''.join(text))} of {len(ref)} "
           f"chars), exit {code} after {time.monotonic() - t0:.1f} s (bound {DRAIN_TIMEOUT} s)")
     if code != 0:
