@@ -66,8 +66,8 @@ class Bench:
     def __init__(self, host, port, args):
         self.host, self.port, self.a = host, port, args
 
-    def conn(self):
-        return Conn(self.host, self.port, self.a.timeout)
+    def conn(self, timeout=None):
+        return Conn(self.host, self.port, timeout or self.a.timeout)
 
     def completion_body(self, stream):
         return json.dumps({"model": self.a.model_name, "prompt": PROMPT, "max_tokens": self.a.max_tokens,
@@ -128,7 +128,7 @@ class Bench:
     def stream(self, results):
         t0 = time.monotonic()
         try:
-            c = self.conn()
+            c = self.conn(self.a.stream_timeout)  # a stream may wait its turn in the queue
             c.send(request_bytes("POST", "/v1/completions", self.completion_body(True)))
             status, headers = c.read_head()
             tokens, done = 0, False
@@ -150,7 +150,7 @@ class Bench:
         """(served whole, seconds) of one non-streamed completion."""
         t0 = time.monotonic()
         try:
-            c = self.conn()
+            c = self.conn(self.a.stream_timeout)
             c.send(request_bytes("POST", "/v1/completions", self.completion_body(False)))
             status, _, body = c.read_response()
             c.close()
@@ -231,6 +231,8 @@ def markdown(summary, target_ms):
             lines.append(f"- half-sent: {c['half_sent']} half-sent requests ({c['half_sent_still_open_after_probes']} "
                          f"still open after the probes); a completion {'served' if c['completions_served'] else 'NOT served'}"
                          f" in {c['completion_s']:.2f} s")
+    for cmd in summary.get("servers", []):
+        lines.append(f"- server: `nextn {cmd}`")
     if summary.get("missing_flags"):
         lines.append(f"- this nextn serve lacks {' '.join(summary['missing_flags'])} (issue 22)")
     return "\n".join(lines) + "\n"
@@ -248,6 +250,7 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--target-ms", type=float, default=100)
     ap.add_argument("--timeout", type=float, default=10, help="seconds one probe may take")
+    ap.add_argument("--stream-timeout", type=float, default=120, help="seconds a completion may wait for a byte")
     ap.add_argument("--probe-budget", type=float, default=60, help="seconds a case may spend probing")
     ap.add_argument("--probe-gap", type=float, default=0.02)
     ap.add_argument("--settle", type=float, default=1.0, help="seconds between opening the load and probing")
@@ -260,28 +263,30 @@ def main():
     # (it raises it itself), so the child gets the original soft limit back.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    server = None
-    summary = {"machine": machine_state(None if a.base else a.nextn), "target_ms": a.target_ms}
-    try:
-        if a.base:
-            u = urllib.parse.urlparse(a.base)
-            host, port = u.hostname, u.port or 80
-        else:
-            server = Server(a.nextn, ["--queue-depth", str(a.streams), "--max-batch", "8", "--max-tokens",
-                                      str(a.max_tokens)],
-                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)))
-            host, port = server.host, server.port
-            summary["server"] = " ".join(server.argv[1:])
-            summary["missing_flags"] = server.missing_flags
-        b = Bench(host, port, a)
-        b.completion()  # warm-up
-        summary["cases"] = [case_idle_streams(b, a)]
-        time.sleep(1)
-        summary["cases"].append(case_half_sent(b, a))
-        summary["machine"]["loadavg_end"] = list(os.getloadavg())
-    finally:
-        if server:
-            server.terminate(30)
+    summary = {"machine": machine_state(None if a.base else a.nextn), "target_ms": a.target_ms, "cases": [],
+               "servers": []}
+    # Without --base each case gets a fresh server: the streams case one with a queue for every
+    # stream, the half-sent case one with the default flags (as the issue found it).
+    cases = [(case_idle_streams, ["--queue-depth", str(a.streams), "--max-batch", "8"]), (case_half_sent, [])]
+    for case, flags in cases:
+        server = None
+        try:
+            if a.base:
+                u = urllib.parse.urlparse(a.base)
+                host, port = u.hostname, u.port or 80
+            else:
+                server = Server(a.nextn, flags + ["--max-tokens", str(a.max_tokens)],
+                                preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)))
+                host, port = server.host, server.port
+                summary["servers"].append(" ".join(server.argv[1:]))
+                summary["missing_flags"] = server.missing_flags
+            b = Bench(host, port, a)
+            b.completion()  # warm-up
+            summary["cases"].append(case(b, a))
+        finally:
+            if server:
+                server.terminate(30)
+    summary["machine"]["loadavg_end"] = list(os.getloadavg())
     md = markdown(summary, a.target_ms)
     print(md, end="")
     if a.out_md:
