@@ -267,6 +267,9 @@ class Soak:
         kinds = list(MIX)
         weights = [MIX[k] for k in kinds]
         plan = random.Random(seed).choices(kinds, weights, k=n)
+        if n >= len(kinds):  # every kind at least once, also in a short run
+            plan[:len(kinds)] = kinds
+            random.Random(seed).shuffle(plan)
         next_i = iter(range(n))
         it_lock = threading.Lock()
 
