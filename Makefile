@@ -3,20 +3,30 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps build run test asan clean
+.PHONY: deps configure build build-nextn run test asan clean
 
 deps:
 	@if [ "$$(id -u)" = 0 ]; then scripts/install-deps.sh; else echo "note: not root; skipping scripts/install-deps.sh"; fi
 
-build: deps
+# Each step prints its wall time (CI's log shows where its minutes go; dash
+# has $$(( )) but no `time` keyword, hence date +%s).
+configure: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
-	cmake --build $(BUILD) -j $(JOBS)
+
+build: configure
+	@t=$$(date +%s); cmake --build $(BUILD) -j $(JOBS); rc=$$?; \
+	  echo "== make build: cmake --build took $$(( $$(date +%s) - t )) s"; exit $$rc
+
+# Only the binary: `make run` needs no test executable.
+build-nextn: configure
+	@t=$$(date +%s); cmake --build $(BUILD) -j $(JOBS) --target nextn; rc=$$?; \
+	  echo "== make build-nextn: cmake --build --target nextn took $$(( $$(date +%s) - t )) s"; exit $$rc
 
 # The main job on the shipped default model (models/nextn-code-15m): a code
 # prompt continued by plain greedy decoding, then by MTP speculative decoding
 # (the same text; the stats line gives tokens/s and per-position acceptance).
 PROMPT ?= def fibonacci(n):
-run: build
+run: build-nextn
 	@echo "== prompt: $(PROMPT)"
 	@echo "== greedy (--draft none)"
 	@$(BUILD)/nextn generate --prompt "$(PROMPT)" -n 48 --draft none
@@ -24,15 +34,18 @@ run: build
 	@$(BUILD)/nextn generate --prompt "$(PROMPT)" -n 48 --draft mtp --block-size 3
 
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@t=$$(date +%s); cd $(BUILD) && ctest --output-on-failure -j $(JOBS); rc=$$?; \
+	  echo "== make test: ctest took $$(( $$(date +%s) - t )) s"; exit $$rc
 
 # The tests again under AddressSanitizer + UBSan (optimised, with debug info,
 # so the whole exactness sweep fits in CI's time; CPU code only: there is no
 # GPU to run the CUDA backend on).
 asan: deps
 	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEXTN_SANITIZE=ON -DNEXTN_CUDA=OFF $(CMAKE_FLAGS)
-	cmake --build $(BUILD)-asan -j $(JOBS)
-	cd $(BUILD)-asan && ctest --output-on-failure -j $(JOBS)
+	@t=$$(date +%s); cmake --build $(BUILD)-asan -j $(JOBS); rc=$$?; \
+	  echo "== make asan: cmake --build took $$(( $$(date +%s) - t )) s"; exit $$rc
+	@t=$$(date +%s); cd $(BUILD)-asan && ctest --output-on-failure -j $(JOBS); rc=$$?; \
+	  echo "== make asan: ctest took $$(( $$(date +%s) - t )) s"; exit $$rc
 
 
 clean:
