@@ -233,8 +233,6 @@ def markdown(summary, target_ms):
                          f" in {c['completion_s']:.2f} s")
     for cmd in summary.get("servers", []):
         lines.append(f"- server: `nextn {cmd}`")
-    if summary.get("missing_flags"):
-        lines.append(f"- this nextn serve lacks {' '.join(summary['missing_flags'])} (issue 22)")
     return "\n".join(lines) + "\n"
 
 
@@ -279,7 +277,6 @@ def main():
                                 preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)))
                 host, port = server.host, server.port
                 summary["servers"].append(" ".join(server.argv[1:]))
-                summary["missing_flags"] = server.missing_flags
             b = Bench(host, port, a)
             b.completion()  # warm-up
             summary["cases"].append(case(b, a))

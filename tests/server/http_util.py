@@ -16,11 +16,6 @@ import subprocess
 import threading
 import time
 
-# Flags of issue 22 (the event-driven HTTP layer). Today's cpp-httplib server
-# lacks them; Server leaves out the ones `nextn serve --help` does not name
-# and reports them in `missing_flags`, so a script can still run and list
-# them among its failures.
-ISSUE22_FLAGS = ("--max-connections", "--header-timeout", "--body-timeout", "--idle-timeout", "--drain-timeout")
 
 
 class HttpError(Exception):
@@ -195,21 +190,10 @@ def metric_sum(metrics, name):
 
 
 class Server:
-    """One `nextn serve --port 0` process; flags of ISSUE22_FLAGS the binary lacks are left out."""
+    """One `nextn serve --port 0` process, up once its `listening on` line is printed."""
 
     def __init__(self, nextn, flags, start_timeout=120, preexec_fn=None):
-        help_text = subprocess.run([nextn, "serve", "--help"], capture_output=True, text=True).stdout
-        self.missing_flags = []
-        argv = []
-        i = 0
-        while i < len(flags):
-            f = flags[i]
-            takes_value = i + 1 < len(flags) and not flags[i + 1].startswith("--")
-            if f in ISSUE22_FLAGS and not re.search(re.escape(f) + r"\b", help_text):
-                self.missing_flags.append(f)
-            else:
-                argv += flags[i:i + 1 + takes_value]
-            i += 1 + takes_value
+        argv = list(flags)
         self.argv = [nextn, "serve", "--port", "0", *argv]
         self.started = time.monotonic()
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

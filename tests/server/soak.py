@@ -21,8 +21,6 @@ failure.
 
     tests/server/soak.py --nextn build/nextn [--requests 2000] [--clients 64] [--sanitized]
 
-Flags of issue 22 that the binary lacks are left out at start and listed as
-failures (today's cpp-httplib server lacks them).
 """
 import argparse
 import collections
@@ -358,9 +356,7 @@ def main():
              "--drain-timeout", str(DRAIN_TIMEOUT)] + (["-m", ARGS.model] if ARGS.model else [])
     server = Server(ARGS.nextn, flags, start_timeout=300 if ARGS.sanitized else 120)
     print(f"soak: {' '.join(server.argv[1:])}: listening after {server.load_seconds:.1f} s")
-    failures = [f"server lacks issue-22 flag {f} (left out at start)" for f in server.missing_flags]
-    if server.missing_flags:
-        print(f"soak: FLAGS MISSING from this nextn serve (issue 22): {' '.join(server.missing_flags)}")
+    failures = []
     MODEL = json.loads(simple_get(server.host, server.port, "/v1/models")[1])["data"][0]["id"]
     soak = Soak(server)
     try:
