@@ -202,6 +202,12 @@ const std::vector<Case> kCases = {
     {"serve -m '{DIR}'", "tokenizer.json"},
     {"serve --max-prompt-tokens 4000", "max_position_embeddings"},
     {"serve --host 999.1.1.1 --port 0", "--host 999.1.1.1"},
+    {"serve --max-connections 0", "--max-connections 0"},
+    {"serve --header-timeout 0", "--header-timeout 0"},
+    {"serve --body-timeout -1", "--body-timeout -1"},
+    {"serve --idle-timeout 99999", "--idle-timeout 99999"},
+    {"serve --write-timeout x", "--write-timeout"},
+    {"serve --drain-timeout -2", "--drain-timeout -2"},
 
     // ---- bench ----
     {"bench", "subcommand"},
@@ -365,6 +371,18 @@ TEST_F(CliBadInput, EveryCaseIsOneErrorLineAndExitOne) {
 TEST_F(CliBadInput, GenerateAndBenchNumbers) { expect_each_one_error_line(kGenerateAndBenchCases, expand); }
 
 TEST_F(CliBadInput, ProjectionFlagsBeforeTheCudaCheck) { expect_each_one_error_line(kProjectionCases, expand); }
+
+// An open-file limit too small for the connection cap: an explicit cap is
+// refused by name; the default one is lowered to fit, with a note, and the
+// server serves (SIGINT after 3 s drains and exits 0).
+TEST_F(CliBadInput, ServeConnectionCapAgainstTheOpenFileLimit) {
+  test::CliResult r = run_cli("serve --port 0 --max-connections 2048", "ulimit -n 300;");
+  test::expect_one_error_line(r, "--max-connections 2048: the open-file limit is 300");
+  r = run_cli("serve --port 0", "ulimit -n 300; timeout --preserve-status -s INT 3");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("the open-file limit (hard) holds 44 connections, not the default 2048"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("listening on"), std::string::npos) << r.err;
+}
 
 }  // namespace
 }  // namespace nextn

@@ -37,7 +37,7 @@ struct ServeArgs {
   int max_body_kib = 1024, max_prompt_tokens = 2048, max_tokens = 1024, queue_depth = 16, max_batch = 8;
   int max_connections = 2048;
   double header_timeout = 10, body_timeout = 30, idle_timeout = 15, write_timeout = 30, drain_timeout = 30;
-  CLI::Option *block_opt = nullptr, *draft_vocab_opt = nullptr;
+  CLI::Option *block_opt = nullptr, *draft_vocab_opt = nullptr, *max_connections_opt = nullptr;
 };
 
 // The engine of a Gemma 4 target: a serial group over its runtime factory,
@@ -122,6 +122,7 @@ void run(const ServeArgs& a) {
   server::OpenAiApi api(tokenizer, std::move(chat_template), metrics, model_name, limits);
   server::ConnectionLimits cl;
   cl.max_connections = a.max_connections;
+  cl.lower_to_fit_file_limit = a.max_connections_opt->count() == 0;
   cl.header_timeout_s = a.header_timeout;
   cl.body_timeout_s = a.body_timeout;
   cl.idle_timeout_s = a.idle_timeout;
@@ -130,6 +131,9 @@ void run(const ServeArgs& a) {
   server::HttpServer http([&api](server::HttpRequest r, std::shared_ptr<server::Responder> s) { api.handle(std::move(r), std::move(s)); },
                           metrics, cl);
   const int port = http.bind(a.host, a.port);
+  if (http.max_connections() != cl.max_connections)
+    std::fprintf(stderr, "nextn serve: note: the open-file limit (hard) holds %d connections, not the default %d\n",
+                 http.max_connections(), cl.max_connections);
   http.start();  // from here /health answers (503 "loading" until the engine is made)
   std::unique_ptr<server::Engine> engine;
   try {
@@ -198,7 +202,7 @@ void register_serve(CLI::App& app) {
                   "Requests generating at once, their target forwards shared (default 8; cuda: at most 32; Gemma 4: 1); "
                   "every slot is made at start")
       ->check(number());
-  cmd->add_option("--max-connections", a->max_connections,
+  a->max_connections_opt = cmd->add_option("--max-connections", a->max_connections,
                   "Open client connections at most (default 2048; at the cap a new one closes the oldest idle one; "
                   "the open-file limit is raised to fit)")
       ->check(number());

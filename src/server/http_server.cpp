@@ -57,19 +57,26 @@ http::response<http::string_body> error_response(int status, const std::string& 
   return res;
 }
 
-// Raises the soft open-file limit so that `connections` sockets fit; an
-// explicit cap the hard limit cannot hold is refused by name.
-void raise_open_file_limit(int connections) {
+// Raises the soft open-file limit so that `connections` sockets fit. When
+// the hard limit cannot hold them: an explicit cap is refused by name, the
+// default one is lowered to what fits (returned).
+int raise_open_file_limit(int connections, bool lower_to_fit) {
   rlimit lim{};
-  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
-  const rlim_t want = rlim_t(connections) + kSpareFiles;
-  if (lim.rlim_cur >= want) return;
-  if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < want)
-    fail("--max-connections {}: the open-file limit is {} (hard), which holds at most {} connections", connections,
-         lim.rlim_max, lim.rlim_max > kSpareFiles ? lim.rlim_max - kSpareFiles : 0);
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return connections;
+  rlim_t want = rlim_t(connections) + kSpareFiles;
+  if (lim.rlim_cur >= want) return connections;
+  if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < want) {
+    const rlim_t fits = lim.rlim_max > kSpareFiles ? lim.rlim_max - kSpareFiles : 0;
+    if (!lower_to_fit || fits < 1)
+      fail("--max-connections {}: the open-file limit is {} (hard), which holds at most {} connections", connections,
+           lim.rlim_max, fits);
+    connections = int(fits);
+    want = lim.rlim_max;
+  }
   lim.rlim_cur = want;
   if (setrlimit(RLIMIT_NOFILE, &lim) != 0)
     fail("--max-connections {}: cannot raise the open-file limit to {}", connections, want);
+  return connections;
 }
 
 }  // namespace
@@ -491,7 +498,7 @@ HttpServer::~HttpServer() { stop(); }
 
 int HttpServer::bind(const std::string& host, int port) {
   Impl& s = *impl_;
-  raise_open_file_limit(s.limits.max_connections);
+  s.limits.max_connections = raise_open_file_limit(s.limits.max_connections, s.limits.lower_to_fit_file_limit);
   error_code ec;
   tcp::resolver resolver(s.io);
   const auto endpoints = resolver.resolve(host, std::to_string(port), tcp::resolver::passive, ec);
@@ -537,5 +544,7 @@ void HttpServer::stop() {
 }
 
 int HttpServer::open_connections() const { return impl_->open.load(); }
+
+int HttpServer::max_connections() const { return impl_->limits.max_connections; }
 
 }  // namespace nextn::server

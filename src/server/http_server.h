@@ -28,6 +28,9 @@ namespace nextn::server {
 
 struct ConnectionLimits {
   int max_connections = 2048;
+  // The cap was not asked for: where the open-file limit cannot hold it,
+  // bind() lowers it to what fits instead of refusing.
+  bool lower_to_fit_file_limit = false;
   double header_timeout_s = 10;
   double body_timeout_s = 30;
   double idle_timeout_s = 15;
@@ -78,6 +81,7 @@ class HttpServer {
   // Closes every connection and joins the I/O threads.
   void stop();
   int open_connections() const;
+  int max_connections() const;  // after bind(): the cap in force
 
  private:
   friend class Session;
