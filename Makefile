@@ -37,11 +37,13 @@ test: build
 	@t=$$(date +%s); cd $(BUILD) && ctest --output-on-failure -j $(JOBS); rc=$$?; \
 	  echo "== make test: ctest took $$(( $$(date +%s) - t )) s"; exit $$rc
 
-# The tests again under AddressSanitizer + UBSan (optimised, with debug info,
+# The tests again under AddressSanitizer + UBSan (optimised, with line tables
+# only (-g1: file:line in every report, far less to compile and link than -g),
 # so the whole exactness sweep fits in CI's time; CPU code only: there is no
 # GPU to run the CUDA backend on).
 asan: deps
-	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEXTN_SANITIZE=ON -DNEXTN_CUDA=OFF $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
+	  -DNEXTN_SANITIZE=ON -DNEXTN_CUDA=OFF $(CMAKE_FLAGS)
 	@t=$$(date +%s); cmake --build $(BUILD)-asan -j $(JOBS); rc=$$?; \
 	  echo "== make asan: cmake --build took $$(( $$(date +%s) - t )) s"; exit $$rc
 	@t=$$(date +%s); cd $(BUILD)-asan && ctest --output-on-failure -j $(JOBS); rc=$$?; \
