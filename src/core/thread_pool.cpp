@@ -33,7 +33,11 @@ ThreadPool::ThreadPool(int threads) {
 ThreadPool::~ThreadPool() {
   for (auto& w : workers_) w.request_stop();
   wake_.notify_all();
-  // jthread joins on destruction.
+  // Joined here, not by the jthreads' own destructors: workers_ is declared
+  // before the mutex and condition variables, so it is destroyed after them,
+  // and a worker still inside wake_.wait() would touch a destroyed wake_
+  // (ASan: heap-use-after-free in condition_variable_any::wait).
+  for (auto& w : workers_) w.join();
 }
 
 void ThreadPool::run_chunks(uint64_t generation) {
