@@ -1,11 +1,13 @@
 // nextn generate: greedy decoding, plain (--draft none) or speculative
-// (--draft mtp|oracle) with a selectable, counted verify arm. The output is
-// the same token ids either way; --json adds the counters (docs/speculative.md).
+// (--draft mtp|oracle|assistant DIR), a batch of one through the engine step
+// (engine/generate.h). The verify head is the batched argmax, the recorded
+// winner at every K (docs/benchmark_results/mtp-verify-early-exit-decision-h200-2026-11-30.md;
+// the other arms are measured by `nextn bench verify`). The output is the
+// same token ids either way; --json adds the counters (docs/speculative.md).
 #include <cstdio>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "bench/calibration.h"
 #include "cli_common.h"
 #include "commands.h"
 #include "core/error.h"
@@ -13,7 +15,7 @@
 #include "model/runtime.h"
 #include "model/target_model.h"
 #include "speculative/gemma4_drafter.h"
-#include "speculative/generate.h"
+#include "engine/generate.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/model_tokenizer.h"
 
@@ -21,19 +23,14 @@ namespace nextn::cli {
 namespace {
 
 struct GenerateArgs {
-  // --verify defaults to batched, the measured winner at every K on the H200
-  // (docs/benchmark_results/mtp-verify-early-exit-decision-h200-2026-11-30.md:
-  // the walk 0.81-0.99x of batched, pad 0.98-1.00x, fused a tie at
-  // 0.998-1.008x) and on the CPU (speculative/recorded_winners.h).
-  // `--verify auto` follows a calibration of this machine, else that record, per K.
-  std::string model, prompt, prompt_ids, draft = "none", pattern, verify = "batched", backend = "cpu",
+  std::string model, prompt, prompt_ids, draft = "none", pattern, backend = "cpu",
                      draft_cost = "free";
   int n = 32;
   double accept_rate = -1;
   uint64_t seed = 1;
-  int block_size = 0, pad_width = 0, threads = 0, draft_vocab = 0;
+  int block_size = 0, threads = 0, draft_vocab = 0;
   bool ignore_eos = false, json = false, chat = false;
-  CLI::Option *rate_opt = nullptr, *pattern_opt = nullptr, *block_opt = nullptr, *pad_opt = nullptr,
+  CLI::Option *rate_opt = nullptr, *pattern_opt = nullptr, *block_opt = nullptr,
               *seed_opt = nullptr, *prompt_opt = nullptr, *ids_opt = nullptr, *cost_opt = nullptr,
               *draft_vocab_opt = nullptr;
 };
@@ -65,12 +62,10 @@ void run(const GenerateArgs& a) {
   o.ignore_eos = a.ignore_eos;
   o.oracle = oracle_spec_from_flags(a.draft, a.rate_opt->count() ? &a.accept_rate : nullptr,
                                     a.pattern_opt->count() ? &a.pattern : nullptr, a.seed_opt->count() ? &a.seed : nullptr);
-  o.verify = parse_verify_arm(a.verify);
   o.draft_cost = parse_draft_cost(a.draft_cost);
   if (a.cost_opt->count() > 0 && o.draft != DraftKind::Oracle) fail("--draft-cost applies to --draft oracle only");
   if (a.block_opt->count() > 0) check_block_size(a.block_size);
   o.draft_vocab = draft_vocab_from_flag(o.draft, a.draft_vocab_opt->count() > 0, a.draft_vocab);
-  if (a.pad_opt->count() > 0 && o.verify != VerifyArm::Pad) fail("--pad-width applies to --verify pad only");
   const BackendKind kind = parse_backend(a.backend);
 
   const std::string dir = model_dir_or_default(a.model);
@@ -116,25 +111,9 @@ void run(const GenerateArgs& a) {
     fail("{}: --draft-cost mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
   if (assistant_draft && target.family != "gemma4")
     fail("--draft {}: a drafter checkpoint drafts for a Gemma 4 target, and {} is not one", a.draft, dir);
-  if (assistant_draft && o.verify == VerifyArm::Auto)
-    fail("--verify auto: no calibration or record covers assistant drafters; name an arm");
   o.block_size = a.block_opt->count() > 0 ? a.block_size
                  : assistant_draft        ? kAssistantBlockSize
                                           : default_block_size(target.info.mtp_layers);
-  o.pad_width = a.pad_width;
-  if (o.draft != DraftKind::None || assistant_draft) {
-    if (o.verify == VerifyArm::Auto) {  // the arm for this K: calibration, else the record (bench/calibration.h)
-      const auto choice = bench::choose_auto(bench::calibration_key(dir, a.backend),
-                                             bench::drafter_signature(o.draft, o.oracle, o.draft_cost), o.block_size);
-      o.verify = choice.arm;  // recorded: the verifier is built for it and the counters are checked against it
-      o.pad_width = choice.pad_width;
-      o.chosen_by_auto = true;
-      o.auto_source = choice.source;
-      o.auto_reason = choice.reason;
-    }
-    if (o.verify == VerifyArm::Pad) resolve_pad_width(o.block_size, o.pad_width);  // refuse before loading weights
-  }
-
   const GenerateResult r = assistant_draft ? generate_with_assistant(target.factory, a.draft, prompt, o, a.threads)
                                            : generate_fresh(target.factory, prompt, o);
   const auto stats = stats_json(r.stats);
@@ -157,16 +136,12 @@ void run(const GenerateArgs& a) {
   std::fflush(stdout);
   const auto& c = r.stats.counters;
   std::fprintf(stderr,
-               "stats: draft %s, block_size %d, verify %s -> %s (runtime: %s), rounds %lld, drafted %lld, accepted %lld "
-               "(%.3f)%s, rows_projected %lld, walk_rows %lld, %d tokens, stop %s, %.1f "
-               "tokens/s decode, prefill %.3f ms%s%s\n",
-               r.stats.draft.c_str(), c.block_size, c.verify_requested.c_str(), c.verify_chosen.c_str(),
-               c.verify_taken.c_str(), (long long)c.rounds, (long long)c.drafted, (long long)c.accepted,
-               stats["acceptance"].get<double>(), per_position_acceptance(c).c_str(),
-               (long long)c.rows_projected, (long long)c.walk_rows,
-               r.stats.generated, r.stats.stop.c_str(),
-               r.stats.tokens_per_second(), r.stats.prefill_ms, r.stats.auto_reason.empty() ? "" : "; auto: ",
-               r.stats.auto_reason.c_str());
+               "stats: draft %s, block_size %d, verify %s (runtime: %s), rounds %lld, drafted %lld, accepted %lld "
+               "(%.3f)%s, rows_projected %lld, %d tokens, stop %s, %.1f tokens/s decode, prefill %.3f ms\n",
+               r.stats.draft.c_str(), c.block_size, c.verify_chosen.c_str(), c.verify_taken.c_str(),
+               (long long)c.rounds, (long long)c.drafted, (long long)c.accepted, stats["acceptance"].get<double>(),
+               per_position_acceptance(c).c_str(), (long long)c.rows_projected, r.stats.generated,
+               r.stats.stop.c_str(), r.stats.tokens_per_second(), r.stats.prefill_ms);
 }
 
 }  // namespace
@@ -189,10 +164,6 @@ void register_generate(CLI::App& app) {
                                        "--draft mtp: draft from token ids [0, N) only; the output stays exact "
                                        "(default: the whole vocabulary; N above it is clamped)")
                            ->check(number());
-  cmd->add_option("--verify", a->verify,
-                 "Verify arm: batched, walk, pad, fused, auto (calibration, else the recorded winner per K; default batched)");
-  a->pad_opt = cmd->add_option("--pad-width", a->pad_width, "Pad arm width P, K < P <= 64 (default: next multiple of 16)")
-                   ->check(number());
   cmd->add_option("--backend", a->backend, "cpu or cuda (default cpu)");
   add_threads_option(cmd, &a->threads);
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the EOS token");

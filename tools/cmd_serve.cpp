@@ -24,7 +24,7 @@
 #include "server/http_server.h"
 #include "server/openai_api.h"
 #include "speculative/gemma4_drafter.h"
-#include "speculative/verify.h"
+#include "bench/verify_arms.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/model_tokenizer.h"
 

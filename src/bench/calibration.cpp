@@ -11,7 +11,7 @@
 #include "bench/machine.h"
 #include "core/error.h"
 #include "io/calibration_file.h"
-#include "speculative/recorded_winners.h"
+#include "bench/recorded_winners.h"
 
 namespace nextn::bench {
 namespace fs = std::filesystem;

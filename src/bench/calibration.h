@@ -15,7 +15,7 @@
 // `--verify auto` at block size K runs, in this order:
 //   1. "calibration": the winner of the entry for this key and K;
 //   2. "record": the recorded winner for (backend, K) from the decision
-//      record (speculative/recorded_winners.h);
+//      record (bench/recorded_winners.h);
 // and says which, and why, in its stats.
 #pragma once
 #include <string>

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "bench/stats.h"
-#include "speculative/generate.h"
+#include "engine/generate.h"
 
 namespace nextn::bench {
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "speculative/generate.h"
+#include "engine/generate.h"
 
 namespace nextn {
 class Qwen35Checkpoint;

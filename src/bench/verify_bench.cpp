@@ -63,8 +63,6 @@ GenerateOptions VerifyBench::run_options(const ArmResult& a) const {
   g.oracle = o_.oracle;
   g.draft_cost = o_.draft_cost;
   g.block_size = a.block_size;
-  g.verify = a.arm;
-  g.pad_width = o_.pad_width;
   g.ignore_eos = true;
   return g;
 }
@@ -88,7 +86,8 @@ void VerifyBench::attribute() {
       ArmResult a;
       a.block_size = K;
       a.arm = arm;
-      const GenerateResult r = generate(fresh_runtime(), o_.prompt, run_options(a), &report_.reference);
+      const GenerateResult r = generate_verify_arm(fresh_runtime(), o_.prompt, run_options(a), {.arm = a.arm, .pad_width = o_.pad_width},
+                                                  &report_.reference);
       a.counters = r.stats.counters;
       a.mtp_work = r.stats.mtp_work;
       if (o_.draft_cost == DraftCost::Mtp && r.stats.counters.rounds > 1 && r.stats.mtp_work.entries == 0)
@@ -112,7 +111,8 @@ void VerifyBench::time() {
     for (int rep = 0; rep < o_.repeats; ++rep)
       for (size_t i = 0; i < n_arms; ++i) {
         ArmResult& a = report_.arms[k * n_arms + (rep % 2 == 0 ? i : n_arms - 1 - i)];
-        const GenerateResult r = generate(fresh_runtime(), o_.prompt, run_options(a), &report_.reference);
+        const GenerateResult r = generate_verify_arm(fresh_runtime(), o_.prompt, run_options(a), {.arm = a.arm, .pad_width = o_.pad_width},
+                                                  &report_.reference);
         if (r.tokens != report_.reference)
           report_.refusals.push_back(fmt::format("{}: repeat {} tokens differ from plain greedy", arm_label(a), rep));
         if (!same_counters(r.stats.counters, a.counters))

@@ -20,7 +20,8 @@
 #include <vector>
 
 #include "bench/stats.h"
-#include "speculative/generate.h"
+#include "bench/verify_arms.h"
+#include "engine/generate.h"
 
 namespace nextn::bench {
 

@@ -1,12 +1,13 @@
-// Several sequences of one model whose target forwards run together
-// (docs/server.md, "Batching"). Each sequence is an ordinary ModelRuntime
-// (its own KV cache, GDN state, MTP state and counters), so the speculative
-// loop keeps its one-sequence API; the group shares the weights and runs the
-// target forwards of several sequences as one trunk forward over their
-// concatenated rows where the backend can.
+// The target as the engine steps it (docs/engine.md): several sequences of
+// one model over one copy of the weights. Each sequence is a ModelRuntime
+// (its own KV cache, GDN state, MTP state and counters); the group runs the
+// work of one engine step for all of them at once where the backend can:
+// the trunk forward over every sequence's new rows, the LM-head argmax over
+// every row that needs a token, the MTP head's pairing forward and its draft
+// chain (each chained step one call for every sequence still drafting).
 //
-// Exactness: forward_together leaves every sequence exactly (bit for bit) as
-// target_forward(tokens[i]) on that sequence alone would: the matrix products
+// Exactness: every *_together call leaves each sequence exactly (bit for
+// bit) as the same call on that sequence alone would: the matrix products
 // are batch-invariant (row j of a many-row product equals a one-row product)
 // and attention and the GDN recurrence run per sequence.
 #pragma once
@@ -21,6 +22,22 @@
 namespace nextn {
 
 class Qwen35Checkpoint;
+
+// Rows [first, first + count) of a sequence's last target forward.
+struct SequenceRows {
+  ModelRuntime* sequence = nullptr;
+  int first = 0;
+  int count = 0;
+};
+
+// What a group's step calls launched, counted by the code that runs them:
+// a backend that batches a call counts one launch for all its sequences, the
+// per-sequence fallback one per sequence. Cumulative since construction.
+struct StepWork {
+  int64_t lm_head_launches = 0;     // LM-head projections of target rows (head_argmax_together)
+  int64_t mtp_forward_launches = 0; // MTP pairing forwards (mtp_forward_together)
+  int64_t mtp_draft_launches = 0;   // MTP draft-chain steps, the first draft's argmax included (mtp_draft_together)
+};
 
 class SequenceGroup {
  public:
@@ -48,6 +65,25 @@ class SequenceGroup {
   // before the failing one forwarded.
   virtual void forward_together(std::span<ModelRuntime* const> sequences,
                                 std::span<const std::span<const int32_t>> tokens) = 0;
+
+  // The argmax of every listed row (distinct sequences, rows inside their
+  // last forward) into out, concatenated in list order: what
+  // head_argmax(first, count, count, ...) on each sequence gives. The
+  // default runs that per sequence.
+  virtual void head_argmax_together(std::span<const SequenceRows> rows, int32_t* out);
+  // mtp_forward(next_tokens[i], 0) on sequences[i] for every i (distinct
+  // sequences, at least one token each). The default runs it per sequence.
+  virtual void mtp_forward_together(std::span<ModelRuntime* const> sequences,
+                                    std::span<const std::span<const int32_t>> next_tokens);
+  // mtp_draft(n[i], out + sum of n[j < i]) on sequences[i] for every i:
+  // draft step j runs once for every sequence with n[i] > j. The default
+  // runs each sequence's chain on its own.
+  virtual void mtp_draft_together(std::span<ModelRuntime* const> sequences, std::span<const int> n, int32_t* out);
+
+  StepWork step_work() const { return step_work_; }
+
+ protected:
+  StepWork step_work_;  // incremented by the calls above (and a backend's overrides) as they launch
 };
 
 // CPU and CUDA: one weight load, shared forwards (CUDA: up to 32 sequences,
@@ -59,11 +95,13 @@ std::unique_ptr<SequenceGroup> make_sequence_group(const Qwen35Checkpoint& ckpt,
 // backend may use it (tests run it on the CPU).
 std::unique_ptr<SequenceGroup> make_serial_sequence_group(const Qwen35Checkpoint& ckpt, BackendKind kind,
                                                           int cpu_threads = 0);
-// A fresh sequence of `max_tokens` positions (a RuntimeFactory, speculative/generate.h).
-using SequenceFactory = std::function<std::unique_ptr<ModelRuntime>(int max_tokens)>;
 // The serial group of any model family: sequences from `factory` (which
 // owns or outlives the weights), facts from `info`.
-std::unique_ptr<SequenceGroup> make_serial_sequence_group(SequenceFactory factory, ModelInfo info,
+std::unique_ptr<SequenceGroup> make_serial_sequence_group(RuntimeFactory factory, ModelInfo info,
                                                           const std::string& backend_name);
+// The group of one existing sequence (`nextn generate`, the benchmarks, the
+// tests: a batch of one through the engine). It holds no others
+// (max_sequences 1; add_sequence throws); `sequence` must outlive it.
+std::unique_ptr<SequenceGroup> make_solo_group(ModelRuntime& sequence);
 
 }  // namespace nextn

@@ -13,6 +13,7 @@
 // outputs stay equal, and every forward a round makes is short.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -180,6 +181,9 @@ class ModelRuntime {
 // n in [1, vocab) stays, 0 or n >= vocab is vocab; Error naming --draft-vocab
 // for n < 0.
 int effective_draft_vocab(int n, int vocab);
+
+// Builds a runtime (one sequence) for a given cache capacity.
+using RuntimeFactory = std::function<std::unique_ptr<ModelRuntime>(int max_tokens)>;
 
 enum class BackendKind { Cpu, Cuda };
 BackendKind parse_backend(const std::string& name);  // throws Error

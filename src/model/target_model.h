@@ -5,7 +5,7 @@
 #include <string>
 
 #include "model/runtime.h"
-#include "speculative/generate.h"
+#include "model/runtime.h"
 
 namespace nextn {
 

@@ -5,7 +5,6 @@
 #include "core/error.h"
 
 #include "sampling/stop_strings.h"
-#include "speculative/sampled_generate.h"
 
 namespace nextn::server {
 namespace {
@@ -25,18 +24,16 @@ Engine::Engine(std::unique_ptr<SequenceGroup> group, const tok::Tokenizer& token
       options_(options),
       metrics_(metrics),
       group_(std::move(group)),
-      scheduler_(*group_),
+      steps_(*group_),
       seeds_(std::random_device{}()) {
   if (options_.block_size == 0) options_.block_size = default_block_size(group_->info().mtp_layers);
   if (options_.limits.max_batch < 1) fail("--max-batch {} must be at least 1", options_.limits.max_batch);
   max_batch_ = std::min(options_.limits.max_batch, group_->max_sequences());
   capacity_ = runtime_capacity(options_.limits.max_prompt_tokens, options_.limits.max_tokens, options_.block_size);
   // Every slot now: a server that cannot hold max-batch sequences fails at
-  // start, not at its Nth request; and a CUDA sequence's construction
-  // synchronizes the device, which must not happen while a worker's
-  // sequence captures a graph.
+  // start, not at its Nth request.
   for (int i = 0; i < max_batch_; ++i) free_slots_.push_back(group_->add_sequence(capacity_));
-  scheduler_.on_forward = [this](int sequences, int rows) { metrics_.shared_forward(sequences, rows); };
+  steps_.on_step = [this](const StepReport& r) { metrics_.step(r, group_->step_work()); };
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -53,13 +50,13 @@ int Engine::vocab() const { return group_->info().vocab_size; }
 
 int Engine::active() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return int(queue_.size()) + running_;
+  return int(queue_.size() + running_jobs_.size());
 }
 
 void Engine::cancel_all() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& job : queue_) job->cancel();
-  for (auto& [id, job] : running_jobs_) job->cancel();
+  for (auto& job : running_jobs_) job->cancel();
 }
 
 std::string Engine::fault() const {
@@ -72,165 +69,166 @@ bool Engine::submit(std::shared_ptr<Job> job) {
     std::lock_guard<std::mutex> lock(mu_);
     if (int(queue_.size()) >= options_.limits.queue_depth) return false;
     queue_.push_back(std::move(job));
-    metrics_.set_queue(int(queue_.size()), running_);
+    metrics_.set_queue(int(queue_.size()), int(running_jobs_.size()));
   }
   cv_.notify_all();
   return true;
 }
 
+// A running job as the loop thread serves it.
+struct Engine::Serving {
+  std::shared_ptr<Job> job;
+  std::unique_ptr<ModelRuntime> slot;
+  tok::StreamDecoder decoder;
+  StopMatcher stops;
+  std::vector<int> eos_ids;
+  std::vector<float> logits;
+  int completion_tokens = 0;
+  double queue_s = 0, first_token_s = -1;
+  Clock::time_point last_commit{};
+  Serving(std::shared_ptr<Job> j, std::unique_ptr<ModelRuntime> s, const tok::Tokenizer& tokenizer)
+      : job(std::move(j)), slot(std::move(s)), decoder(tokenizer), stops(job->request.stop) {}
+};
+
 void Engine::loop() {
-  std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] {
-      return stopping_ || !finished_workers_.empty() || (!queue_.empty() && running_ < max_batch_);
-    });
-    for (int id : finished_workers_) {  // threads whose jobs ended
-      workers_[id].join();
-      workers_.erase(id);
+    std::vector<std::pair<std::shared_ptr<Job>, std::unique_ptr<ModelRuntime>>> admitted;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || steps_.running() > 0 || (!queue_.empty() && !free_slots_.empty()); });
+      if (stopping_) {  // jobs still queued end with an error; running ones finish
+        for (auto& job : queue_) {
+          JobEvent e;
+          e.final = true;
+          e.error = "the server is shutting down";
+          job->push(std::move(e));
+        }
+        queue_.clear();
+        if (steps_.running() == 0) break;
+      }
+      while (!queue_.empty() && !free_slots_.empty()) {
+        std::shared_ptr<Job> job = std::move(queue_.front());
+        queue_.pop_front();
+        if (job->cancelled()) {  // went away while queued: no slot taken
+          metrics_.cancelled();
+          JobEvent gone;
+          gone.final = true;
+          gone.finish_reason = "cancelled";
+          job->push(std::move(gone));
+          continue;
+        }
+        running_jobs_.push_back(job);
+        admitted.emplace_back(std::move(job), std::move(free_slots_.back()));
+        free_slots_.pop_back();
+      }
+      metrics_.set_queue(int(queue_.size()), int(running_jobs_.size()));
     }
-    finished_workers_.clear();
-    if (stopping_) break;
-    if (queue_.empty() || running_ >= max_batch_) continue;
-    std::shared_ptr<Job> job = std::move(queue_.front());
-    queue_.pop_front();
-    if (job->cancelled()) {  // went away while queued: no slot taken
-      metrics_.set_queue(int(queue_.size()), running_);
-      metrics_.cancelled();
-      JobEvent gone;
-      gone.final = true;
-      gone.finish_reason = "cancelled";
-      job->push(std::move(gone));
-      continue;
-    }
-    // running_ < max_batch_ slots are taken, so one is free.
-    std::unique_ptr<ModelRuntime> slot = std::move(free_slots_.back());
-    free_slots_.pop_back();
-    ++running_;
-    metrics_.set_queue(int(queue_.size()), running_);
-    const int id = next_worker_++;
-    // Reserved here, so that jobs admitted together share their first forward.
-    scheduler_.reserve();
-    try {
-      running_jobs_[id] = job;
-      workers_[id] = std::thread(&Engine::work, this, job, std::move(slot), seeds_(), id);
-    } catch (const std::exception& e) {  // no thread: no slot taken, the job fails
-      scheduler_.unreserve();
-      workers_.erase(id);
-      running_jobs_.erase(id);
-      --running_;
-      JobEvent fail_event;
-      fail_event.final = true;
-      fail_event.error = e.what();
-      job->push(std::move(fail_event));
-    }
+    // Jobs admitted together share their first step.
+    for (auto& [job, slot] : admitted) start(std::move(job), std::move(slot));
+    steps_.step();
+    for (StepLoop::Finished& f : steps_.take_finished()) complete(f);
   }
-  // Jobs still queued at shutdown end with an error; running ones finish.
-  for (auto& job : queue_) {
-    JobEvent e;
-    e.final = true;
-    e.error = "the server is shutting down";
-    job->push(std::move(e));
-  }
-  queue_.clear();
-  cv_.wait(lock, [&] { return running_ == 0; });
-  lock.unlock();
-  for (auto& [id, t] : workers_) t.join();
 }
 
-void Engine::work(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot, uint64_t seed, int worker) {
+void Engine::start(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot) {
+  auto serving = std::make_unique<Serving>(job, std::move(slot), tokenizer_);
+  Serving& sv = *serving;
+  const CompletionRequest& req = job->request;
+  sv.queue_s = std::chrono::duration<double>(Clock::now() - job->enqueued).count();
+  if (!req.ignore_eos) sv.eos_ids = group_->info().eos_token_ids;
   try {
-    ScheduledSequence rt(scheduler_, *slot, /*reserved=*/true);  // waits for a turn; shares its target forwards
-    run(*job, rt, *slot, seed);
-  } catch (const std::exception& e) {  // the slot is reset before its next job
-    if (dynamic_cast<const DeviceFault*>(&e)) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (fault_.empty()) fault_ = e.what();
-    }
+    sv.slot->reset();
+    // The drafter reads the sequence's own state (a Gemma 4 target's hidden rows and K/V).
+    std::unique_ptr<Drafter> drafter = options_.make_drafter ? options_.make_drafter(*sv.slot) : nullptr;
+    GenerateOptions o;
+    o.max_new_tokens = req.max_tokens;
+    o.draft = drafter ? DraftKind::None : options_.draft;
+    o.block_size = options_.block_size;
+    o.draft_vocab = drafter || options_.draft != DraftKind::Mtp ? 0 : options_.draft_vocab;
+    o.ignore_eos = req.ignore_eos;
+    o.sampling = req.sampling;
+    if (!req.sampling.greedy() && !req.seed_given) o.sampling.seed = seeds_();
+    ModelRuntime* rt = sv.slot.get();
+    o.sink = [this, &sv, rt](std::span<const int32_t> tokens, int first_row) {
+      const CompletionRequest& rq = sv.job->request;
+      const auto now = Clock::now();
+      if (sv.first_token_s < 0) {
+        sv.first_token_s = seconds_since(sv.job->enqueued);
+      } else {
+        metrics_.tokens_committed(int(tokens.size()), std::chrono::duration<double>(now - sv.last_commit).count());
+      }
+      sv.last_commit = now;
+      JobEvent ev;
+      for (size_t i = 0; i < tokens.size() && !sv.stops.stopped(); ++i) {
+        const int32_t t = tokens[i];
+        ++sv.completion_tokens;
+        if (rq.logprobs) {
+          sv.logits.resize(size_t(rt->vocab()));
+          rt->head_logits(first_row + int(i), sv.logits.data());
+          const TokenLogprob lp = token_logprob(sv.logits, t, rq.top_logprobs);
+          LogprobEntry entry{tokenizer_.decode({t}), lp.logprob, {}};
+          for (const auto& [id, v] : lp.top) entry.top.emplace_back(tokenizer_.decode({id}), v);
+          ev.logprobs.push_back(std::move(entry));
+        }
+        if (std::find(sv.eos_ids.begin(), sv.eos_ids.end(), t) != sv.eos_ids.end()) continue;  // EOS adds no text
+        ev.text += sv.stops.feed(sv.decoder.step(t));
+      }
+      if (!ev.text.empty() || !ev.logprobs.empty()) sv.job->push(std::move(ev));
+      return !sv.stops.stopped() && !sv.job->cancelled();
+    };
+    const int id = steps_.add(*sv.slot, job->prompt, o, std::move(drafter));
+    serving_.emplace(id, std::move(serving));
+  } catch (const std::exception& e) {  // a request the loop refused: it fails alone, the slot goes back
     JobEvent fail_event;
     fail_event.final = true;
     fail_event.error = e.what();
     job->push(std::move(fail_event));
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase(running_jobs_, job);
+    free_slots_.push_back(std::move(sv.slot));
+    metrics_.set_queue(int(queue_.size()), int(running_jobs_.size()));
+    return;
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  running_jobs_.erase(worker);
-  free_slots_.push_back(std::move(slot));
-  --running_;
-  finished_workers_.push_back(worker);
-  metrics_.set_queue(int(queue_.size()), running_);
-  cv_.notify_all();
+  // A request for no tokens finished in add().
+  for (StepLoop::Finished& f : steps_.take_finished()) complete(f);
 }
 
-void Engine::run(Job& job, ModelRuntime& rt, ModelRuntime& slot, uint64_t seed) {
-  const CompletionRequest& req = job.request;
-  const auto started = Clock::now();
-  const double queue_s = std::chrono::duration<double>(started - job.enqueued).count();
-  double first_token_s = -1;
-  rt.reset();
-  const std::vector<int> eos_ids = req.ignore_eos ? std::vector<int>{} : rt.info().eos_token_ids;
-  // The drafter reads the sequence's own state (a Gemma 4 target's hidden
-  // rows and K/V); its loop's forwards still go through `rt`.
-  const std::unique_ptr<Drafter> drafter = options_.make_drafter ? options_.make_drafter(slot) : nullptr;
-  tok::StreamDecoder decoder(tokenizer_);
-  StopMatcher stops(req.stop);
-  std::vector<float> logits;
-  int completion_tokens = 0;
-
-  const TokenSink sink = [&](std::span<const int32_t> tokens, int first_row) {
-    if (first_token_s < 0) first_token_s = seconds_since(job.enqueued);
-    JobEvent ev;
-    for (size_t i = 0; i < tokens.size() && !stops.stopped(); ++i) {
-      const int32_t t = tokens[i];
-      ++completion_tokens;
-      if (req.logprobs) {
-        logits.resize(size_t(rt.vocab()));
-        rt.head_logits(first_row + int(i), logits.data());
-        const TokenLogprob lp = token_logprob(logits, t, req.top_logprobs);
-        LogprobEntry entry{tokenizer_.decode({t}), lp.logprob, {}};
-        for (const auto& [id, v] : lp.top) entry.top.emplace_back(tokenizer_.decode({id}), v);
-        ev.logprobs.push_back(std::move(entry));
-      }
-      if (std::find(eos_ids.begin(), eos_ids.end(), t) != eos_ids.end()) continue;  // EOS ends the text, adds none
-      ev.text += stops.feed(decoder.step(t));
-    }
-    if (!ev.text.empty() || !ev.logprobs.empty()) job.push(std::move(ev));
-    return !stops.stopped() && !job.cancelled();
-  };
-
-  GenerateResult result;
-  if (req.sampling.greedy()) {
-    GenerateOptions o;
-    o.max_new_tokens = req.max_tokens;
-    o.draft = options_.draft;
-    o.block_size = options_.block_size;
-    o.draft_vocab = drafter ? 0 : options_.draft_vocab;
-    o.verify = VerifyArm::Batched;
-    o.ignore_eos = req.ignore_eos;
-    o.sink = sink;
-    result = drafter ? speculative_generate(rt, *drafter, job.prompt, o) : generate(rt, job.prompt, o);
-  } else {
-    SampledOptions o;
-    o.max_new_tokens = req.max_tokens;
-    o.sampling = req.sampling;
-    if (!req.seed_given) o.sampling.seed = seed;
-    o.draft = options_.draft;
-    o.block_size = options_.block_size;
-    o.draft_vocab = drafter ? 0 : options_.draft_vocab;
-    o.ignore_eos = req.ignore_eos;
-    o.sink = sink;
-    result = drafter ? sampled_generate(rt, drafter.get(), job.prompt, o) : sampled_generate(rt, job.prompt, o);
-  }
+void Engine::complete(StepLoop::Finished& f) {
+  auto it = serving_.find(f.id);
+  if (it == serving_.end()) return;
+  std::unique_ptr<Serving> serving = std::move(it->second);
+  serving_.erase(it);
+  Serving& sv = *serving;
+  Job& job = *sv.job;
   JobEvent last;
   last.final = true;
-  if (!stops.stopped()) {
-    last.text = stops.feed(decoder.finish());
-    last.text += stops.flush();
+  if (f.error) {
+    try {
+      std::rethrow_exception(f.error);
+    } catch (const DeviceFault& e) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (fault_.empty()) fault_ = e.what();
+      last.error = e.what();
+    } catch (const std::exception& e) {
+      last.error = e.what();
+    }
+  } else {
+    const GenerateStats& stats = f.result.stats;
+    if (!sv.stops.stopped()) {
+      last.text = sv.stops.feed(sv.decoder.finish());
+      last.text += sv.stops.flush();
+    }
+    last.finish_reason = sv.stops.stopped() || stats.stop == "eos" ? "stop" : job.cancelled() ? "cancelled" : "length";
+    last.prompt_tokens = int(job.prompt.size());
+    last.completion_tokens = sv.completion_tokens;
+    if (last.finish_reason == "cancelled") metrics_.cancelled();
+    metrics_.generation(stats, sv.completion_tokens, sv.queue_s, sv.first_token_s, seconds_since(job.enqueued));
   }
-  last.finish_reason = stops.stopped() || result.stats.stop == "eos" ? "stop" : job.cancelled() ? "cancelled" : "length";
-  last.prompt_tokens = int(job.prompt.size());
-  last.completion_tokens = completion_tokens;
-  if (last.finish_reason == "cancelled") metrics_.cancelled();
-  metrics_.generation(result.stats, completion_tokens, queue_s, first_token_s, seconds_since(job.enqueued));
   job.push(std::move(last));
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase(running_jobs_, sv.job);
+  free_slots_.push_back(std::move(sv.slot));  // reset before its next job
+  metrics_.set_queue(int(queue_.size()), int(running_jobs_.size()));
 }
 
 }  // namespace nextn::server

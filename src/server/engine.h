@@ -1,16 +1,16 @@
-// The engine: a loop thread admits queued jobs first come first served, up
-// to limits.max_batch at once, each on a sequence slot of one SequenceGroup
-// (model/batch_runtime.h) and a thread of its own; the jobs' target forwards
-// run together through a ForwardScheduler (model/forward_scheduler.h), so
-// each job computes exactly what it would alone. A finished or cancelled job
-// gives its slot back for the next one. Greedy requests (temperature 0) go
-// through speculative/generate.h's generate(), the same code path as
-// `nextn generate`, so their tokens are identical to it; sampled requests go
-// through sampled_generate(). Text is decoded incrementally (StreamDecoder)
-// and cut at stop strings (StopMatcher) as tokens are committed. The engine
-// is family-neutral: it runs any SequenceGroup (Qwen3.5: the backend's
-// group; Gemma 4: a serial group over its runtime factory), with the MTP
-// head or a drafter made per job (the Gemma 4 assistant) as the drafter.
+// The server's engine: one thread owns the model and runs the engine step
+// (engine/step_loop.h) over every running request. Between steps it admits
+// queued jobs first come first served, up to limits.max_batch at once, each
+// on a sequence slot of one SequenceGroup (model/batch_runtime.h); a
+// finished or cancelled job gives its slot back. Greedy and sampled requests,
+// plain or speculative, share the same steps; each computes exactly what it
+// would alone (`nextn generate` is the same step with a batch of one). Text
+// is decoded incrementally (StreamDecoder) and cut at stop strings
+// (StopMatcher) as tokens are committed; HTTP threads only enqueue and read
+// the job's events. The engine is family-neutral: it runs any SequenceGroup
+// (Qwen3.5: the backend's group; Gemma 4: a serial group over its runtime
+// factory), with the MTP head, or a drafter made per job (the Gemma 4
+// assistant).
 #pragma once
 #include <condition_variable>
 #include <deque>
@@ -24,11 +24,10 @@
 
 #include "io/checkpoint.h"
 #include "model/batch_runtime.h"
-#include "model/forward_scheduler.h"
+#include "engine/step_loop.h"
 #include "model/runtime.h"
 #include "server/job.h"
 #include "server/metrics.h"
-#include "speculative/generate.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nextn::server {
@@ -67,16 +66,18 @@ class Engine {
   std::string fault() const;
 
  private:
+  struct Serving;  // a running job: its slot, text decoder, stop matcher and times
   void loop();
-  // On a job's own thread: runs it on `slot`, then gives the slot back.
-  void work(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot, uint64_t seed, int worker);
-  // rt: the slot as its loop sees it (forwards shared); slot: the sequence itself, for its drafter.
-  void run(Job& job, ModelRuntime& rt, ModelRuntime& slot, uint64_t seed);
+  // On the loop thread: starts `job` on `slot` in the step loop, or fails it.
+  void start(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot);
+  // On the loop thread: the final event of a finished sequence; the slot goes back.
+  void complete(StepLoop::Finished& finished);
   const tok::Tokenizer& tokenizer_;
   EngineOptions options_;
   Metrics& metrics_;
   std::unique_ptr<SequenceGroup> group_;
-  ForwardScheduler scheduler_;
+  StepLoop steps_;  // the loop thread's only
+  std::map<int, std::unique_ptr<Serving>> serving_;  // by step-loop id; the loop thread's only
   int max_batch_ = 1;  // limits.max_batch, or fewer where the group holds fewer sequences
   int capacity_ = 0;   // positions per slot
   std::mt19937_64 seeds_;  // seeds for requests that give none (drawn on the loop thread)
@@ -84,12 +85,8 @@ class Engine {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::vector<std::unique_ptr<ModelRuntime>> free_slots_;
-  std::map<int, std::thread> workers_;  // by worker id
-  std::map<int, std::shared_ptr<Job>> running_jobs_;  // by worker id
+  std::vector<std::shared_ptr<Job>> running_jobs_;
   std::string fault_;
-  std::vector<int> finished_workers_;   // to join
-  int running_ = 0;
-  int next_worker_ = 0;
   bool stopping_ = false;
   std::thread thread_;
 };

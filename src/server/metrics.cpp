@@ -32,13 +32,23 @@ Metrics::Metrics()
     : queue_(latency_buckets()),
       first_token_(latency_buckets()),
       latency_(latency_buckets()),
-      batch_sequences_({1, 2, 4, 8, 16, 32, 64, 128}) {}
+      step_sequences_({1, 2, 4, 8, 16, 32, 64, 128}),
+      step_rows_hist_({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}),
+      between_tokens_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}) {}
 
-void Metrics::shared_forward(int sequences, int rows) {
+void Metrics::step(const StepReport& report, const StepWork& work) {
   std::lock_guard<std::mutex> lock(mu_);
-  ++forwards_;
-  forward_rows_ += uint64_t(rows);
-  batch_sequences_.observe(sequences);
+  ++steps_;
+  step_rows_ += uint64_t(report.rows);
+  prefill_rows_ += uint64_t(report.prefill_rows);
+  work_ = work;
+  step_sequences_.observe(report.sequences);
+  step_rows_hist_.observe(report.rows);
+}
+
+void Metrics::tokens_committed(int tokens, double gap_s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int i = 0; i < tokens; ++i) between_tokens_.observe(gap_s / tokens);
 }
 
 void Metrics::request(const std::string& endpoint, int status) {
@@ -122,10 +132,16 @@ std::string Metrics::render() const {
                      "nextn_queue_waiting {}\n", waiting_);
   out += fmt::format("# HELP nextn_requests_running Requests the engine is generating.\n"
                      "# TYPE nextn_requests_running gauge\nnextn_requests_running {}\n", running_);
-  counter("nextn_target_forwards_total", "Target forwards run (prefills and decode / verify steps; each may serve several requests).",
-          forwards_);
-  counter("nextn_target_forward_rows_total", "Token rows those target forwards covered, all requests together.",
-          forward_rows_);
+  counter("nextn_engine_steps_total", "Engine steps run (one trunk forward each, over every running request).", steps_);
+  counter("nextn_engine_step_rows_total", "Token rows those steps' trunk forwards covered, all requests together.",
+          step_rows_);
+  counter("nextn_engine_prefill_rows_total", "Of those, prompt rows.", prefill_rows_);
+  counter("nextn_lm_head_launches_total", "LM-head projections of target rows (batched: one per step for every greedy request).",
+          uint64_t(work_.lm_head_launches));
+  counter("nextn_mtp_forward_launches_total", "MTP pairing forwards (batched: one per step for every MTP request).",
+          uint64_t(work_.mtp_forward_launches));
+  counter("nextn_mtp_draft_launches_total", "MTP draft-chain steps (batched: one per chained step for every MTP request).",
+          uint64_t(work_.mtp_draft_launches));
   out += fmt::format("# HELP nextn_http_connections_open Client connections open.\n"
                      "# TYPE nextn_http_connections_open gauge\nnextn_http_connections_open {}\n", connections_open_);
   counter("nextn_http_connections_evicted_total",
@@ -134,7 +150,10 @@ std::string Metrics::render() const {
           timed_out_);
   counter("nextn_http_connections_refused_total",
           "Connections refused (503) at the cap because every open one had a request in progress.", refused_);
-  batch_sequences_.render(out, "nextn_batch_sequences", "Requests whose rows shared one target forward.");
+  step_sequences_.render(out, "nextn_step_sequences", "Requests in one engine step.");
+  step_rows_hist_.render(out, "nextn_step_rows", "Trunk rows of one engine step.");
+  between_tokens_.render(out, "nextn_time_between_tokens_seconds",
+                         "Seconds between a request's tokens (a round's tokens share its gap equally).");
   queue_.render(out, "nextn_queue_wait_seconds", "Seconds from arrival to the start of generation.");
   first_token_.render(out, "nextn_time_to_first_token_seconds", "Seconds from arrival to the first generated token.");
   latency_.render(out, "nextn_generation_seconds", "Seconds from arrival to the end of generation.");

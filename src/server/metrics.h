@@ -1,8 +1,9 @@
 // The server's Prometheus metrics (GET /metrics, text format 0.0.4):
 // requests by endpoint and status, tokens, speculative rounds, drafted and
 // accepted tokens (in total and per draft position), rounds per verify arm,
-// queue gauges, latency histograms and the shared forwards (how many
-// requests and rows each target forward covered). Thread-safe.
+// queue gauges, latency histograms and the engine's steps (how many
+// requests and rows each covered, the LM-head and MTP draft launches they
+// made, the time between a request's tokens). Thread-safe.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -10,7 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "speculative/generate.h"
+#include "engine/step_loop.h"
+#include "model/batch_runtime.h"
 
 namespace nextn::server {
 
@@ -37,9 +39,12 @@ class Metrics {
   void set_queue(int waiting, int running);
   // A job cancelled because its client went away (running or still queued).
   void cancelled();
-  // One target forward the engine's scheduler ran for `sequences` requests
-  // together, over `rows` rows in all.
-  void shared_forward(int sequences, int rows);
+  // One engine step; `work`: the group's launch counters after it.
+  void step(const StepReport& report, const StepWork& work);
+  // A request's tokens committed together after `gap_s` seconds since its
+  // previous ones (or since its first token): each of the `tokens` is
+  // observed as gap_s / tokens in the time-between-tokens histogram.
+  void tokens_committed(int tokens, double gap_s);
   // The HTTP layer's connections: open now, closed at the cap to make room
   // (an idle or half-sent one), closed for a timeout, refused at the cap
   // with nothing to evict.
@@ -57,10 +62,11 @@ class Metrics {
   std::vector<uint64_t> accepted_at_;
   std::map<std::string, uint64_t> rounds_by_arm_;
   int waiting_ = 0, running_ = 0;
-  uint64_t forwards_ = 0, forward_rows_ = 0;
+  uint64_t steps_ = 0, step_rows_ = 0, prefill_rows_ = 0;
+  StepWork work_;
   int connections_open_ = 0;
   uint64_t evicted_ = 0, timed_out_ = 0, refused_ = 0;
-  Histogram queue_, first_token_, latency_, batch_sequences_;
+  Histogram queue_, first_token_, latency_, step_sequences_, step_rows_hist_, between_tokens_;
 };
 
 }  // namespace nextn::server

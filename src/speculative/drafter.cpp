@@ -3,49 +3,12 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "model/runtime.h"
 
 namespace nextn {
 
 void Drafter::draft_logits(float*) { fail("--draft {}: this drafter cannot draft for sampling (temperature > 0)", name()); }
 
 void Drafter::draft_step(int32_t) { fail("--draft {}: this drafter cannot draft for sampling (temperature > 0)", name()); }
-
-// ---- MTP ----
-
-MtpDrafter::MtpDrafter(ModelRuntime& rt) : rt_(rt) {}
-
-void MtpDrafter::begin(std::span<const int32_t> prompt, int32_t first) {
-  // Entries 0..n-1: (x_1, h_0) ... (x_n = first, h_{n-1}).
-  if (rt_.mtp_length() != 0) fail("internal: the MTP cache is not empty at the start of a sequence");
-  if (rt_.target_length() != int(prompt.size())) fail("internal: MtpDrafter::begin must follow the prefill");
-  buf_.assign(prompt.begin() + 1, prompt.end());
-  buf_.push_back(first);
-  rt_.mtp_forward(buf_, 0);
-  committed_ = int(prompt.size());
-}
-
-void MtpDrafter::propose(int n, std::vector<int32_t>& out) {
-  out.resize(size_t(n));
-  if (n == 0) return;
-  rt_.mtp_draft(n, out.data());  // chained from the last entry of the latest mtp_forward
-}
-
-void MtpDrafter::draft_logits(float* out) { rt_.mtp_logits(out); }
-
-void MtpDrafter::draft_step(int32_t token) { rt_.mtp_step(token); }
-
-void MtpDrafter::commit(std::span<const int32_t> drafts, int accepted, int32_t next) {
-  // Drop the chained speculative entries, then pair the committed tokens
-  // d_1..d_a, next with the verify rows 0..a (the true post-norm hiddens).
-  rt_.mtp_rollback(committed_);
-  buf_.assign(drafts.begin(), drafts.begin() + accepted);
-  buf_.push_back(next);
-  rt_.mtp_forward(buf_, 0);
-  committed_ += accepted + 1;
-  if (committed_ != rt_.target_length())
-    fail("internal: MTP holds {} entries, target {} positions", committed_, rt_.target_length());
-}
 
 // ---- oracle ----
 
@@ -118,26 +81,6 @@ void OracleDrafter::commit(std::span<const int32_t>, int accepted, int32_t) {
   // A divergence from the truth is not detected here: callers compare the
   // outputs (an inexact backend must show up as a token mismatch).
   committed_ += size_t(accepted) + 1;
-}
-
-// ---- oracle at MTP cost ----
-
-OracleAtMtpCostDrafter::OracleAtMtpCostDrafter(ModelRuntime& rt, std::vector<int32_t> truth, const OracleSpec& spec)
-    : mtp_(rt), oracle_(std::move(truth), spec, rt.vocab()) {}
-
-void OracleAtMtpCostDrafter::begin(std::span<const int32_t> prompt, int32_t first) {
-  mtp_.begin(prompt, first);
-  oracle_.begin(prompt, first);
-}
-
-void OracleAtMtpCostDrafter::propose(int n, std::vector<int32_t>& out) {
-  mtp_.propose(n, discarded_);  // the cost: the chain runs, its tokens are dropped
-  oracle_.propose(n, out);
-}
-
-void OracleAtMtpCostDrafter::commit(std::span<const int32_t> drafts, int accepted, int32_t next) {
-  mtp_.commit(drafts, accepted, next);  // pairs the committed (oracle) tokens with the verify rows
-  oracle_.commit(drafts, accepted, next);
 }
 
 }  // namespace nextn

@@ -1,7 +1,7 @@
-// A drafter proposes the tokens a verify round checks. The round loop
-// (spec/generate.h) uses only this interface, so drafters that keep their own
-// state (the Qwen3.5 MTP head in the target's runtime, the oracle, later a
-// separate Gemma 4 assistant checkpoint) plug in without loop changes.
+// A drafter of one sequence, driven by the engine step (engine/step_loop.h):
+// the oracle and the Gemma 4 assistant. The Qwen3.5 MTP head is not one:
+// it lives in the target's runtime and the step runs it for every sequence
+// at once through the group (model/batch_runtime.h).
 //
 // Protocol, one sequence:
 //   begin(prompt, first)      after prefill: the target has run the prompt
@@ -47,27 +47,6 @@ class Drafter {
   virtual void draft_step(int32_t token);
 };
 
-// The Qwen3.5 MTP head (model-spec §A.8), driven through ModelRuntime's mtp_*
-// methods. Entry p pairs token p+1 with the target's post-norm hidden row of
-// position p; after each commit the MTP holds exactly one entry per target
-// position, and the last one yields the next round's first draft. Further
-// drafts chain mtp_step on the MTP's own output hidden.
-class MtpDrafter final : public Drafter {
- public:
-  explicit MtpDrafter(ModelRuntime& rt);  // the runtime's mtp_* calls throw when it has no MTP head
-  const char* name() const override { return "mtp"; }
-  void begin(std::span<const int32_t> prompt, int32_t first) override;
-  void propose(int n, std::vector<int32_t>& out) override;
-  void commit(std::span<const int32_t> drafts, int accepted, int32_t next) override;
-  void draft_logits(float* out) override;  // mtp_logits of the last entry
-  void draft_step(int32_t token) override;  // mtp_step
-
- private:
-  ModelRuntime& rt_;
-  int committed_ = 0;  // MTP entries paired with true target hiddens
-  std::vector<int32_t> buf_;
-};
-
 // Drafts from a known answer: `truth` is the plain greedy output for the same
 // prompt (tokens after the prompt). At each drafted position it proposes the
 // true token, or that token + 1 (mod vocab) to force a rejection: with
@@ -102,25 +81,6 @@ class OracleDrafter final : public Drafter {
   std::mt19937_64 rng_;
   size_t pattern_pos_ = 0;
   size_t committed_ = 0;  // generated tokens committed so far (bonus included)
-};
-
-// The oracle's tokens at the MTP head's cost: every call runs the MtpDrafter
-// (its draft chain in propose, its re-pairing in begin/commit) and discards
-// its drafts for the oracle's. Since commit pairs the MTP entries with the
-// tokens actually committed, the MTP state stays exactly what the mtp drafter
-// would hold after the same text.
-class OracleAtMtpCostDrafter final : public Drafter {
- public:
-  OracleAtMtpCostDrafter(ModelRuntime& rt, std::vector<int32_t> truth, const OracleSpec& spec);
-  const char* name() const override { return "oracle"; }
-  void begin(std::span<const int32_t> prompt, int32_t first) override;
-  void propose(int n, std::vector<int32_t>& out) override;
-  void commit(std::span<const int32_t> drafts, int accepted, int32_t next) override;
-
- private:
-  MtpDrafter mtp_;
-  OracleDrafter oracle_;
-  std::vector<int32_t> discarded_;
 };
 
 }  // namespace nextn

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "io/gemma4_checkpoint.h"
 #include "model/gemma4_target.h"
+#include "model/runtime.h"
 
 namespace nextn {
 
@@ -83,18 +84,6 @@ std::unique_ptr<Drafter> AssistantModel::drafter(ModelRuntime& rt) {
 bool is_drafter_checkpoint(const std::string& draft) {
   std::error_code ec;
   return std::filesystem::is_directory(draft, ec);
-}
-
-GenerateResult generate_with_assistant(const RuntimeFactory& factory, const std::string& assistant_dir,
-                                       std::span<const int32_t> prompt, const GenerateOptions& options,
-                                       int cpu_threads) {
-  GenerateOptions o = options;
-  if (o.block_size == 0) o.block_size = kAssistantBlockSize;
-  check_assistant_dir(assistant_dir);  // before the target's caches are made
-  auto rt = factory(runtime_capacity(int(prompt.size()), o.max_new_tokens, o.block_size));
-  AssistantModel assistant(assistant_dir, gemma4_target_of(*rt).gemma4_config(), cpu_threads);
-  const auto drafter = assistant.drafter(*rt);
-  return speculative_generate(*rt, *drafter, prompt, o);
 }
 
 }  // namespace nextn

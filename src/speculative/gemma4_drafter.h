@@ -16,7 +16,6 @@
 
 #include "backend/cpu/gemma4_assistant.h"
 #include "speculative/drafter.h"
-#include "speculative/generate.h"
 
 namespace nextn {
 
@@ -50,8 +49,7 @@ class Gemma4AssistantDrafter final : public Drafter {
 // An assistant checkpoint opened and checked against its target, from which
 // each sequence (a server job) makes its own drafter. The assistant's
 // scratch is not for two callers at once: the drafters of one
-// AssistantModel must run one at a time (the server's ForwardScheduler
-// gives its jobs turns).
+// AssistantModel run on one thread (the engine's step loop).
 class AssistantModel {
  public:
   // Errors (one line) for a directory that is not a Gemma 4 assistant, or one
@@ -74,12 +72,5 @@ bool is_drafter_checkpoint(const std::string& draft);
 
 // The default block size with an assistant: 4 (three drafts per round).
 constexpr int kAssistantBlockSize = 4;
-
-// Speculative generation of a Gemma 4 target with the assistant in
-// `assistant_dir`, on a fresh runtime from `factory`. Errors (one line) for
-// an assistant that does not fit the target.
-GenerateResult generate_with_assistant(const RuntimeFactory& factory, const std::string& assistant_dir,
-                                       std::span<const int32_t> prompt, const GenerateOptions& options,
-                                       int cpu_threads = 0);
 
 }  // namespace nextn

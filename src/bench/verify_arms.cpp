@@ -1,5 +1,6 @@
-#include "speculative/verify.h"
+#include "bench/verify_arms.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "core/error.h"
@@ -39,11 +40,6 @@ std::vector<VerifyArm> parse_verify_arms(const std::string& list) {
     start = comma + 1;
   }
   return arms;
-}
-
-void check_block_size(int block_size) {
-  if (block_size < kMinBlockSize || block_size > kMaxBlockSize)
-    fail("--block-size {} is outside [{}, {}]", block_size, kMinBlockSize, kMaxBlockSize);
 }
 
 int resolve_pad_width(int block_size, int requested) {
@@ -163,76 +159,65 @@ void Verifier::check_round(const ModelRuntime& rt, int W, VerifyOutcome& r) cons
   }
 }
 
-std::vector<std::string> counter_violations(const VerifyCounters& c) {
-  std::vector<std::string> v;
-  auto need = [&](bool ok, std::string what) {
-    if (!ok) v.push_back(std::move(what));
-  };
-  const std::string& arm = c.verify_chosen;
-  if (c.verify_requested != "auto")
-    need(c.verify_chosen == c.verify_requested,
-         fmt::format("the verifier ran arm '{}' but '{}' was requested", c.verify_chosen, c.verify_requested));
-  const std::string expect_taken = c.rounds == 0 ? std::string("none") : arm;  // no round: no head path ran
-  need(c.verify_taken == expect_taken,
-       fmt::format("the runtime's head path says '{}' ran, the arm is '{}'", c.verify_taken, arm));
-  need(c.accepted >= 0 && c.accepted <= c.drafted,
-       fmt::format("accepted {} outside [0, drafted {}]", c.accepted, c.drafted));
-  need(c.drafted <= c.rounds * (c.block_size - 1),
-       fmt::format("drafted {} exceeds rounds {} x (K-1 = {})", c.drafted, c.rounds, c.block_size - 1));
-  const int64_t at_sum = std::accumulate(c.accepted_at.begin(), c.accepted_at.end(), int64_t(0));
-  need(at_sum == c.accepted, fmt::format("sum of accepted_at {} != accepted {}", at_sum, c.accepted));
-  need(int(c.accepted_at.size()) == std::max(0, c.block_size - 1),
-       fmt::format("accepted_at has {} entries, K-1 = {}", c.accepted_at.size(), c.block_size - 1));
-  for (size_t i = 1; i < c.accepted_at.size(); ++i)
-    need(c.accepted_at[i] <= c.accepted_at[i - 1],
-         fmt::format("accepted_at[{}] = {} exceeds accepted_at[{}] = {}", i, c.accepted_at[i], i - 1, c.accepted_at[i - 1]));
-  need(c.round_violation_count == 0,
-       fmt::format("{} round(s) broke the identity, first: {}", c.round_violation_count,
-                   c.round_violations.empty() ? std::string("?") : c.round_violations.front()));
-  need(c.head_calls == c.rounds, fmt::format("{} head calls for {} rounds", c.head_calls, c.rounds));
-  need(c.rounds == 0 || c.head_bytes_read > 0, "the runtime reports no head bytes read");
-  const int64_t row_logits = int64_t(c.vocab) * int64_t(sizeof(float));
-  auto only_path = [&](std::initializer_list<const char*> allowed) {
-    for (const auto& p : c.paths) {
-      bool ok = false;
-      for (const char* a : allowed) ok |= p == a;
-      need(ok, fmt::format("{}: the runtime ran head path '{}'", arm, p));
+namespace {
+
+ArmChoice resolved(ArmChoice c, int block_size) {
+  if (c.arm == VerifyArm::Auto) fail("internal: the auto arm must be resolved before verifying");
+  c.pad_width = c.arm == VerifyArm::Pad ? resolve_pad_width(block_size, c.pad_width) : 0;
+  return c;
+}
+
+}  // namespace
+
+ArmHeadStage::ArmHeadStage(const ArmChoice& choice)
+    : choice_(choice), verifier_(choice.arm, choice.pad_width, read_fault_hook()) {}
+
+void ArmHeadStage::pick(SequenceGroup&, std::span<const HeadPick> picks) {
+  for (const HeadPick& p : picks) {
+    if (!p.verify) {
+      p.sequence->head_argmax(p.first, p.count, p.count, p.out);
+      continue;
     }
-    need(c.rounds == 0 || !c.paths.empty(), fmt::format("{}: no head path recorded", arm));
-  };
-  if (arm == "batched" || arm == "fused") {
-    only_path({arm == "batched" ? "batched" : "fused"});
-    need(c.rows_projected == c.drafted + c.rounds,
-         fmt::format("{}: rows_projected {} != drafted + rounds = {}", arm, c.rows_projected, c.drafted + c.rounds));
-    const int64_t logits = arm == "batched" ? c.rows_projected * row_logits : 0;
-    need(c.logits_bytes_written == logits,
-         fmt::format("{}: logits_bytes_written {} != {}", arm, c.logits_bytes_written, logits));
-    need(c.walk_rows == 0 && c.walk_steps == 0,
-         fmt::format("{}: walk_rows {}, walk_steps {} (expected 0)", arm, c.walk_rows, c.walk_steps));
-  } else if (arm == "walk") {
-    only_path({"walk", "walk-flag"});
-    need(c.walk_rows == c.accepted + c.rounds,
-         fmt::format("walk: walk_rows {} != accepted + rounds = {}", c.walk_rows, c.accepted + c.rounds));
-    need(c.rows_projected == c.walk_rows,
-         fmt::format("walk: rows_projected {} != walk_rows {}", c.rows_projected, c.walk_rows));
-    need(c.walk_steps == c.walk_rows, fmt::format("walk: head_walk returned {} rows, the runtime counted {}",
-                                                  c.walk_steps, c.walk_rows));
-    need(c.rounds == 0 || c.walk_rows > 0, "walk: no walk rows were taken");
-  } else if (arm == "pad") {
-    only_path({"padded"});
-    need(c.pad_width > c.block_size && c.pad_width <= kMaxPadWidth,
-         fmt::format("pad: width {} not in ({}, {}]", c.pad_width, c.block_size, kMaxPadWidth));
-    need(c.rows_projected == c.rounds * c.pad_width,
-         fmt::format("pad: rows_projected {} != rounds x P = {}", c.rows_projected, c.rounds * c.pad_width));
-    need(c.logits_bytes_written == c.rows_projected * row_logits,
-         fmt::format("pad: logits_bytes_written {} != rows x V x 4 = {}", c.logits_bytes_written,
-                     c.rows_projected * row_logits));
-    need(c.walk_rows == 0 && c.walk_steps == 0,
-         fmt::format("pad: walk_rows {}, walk_steps {} (expected 0)", c.walk_rows, c.walk_steps));
-  } else {
-    v.push_back(fmt::format("unknown arm '{}'", arm));
+    const VerifyOutcome v = verifier_.verify(*p.sequence, p.drafts);
+    for (int j = 0; j < v.accepted; ++j) p.out[j] = p.drafts[size_t(j)];  // the rows the arm matched
+    p.out[v.accepted] = v.next;
+    VerifyCounters& c = *p.counters;
+    c.rows_projected += v.rows_projected;
+    c.head_bytes_read += v.head_bytes_read;
+    c.logits_bytes_written += v.logits_bytes_written;
+    c.walk_rows += v.walk_rows;
+    c.head_calls += v.head_calls;
+    c.walk_steps += v.walk_steps;
+    const std::string path = head_path_name(v.path);
+    if (std::find(c.paths.begin(), c.paths.end(), path) == c.paths.end()) c.paths.push_back(path);
+    // The arm the runtime's paths say ran; a mix of paths is "mixed". The
+    // engine counts the round after the pick: rounds is the rounds before it.
+    const std::string taken = v.taken == VerifyArm::Auto ? std::string("none") : verify_arm_name(v.taken);
+    c.verify_taken = c.rounds == 0 || c.verify_taken == taken ? taken : "mixed";
+    for (const std::string& msg : v.violations) {
+      ++c.round_violation_count;
+      if (c.round_violations.size() < 20) c.round_violations.push_back(fmt::format("round {}: {}", c.rounds + 1, msg));
+    }
   }
-  return v;
+}
+
+void ArmHeadStage::label(GenerateStats& stats) const {
+  VerifyCounters& c = stats.counters;
+  if (c.verify_chosen == "none" || c.verify_chosen == "sampled") return;  // no verify rounds through an arm
+  c.verify_requested = choice_.chosen_by_auto ? "auto" : verify_arm_name(choice_.arm);
+  c.verify_chosen = verify_arm_name(choice_.arm);
+  c.pad_width = choice_.pad_width;
+  stats.auto_source = choice_.auto_source;
+  stats.auto_reason = choice_.auto_reason;
+}
+
+GenerateResult generate_verify_arm(ModelRuntime& rt, std::span<const int32_t> prompt, const GenerateOptions& options,
+                                   const ArmChoice& choice, const std::vector<int32_t>* oracle_truth) {
+  const int K = options.block_size != 0 ? options.block_size : default_block_size(rt.info().mtp_layers);
+  ArmHeadStage head(resolved(choice, K));
+  GenerateResult r = generate(rt, prompt, options, oracle_truth, &head);
+  head.label(r.stats);
+  return r;
 }
 
 }  // namespace nextn

@@ -1,19 +1,17 @@
-// Greedy generation, plain or speculative (docs/speculative.md).
-//
-// Plain: prefill the prompt, take the argmax of its last row, then one
-// single-token target forward per token.
-//
-// Speculative, each round (K = block size, W = min(K, tokens left)):
+// What one generation asks for and what it reports: the options, the stats
+// and their JSON, shared by the engine (engine/step_loop.h, which runs them)
+// and everything that prints or checks them. The round, per sequence
+// (docs/speculative.md; K = block size, W = min(K, tokens left)):
 //   draft    the drafter proposes W-1 tokens after the bonus token;
-//   verify   one target forward over [bonus, drafts] (W positions), the arm
-//            projects rows to target tokens, the longest matching prefix of
-//            `a` drafts is accepted plus the target's token at row a (the
-//            next bonus);
+//   verify   one target forward over [bonus, drafts] (W rows), the LM head's
+//            argmax of every row; the longest matching prefix of `a` drafts
+//            is accepted plus the target's token at row a (the next bonus);
 //   rollback the target keeps a+1 of the W positions; the drafter commits.
 // Stops on the token budget (the last round shrinks to the tokens left) or
 // when a committed token is an EOS id (kept in the output, as transformers
-// does), unless ignore_eos. The output equals plain greedy, bit for bit, on
-// a runtime that keeps ModelRuntime's exactness contract.
+// does), unless ignore_eos. Greedy output equals plain greedy, bit for bit,
+// on a runtime that keeps ModelRuntime's exactness contract; sampled output
+// keeps the plain sampling distribution (speculative/acceptance.h).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -24,8 +22,10 @@
 #include <vector>
 
 #include "model/runtime.h"
+#include "sampling/sampling.h"
+#include "speculative/acceptance.h"
 #include "speculative/drafter.h"
-#include "speculative/verify.h"
+#include "speculative/verify_counters.h"
 
 namespace nextn {
 
@@ -62,19 +62,16 @@ struct GenerateOptions {
   int max_new_tokens = 32;
   DraftKind draft = DraftKind::None;
   int block_size = 0;  // 0: default_block_size(the runtime's MTP layer count)
-  VerifyArm verify = VerifyArm::Batched;  // never Auto here: resolve it first (bench/calibration.h)
-  int pad_width = 0;                      // pad arm; 0: default for K
   bool ignore_eos = false;
+  // temperature 0 (the default): greedy; above: sampling, speculative with
+  // the lossless acceptance rule when a drafter drafts (speculative/acceptance.h).
+  SamplingParams sampling{.temperature = 0.0};
+  AcceptRule accept_rule = AcceptRule::Exact;
   OracleSpec oracle;  // draft == Oracle
   DraftCost draft_cost = DraftCost::Free;  // draft == Oracle
   // draft == Mtp: the MTP drafts cover token ids [0, draft_vocab) only
   // (ModelRuntime::set_draft_vocab); 0: the whole vocabulary.
   int draft_vocab = 0;
-  // Set when `verify` was picked by --verify auto (`verify` then holds auto's
-  // recorded choice): stats report verify_requested "auto", the source that
-  // decided ("calibration" or "record") and the reason.
-  bool chosen_by_auto = false;
-  std::string auto_source, auto_reason;
   TokenSink sink;  // optional
 };
 
@@ -84,7 +81,7 @@ struct GenerateStats {
   int prompt_tokens = 0;
   int generated = 0;
   std::string stop = "budget";  // "budget", "eos" or "sink"
-  std::string auto_source, auto_reason;  // empty unless --verify auto
+  std::string auto_source, auto_reason;  // set by bench verify's --verify auto (bench/verify_arms.h)
   std::string draft_cost = "free";        // oracle: "free" or "mtp"
   int draft_vocab = 0;                     // mtp: the ids drafts covered, [0, draft_vocab); 0: no MTP drafts
   MtpWork mtp_work;                       // the runtime's MTP counters over the decode (after the prefill)
@@ -105,29 +102,13 @@ struct GenerateResult {
   GenerateStats stats;
 };
 
-// Plain greedy decoding on a fresh runtime (target_length() == 0).
-GenerateResult greedy_generate(ModelRuntime& rt, std::span<const int32_t> prompt, int max_new_tokens, bool ignore_eos,
-                               const TokenSink& sink = {});
-
-// The speculative round loop with any drafter, on a fresh runtime.
-// options.draft is informational here; options.verify must not be Auto.
-GenerateResult speculative_generate(ModelRuntime& rt, Drafter& drafter, std::span<const int32_t> prompt,
-                                    const GenerateOptions& options);
-
-// Dispatch on options.draft, on a fresh runtime. The oracle drafter needs
-// `oracle_truth`, the plain greedy output for the same prompt and budget.
-GenerateResult generate(ModelRuntime& rt, std::span<const int32_t> prompt, const GenerateOptions& options,
-                        const std::vector<int32_t>* oracle_truth = nullptr);
-
-// Builds a runtime for a given cache capacity (one weight load).
-using RuntimeFactory = std::function<std::unique_ptr<ModelRuntime>(int max_tokens)>;
 // Cache capacity one run needs.
 int runtime_capacity(int prompt_tokens, int max_new_tokens, int block_size);
 
-// generate() on one runtime from the factory; for the oracle drafter it
-// first runs plain greedy (untimed) on it to learn the truth, then reset()s.
-GenerateResult generate_fresh(const RuntimeFactory& factory, std::span<const int32_t> prompt,
-                              const GenerateOptions& options);
+// Checks what a generation asks for before anything runs (Error naming the
+// field or flag): the prompt's ids against `info`, the budget, the block
+// size, the drafter's options, the sampling parameters.
+void check_generate_request(const ModelInfo& info, std::span<const int32_t> prompt, const GenerateOptions& options);
 
 // {"rounds", "drafted", ..., "tokens_per_second", ...} as `nextn generate --json` prints it.
 nlohmann::ordered_json stats_json(const GenerateStats& stats);

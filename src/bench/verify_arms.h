@@ -1,6 +1,10 @@
-// The verify arms: how the target's LM head turns the K rows of a verify
-// forward into target tokens and an acceptance length. All arms compute the
-// same tokens; they differ in what they project (docs/speculative.md).
+// The verify arms, a bench-only layer: how the target's LM head turns the K
+// rows of a verify forward into target tokens and an acceptance length. All
+// arms compute the same tokens; they differ in what they project
+// (docs/speculative.md). The product runs the recorded verdict, batched, as
+// the engine's BatchedHead (engine/head_stage.h); `nextn bench verify` and
+// the tests swap ArmHeadStage in at the engine step's head, so every arm is
+// measured through the production step with its counters checked per round.
 //
 //   arm      runtime call              head path     rows_projected  logits bytes   walk_rows
 //   batched  head_argmax(0, W, W)      Batched       W               W x V x 4      0
@@ -23,7 +27,10 @@
 #include <vector>
 
 #include "core/fault.h"
+#include "engine/generate.h"
+#include "engine/head_stage.h"
 #include "model/runtime.h"
+#include "speculative/verify_counters.h"
 
 namespace nextn {
 
@@ -36,12 +43,6 @@ VerifyArm parse_verify_arm(const std::string& name);  // throws Error listing th
 // A comma-separated list of concrete arms (no auto); throws Error.
 std::vector<VerifyArm> parse_verify_arms(const std::string& list);
 
-constexpr int kMinBlockSize = 2;
-constexpr int kMaxBlockSize = 64;
-constexpr int kMaxPadWidth = 64;
-
-// Throws Error unless 2 <= K <= 64.
-void check_block_size(int block_size);
 // The pad arm's width: `requested` (0: default = the smallest multiple of 16
 // above K, capped at 64). Throws Error when the width would not exceed K or
 // exceeds 64 (so K = 64 has no pad arm).
@@ -79,33 +80,36 @@ class Verifier {
   std::vector<int32_t> out_;
 };
 
-// Run totals a harness checks against an arm's identity. The head numbers are
-// sums of the runtime's own counters over the verify calls.
-struct VerifyCounters {
-  int64_t rounds = 0;
-  int64_t drafted = 0;
-  int64_t accepted = 0;
-  std::vector<int64_t> accepted_at;  // [i]: rounds where draft i (0-based) was accepted
-  int64_t rows_projected = 0;        // runtime: rows that read the head
-  int64_t head_bytes_read = 0;       // runtime
-  int64_t logits_bytes_written = 0;  // runtime
-  int64_t walk_rows = 0;             // runtime: rows its walks took
-  int64_t head_calls = 0;            // runtime: head entry points run by the verifier
-  int64_t walk_steps = 0;            // sum of head_walk's return values
-  std::vector<std::string> paths;    // runtime head paths seen (head_path_name), in first-seen order
-  std::vector<std::string> round_violations;  // per-round identity failures (the first 20)
-  int64_t round_violation_count = 0;
-  int block_size = 0;
-  int pad_width = 0;  // pad arm only
-  int vocab = 0;
-  // What was asked ("auto" included), the concrete arm the verifier was built
-  // for (auto's recorded choice), and the arm the runtime's paths say ran.
-  std::string verify_requested, verify_chosen, verify_taken;
+// An arm as a benchmark asks for it.
+struct ArmChoice {
+  VerifyArm arm = VerifyArm::Batched;  // concrete (auto resolved by bench/calibration.h)
+  int pad_width = 0;                   // pad: 0 = default for K (resolve_pad_width)
+  bool chosen_by_auto = false;         // stats then say verify_requested "auto", with auto's source and reason
+  std::string auto_source, auto_reason;
 };
 
-// Every way `c` breaks the identity of the arm it was run with
-// (`verify_chosen`, which must equal `verify_requested` unless that is auto);
-// empty when consistent. Uses the runtime-reported numbers only.
-std::vector<std::string> counter_violations(const VerifyCounters& c);
+// The engine step's head stage running one arm through a Verifier: verify
+// rounds go through the arm and add its counters per round; prefill and plain
+// decode rows take the one-row argmax every arm shares. Reads the planted
+// fault hook (core/fault.h) once.
+class ArmHeadStage final : public HeadStage {
+ public:
+  // pad_width: resolved already (resolve_pad_width) for the pad arm.
+  explicit ArmHeadStage(const ArmChoice& choice);
+  void pick(SequenceGroup& group, std::span<const HeadPick> picks) override;
+  bool records_rounds() const override { return true; }
+  // Labels a finished run's stats with the arm: requested ("auto" when auto
+  // chose it), chosen, pad width, auto's source and reason.
+  void label(GenerateStats& stats) const;
+
+ private:
+  ArmChoice choice_;
+  Verifier verifier_;
+};
+
+// generate() (engine/generate.h) with `choice`'s arm at the head, the
+// stats labelled. The pad width is resolved from options.block_size.
+GenerateResult generate_verify_arm(ModelRuntime& rt, std::span<const int32_t> prompt, const GenerateOptions& options,
+                                   const ArmChoice& choice, const std::vector<int32_t>* oracle_truth = nullptr);
 
 }  // namespace nextn

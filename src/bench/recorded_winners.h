@@ -22,7 +22,7 @@
 //    (a loaded 2-thread VM), so no arm is shown to beat batched; the CPU
 //    backend is the reference, not a serving target.
 #pragma once
-#include "speculative/verify.h"
+#include "bench/verify_arms.h"
 
 namespace nextn {
 

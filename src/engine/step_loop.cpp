@@ -1,0 +1,380 @@
+#include "engine/step_loop.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "sampling/sampling.h"
+#include "speculative/acceptance.h"
+
+namespace nextn {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_between(Clock::time_point t0, Clock::time_point t1) {
+  return std::chrono::duration<double, std::milli>(t1 - t0).count();
+}
+
+}  // namespace
+
+// One sequence as the loop runs it.
+struct StepLoop::Run {
+  int id = 0;
+  ModelRuntime* rt = nullptr;
+  GenerateOptions o;
+  std::vector<int32_t> prompt;
+  std::unique_ptr<Drafter> drafter;       // a drafter of its own (the Gemma 4 assistant)
+  std::unique_ptr<OracleDrafter> oracle;  // draft oracle (its tokens; at MTP cost the MTP chain runs too)
+  bool greedy = true;
+  bool mtp = false;          // the MTP head runs: draft mtp, or the oracle at MTP cost
+  bool speculative = false;  // drafts are proposed
+  int K = 1;                 // block size (1 without drafts)
+  bool prefilled = false;
+  bool done = false;
+  int32_t bonus = 0;
+  std::vector<int32_t> block;   // this step's rows
+  std::vector<int32_t> drafts;  // block[1..]
+  std::vector<int32_t> picks;   // the head's tokens for the rows
+  std::vector<int32_t> mtp_pairs;  // tokens the MTP pairs with rows 0.. of this step's forward
+  int mtp_committed = 0;           // MTP entries paired with true target rows
+  std::vector<int> eos;
+  // sampling
+  std::unique_ptr<SamplingRng> rng;
+  std::vector<std::vector<double>> q;  // the drafter's distribution at each draft position
+  std::vector<float> logits;
+  std::vector<int32_t> scratch;
+  GenerateResult res;
+  HeadWork head_before;
+  MtpWork mtp_before;
+  Clock::time_point decode_start{};
+
+  int left() const { return o.max_new_tokens - int(res.tokens.size()); }
+  bool is_eos(int32_t t) const { return std::find(eos.begin(), eos.end(), t) != eos.end(); }
+  // The target's sampling distribution of row `row` of the last forward.
+  void target_row(int row, std::vector<double>& p) {
+    logits.resize(size_t(rt->vocab()));
+    rt->head_logits(row, logits.data());
+    sampling_distribution(logits, o.sampling, p, scratch);
+  }
+  // Commits tokens whose rows start at first_row: up to the first EOS,
+  // then the budget, then the sink.
+  void commit(std::span<const int32_t> tokens, int first_row) {
+    GenerateStats& s = res.stats;
+    size_t kept = 0;
+    while (kept < tokens.size()) {
+      const int32_t t = tokens[kept++];
+      res.tokens.push_back(t);
+      if (is_eos(t)) {
+        done = true;
+        s.stop = "eos";
+        break;
+      }
+    }
+    if (left() <= 0) done = true;
+    if (o.sink && !o.sink(tokens.first(kept), first_row)) {
+      if (!done) s.stop = "sink";
+      done = true;
+    }
+  }
+};
+
+StepLoop::StepLoop(SequenceGroup& group, HeadStage* head)
+    : group_(group), head_(head), batched_(head ? nullptr : std::make_unique<BatchedHead>()) {
+  if (!head_) head_ = batched_.get();
+}
+
+StepLoop::~StepLoop() = default;
+
+int StepLoop::add(ModelRuntime& slot, std::span<const int32_t> prompt, const GenerateOptions& options,
+                  std::unique_ptr<Drafter> drafter, std::vector<int32_t> oracle_truth) {
+  const ModelInfo info = slot.info();
+  check_generate_request(info, prompt, options);
+  if (slot.target_length() != 0)
+    fail("internal: generation needs a fresh sequence (target_length {})", slot.target_length());
+  auto run = std::make_unique<Run>();
+  Run& r = *run;
+  r.id = next_id_++;
+  r.rt = &slot;
+  r.o = options;
+  r.prompt.assign(prompt.begin(), prompt.end());
+  r.greedy = options.sampling.greedy();
+  r.drafter = std::move(drafter);
+  r.speculative = r.drafter != nullptr || options.draft != DraftKind::None;
+  if (r.speculative) {
+    r.K = options.block_size != 0 ? options.block_size : default_block_size(info.mtp_layers);
+    check_block_size(r.K);
+  }
+  if (!r.drafter && options.draft == DraftKind::Mtp) {
+    slot.set_draft_vocab(options.draft_vocab);
+    r.mtp = true;
+  }
+  if (!r.drafter && options.draft == DraftKind::Oracle) {
+    if (oracle_truth.empty() && options.max_new_tokens > 0)
+      fail("internal: the oracle drafter needs the greedy output first");
+    r.oracle = std::make_unique<OracleDrafter>(std::move(oracle_truth), options.oracle, info.vocab_size);
+    if (options.draft_cost == DraftCost::Mtp) {
+      slot.set_draft_vocab(0);  // the cost of the whole head's chain, whatever the sequence was set to
+      r.mtp = true;
+    }
+  }
+  if (!options.ignore_eos) r.eos = info.eos_token_ids;
+  if (!r.greedy) r.rng = std::make_unique<SamplingRng>(options.sampling.seed);
+  r.q.resize(size_t(r.K));
+
+  GenerateStats& s = r.res.stats;
+  VerifyCounters& c = s.counters;
+  s.draft = r.drafter ? r.drafter->name() : r.speculative ? draft_kind_name(options.draft) : "none";
+  s.prompt_tokens = int(prompt.size());
+  s.draft_cost = draft_cost_name(options.draft_cost);
+  c.block_size = r.K;
+  c.vocab = info.vocab_size;
+  c.accepted_at.assign(size_t(r.K - 1), 0);
+  c.verify_requested = c.verify_chosen = !r.speculative ? "none" : r.greedy ? "batched" : "sampled";
+  c.verify_taken = r.speculative && r.greedy ? "none" : c.verify_chosen;  // greedy: what the runtime says ran
+  const int id = r.id;
+  if (options.max_new_tokens == 0) {
+    finished_.push_back({id, std::move(r.res), nullptr});
+    return id;
+  }
+  runs_.push_back(std::move(run));
+  return id;
+}
+
+void StepLoop::step() {
+  if (runs_.empty()) return;
+  const auto t0 = Clock::now();
+  StepReport report;
+  try {
+    std::vector<ModelRuntime*> seqs;
+    std::vector<std::span<const int32_t>> rows;
+    for (auto& run : runs_) {
+      Run& r = *run;
+      if (!r.prefilled) {
+        r.block = r.prompt;
+        report.prefill_rows += int(r.block.size());
+      }
+      seqs.push_back(r.rt);
+      rows.emplace_back(r.block);
+      report.rows += int(r.block.size());
+    }
+    report.sequences = int(seqs.size());
+    group_.forward_together(seqs, rows);
+
+    std::vector<Run*> greedy;
+    for (auto& run : runs_)
+      if (run->greedy) greedy.push_back(run.get());
+    pick_tokens(greedy);
+    for (auto& run : runs_) commit_round(*run, run->picks);
+    const auto t1 = Clock::now();
+
+    // Rollback and the MTP pairing of the committed tokens.
+    std::vector<ModelRuntime*> pairing;
+    std::vector<std::span<const int32_t>> pairs;
+    for (auto& run : runs_) {
+      Run& r = *run;
+      if (r.mtp && !r.done && !r.mtp_pairs.empty()) {
+        pairing.push_back(r.rt);
+        pairs.emplace_back(r.mtp_pairs);
+      }
+    }
+    if (!pairing.empty()) group_.mtp_forward_together(pairing, pairs);
+    for (auto& run : runs_) {
+      Run& r = *run;
+      if (!r.mtp || r.done || r.mtp_pairs.empty()) continue;
+      r.mtp_committed += int(r.mtp_pairs.size());
+      r.mtp_pairs.clear();
+      if (r.mtp_committed != r.rt->target_length())
+        fail("internal: MTP holds {} entries, target {} positions", r.mtp_committed, r.rt->target_length());
+    }
+    const auto t2 = Clock::now();
+    std::vector<Run*> drafting;
+    for (auto& run : runs_) {
+      Run& r = *run;
+      if (r.prefilled && r.decode_start == Clock::time_point{}) {  // prefilled in this step
+        r.res.stats.prefill_ms = ms_between(t0, t2);
+        r.decode_start = t2;
+        r.mtp_before = r.rt->mtp_work();
+      } else {
+        r.res.stats.verify_ms += ms_between(t0, t1);
+        r.res.stats.rollback_ms += ms_between(t1, t2);
+      }
+      if (!r.done) drafting.push_back(&r);
+    }
+    draft_next(drafting);
+    const auto t3 = Clock::now();
+    for (Run* r : drafting) {
+      r->res.stats.draft_ms += ms_between(t2, t3);
+      r->res.stats.round_ms += ms_between(r->res.stats.counters.rounds == 0 ? t2 : t0, t3);
+    }
+  } catch (...) {
+    fail_all(std::current_exception());
+    return;
+  }
+  for (auto& run : runs_)
+    if (run->done) finish(*run);
+  std::erase_if(runs_, [](const std::unique_ptr<Run>& r) { return r->done; });
+  ++steps_;
+  report.ms = ms_between(t0, Clock::now());
+  if (on_step) on_step(report);
+}
+
+void StepLoop::pick_tokens(std::vector<Run*>& greedy) {
+  std::vector<HeadPick> picks;
+  for (Run* r : greedy) {
+    HeadPick p;
+    p.sequence = r->rt;
+    if (!r->prefilled) {
+      p.first = int(r->block.size()) - 1;
+      p.count = 1;
+    } else {
+      p.count = int(r->block.size());
+      p.verify = r->speculative;
+      p.drafts = r->drafts;
+    }
+    r->picks.assign(size_t(p.count), -1);
+    p.out = r->picks.data();
+    p.counters = &r->res.stats.counters;
+    picks.push_back(p);
+  }
+  head_->pick(group_, picks);
+}
+
+void StepLoop::commit_round(Run& r, std::span<const int32_t> picks) {
+  if (!r.prefilled) {
+    const int T = int(r.prompt.size());
+    int32_t first = 0;
+    if (r.greedy) {
+      first = picks[0];
+    } else {
+      std::vector<double> p;
+      r.target_row(T - 1, p);
+      first = sample_index(p, *r.rng);
+    }
+    r.prefilled = true;
+    r.commit({&first, 1}, T - 1);
+    if (r.greedy && !head_->records_rounds()) r.head_before = r.rt->head_work();
+    r.bonus = first;
+    if (r.done || !r.speculative) return;
+    if (r.mtp) {  // entries 0..T-1: (x_1, h_0) ... (x_T = first, h_T-1)
+      r.mtp_pairs.assign(r.prompt.begin() + 1, r.prompt.end());
+      r.mtp_pairs.push_back(first);
+    }
+    if (r.oracle) r.oracle->begin(r.prompt, first);
+    if (r.drafter) r.drafter->begin(r.prompt, first);
+    return;
+  }
+  const int W = int(r.block.size());
+  const Acceptance a = r.greedy ? accept_greedy(r.drafts, picks)
+                                : accept_sampled(r.drafts, std::span(r.q).first(r.drafts.size()),
+                                                 [&r](int row, std::vector<double>& p) { r.target_row(row, p); },
+                                                 *r.rng, r.o.accept_rule);
+  VerifyCounters& c = r.res.stats.counters;
+  ++c.rounds;
+  c.drafted += W - 1;
+  c.accepted += a.accepted;
+  for (int i = 0; i < a.accepted; ++i) ++c.accepted_at[size_t(i)];
+  std::vector<int32_t> round(r.drafts.begin(), r.drafts.begin() + a.accepted);
+  round.push_back(a.next);
+  r.commit(round, 0);
+  r.rt->target_rollback(a.accepted + 1);
+  r.bonus = a.next;
+  if (r.done || !r.speculative) return;
+  if (r.mtp) {  // drop the chained entries, pair d_1..d_a, next with the verify rows 0..a
+    r.rt->mtp_rollback(r.mtp_committed);
+    r.mtp_pairs = round;
+  }
+  if (r.oracle) r.oracle->commit(r.drafts, a.accepted, a.next);
+  if (r.drafter) r.drafter->commit(r.drafts, a.accepted, a.next);
+}
+
+void StepLoop::draft_next(std::span<Run* const> runs) {
+  // The MTP chains of greedy sequences: one call per chained step for all of them.
+  std::vector<ModelRuntime*> chained;
+  std::vector<int> counts;
+  std::vector<Run*> chained_runs;
+  for (Run* r : runs) {
+    r->drafts.clear();
+    if (!r->speculative) continue;
+    const int n = std::min(r->K, r->left()) - 1;
+    r->drafts.resize(size_t(n));
+    if (r->mtp && r->greedy) {
+      chained.push_back(r->rt);
+      counts.push_back(n);
+      chained_runs.push_back(r);
+    }
+  }
+  if (!chained.empty()) {
+    int total = 0;
+    for (int n : counts) total += n;
+    std::vector<int32_t> out(static_cast<size_t>(total));
+    group_.mtp_draft_together(chained, counts, out.data());
+    size_t at = 0;
+    for (size_t i = 0; i < chained_runs.size(); ++i) {
+      std::copy_n(out.begin() + long(at), counts[i], chained_runs[i]->drafts.begin());
+      at += size_t(counts[i]);
+    }
+  }
+  for (Run* r : runs) {
+    if (r->speculative) {
+      const int n = int(r->drafts.size());
+      if (r->oracle) {
+        r->oracle->propose(n, r->drafts);  // at MTP cost the chain above ran and its tokens are dropped
+      } else if (r->drafter && r->greedy) {
+        r->drafter->propose(n, r->drafts);
+        if (int(r->drafts.size()) != n)
+          fail("internal: drafter {} proposed {} of {} tokens", r->drafter->name(), r->drafts.size(), n);
+      } else if (!r->greedy) {  // sampled drafting: q_i from the drafter's logits, d_i ~ q_i, then one chained step
+        r->logits.resize(size_t(r->rt->vocab()));
+        for (int i = 0; i < n; ++i) {
+          if (i > 0) r->drafter ? r->drafter->draft_step(r->drafts[size_t(i - 1)]) : r->rt->mtp_step(r->drafts[size_t(i - 1)]);
+          if (r->drafter)
+            r->drafter->draft_logits(r->logits.data());
+          else
+            r->rt->mtp_logits(r->logits.data());
+          sampling_distribution(r->logits, r->o.sampling, r->q[size_t(i)], r->scratch);
+          r->drafts[size_t(i)] = sample_index(r->q[size_t(i)], *r->rng);
+        }
+      }
+    }
+    r->block.assign(1, r->bonus);
+    r->block.insert(r->block.end(), r->drafts.begin(), r->drafts.end());
+  }
+}
+
+void StepLoop::finish(Run& r) {
+  GenerateStats& s = r.res.stats;
+  s.generated = int(r.res.tokens.size());
+  if (r.decode_start != Clock::time_point{}) s.decode_ms = ms_between(r.decode_start, Clock::now());
+  if (r.mtp) {
+    const MtpWork now = r.rt->mtp_work();
+    s.mtp_work.entries = now.entries - r.mtp_before.entries;
+    s.mtp_work.chained_steps = now.chained_steps - r.mtp_before.chained_steps;
+    s.mtp_work.argmax_rows = now.argmax_rows - r.mtp_before.argmax_rows;
+    if (r.o.draft == DraftKind::Mtp) s.draft_vocab = r.rt->draft_vocab();
+  }
+  if (r.greedy && !head_->records_rounds()) {  // the runtime's own counters, read once
+    VerifyCounters& c = s.counters;
+    const HeadWork now = r.rt->head_work();
+    c.rows_projected = now.rows_projected - r.head_before.rows_projected;
+    c.head_bytes_read = now.head_bytes_read - r.head_before.head_bytes_read;
+    c.logits_bytes_written = now.logits_bytes_written - r.head_before.logits_bytes_written;
+    c.walk_rows = now.walk_rows - r.head_before.walk_rows;
+    c.head_calls = now.head_calls - r.head_before.head_calls;
+    if (r.speculative && c.rounds > 0) {
+      c.paths = {head_path_name(now.last_path)};
+      c.verify_taken = c.paths[0];
+    }
+  }
+  finished_.push_back({r.id, std::move(r.res), nullptr});
+}
+
+void StepLoop::fail_all(std::exception_ptr error) {
+  for (auto& run : runs_) {
+    run->res.stats.generated = int(run->res.tokens.size());
+    finished_.push_back({run->id, std::move(run->res), error});
+  }
+  runs_.clear();
+}
+
+std::vector<StepLoop::Finished> StepLoop::take_finished() { return std::exchange(finished_, {}); }
+
+}  // namespace nextn

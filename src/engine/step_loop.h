@@ -1,0 +1,98 @@
+// The engine step (docs/engine.md): one thread steps every running sequence
+// of a SequenceGroup together. A step:
+//   rows      each sequence's new rows: its prompt (prefill), one decode
+//             row, or a verify block [bonus, drafts];
+//   trunk     one forward over all of them (forward_together);
+//   head      the argmax of every row that needs a token, one LM-head call
+//             for all greedy sequences (the HeadStage); sampled sequences
+//             read their rows' logits;
+//   accept    per sequence on the host: the accepted drafts and the next
+//             token (speculative/acceptance.h), committed to its sink;
+//   rollback  each sequence keeps its accepted rows;
+//   draft     the MTP head pairs the committed tokens with their rows for
+//             every MTP sequence in one call, then drafts the next step's
+//             tokens, each chained step one call for every sequence still
+//             drafting; the oracle and the Gemma 4 assistant draft per sequence.
+// `nextn generate` is a batch of one through it (engine/generate.h); the
+// server adds and removes sequences between steps (server/engine.h).
+//
+// Every sequence computes exactly what it would alone: the group's calls are
+// batch-invariant, so which neighbours share a step changes only the time.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/head_stage.h"
+#include "model/batch_runtime.h"
+#include "speculative/drafter.h"
+#include "speculative/generation.h"
+
+namespace nextn {
+
+// What one step did (for metrics).
+struct StepReport {
+  int sequences = 0;     // sequences in the step
+  int rows = 0;          // trunk rows over all of them
+  int prefill_rows = 0;  // of those, prompt rows
+  double ms = 0;         // wall time of the step
+};
+
+class StepLoop {
+ public:
+  // head: the head stage (nullptr: BatchedHead, the product's). Both must outlive the loop.
+  explicit StepLoop(SequenceGroup& group, HeadStage* head = nullptr);
+  ~StepLoop();
+  StepLoop(const StepLoop&) = delete;
+  StepLoop& operator=(const StepLoop&) = delete;
+
+  // Adds a sequence on `slot`, a fresh sequence of the group (target_length
+  // 0), from the next step on. Checks the request first (Error, nothing
+  // added). drafter: one of its own (the Gemma 4 assistant), used instead
+  // of options.draft; oracle_truth: the plain greedy output for the oracle.
+  // Returns its id. A request for no tokens finishes at once.
+  int add(ModelRuntime& slot, std::span<const int32_t> prompt, const GenerateOptions& options,
+          std::unique_ptr<Drafter> drafter = nullptr, std::vector<int32_t> oracle_truth = {});
+
+  // One step over every running sequence. A sequence that finishes (budget,
+  // EOS, its sink said stop) leaves the batch. When the step fails (an Error
+  // from a forward, a device fault), every sequence in it finishes with the
+  // error; the caller reads it from finished().
+  void step();
+  // Sequences still running.
+  int running() const { return int(runs_.size()); }
+
+  struct Finished {
+    int id = 0;
+    GenerateResult result;      // complete stats; tokens as committed (also on an error)
+    std::exception_ptr error;   // set when the sequence failed
+  };
+  // The sequences that finished since the last call.
+  std::vector<Finished> take_finished();
+
+  std::function<void(const StepReport&)> on_step;  // after each step
+  int64_t steps() const { return steps_; }
+
+ private:
+  struct Run;
+  void fail_all(std::exception_ptr error);
+  void finish(Run& run);
+  // The parts of a step (step_loop.cpp).
+  void pick_tokens(std::vector<Run*>& greedy);
+  void commit_round(Run& run, std::span<const int32_t> picks);
+  void draft_next(std::span<Run* const> runs);
+
+  SequenceGroup& group_;
+  HeadStage* head_;
+  std::unique_ptr<HeadStage> batched_;
+  std::vector<std::unique_ptr<Run>> runs_;
+  std::vector<Finished> finished_;
+  int next_id_ = 0;
+  int64_t steps_ = 0;
+};
+
+}  // namespace nextn
