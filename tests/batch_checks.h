@@ -1,8 +1,8 @@
 // The checks every SequenceGroup must pass (model/batch_runtime.h), shared
 // by the CPU group's tests (tests/test_batch_runtime.cpp) and the CUDA
 // group's (tests/test_cuda_batch.cpp): forwards together == each sequence
-// alone, bit for bit; refused calls change nothing; generate() on threads
-// whose forwards a ForwardScheduler shares == generate() alone.
+// alone, bit for bit; refused calls change nothing; sequences the engine
+// step (engine/step_loop.h) runs together == generate() alone.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -12,13 +12,12 @@
 #include <memory>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "core/error.h"
 #include "model/batch_runtime.h"
-#include "model/forward_scheduler.h"
-#include "speculative/generate.h"
+#include "engine/generate.h"
+#include "engine/step_loop.h"
 
 namespace nextn::test {
 
@@ -179,13 +178,14 @@ inline void check_errors_change_nothing(const RuntimeMaker& alone, SequenceGroup
   }
 }
 
-// generate() of four prompts of different lengths (and different token
-// budgets, so that sequences leave at different steps) on threads of their
-// own, their forwards shared by a ForwardScheduler over `group`, against
-// generate() alone: the same tokens and counters; the prefills share one
-// forward. block_size 0: the default.
-inline void check_scheduled_generations(const RuntimeMaker& alone, SequenceGroup& group,
-                                        const std::vector<int32_t>& prompt, DraftKind draft, int block_size = 0) {
+// Four prompts of different lengths (and different token budgets, so that
+// sequences leave at different steps, and two that join two steps late)
+// stepped together by one StepLoop over `group`, against generate() alone:
+// the same tokens and counters. Where the group batches its step calls
+// (batched_calls), every step makes one LM-head launch and each chained
+// draft step one MTP launch for all its sequences. block_size 0: the default.
+inline void check_stepped_generations(const RuntimeMaker& alone, SequenceGroup& group, const std::vector<int32_t>& prompt,
+                                      DraftKind draft, int block_size = 0, bool batched_calls = true) {
   std::vector<std::vector<int32_t>> prompts;
   for (size_t len : {prompt.size(), size_t(1), size_t(3), prompt.size() / 2 + 1})
     prompts.emplace_back(prompt.begin(), prompt.begin() + long(std::min(len, prompt.size())));
@@ -200,22 +200,32 @@ inline void check_scheduled_generations(const RuntimeMaker& alone, SequenceGroup
     auto rt = alone(cap);
     solo.push_back(generate(*rt, prompts[i], o));
   }
-  ForwardScheduler scheduler(group);
   std::vector<std::unique_ptr<ModelRuntime>> seqs;
-  std::vector<GenerateResult> together(prompts.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    seqs.push_back(group.add_sequence(cap));
-    scheduler.reserve();  // all four share their prefill forward
+  for (size_t i = 0; i < prompts.size(); ++i) seqs.push_back(group.add_sequence(cap));
+  const StepWork before = group.step_work();
+  StepLoop loop(group);
+  int64_t rows = 0, step_reports = 0, max_sequences = 0;
+  loop.on_step = [&](const StepReport& r) {
+    rows += r.rows;
+    ++step_reports;
+    max_sequences = std::max<int64_t>(max_sequences, r.sequences);
+  };
+  std::vector<int> ids(prompts.size(), -1);
+  for (int step = 0; step < 3 || loop.running() > 0; ++step) {
+    for (size_t i = 0; i < prompts.size(); ++i)
+      if (ids[i] < 0 && (i < 2 || step == 2)) {
+        o.max_new_tokens = 12 + 4 * int(i);
+        ids[i] = loop.add(*seqs[i], prompts[i], o);
+      }
+    loop.step();
   }
-  for (size_t i = 0; i < prompts.size(); ++i)
-    threads.emplace_back([&, i, o]() mutable {
-      o.max_new_tokens = 12 + 4 * int(i);
-      ScheduledSequence rt(scheduler, *seqs[i], /*reserved=*/true);
-      together[i] = generate(rt, prompts[i], o);
-    });
-  for (auto& t : threads) t.join();
-  int64_t forwards_alone = 0;
+  std::vector<GenerateResult> together(prompts.size());
+  for (StepLoop::Finished& f : loop.take_finished()) {
+    ASSERT_FALSE(f.error);
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] == f.id) together[i] = std::move(f.result);
+  }
+  int64_t rows_alone = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::string what = std::string(draft_kind_name(draft)) + " K=" + std::to_string(o.block_size) +
                              " prompt " + std::to_string(i);
@@ -223,13 +233,28 @@ inline void check_scheduled_generations(const RuntimeMaker& alone, SequenceGroup
     const VerifyCounters &x = together[i].stats.counters, &y = solo[i].stats.counters;
     EXPECT_EQ(x.rounds, y.rounds) << what;
     EXPECT_EQ(x.accepted, y.accepted) << what;
+    EXPECT_EQ(x.accepted_at, y.accepted_at) << what;
     EXPECT_EQ(x.rows_projected, y.rows_projected) << what;
+    EXPECT_EQ(x.head_calls, y.head_calls) << what;
     EXPECT_EQ(together[i].stats.mtp_work.entries, solo[i].stats.mtp_work.entries) << what;
-    forwards_alone += 1 + y.rounds;  // the prefill and one forward per round
+    EXPECT_EQ(together[i].stats.mtp_work.argmax_rows, solo[i].stats.mtp_work.argmax_rows) << what;
+    rows_alone += int64_t(prompts[i].size()) + y.drafted + y.rounds;  // the prompt, then every round's rows
   }
-  const ForwardScheduler::Totals t = scheduler.totals();
-  EXPECT_EQ(t.sequence_forwards, forwards_alone);
-  EXPECT_LT(t.forwards, forwards_alone);  // the prefills at least were gathered as one
+  EXPECT_EQ(rows, rows_alone);  // every row ran once
+  EXPECT_EQ(step_reports, loop.steps());
+  EXPECT_EQ(max_sequences, int64_t(prompts.size()));  // all four shared steps
+  const StepWork after = group.step_work();
+  const int64_t head = after.lm_head_launches - before.lm_head_launches;
+  if (batched_calls) {
+    EXPECT_EQ(head, loop.steps());  // one LM-head launch per step for every sequence in it
+    if (draft == DraftKind::Mtp) {
+      const int K = o.block_size > 0 ? o.block_size : default_block_size(group.info().mtp_layers);
+      EXPECT_LE(after.mtp_draft_launches - before.mtp_draft_launches, loop.steps() * (K - 1));
+      EXPECT_LE(after.mtp_forward_launches - before.mtp_forward_launches, loop.steps());
+    }
+  } else {
+    EXPECT_GE(head, loop.steps());
+  }
 }
 
 }  // namespace nextn::test

@@ -1,4 +1,3 @@
-// Shared forwards (model/batch_runtime.h, model/forward_scheduler.h) on the
 // CPU, through the checks of tests/batch_checks.h: on every transformers
 // fixture, sequences of different prompts and lengths whose target forwards
 // run together (prefills beside decode rows, verify blocks rolled back,
@@ -45,10 +44,10 @@ TEST_P(BatchRuntime, AnErrorInOneSequenceChangesNone) {
   test::check_errors_change_nothing(cpu_alone(ckpt), *group, ref.prompt, ckpt.config().vocab_size);
 }
 
-// generate() on threads of their own, their forwards shared by a
-// ForwardScheduler, against generate() on a runtime alone; also through
-// the serial group of backends without shared forwards.
-void check_scheduled_generations(const std::string& dir, bool serial) {
+// Sequences stepped together by the engine loop against generate() on a
+// runtime alone; also through the serial group of backends without shared
+// forwards (whose step calls run per sequence).
+void check_stepped_generations(const std::string& dir, bool serial) {
   const auto ckpt = Qwen35Checkpoint::open(dir);
   const auto ref = load_reference(dir);
   std::vector<DraftKind> drafts = {DraftKind::None};
@@ -57,13 +56,15 @@ void check_scheduled_generations(const std::string& dir, bool serial) {
     auto group = serial ? make_serial_sequence_group(ckpt, BackendKind::Cpu, 2) : make_cpu_sequence_group(ckpt, kOptions);
     EXPECT_EQ(group->shares_forwards(), !serial);
     EXPECT_EQ(group->max_sequences(), serial ? 1 : INT_MAX);
-    test::check_scheduled_generations(cpu_alone(ckpt), *group, ref.prompt, draft);
+    test::check_stepped_generations(cpu_alone(ckpt), *group, ref.prompt, draft, 0, /*batched_calls=*/!serial);
+    if (draft == DraftKind::Mtp)
+      test::check_stepped_generations(cpu_alone(ckpt), *group, ref.prompt, draft, 5, /*batched_calls=*/!serial);
   }
 }
 
-TEST_P(BatchRuntime, ScheduledGenerationsEqualSoloRuns) { check_scheduled_generations(GetParam(), false); }
+TEST_P(BatchRuntime, SteppedGenerationsEqualSoloRuns) { check_stepped_generations(GetParam(), false); }
 
-TEST_P(BatchRuntime, SerialGroupGenerationsEqualSoloRuns) { check_scheduled_generations(GetParam(), true); }
+TEST_P(BatchRuntime, SerialGroupGenerationsEqualSoloRuns) { check_stepped_generations(GetParam(), true); }
 
 INSTANTIATE_TEST_SUITE_P(Transformers, BatchRuntime, ::testing::ValuesIn(fixture_dirs()), [](const auto& info) {
   std::string n = test::fixture_name(info.param);

@@ -154,7 +154,8 @@ TEST_P(CudaBatch, ScheduledGenerationsEqualSoloRuns) {
     SCOPED_TRACE(fp32 ? "fp32" : "bf16");
     auto group = make_group(ck, fp32);
     for (DraftKind draft : drafts)
-      for (int K : {4, 8}) test::check_scheduled_generations(cuda_alone(ck, fp32), *group, ref.prompt, draft, K);
+      for (int K : {4, 8}) test::check_stepped_generations(cuda_alone(ck, fp32), *group, ref.prompt, draft, K,
+                                                         /*batched_calls=*/false);
   }
 }
 

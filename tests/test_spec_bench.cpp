@@ -1,6 +1,6 @@
 // The guarded harness (src/bench) on the toy runtime: it times attributable
 // arms, refuses the planted walk fault and a backend whose arms disagree on
-// tokens; calibration and auto.
+// tokens.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "bench/calibration.h"
 #include "bench/decode_bench.h"
 #include "bench/machine.h"
 #include "bench/verify_bench.h"
@@ -189,104 +188,6 @@ TEST(SpecBench, MachineRecord) {
   EXPECT_TRUE(std::regex_match(m.load_before, loads)) << m.load_before;
   EXPECT_TRUE(std::regex_match(m.load_after, loads)) << m.load_after;
   EXPECT_NE(bench::machine_text(m).find("commit"), std::string::npos);
-}
-
-void write_bytes(const std::filesystem::path& p, const std::string& bytes) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f << bytes;
-}
-
-// A minimal safetensors file: 8-byte little-endian header length, header, data.
-std::string safetensors_bytes(const std::string& header, const std::string& data) {
-  std::string s;
-  uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i) s.push_back(char((n >> (8 * i)) & 0xff));
-  return s + header + data;
-}
-
-TEST(SpecBench, CheckpointHashCoversConfigAndHeadersOnly) {
-  const auto root = std::filesystem::temp_directory_path() / ("nextn-hash-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(root);
-  const std::string header = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
-  write_bytes(root / "config.json", "{\"model_type\": \"mock\"}");
-  write_bytes(root / "model.safetensors", safetensors_bytes(header, "abcd"));
-  const std::string h = bench::checkpoint_hash(root.string());
-  EXPECT_EQ(h.size(), 16u);
-  EXPECT_EQ(bench::checkpoint_hash(root.string()), h);  // deterministic
-  write_bytes(root / "model.safetensors", safetensors_bytes(header, "wxyz"));
-  EXPECT_EQ(bench::checkpoint_hash(root.string()), h);  // weight bytes are not hashed
-  write_bytes(root / "model.safetensors", safetensors_bytes(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]} })", "abcd"));
-  EXPECT_NE(bench::checkpoint_hash(root.string()), h);  // header bytes are
-  write_bytes(root / "model.safetensors", safetensors_bytes(header, "abcd"));
-  write_bytes(root / "config.json", "{\"model_type\": \"mock2\"}");
-  EXPECT_NE(bench::checkpoint_hash(root.string()), h);  // and config.json
-  write_bytes(root / "config.json", "{\"model_type\": \"mock\"}");
-  write_bytes(root / "extra.safetensors", "\x01\x00");  // truncated length
-  EXPECT_THROW(bench::checkpoint_hash(root.string()), Error);
-  std::filesystem::remove_all(root);
-}
-
-TEST(SpecBench, CalibrationDecidesPerKElseTheRecord) {
-  const auto root = std::filesystem::temp_directory_path() / ("nextn-calib-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(root);
-  const std::string file = (root / "sub" / "calibration.json").string();
-  Env where("NEXTN_CALIBRATION", file);
-  bench::CalibrationKey key{"cpu", "cpu test x 2", "0123456789abcdef"};
-  const std::string drafter = "oracle rate 0.8 seed 1";
-
-  auto none = bench::choose_auto(key, drafter, 4);
-  EXPECT_EQ(none.source, "record");
-  EXPECT_EQ(none.arm, VerifyArm::Batched);
-  EXPECT_NE(none.reason.find("no calibration file"), std::string::npos) << none.reason;
-  EXPECT_NE(none.reason.find("recorded winner for cpu at K = 4"), std::string::npos) << none.reason;
-  auto k5 = bench::choose_auto(key, drafter, 5);  // not recorded: the nearest K below
-  EXPECT_NE(k5.reason.find("at K = 4 (nearest to K = 5)"), std::string::npos) << k5.reason;
-  auto gpu = bench::choose_auto(bench::CalibrationKey{"cuda", "gpu X", "0"}, drafter, 2);
-  EXPECT_NE(gpu.reason.find("recorded winner for cuda at K = 3 (nearest to K = 2)"), std::string::npos) << gpu.reason;
-
-  auto o = small_options();
-  o.draft = DraftKind::Oracle;
-  o.oracle.accept_rate = 0.8;
-  o.oracle.seed = 1;
-  bench::VerifyBench b(testing::mock_factory(MockOptions{}), o);
-  b.attribute();
-  b.time();
-  EXPECT_EQ(bench::write_calibration(key, "/m", b.report(), o, "c0ffee"), file);
-  for (int K : o.block_sizes) {
-    const bench::ArmResult* best = nullptr;
-    for (const auto& a : b.report().arms)
-      if (a.block_size == K && (best == nullptr || a.tps.median > best->tps.median)) best = &a;
-    const auto pick = bench::choose_auto(key, drafter, K);
-    EXPECT_EQ(pick.source, "calibration") << pick.reason;
-    EXPECT_EQ(pick.arm, best->arm) << K;
-    EXPECT_EQ(pick.pad_width, best->arm == VerifyArm::Pad ? best->counters.pad_width : 0);
-  }
-  // Other K, drafter, checkpoint or hardware: the record decides.
-  EXPECT_EQ(bench::choose_auto(key, drafter, 4).source, "record");
-  EXPECT_EQ(bench::choose_auto(key, "mtp", 3).source, "record");
-  auto other = key;
-  other.checkpoint_hash = "fedcba9876543210";
-  EXPECT_EQ(bench::choose_auto(other, drafter, 3).source, "record");
-  other = key;
-  other.hardware = "cpu other x 4";
-  EXPECT_EQ(bench::choose_auto(other, drafter, 3).source, "record");
-  // A second calibration of another checkpoint keeps the first one's entries.
-  other = key;
-  other.checkpoint_hash = "fedcba9876543210";
-  bench::write_calibration(other, "/m2", b.report(), o, "c0ffee");
-  EXPECT_EQ(bench::choose_auto(key, drafter, 3).source, "calibration");
-  EXPECT_EQ(bench::choose_auto(other, drafter, 8).source, "calibration");
-  const auto j = nlohmann::json::parse(std::ifstream(file));
-  EXPECT_EQ(j["entries"].size(), 4u);  // 2 checkpoints x K = 3, 8; rewriting one replaced, not appended
-  bench::write_calibration(key, "/m", b.report(), o, "c0ffee");
-  EXPECT_EQ(nlohmann::json::parse(std::ifstream(file))["entries"].size(), 4u);
-  // An unreadable file: auto falls back to the record and says so; --calibrate refuses to overwrite it.
-  write_bytes(file, "not json");
-  auto bad = bench::choose_auto(key, drafter, 3);
-  EXPECT_EQ(bad.source, "record");
-  EXPECT_NE(bad.reason.find("unreadable"), std::string::npos) << bad.reason;
-  EXPECT_THROW(bench::write_calibration(key, "/m", b.report(), o, "c0ffee"), Error);
-  std::filesystem::remove_all(root);
 }
 
 }  // namespace

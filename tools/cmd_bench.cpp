@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "bench/calibration.h"
 #include "bench/decode_bench.h"
 #include "bench/decode_breakdown.h"
 #include "bench/decode_roofline.h"
@@ -106,7 +105,7 @@ struct VerifyArgs {
   double accept_rate = -1;
   uint64_t seed = 1;
   int pad_width = 0, repeats = 5, n = 64, threads = 0;
-  bool json = false, calibrate = false;
+  bool json = false;
   CLI::Option *rate_opt = nullptr, *pattern_opt = nullptr, *seed_opt = nullptr, *ids_opt = nullptr;
 };
 
@@ -134,8 +133,6 @@ void run_verify(const VerifyArgs& a) {
     fail("{}: --draft mtp: the checkpoint has no MTP head (0 MTP layers); use --draft oracle", dir);
   if (o.draft_cost == DraftCost::Mtp && target.info.mtp_layers == 0)
     fail("{}: --draft-cost mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
-  const bench::CalibrationKey calibration_key =
-      a.calibrate ? bench::calibration_key(dir, a.backend) : bench::CalibrationKey{};  // hashes the headers up front
   o.prompt = a.ids_opt->count() > 0 ? parse_id_list(a.prompt_ids, "--prompt-ids") : bench::synthetic_prompt(16, vocab);
   for (int32_t t : o.prompt)
     if (t >= vocab) fail("--prompt-ids: token id {} is outside the vocabulary [0, {})", t, vocab);
@@ -174,9 +171,6 @@ void run_verify(const VerifyArgs& a) {
   b.time();
   if (!b.report().refusals.empty()) refuse(b.report());
   bench::machine_end(machine, a.backend);
-  std::string calibration;
-  if (a.calibrate)
-    calibration = bench::write_calibration(calibration_key, dir, b.report(), o, machine.commit);
   if (a.json) {
     nlohmann::ordered_json j;
     j["model"] = dir;
@@ -184,13 +178,11 @@ void run_verify(const VerifyArgs& a) {
     auto body = bench::report_json(b.report(), o);
     for (auto it = body.begin(); it != body.end(); ++it) j[it.key()] = it.value();
     j["machine"] = bench::machine_json(machine);
-    if (!calibration.empty()) j["calibration"] = calibration;
     std::printf("%s\n", j.dump().c_str());
     return;
   }
   std::printf("%s", bench::table_text(b.report(), o).c_str());
   std::printf("%s", bench::machine_text(machine).c_str());
-  if (!calibration.empty()) std::printf("calibration written: %s\n", calibration.c_str());
 }
 
 }  // namespace
@@ -242,7 +234,6 @@ void register_bench(CLI::App& app) {
   ver->add_option("--backend", v->backend, "cpu or cuda (default cpu)");
   add_threads_option(ver, &v->threads);
   ver->add_flag("--json", v->json, "Print one JSON object");
-  ver->add_flag("--calibrate", v->calibrate, "Write the measurement --verify auto reads (see docs/speculative.md)");
   ver->callback([v] { run_verify(*v); });
 
   // nextn bench projection (src/bench/projection.h): issue 5's kernel timing.

@@ -30,6 +30,14 @@ std::string arm_label(const ArmResult& a) { return fmt::format("K={} {}", a.bloc
 
 }  // namespace
 
+std::string drafter_signature(DraftKind draft, const OracleSpec& o, DraftCost cost) {
+  if (draft != DraftKind::Oracle) return draft_kind_name(draft);
+  std::string s = o.accept_rate >= 0 ? fmt::format("oracle rate {} seed {}", o.accept_rate, o.seed)
+                                     : fmt::format("oracle pattern {}", o.pattern);
+  if (cost == DraftCost::Mtp) s += " cost mtp";
+  return s;
+}
+
 void check_verify_bench_options(const VerifyBenchOptions& o) {
   if (o.block_sizes.empty()) fail("--block-sizes: give at least one block size");
   for (int K : o.block_sizes) check_block_size(K);

@@ -85,4 +85,7 @@ std::string counters_text(const VerifyBenchReport& r);
 std::string table_text(const VerifyBenchReport& r, const VerifyBenchOptions& o);
 nlohmann::ordered_json report_json(const VerifyBenchReport& r, const VerifyBenchOptions& o);
 
+// The drafter as a benchmark's header names it ("mtp", "oracle rate 0.8 seed 1 cost mtp").
+std::string drafter_signature(DraftKind draft, const OracleSpec& oracle, DraftCost cost);
+
 }  // namespace nextn::bench

@@ -455,6 +455,48 @@ class Drain(unittest.TestCase):
         self.assertIn("0 request(s) cut", log)
 
 
+def metric(text, name):
+    m = re.search(r"^" + re.escape(name) + r" (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+class EngineSteps(unittest.TestCase):
+    """Issue 23's CPU check: `serve --max-batch 8 --draft mtp` answers 12 concurrent greedy requests
+    exactly as their solo `nextn generate --draft mtp` runs, with one LM-head launch per engine step."""
+
+    def test_twelve_concurrent_greedy_requests_equal_solo_runs_one_head_launch_per_step(self):
+        prompts = PROMPTS + ["def add(a, b):", "import sys\n", "return ", "if x > 0:"]
+        self.assertEqual(len(prompts), 12)
+        n = 24
+        solo = {p: generate(p, n, flags=["--draft", "mtp"]) for p in prompts}
+        server = Server("--draft", "mtp", "--max-batch", "8")
+        try:
+            client = server.client(max_retries=0)
+            before = server.get("/metrics")[1]
+            barrier = threading.Barrier(len(prompts))
+
+            def ask(p):
+                barrier.wait()  # all twelve arrive together: eight run, four queue and join as slots free
+                return client.completions.create(model=server.model, prompt=p, max_tokens=n, temperature=0)
+            with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+                answers = dict(zip(prompts, pool.map(ask, prompts)))
+            after = server.get("/metrics")[1]
+            for p in prompts:
+                g = solo[p]
+                want = g["text"] if g["stats"]["stop"] == "budget" else expected_text(p, n)
+                self.assertEqual(answers[p].choices[0].text, want, p)
+            d = {k: metric(after, k) - (metric(before, k) or 0) for k in
+                 ("nextn_engine_steps_total", "nextn_lm_head_launches_total", "nextn_mtp_forward_launches_total")}
+            self.assertGreater(d["nextn_engine_steps_total"], 0)
+            self.assertEqual(d["nextn_lm_head_launches_total"], d["nextn_engine_steps_total"], after)
+            self.assertLessEqual(d["nextn_mtp_forward_launches_total"], d["nextn_engine_steps_total"], after)
+            # Steps served several requests at once: the histogram's "1 sequence" bucket holds fewer than all.
+            ones = float(re.search(r'^nextn_step_sequences_bucket\{le="1"\} (\S+)$', after, re.M).group(1))
+            self.assertLess(ones, metric(after, "nextn_step_sequences_count"))
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
 class Load(unittest.TestCase):
     def test_concurrent_streams_lose_nothing(self):
         server = Server("--draft", "mtp")
