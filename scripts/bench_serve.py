@@ -7,8 +7,10 @@ generate at once), warms it with one request, then runs `reps` x S greedy
 streams of `-n` tokens (ignore_eos) from S client threads. Prints the total
 tokens/s (all tokens over the wall time), the mean per-stream tokens/s (each
 stream's tokens over its own duration, queueing included), the mean time to
-the first token, and how many requests the engine's target forwards served on
-average (nextn_batch_sequences from /metrics; 1.0: no forward was shared).
+the first token, how many requests the engine's steps served on average
+(nextn_step_sequences from /metrics; 1.0: no step was shared), and the
+LM-head and MTP draft launches per step (1.0 head launch per step: the
+head ran once for all the step's requests).
 
     scripts/bench_serve.py [--nextn build/nextn] [--streams 1,4,16,32] [--drafts none,mtp] [-n 64] [--reps 1]
                            [--max-batch B] [--threads T] [--model DIR] [--backend cpu|cuda] [--json out.json]
@@ -68,15 +70,19 @@ def run(args, draft, streams):
         total = sum(r[0] for r in results)
         per_stream = sum(r[0] / r[1] for r in results) / len(results)
         ttft = sum(r[2] for r in results) / len(results)
-        forwards = metric(after, "nextn_batch_sequences_count") - metric(before, "nextn_batch_sequences_count")
-        served = metric(after, "nextn_batch_sequences_sum") - metric(before, "nextn_batch_sequences_sum")
+        def delta(name):
+            return metric(after, name) - metric(before, name)
+        steps = delta("nextn_step_sequences_count")
+        served = delta("nextn_step_sequences_sum")
         row = {"draft": draft, "streams": streams, "max_batch": max_batch, "tokens": total, "wall_s": wall,
                "total_tokens_per_s": total / wall, "per_stream_tokens_per_s": per_stream, "mean_ttft_s": ttft,
-               "requests_per_forward": served / forwards if forwards else 0.0}
+               "engine_steps": steps, "requests_per_step": served / steps if steps else 0.0,
+               "lm_head_launches_per_step": delta("nextn_lm_head_launches_total") / steps if steps else 0.0,
+               "mtp_draft_launches_per_step": delta("nextn_mtp_draft_launches_total") / steps if steps else 0.0}
         print(f"draft {draft:4s} streams {streams:2d} max-batch {max_batch:2d}: total {total / wall:7.1f} tok/s, "
               f"per stream {per_stream:6.1f} tok/s, first token {ttft * 1000:6.0f} ms, "
-              f"{row['requests_per_forward']:4.1f} requests per forward ({len(results)} streams of {args.n} tokens)",
-              flush=True)
+              f"{row['requests_per_step']:4.1f} requests per step, {row['lm_head_launches_per_step']:4.1f} head "
+              f"launches per step ({len(results)} streams of {args.n} tokens)", flush=True)
         return row
     finally:
         proc.terminate()
