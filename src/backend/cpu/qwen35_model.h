@@ -1,0 +1,175 @@
+// Private to the CPU Qwen3.5 runtime (qwen35.cpp: weights, trunk, rollback;
+// qwen35_mtp.cpp: LM head, MTP head, the group's step calls): the model
+// every sequence of a group shares and the one-sequence runtime over it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/head.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/qwen35.h"
+#include "core/fault.h"
+#include "core/thread_pool.h"
+#include "io/config.h"
+#include "model/batch_runtime.h"
+
+namespace nextn {
+class Qwen35Checkpoint;
+namespace cpu_qwen35 {
+
+using cpu::Matrix;
+using MatrixPtr = std::shared_ptr<Matrix>;
+
+struct AttentionWeights {
+  MatrixPtr q, k, v, o;
+  std::vector<float> q_norm, k_norm;
+};
+
+struct GdnWeights {
+  MatrixPtr qkv, z, b, a, out;
+  std::vector<float> conv;  // [conv_dim][kernel]
+  std::vector<float> a_log, dt_bias, norm;
+};
+
+struct LayerWeights {
+  bool full = false;
+  std::vector<float> input_norm, post_norm;
+  AttentionWeights attn;
+  GdnWeights gdn;
+  MatrixPtr gate, up, down;
+};
+
+// Left uninitialised: a row is written before it is read, so the pages of
+// a slot's positions it never reaches cost no memory.
+struct KvCache {
+  std::unique_ptr<float[]> k, v;  // [max_tokens][kv_heads][head_dim]
+};
+
+struct GdnState {
+  std::vector<float> conv;  // [kernel-1][conv_dim]: pre-conv rows, oldest first
+  std::vector<float> S;     // [v_heads][dk][dv]
+  // What rollback needs from the last forward. The snapshot is taken only
+  // for forwards of more than one token: rollback of a one-token forward
+  // keeps it whole.
+  std::vector<float> conv_before, S_before;  // snapshot
+  std::vector<float> mixed;                  // [T][conv_dim] pre-conv rows
+  std::vector<float> q, k, v, g, beta;       // recurrence inputs per token
+};
+
+// One sequence's rows inside a layer call over the rows of several
+// sequences: rows [row0, row0 + T) of the call, at positions pos.. of that
+// sequence, whose caches for this layer are kv (attention) or gdn (GDN).
+struct Segment {
+  KvCache* kv = nullptr;
+  GdnState* gdn = nullptr;
+  int pos = 0, row0 = 0, T = 0;
+};
+
+// What every sequence of a group shares: the config, the weights and the
+// thread pool. Layer calls take the rows of one or more sequences: the
+// matrix products run over all of them at once (each output element is one
+// dot(), so a row's values do not depend on its neighbours), attention and
+// the GDN recurrence per sequence.
+struct CpuModel {
+  CpuModel(const Qwen35Checkpoint& ckpt, const CpuRuntimeOptions& options);
+
+  void embed(const int32_t* tokens, int T, float* x) const;
+  void check_tokens(std::span<const int32_t> tokens) const;
+  void decoder_layer(const LayerWeights& L, std::span<const Segment> segs, int N, float* x);
+  void attention(const AttentionWeights& W, std::span<const Segment> segs, int N, const float* xn, float* out);
+  void gdn_mixer(const GdnWeights& W, std::span<const Segment> segs, int N, const float* xn, float* out);
+  // One token of the recurrence for value heads [h0, h1).
+  void gdn_step(GdnState& st, int h0, int h1, const float* q, const float* k, const float* v, const float* g,
+                const float* beta, float* o) const;
+  void mlp(const LayerWeights& L, int N, const float* xn, float* out);
+  // Output rows [0, rows) of w (-1: all).
+  void matmul(const Matrix& w, const float* x, int T, float* y, int64_t rows = -1) {
+    cpu::matmul(w, x, T, y, 0, rows, &pool, min_chunk_work);
+  }
+  cpu::HeadThreads head_threads() { return {&pool, min_chunk_work}; }
+
+  Qwen35Config cfg;
+  ThreadPool pool;
+  int64_t min_chunk_work;
+  Fault fault = Fault::None;  // NEXTN_FAULT, read once at construction
+  MatrixPtr embed_tokens, lm_head;
+  std::vector<float> final_norm;
+  std::vector<LayerWeights> layers;
+  // MTP head
+  bool has_mtp = false;
+  MatrixPtr mtp_fc;
+  std::vector<float> mtp_norm_emb, mtp_norm_hid, mtp_norm;
+  LayerWeights mtp_layer;
+};
+
+// One sequence: its caches, states and counters over a shared CpuModel.
+class CpuQwen35 final : public ModelRuntime {
+ public:
+  CpuQwen35(std::shared_ptr<CpuModel> model, int max_tokens);
+
+  const Qwen35Config& config() const override { return m_->cfg; }
+  const char* backend_name() const override { return "cpu"; }
+  int target_length() const override { return length_; }
+  void target_forward(std::span<const int32_t> tokens) override;
+  void target_rollback(int keep) override;
+  void head_argmax(int first, int count, int width, int32_t* out) override;
+  void head_argmax_fused(int first, int count, int32_t* out) override;
+  int head_walk(std::span<const int32_t> drafts, int32_t* out) override;
+  void head_logits(int row, float* out) override;
+  HeadWork head_work() const override { return head_work_; }
+  void reset() override;
+  MtpWork mtp_work() const override { return mtp_work_; }
+  int mtp_length() const override { return mtp_length_; }
+  void mtp_forward(std::span<const int32_t> next_tokens, int first_row) override;
+  void mtp_step(int32_t token) override;
+  void mtp_argmax(int count, int32_t* out) override;
+  void mtp_logits(float* out) override;
+  void mtp_rollback(int length) override;
+  int draft_vocab() const override { return draft_vocab_; }
+  void set_draft_vocab(int n) override { draft_vocab_ = effective_draft_vocab(n, m_->cfg.vocab_size); }
+
+  const CpuModel* model() const { return m_.get(); }
+  // target_forward(tokens[i]) on seqs[i], one trunk forward over all rows;
+  // every sequence is checked before any changes.
+  static void forward_together(std::span<CpuQwen35* const> seqs, std::span<const std::span<const int32_t>> tokens);
+  // The group's step calls (model/batch_runtime.h), one projection or MTP
+  // layer call for all the sequences.
+  static void head_argmax_together(std::span<CpuQwen35* const> seqs, std::span<const SequenceRows> rows, int32_t* out);
+  static void mtp_forward_together(std::span<CpuQwen35* const> seqs,
+                                   std::span<const std::span<const int32_t>> next_tokens);
+  static void mtp_draft_together(std::span<CpuQwen35* const> seqs, std::span<const int> n, int32_t* out,
+                                 StepWork& work);
+
+ private:
+  void check_forward(std::span<const int32_t> tokens) const;
+  void check_mtp_forward(std::span<const int32_t> next_tokens, int first_row) const;
+  // The MTP layer over several sequences' new entries: tokens[s] paired with
+  // the rows at hidden[s] ([n][H]), appended to seqs[s]'s MTP cache.
+  static void mtp_run(std::span<CpuQwen35* const> seqs, std::span<const std::span<const int32_t>> tokens,
+                      std::span<const float* const> hidden);
+  // Argmax over each sequence's draft vocabulary of its last MTP entry, one
+  // projection for all: into *out[s].
+  static void mtp_argmax_last(std::span<CpuQwen35* const> seqs, std::span<int32_t* const> out);
+
+  std::shared_ptr<CpuModel> m_;
+  int max_tokens_;
+  std::vector<KvCache> kv_;    // per layer (attention layers only)
+  std::vector<GdnState> gdn_;  // per layer (GDN layers only)
+  int length_ = 0;
+  int forward_start_ = 0;  // length before the last target_forward
+  int last_T_ = 0;         // rows of the last target_forward still in the caches
+  std::vector<float> hidden_;  // [last_T][H], post final norm
+  HeadWork head_work_;         // counted by the head ops (backend/cpu/head.h)
+  MtpWork mtp_work_;           // counted in mtp_run / mtp_step / mtp_argmax
+  KvCache mtp_kv_;
+  int mtp_length_ = 0;
+  int mtp_last_n_ = 0;
+  std::vector<float> mtp_hidden_;  // [last n][H], post mtp.norm
+  int draft_vocab_;                // the MTP projections cover ids [0, draft_vocab_)
+};
+
+}  // namespace cpu_qwen35
+}  // namespace nextn
