@@ -1,31 +1,33 @@
 // Shared by the draft-vocabulary tests (tests/test_draft_vocab.cpp,
-// tests/test_cuda_draft_vocab.cpp): the MTP drafter keeping every token it
-// proposed, the options of an MTP run, and a prompt for the shipped model.
+// tests/test_cuda_draft_vocab.cpp): the product's head stage keeping every
+// draft the engine step verified, the options of an MTP run, and a prompt
+// for the shipped model.
 #pragma once
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "speculative/drafter.h"
-#include "speculative/generate.h"
+#include "engine/generate.h"
+#include "engine/head_stage.h"
 
 namespace nextn::test {
 
-class RecordingMtpDrafter final : public Drafter {
+// The engine step's head (engine/head_stage.h): BatchedHead, the product's,
+// recording the drafts of every verify round it is handed. With draft mtp
+// these are the MTP head's drafts as the step chained them
+// (SequenceGroup::mtp_draft_together); pass it as generate()'s head.
+class RecordingHead final : public HeadStage {
  public:
-  explicit RecordingMtpDrafter(ModelRuntime& rt) : inner_(rt) {}
-  const char* name() const override { return "mtp"; }
-  void begin(std::span<const int32_t> p, int32_t first) override { inner_.begin(p, first); }
-  void propose(int n, std::vector<int32_t>& out) override {
-    inner_.propose(n, out);
-    proposed.insert(proposed.end(), out.begin(), out.end());
+  void pick(SequenceGroup& group, std::span<const HeadPick> picks) override {
+    for (const HeadPick& p : picks)
+      if (p.verify) proposed.insert(proposed.end(), p.drafts.begin(), p.drafts.end());
+    inner_.pick(group, picks);
   }
-  void commit(std::span<const int32_t> d, int a, int32_t next) override { inner_.commit(d, a, next); }
   std::vector<int32_t> proposed;  // every draft, in order
 
  private:
-  MtpDrafter inner_;
+  BatchedHead inner_;
 };
 
 // Greedy MTP speculation: `tokens` new tokens, block size K, drafts over

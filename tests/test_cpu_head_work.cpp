@@ -8,11 +8,12 @@
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "bench/verify_arms.h"
 #include "core/error.h"
 #include "fixture_util.h"
 #include "io/checkpoint.h"
 #include "model/runtime.h"
-#include "speculative/generate.h"
+#include "engine/generate.h"
 
 namespace nextn {
 namespace {
@@ -109,16 +110,16 @@ TEST_P(CpuHeadWork, ResetEqualsAFreshRuntimeAndClearsTheCounters) {
   GenerateOptions o;
   o.max_new_tokens = 20;
   o.block_size = 4;
-  o.verify = VerifyArm::Walk;
   o.ignore_eos = true;
   o.draft = ck.mtp_layers() > 0 ? DraftKind::Mtp : DraftKind::None;
+  ArmChoice walk;  // the walk arm at the engine step's head (bench/verify_arms.h)
+  walk.arm = VerifyArm::Walk;
   auto fresh = make_runtime(ck, BackendKind::Cpu, 64);
-  const auto want = generate(*fresh, ref.prompt, o);
+  const auto want = generate_verify_arm(*fresh, ref.prompt, o, walk);
   auto rt = make_runtime(ck, BackendKind::Cpu, 64);
   GenerateOptions other = o;  // a different run first, to leave state behind
   other.block_size = 3;
-  other.verify = VerifyArm::Batched;
-  generate(*rt, ref.prompt, other);
+  generate(*rt, ref.prompt, other);  // the product's batched head
   EXPECT_GT(rt->head_work().head_calls, 0);
   rt->reset();
   EXPECT_EQ(rt->target_length(), 0);
@@ -126,7 +127,7 @@ TEST_P(CpuHeadWork, ResetEqualsAFreshRuntimeAndClearsTheCounters) {
   EXPECT_EQ(rt->head_work().head_calls, 0);
   EXPECT_EQ(rt->head_work().rows_projected, 0);
   EXPECT_EQ(rt->mtp_work().entries, 0);
-  const auto got = generate(*rt, ref.prompt, o);
+  const auto got = generate_verify_arm(*rt, ref.prompt, o, walk);
   EXPECT_EQ(got.tokens, want.tokens);
   EXPECT_EQ(got.stats.counters.accepted_at, want.stats.counters.accepted_at);
   EXPECT_EQ(got.stats.counters.walk_rows, want.stats.counters.walk_rows);

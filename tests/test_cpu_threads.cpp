@@ -8,12 +8,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <utility>
 
 #include "backend/cpu/qwen35.h"
+#include "bench/verify_arms.h"
 #include "fixture_util.h"
 #include "io/checkpoint.h"
 #include "model/runtime.h"
-#include "speculative/generate.h"
+#include "engine/generate.h"
 
 namespace nextn {
 namespace {
@@ -69,15 +72,20 @@ Outputs run_at(const Qwen35Checkpoint& ckpt, const test::Reference& ref, int thr
     out.greedy = greedy_generate(*rt, ref.prompt, 24, /*ignore_eos=*/true).tokens;
   }
   if (ckpt.mtp_layers() > 0) {
-    for (const auto& [K, arm] : {std::pair{3, VerifyArm::Batched}, {4, VerifyArm::Walk}, {5, VerifyArm::Fused}}) {
+    // The product's head (BatchedHead; nullopt) at K = 3, then verify arms at the engine step's head.
+    const std::pair<int, std::optional<VerifyArm>> runs[] = {
+        {3, std::nullopt}, {3, VerifyArm::Batched}, {4, VerifyArm::Walk}, {5, VerifyArm::Fused}};
+    for (const auto& [K, arm] : runs) {
       GenerateOptions o;
       o.max_new_tokens = 24;
       o.draft = DraftKind::Mtp;
       o.block_size = K;
-      o.verify = arm;
       o.ignore_eos = true;
       auto rt = factory(runtime_capacity(n, 24, K));
-      out.speculative.push_back(generate(*rt, ref.prompt, o).tokens);
+      ArmChoice choice;
+      if (arm) choice.arm = *arm;
+      out.speculative.push_back(
+          (arm ? generate_verify_arm(*rt, ref.prompt, o, choice) : generate(*rt, ref.prompt, o)).tokens);
     }
   }
   return out;

@@ -144,7 +144,7 @@ TEST_P(CudaBatch, AnErrorInOneSequenceChangesNone) {
   EXPECT_EQ(cuda::live_count(), base) << "a destroyed group or sequence left objects behind";
 }
 
-TEST_P(CudaBatch, ScheduledGenerationsEqualSoloRuns) {
+TEST_P(CudaBatch, SteppedGenerationsEqualSoloRuns) {
   NEXTN_REQUIRE_GPU();
   const auto ck = Qwen35Checkpoint::open(GetParam());
   const auto ref = test::load_reference(GetParam());

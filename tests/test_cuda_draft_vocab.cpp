@@ -24,7 +24,7 @@
 #include "io/checkpoint.h"
 #include "io/synthetic.h"
 #include "draft_vocab_util.h"
-#include "speculative/generate.h"
+#include "engine/generate.h"
 #include "test_cuda_util.h"
 #endif
 
@@ -179,7 +179,7 @@ TEST(CudaDraftVocab, LogitsArgmaxAndTheDeviceChainHonourTheSubset) {
   std::filesystem::remove_all(testing::TempDir() + tmp_name);
 }
 
-using test::RecordingMtpDrafter;
+using test::RecordingHead;
 
 TEST(CudaDraftVocab, DraftsStayInsideTheSubsetWhereTheWholeVocabularyLeavesIt) {
   NEXTN_REQUIRE_GPU();
@@ -189,9 +189,10 @@ TEST(CudaDraftVocab, DraftsStayInsideTheSubsetWhereTheWholeVocabularyLeavesIt) {
   constexpr int N = 1024;
   for (int n : {0, N}) {
     rt->reset();
-    rt->set_draft_vocab(n);
-    RecordingMtpDrafter d(*rt);
-    (void)speculative_generate(*rt, d, prompt, test::mtp_options(32, 4, 0));
+    RecordingHead d;  // the drafts the engine step verified (draft mtp sets the runtime's draft vocabulary to n)
+    const auto r = generate(*rt, prompt, test::mtp_options(32, 4, n), nullptr, &d);
+    EXPECT_EQ(rt->draft_vocab(), n == 0 ? rt->vocab() : n);
+    EXPECT_EQ(int64_t(d.proposed.size()), r.stats.counters.drafted);
     ASSERT_FALSE(d.proposed.empty());
     const bool outside = std::any_of(d.proposed.begin(), d.proposed.end(), [](int32_t t) { return t >= N; });
     if (n == 0)

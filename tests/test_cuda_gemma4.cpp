@@ -33,9 +33,9 @@
 #include "gemma4_synthetic_util.h"
 #include "io/gemma4_checkpoint.h"
 #include "model/gemma4_target.h"
+#include "bench/verify_arms.h"
+#include "engine/generate.h"
 #include "speculative/gemma4_drafter.h"
-#include "speculative/generate.h"
-#include "speculative/verify.h"
 #include "test_cuda_util.h"
 
 namespace nextn {
@@ -314,6 +314,15 @@ TEST_P(CudaGemma4, TargetViewMatchesTheCpuRuntimeFp32) {
   EXPECT_EQ(a, b) << "scaled_embedding";
 }
 
+// A verify arm at the engine step's head (bench/verify_arms.h): the pad arm
+// at its default width for K.
+ArmChoice arm_choice(VerifyArm arm, int K) {
+  ArmChoice c;
+  c.arm = arm;
+  if (arm == VerifyArm::Pad) c.pad_width = resolve_pad_width(K, 0);
+  return c;
+}
+
 // Speculative == greedy on CUDA for K = 2..16 x every verify arm, in every
 // mode the fixture's shapes allow; the drafts come from the CPU assistant
 // reading the CUDA target, or from an oracle.
@@ -336,19 +345,20 @@ void check_speculative_equals_greedy(const std::string& dir, bool assistant) {
       for (VerifyArm arm : {VerifyArm::Batched, VerifyArm::Walk, VerifyArm::Pad, VerifyArm::Fused}) {
         GenerateOptions o = g;
         o.block_size = K;
-        o.verify = arm;
-        if (arm == VerifyArm::Pad) o.pad_width = resolve_pad_width(K, 0);
+        ArmHeadStage head(arm_choice(arm, K));
         GenerateResult r;
         if (assistant) {
-          r = generate_with_assistant(factory, ref.assistant(), ref.prompt, o, 2);
+          r = generate_with_assistant(factory, ref.assistant(), ref.prompt, o, 2, &head);
           EXPECT_EQ(r.stats.draft, "assistant");
         } else {
           o.draft = DraftKind::Oracle;
           o.oracle.accept_rate = 0.7;
           o.oracle.seed = uint64_t(K * 131 + int(arm));
-          r = generate_fresh(factory, ref.prompt, o);
+          r = generate_fresh(factory, ref.prompt, o, &head);
         }
+        head.label(r.stats);
         ASSERT_EQ(r.tokens, truth) << mode.name() << " K=" << K << " arm " << verify_arm_name(arm);
+        EXPECT_EQ(r.stats.counters.verify_chosen, verify_arm_name(arm));
         const auto v = counter_violations(r.stats.counters);
         EXPECT_TRUE(v.empty()) << (v.empty() ? "" : v.front()) << " K=" << K << " arm " << verify_arm_name(arm);
         accepted += r.stats.counters.accepted;
@@ -414,14 +424,13 @@ void expect_speculative_equals(const std::vector<int32_t>& truth, const RuntimeF
     for (VerifyArm arm : {VerifyArm::Batched, VerifyArm::Walk, VerifyArm::Pad, VerifyArm::Fused}) {
       GenerateOptions o = g;
       o.block_size = K;
-      o.verify = arm;
-      if (arm == VerifyArm::Pad) o.pad_width = resolve_pad_width(K, 0);
-      const GenerateResult with_assistant = generate_with_assistant(factory, assistant_dir, prompt, o, 2);
+      ArmHeadStage head(arm_choice(arm, K));
+      const GenerateResult with_assistant = generate_with_assistant(factory, assistant_dir, prompt, o, 2, &head);
       EXPECT_EQ(with_assistant.tokens, truth) << mode.name() << " assistant K=" << K << " " << verify_arm_name(arm);
       o.draft = DraftKind::Oracle;
       o.oracle.accept_rate = 0.7;
       o.oracle.seed = uint64_t(K);
-      EXPECT_EQ(generate_fresh(factory, prompt, o).tokens, truth)
+      EXPECT_EQ(generate_fresh(factory, prompt, o, &head).tokens, truth)
           << mode.name() << " oracle K=" << K << " " << verify_arm_name(arm);
     }
   }

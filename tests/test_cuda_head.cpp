@@ -17,10 +17,11 @@
 #include <vector>
 
 #include "backend/cuda/qwen35.h"
+#include "bench/verify_arms.h"
 #include "core/dtype.h"
 #include "fixture_util.h"
 #include "io/checkpoint.h"
-#include "speculative/generate.h"
+#include "engine/generate.h"
 #include "test_cuda_util.h"
 
 namespace nextn {
@@ -195,11 +196,18 @@ GenerateOptions walk_options(int K, int n, bool mtp) {
   o.max_new_tokens = n;
   o.ignore_eos = true;
   o.block_size = K;
-  o.verify = VerifyArm::Walk;
   o.draft = mtp ? DraftKind::Mtp : DraftKind::Oracle;
   o.oracle.accept_rate = 0.7;
   o.oracle.seed = uint64_t(K * 131 + n);
   return o;
+}
+
+// generate() with the walk arm at the engine step's head (bench/verify_arms.h).
+GenerateResult generate_walk(ModelRuntime& rt, std::span<const int32_t> prompt, const GenerateOptions& o,
+                             const std::vector<int32_t>* truth) {
+  ArmChoice walk;
+  walk.arm = VerifyArm::Walk;
+  return generate_verify_arm(rt, prompt, o, walk, truth);
 }
 
 // Speculative == greedy with the walk, both variants (and under the runtime
@@ -226,8 +234,9 @@ TEST_P(CudaHead, WalkEqualsGreedyInBothVariants) {
       for (int n : {K - 1, K + 1, 24}) {
         probe.reset();
         const std::vector<int32_t> want(greedy.begin(), greedy.begin() + n);
-        const auto r = generate(probe, ref.prompt, walk_options(K, n, mtp), &want);
+        const auto r = generate_walk(probe, ref.prompt, walk_options(K, n, mtp), &want);
         EXPECT_EQ(r.tokens, want) << m.walk << (m.fault ? " fault" : "") << " K=" << K << " n=" << n;
+        EXPECT_EQ(r.stats.counters.verify_chosen, "walk");
         ++runs;
       }
     }
@@ -256,12 +265,12 @@ TEST_P(CudaHead, ResetEqualsFresh) {
     const Mode m{false, "while", false, graphs};
     auto fresh = make_rt(ck, cap, m);
     const auto o = walk_options(4, 24, mtp);
-    const auto want = generate(*fresh, ref.prompt, o, &greedy);
+    const auto want = generate_walk(*fresh, ref.prompt, o, &greedy);
     const HeadWork want_work = fresh->head_work();
     EXPECT_EQ(want.tokens, greedy);
 
     auto used = make_rt(ck, cap, m);
-    (void)generate(*used, ref.prompt, walk_options(8, 20, mtp), &greedy);
+    (void)generate_walk(*used, ref.prompt, walk_options(8, 20, mtp), &greedy);
     used->reset();
     (void)greedy_generate(*used, ref.prompt, 24, true);
     used->reset();
@@ -271,7 +280,7 @@ TEST_P(CudaHead, ResetEqualsFresh) {
     EXPECT_EQ(zero.last_path, HeadPath::None);
     EXPECT_EQ(used->target_length(), 0);
     EXPECT_EQ(used->mtp_length(), 0);
-    const auto got = generate(*used, ref.prompt, o, &greedy);
+    const auto got = generate_walk(*used, ref.prompt, o, &greedy);
     EXPECT_EQ(got.tokens, want.tokens);
     const HeadWork w = used->head_work();
     EXPECT_EQ(w.rows_projected, want_work.rows_projected);

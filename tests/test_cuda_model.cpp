@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -27,10 +28,11 @@
 #include "fixture_util.h"
 #ifdef NEXTN_HAVE_CUDA
 #include "backend/cuda/qwen35.h"
+#include "bench/verify_arms.h"
 #include "io/checkpoint.h"
 #include "io/synthetic.h"
 #include "runtime_contract.h"
-#include "speculative/generate.h"
+#include "engine/generate.h"
 #include "test_cuda_util.h"
 #endif
 
@@ -215,7 +217,22 @@ TEST_P(CudaModel, GreedyMatchesReferenceInFp32Mode) {
   EXPECT_EQ(r.tokens, ref.greedy);
 }
 
-// Speculative == greedy on CUDA, byte for byte, every K x arm x budget.
+// generate_fresh (engine/generate.h) with a verify arm at the engine step's
+// head (bench/verify_arms.h: the pad arm at the default width for the block
+// size), the stats labelled with the arm as bench verify labels them.
+GenerateResult generate_fresh_arm(const RuntimeFactory& factory, std::span<const int32_t> prompt,
+                                  const GenerateOptions& o, VerifyArm arm) {
+  ArmChoice choice;
+  choice.arm = arm;
+  if (arm == VerifyArm::Pad) choice.pad_width = resolve_pad_width(o.block_size, 0);
+  ArmHeadStage head(choice);
+  GenerateResult r = generate_fresh(factory, prompt, o, &head);
+  head.label(r.stats);
+  return r;
+}
+
+// Speculative == greedy on CUDA, byte for byte, every K x head x budget: the
+// product's head (BatchedHead) and every verify arm.
 void check_spec_equals_greedy(const std::string& dir, ActMode mode, const std::vector<int>& ks) {
   const auto ref = test::load_reference(dir);
   const auto ck = Qwen35Checkpoint::open(dir);
@@ -228,24 +245,27 @@ void check_spec_equals_greedy(const std::string& dir, ActMode mode, const std::v
   const bool mtp = ck.mtp_layers() > 0;
   int runs = 0;
   for (int K : ks) {
-    for (VerifyArm arm : {VerifyArm::Batched, VerifyArm::Walk, VerifyArm::Pad, VerifyArm::Fused}) {
+    for (std::optional<VerifyArm> arm : {std::optional<VerifyArm>{}, std::optional{VerifyArm::Batched},
+                                         std::optional{VerifyArm::Walk}, std::optional{VerifyArm::Pad},
+                                         std::optional{VerifyArm::Fused}}) {
+      const char* head = arm ? verify_arm_name(*arm) : "product";
       for (int n : {K - 1, K, K + 1, 24}) {
         GenerateOptions o;
         o.max_new_tokens = n;
         o.ignore_eos = true;
         o.block_size = K;
-        o.verify = arm;
         o.draft = mtp ? DraftKind::Mtp : DraftKind::Oracle;
         if (!mtp) {
           o.oracle.accept_rate = 0.7;
           o.oracle.seed = uint64_t(K * 131 + n);
         }
-        if (arm == VerifyArm::Pad) o.pad_width = resolve_pad_width(K, 0);
-        const auto r = generate_fresh(factory, ref.prompt, o);
+        const auto r = arm ? generate_fresh_arm(factory, ref.prompt, o, *arm) : generate_fresh(factory, ref.prompt, o);
         const std::vector<int32_t> want(greedy.begin(), greedy.begin() + n);
-        EXPECT_EQ(r.tokens, want) << mode.name() << " K=" << K << " arm " << verify_arm_name(arm) << " n=" << n;
+        EXPECT_EQ(r.tokens, want) << mode.name() << " K=" << K << " head " << head << " n=" << n;
         const auto v = counter_violations(r.stats.counters);
-        EXPECT_TRUE(v.empty()) << (v.empty() ? "" : v.front()) << " K=" << K << " arm " << verify_arm_name(arm);
+        EXPECT_TRUE(v.empty()) << (v.empty() ? "" : v.front()) << " K=" << K << " head " << head;
+        EXPECT_EQ(r.stats.counters.verify_chosen, arm ? verify_arm_name(*arm) : "batched")
+            << " K=" << K << " head " << head;
         ++runs;
       }
     }
@@ -286,20 +306,20 @@ TEST(CudaModelStreamed, SpeculativeEqualsGreedyQ4) {
   const auto greedy = generate_fresh(factory, prompt, g).tokens;
   ASSERT_EQ(greedy.size(), 40u);
   for (int K : {2, 3, 4, 5, 8, 16, 33}) {
-    for (VerifyArm arm : {VerifyArm::Batched, VerifyArm::Walk, VerifyArm::Pad, VerifyArm::Fused}) {
+    for (std::optional<VerifyArm> arm : {std::optional<VerifyArm>{}, std::optional{VerifyArm::Batched},
+                                         std::optional{VerifyArm::Walk}, std::optional{VerifyArm::Pad},
+                                         std::optional{VerifyArm::Fused}}) {
       for (int n : {K - 1, K, 40}) {
         GenerateOptions o;
         o.max_new_tokens = n;
         o.ignore_eos = true;
         o.block_size = K;
-        o.verify = arm;
         o.draft = DraftKind::Oracle;
         o.oracle.accept_rate = 0.7;
         o.oracle.seed = uint64_t(K * 7 + n);
-        if (arm == VerifyArm::Pad) o.pad_width = resolve_pad_width(K, 0);
-        const auto r = generate_fresh(factory, prompt, o);
+        const auto r = arm ? generate_fresh_arm(factory, prompt, o, *arm) : generate_fresh(factory, prompt, o);
         const std::vector<int32_t> want(greedy.begin(), greedy.begin() + std::min<long>(n, 40));
-        EXPECT_EQ(r.tokens, want) << "K=" << K << " arm " << verify_arm_name(arm) << " n=" << n;
+        EXPECT_EQ(r.tokens, want) << "K=" << K << " head " << (arm ? verify_arm_name(*arm) : "product") << " n=" << n;
       }
     }
   }

@@ -22,9 +22,10 @@
 #ifdef NEXTN_HAVE_CUDA
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/qwen35.h"
+#include "bench/verify_arms.h"
 #include "io/checkpoint.h"
 #include "io/synthetic.h"
-#include "speculative/generate.h"
+#include "engine/generate.h"
 #include "test_cuda_util.h"
 
 namespace nextn {
@@ -50,6 +51,20 @@ std::vector<int32_t> long_prompt(int n, int vocab) {
   return p;
 }
 
+// generate_fresh (engine/generate.h) with a verify arm at the engine step's
+// head (bench/verify_arms.h: the pad arm at the default width for the block
+// size), the stats labelled with the arm as bench verify labels them.
+GenerateResult generate_fresh_arm(const RuntimeFactory& factory, std::span<const int32_t> prompt,
+                                  const GenerateOptions& o, VerifyArm arm) {
+  ArmChoice choice;
+  choice.arm = arm;
+  if (arm == VerifyArm::Pad) choice.pad_width = resolve_pad_width(o.block_size, 0);
+  ArmHeadStage head(choice);
+  GenerateResult r = generate_fresh(factory, prompt, o, &head);
+  head.label(r.stats);
+  return r;
+}
+
 TEST(CudaPrefill, LongPromptSpeculativeEqualsGreedy) {
   NEXTN_REQUIRE_GPU();
   const auto ck = Qwen35Checkpoint::open(stream_checkpoint());
@@ -65,12 +80,14 @@ TEST(CudaPrefill, LongPromptSpeculativeEqualsGreedy) {
     for (VerifyArm arm : {VerifyArm::Batched, VerifyArm::Walk, VerifyArm::Pad, VerifyArm::Fused}) {
       GenerateOptions o = g;
       o.block_size = K;
-      o.verify = arm;
       o.draft = DraftKind::Oracle;
       o.oracle.accept_rate = 0.7;
       o.oracle.seed = uint64_t(K);
-      if (arm == VerifyArm::Pad) o.pad_width = resolve_pad_width(K, 0);
-      EXPECT_EQ(generate_fresh(factory, prompt, o).tokens, greedy) << "K=" << K << " arm " << verify_arm_name(arm);
+      EXPECT_EQ(generate_fresh_arm(factory, prompt, o, arm).tokens, greedy)
+          << "K=" << K << " arm " << verify_arm_name(arm);
+      if (arm == VerifyArm::Batched) {  // and the product's head
+        EXPECT_EQ(generate_fresh(factory, prompt, o).tokens, greedy) << "K=" << K << " product";
+      }
     }
     GenerateOptions m = g;
     m.block_size = K;

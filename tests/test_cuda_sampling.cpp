@@ -15,7 +15,7 @@
 #ifdef NEXTN_HAVE_CUDA
 #include "backend/cuda/qwen35.h"
 #include "io/checkpoint.h"
-#include "speculative/sampled_generate.h"
+#include "engine/generate.h"
 #include "test_cuda_util.h"
 #endif
 
@@ -77,20 +77,21 @@ TEST(CudaSampledSpeculative, SeedsReproduceAndCountersAreConsistent) {
   const auto ckpt = Qwen35Checkpoint::open(std::string(NEXTN_SOURCE_DIR) + "/models/default");
   auto rt = make_runtime(ckpt, BackendKind::Cuda, 256);
   const std::vector<int32_t> prompt = {1, 5, 9, 13};
-  SampledOptions o;
+  GenerateOptions o;  // temperature > 0: speculative sampling through the engine step
   o.max_new_tokens = 64;
   o.sampling = {.temperature = 0.8, .top_k = 50, .top_p = 0.95, .seed = 11};
   o.draft = DraftKind::Mtp;
   o.ignore_eos = true;
-  const auto a = sampled_generate(*rt, prompt, o);
+  const auto a = generate(*rt, prompt, o);
   rt->reset();
-  const auto b = sampled_generate(*rt, prompt, o);
+  const auto b = generate(*rt, prompt, o);
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_EQ(a.tokens.size(), 64u);
   const auto& c = a.stats.counters;
   EXPECT_GT(c.rounds, 0);
   EXPECT_LE(c.accepted, c.drafted);
   EXPECT_EQ(int64_t(a.tokens.size()), 1 + c.rounds + c.accepted);
+  EXPECT_EQ(c.verify_chosen, "sampled");
 }
 
 #endif  // NEXTN_HAVE_CUDA

@@ -28,8 +28,7 @@
 #include "draft_vocab_util.h"
 #include "engine_test_util.h"
 #include "server/engine.h"
-#include "speculative/generate.h"
-#include "speculative/sampled_generate.h"
+#include "engine/generate.h"
 #include "tokenizer/model_tokenizer.h"
 
 namespace nextn {
@@ -37,7 +36,7 @@ namespace {
 
 using test::kShippedCodePrompt;
 using test::kShippedModel;
-using test::RecordingMtpDrafter;
+using test::RecordingHead;
 
 std::vector<std::string> mtp_model_dirs() {
   std::vector<std::string> dirs;
@@ -78,12 +77,13 @@ TEST(DraftVocab, SpeculativeWithASubsetEqualsPlainGreedyForEveryK) {
   }
 }
 
-// Drafts of one generation on `rt` with draft vocabulary n (0: whole).
+// Drafts of one generation on `rt` with draft vocabulary n (0: whole), as
+// the engine step drafted and verified them.
 std::vector<int32_t> drafts_of(ModelRuntime& rt, const std::vector<int32_t>& prompt, int n, int tokens, int K) {
   rt.reset();
-  rt.set_draft_vocab(n);
-  RecordingMtpDrafter d(rt);
-  const auto r = speculative_generate(rt, d, prompt, test::mtp_options(tokens, K, 0));
+  RecordingHead d;
+  const auto r = generate(rt, prompt, test::mtp_options(tokens, K, n), nullptr, &d);
+  EXPECT_EQ(rt.draft_vocab(), n == 0 ? rt.vocab() : n);  // generate set it from the options
   EXPECT_EQ(int64_t(d.proposed.size()), r.stats.counters.drafted);
   return d.proposed;
 }
@@ -250,16 +250,18 @@ TEST(DraftVocabServe, TheEngineDraftsFromTheSubset) {
   const auto [text, accepted] = serve_alone(ckpt, t, req, N);
   EXPECT_EQ(text, text_of(ckpt, t, greedy));
   EXPECT_EQ(accepted, double(subset.stats.counters.accepted));
-  // Seeded sampling: the answer is sampled_generate's with the subset, draw for draw.
+  // Seeded sampling: the answer is generate()'s sampled run with the subset, draw for draw.
   req.sampling = {.temperature = 0.8, .top_k = 20, .seed = 7};
   req.seed_given = true;
-  SampledOptions so;
+  GenerateOptions so;
   so.max_new_tokens = 48;
   so.sampling = req.sampling;
   so.draft = DraftKind::Mtp;
   so.draft_vocab = N;
   rt->reset();
-  const auto sampled = sampled_generate(*rt, ids, so);
+  const auto sampled = generate(*rt, ids, so);
+  EXPECT_EQ(sampled.stats.counters.verify_chosen, "sampled");
+  EXPECT_EQ(sampled.stats.draft_vocab, N);
   EXPECT_EQ(serve_alone(ckpt, t, req, N).first, text_of(ckpt, t, sampled.tokens));
 }
 

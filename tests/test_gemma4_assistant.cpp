@@ -3,9 +3,13 @@
 // decoding with it: output identical to plain greedy for K = 2..16.
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "backend/cpu/gemma4.h"
 #include "backend/cpu/gemma4_assistant.h"
+#include "bench/verify_arms.h"
 #include "core/error.h"
+#include "engine/generate.h"
 #include "gemma4_fixture_util.h"
 #include "io/gemma4_checkpoint.h"
 #include "model/gemma4_target.h"
@@ -81,30 +85,41 @@ TEST_P(Gemma4AssistantFixture, SpeculativeWithTheAssistantEqualsGreedyForEveryBl
     o.max_new_tokens = n;
     o.block_size = K;
     o.ignore_eos = true;
-    o.verify = K % 2 ? VerifyArm::Walk : VerifyArm::Batched;
-    const GenerateResult r = generate_with_assistant(factory, ref.assistant(), ref.prompt, o, 2);
+    // Odd K through the walk arm (bench-only, at the engine step's head), even K the product's batched head.
+    ArmChoice choice;
+    choice.arm = K % 2 ? VerifyArm::Walk : VerifyArm::Batched;
+    ArmHeadStage head(choice);
+    GenerateResult r = generate_with_assistant(factory, ref.assistant(), ref.prompt, o, 2, &head);
+    head.label(r.stats);
     ASSERT_EQ(r.tokens, ref.long_greedy) << "K=" << K;
     EXPECT_EQ(r.stats.draft, "assistant");
     EXPECT_GT(r.stats.counters.drafted, 0);
+    EXPECT_EQ(r.stats.counters.verify_chosen, verify_arm_name(choice.arm)) << "K=" << K;
+    EXPECT_EQ(counter_violations(r.stats.counters), std::vector<std::string>{}) << "K=" << K;
   }
 }
 
-// Records what the drafter proposed at each target length.
+// What the drafter proposed at each target length.
+using Proposals = std::vector<std::pair<int, std::vector<int32_t>>>;
+
+// Records the inner drafter's proposals into `seen` (which outlives it: the
+// engine owns the drafter it is given).
 class Recording final : public Drafter {
  public:
-  explicit Recording(Drafter& inner, const ModelRuntime& rt) : inner_(inner), rt_(rt) {}
-  const char* name() const override { return inner_.name(); }
-  void begin(std::span<const int32_t> p, int32_t first) override { inner_.begin(p, first); }
+  Recording(std::unique_ptr<Drafter> inner, const ModelRuntime& rt, Proposals& seen)
+      : inner_(std::move(inner)), rt_(rt), seen_(seen) {}
+  const char* name() const override { return inner_->name(); }
+  void begin(std::span<const int32_t> p, int32_t first) override { inner_->begin(p, first); }
   void propose(int n, std::vector<int32_t>& out) override {
-    inner_.propose(n, out);
-    seen.push_back({rt_.target_length(), out});
+    inner_->propose(n, out);
+    seen_.push_back({rt_.target_length(), out});
   }
-  void commit(std::span<const int32_t> d, int a, int32_t next) override { inner_.commit(d, a, next); }
-  std::vector<std::pair<int, std::vector<int32_t>>> seen;
+  void commit(std::span<const int32_t> d, int a, int32_t next) override { inner_->commit(d, a, next); }
 
  private:
-  Drafter& inner_;
+  std::unique_ptr<Drafter> inner_;
   const ModelRuntime& rt_;
+  Proposals& seen_;
 };
 
 TEST_P(Gemma4AssistantFixture, EveryRoundDraftsWhatTransformersDraftsAfterThatPrefix) {
@@ -122,11 +137,13 @@ TEST_P(Gemma4AssistantFixture, EveryRoundDraftsWhatTransformersDraftsAfterThatPr
     o.block_size = K;
     o.ignore_eos = true;
     auto rt = make_cpu_gemma4_runtime(ck, runtime_capacity(int(ref.prompt.size()), o.max_new_tokens, K));
-    Gemma4AssistantDrafter inner(*rt, assistant);
-    Recording rec(inner, *rt);
-    const GenerateResult r = speculative_generate(*rt, rec, ref.prompt, o);
+    Proposals seen;
+    const GenerateResult r = generate_with_drafter(
+        *rt, std::make_unique<Recording>(std::make_unique<Gemma4AssistantDrafter>(*rt, assistant), *rt, seen),
+        ref.prompt, o);
     ASSERT_EQ(r.tokens, ref.greedy);
-    for (const auto& [length, drafts] : rec.seen) {
+    EXPECT_EQ(r.stats.draft, "assistant");
+    for (const auto& [length, drafts] : seen) {
       const auto it = std::find_if(ref.drafts.begin(), ref.drafts.end(),
                                    [&](const test::Gemma4Prefix& p) { return p.prefix_len == length; });
       if (it == ref.drafts.end()) continue;

@@ -11,10 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/gemma4.h"
+#include "bench/verify_arms.h"
 #include "cli_util.h"
 #include "gemma4_fixture_util.h"
 #include "io/gemma4_checkpoint.h"
-#include "speculative/generate.h"
+#include "engine/generate.h"
 
 namespace nextn {
 namespace {
@@ -134,14 +135,18 @@ TEST_P(Gemma4Fixture, OracleSpeculativeEqualsGreedyForEveryBlockSize) {
       GenerateOptions o;
       o.max_new_tokens = n;
       o.block_size = K;
-      o.verify = arm;
       o.ignore_eos = true;
       o.draft = DraftKind::Oracle;
       o.oracle.pattern = K % 2 ? "1101001110" : "1111111110";
       auto rt = runtime(ck, runtime_capacity(int(ref.prompt.size()), n, K));
-      const GenerateResult r = generate(*rt, ref.prompt, o, &truth);
+      ArmChoice choice;  // the arm at the engine step's head (bench/verify_arms.h)
+      choice.arm = arm;
+      const GenerateResult r = generate_verify_arm(*rt, ref.prompt, o, choice, &truth);
       ASSERT_EQ(r.tokens, truth) << "K=" << K << " arm " << verify_arm_name(arm);
       EXPECT_GT(r.stats.counters.accepted, 0);
+      EXPECT_EQ(r.stats.counters.verify_chosen, verify_arm_name(arm));
+      EXPECT_EQ(counter_violations(r.stats.counters), std::vector<std::string>{})
+          << "K=" << K << " arm " << verify_arm_name(arm);
     }
   }
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/cpu/gemma4.h"
+#include "bench/verify_arms.h"
 #include "cli_util.h"
 #include "core/error.h"
 #include "fixture_util.h"
@@ -26,7 +27,7 @@
 #include "io/quant_config.h"
 #include "io/safetensors.h"
 #include "speculative/gemma4_drafter.h"
-#include "speculative/generate.h"
+#include "engine/generate.h"
 
 namespace nextn {
 namespace {
@@ -167,10 +168,15 @@ void check_quantized_pair(const std::string& quant, int bits) {
   for (int K = 2; K <= 8; ++K) {
     GenerateOptions s = g;
     s.block_size = K;
-    s.verify = K % 2 ? VerifyArm::Walk : VerifyArm::Batched;
-    const GenerateResult r = generate_with_assistant(cpu_factory(ck), pair.assistant, kPrompt, s, 2);
+    ArmChoice choice;  // odd K: the walk arm at the engine step's head (bench/verify_arms.h)
+    choice.arm = K % 2 ? VerifyArm::Walk : VerifyArm::Batched;
+    ArmHeadStage head(choice);
+    GenerateResult r = generate_with_assistant(cpu_factory(ck), pair.assistant, kPrompt, s, 2, &head);
+    head.label(r.stats);
     EXPECT_EQ(r.tokens, greedy) << quant << " K=" << K;
     EXPECT_EQ(r.stats.draft, "assistant");
+    EXPECT_EQ(r.stats.counters.verify_chosen, verify_arm_name(choice.arm)) << quant << " K=" << K;
+    EXPECT_EQ(counter_violations(r.stats.counters), std::vector<std::string>{}) << quant << " K=" << K;
   }
   // The dequantized assistant drafts exactly what the quantized one does.
   GenerateOptions s = g;

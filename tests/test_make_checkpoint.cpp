@@ -15,7 +15,7 @@
 #include "io/config.h"
 #include "io/synthetic.h"
 #include "model/runtime.h"
-#include "speculative/generate.h"
+#include "engine/generate.h"
 
 namespace nextn {
 namespace {

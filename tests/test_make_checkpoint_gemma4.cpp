@@ -7,9 +7,11 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/gemma4.h"
 #include "backend/cpu/gemma4_assistant.h"
+#include "bench/verify_arms.h"
 #include "cli_util.h"
 #include "fixture_util.h"
 #include "gemma4_synthetic_util.h"
@@ -18,7 +20,7 @@
 #include "io/safetensors.h"
 #include "io/synthetic_gemma4.h"
 #include "speculative/gemma4_drafter.h"
-#include "speculative/generate.h"
+#include "engine/generate.h"
 
 namespace nextn {
 namespace {
@@ -105,10 +107,15 @@ TEST(MakeCheckpointGemma4, TinyVariantRoundTripsAndDecodes) {
   for (int K : {2, 3, 5}) {
     GenerateOptions s = g;
     s.block_size = K;
-    s.verify = K == 3 ? VerifyArm::Walk : VerifyArm::Batched;
-    const GenerateResult res = generate_with_assistant(factory, adir, prompt, s, 2);
+    ArmChoice choice;  // K = 3: the walk arm at the engine step's head (bench/verify_arms.h)
+    choice.arm = K == 3 ? VerifyArm::Walk : VerifyArm::Batched;
+    ArmHeadStage head(choice);
+    GenerateResult res = generate_with_assistant(factory, adir, prompt, s, 2, &head);
+    head.label(res.stats);
     EXPECT_EQ(res.tokens, greedy) << "K=" << K;
     EXPECT_EQ(res.stats.draft, "assistant");
+    EXPECT_EQ(res.stats.counters.verify_chosen, verify_arm_name(choice.arm)) << "K=" << K;
+    EXPECT_EQ(counter_violations(res.stats.counters), std::vector<std::string>{}) << "K=" << K;
   }
 
   // Same preset and seed: the same bytes, whatever the shard size.

@@ -1,4 +1,5 @@
-// Lossless speculative sampling (speculative/sampled_generate.h) on the
+// Lossless speculative sampling (speculative/acceptance.h, run by the engine
+// step through generate()) on the
 // shipped default model (trained, so its MTP drafts overlap the target's
 // distribution; the random fixtures' do not): the tokens sampled with the MTP drafter follow the
 // exact distribution of plain sampling, computed here by enumerating every
@@ -11,12 +12,13 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 
 #include "fixture_util.h"
 #include "sampling_distribution_util.h"
 #include "io/checkpoint.h"
 #include "model/runtime.h"
-#include "speculative/sampled_generate.h"
+#include "engine/generate.h"
 
 namespace nextn {
 namespace {
@@ -63,7 +65,7 @@ test::TupleDistribution exact_distribution(const Qwen35Checkpoint& ckpt) {
   return test::exact_sampling_distribution(*rt, kPrompt, test_params(), kTokens);
 }
 
-// draft_vocab: the MTP drafts' vocabulary (SampledOptions::draft_vocab; 0: whole).
+// draft_vocab: the MTP drafts' vocabulary (GenerateOptions::draft_vocab; 0: whole).
 std::map<std::vector<int32_t>, int> sample_counts(const Qwen35Checkpoint& ckpt, DraftKind draft, AcceptRule rule,
                                                   int runs, GenerateStats* last_stats = nullptr, int draft_vocab = 0) {
   auto rt = make_runtime(ckpt, BackendKind::Cpu, 64);
@@ -71,16 +73,16 @@ std::map<std::vector<int32_t>, int> sample_counts(const Qwen35Checkpoint& ckpt, 
   VerifyCounters total;
   for (int seed = 0; seed < runs; ++seed) {
     rt->reset();
-    SampledOptions o;
+    GenerateOptions o;
     o.max_new_tokens = kTokens;
     o.sampling = test_params();
     o.sampling.seed = uint64_t(seed) * 7919 + 1;
     o.draft = draft;
     o.block_size = 3;
     o.ignore_eos = true;
-    o.rule = rule;
+    o.accept_rule = rule;
     o.draft_vocab = draft_vocab;
-    const auto r = sampled_generate(*rt, kPrompt, o);
+    const auto r = generate(*rt, kPrompt, o);
     EXPECT_EQ(int(r.tokens.size()), kTokens);
     if (draft_vocab > 0) {
       EXPECT_EQ(r.stats.draft_vocab, draft_vocab);  // what the runtime drafted from
@@ -153,36 +155,63 @@ TEST(SampledSpeculative, MtpDraftsFromAVocabularySubsetKeepThePlainSamplingDistr
               (long long)stats.counters.drafted, outside);
 }
 
-// The MTP drafter, checking what sampled drafting sees of a subset: no
-// finite logit past it, and every drafted token inside it.
+// What SubsetCheckingDrafter saw; outlives the drafter, which the engine owns.
+struct SubsetSeen {
+  int64_t drafted = 0, drafted_outside = 0, finite_outside = 0;
+};
+
+// The MTP head as a drafter of its own, driven through the runtime's mtp_*
+// calls as the engine step drives it for draft mtp (entry p pairs token p+1
+// with the target's row p; sampled drafting reads mtp_logits and chains
+// mtp_step), checking what sampled drafting sees of a subset: no finite
+// logit past it, and every drafted token inside it. (The engine's own MTP
+// path has no drafter object to look into; it reads the same mtp_logits.)
 class SubsetCheckingDrafter final : public Drafter {
  public:
-  SubsetCheckingDrafter(ModelRuntime& rt, int vocab, int subset) : inner_(rt), vocab_(vocab), subset_(subset) {}
+  SubsetCheckingDrafter(ModelRuntime& rt, int vocab, int subset, SubsetSeen& seen)
+      : rt_(rt), vocab_(vocab), subset_(subset), seen_(seen) {}
   const char* name() const override { return "mtp"; }
-  void begin(std::span<const int32_t> p, int32_t first) override { inner_.begin(p, first); }
-  void propose(int n, std::vector<int32_t>& out) override { inner_.propose(n, out); }
+  void begin(std::span<const int32_t> p, int32_t first) override {
+    ASSERT_EQ(rt_.mtp_length(), 0);
+    ASSERT_EQ(rt_.target_length(), int(p.size()));
+    buf_.assign(p.begin() + 1, p.end());
+    buf_.push_back(first);
+    rt_.mtp_forward(buf_, 0);
+    committed_ = int(p.size());
+  }
+  void propose(int n, std::vector<int32_t>& out) override {
+    out.resize(size_t(n));
+    if (n > 0) rt_.mtp_draft(n, out.data());
+  }
   void commit(std::span<const int32_t> drafts, int a, int32_t next) override {
-    for (int32_t t : drafts) drafted_outside += t >= subset_;
-    drafted += int64_t(drafts.size());
-    inner_.commit(drafts, a, next);
+    for (int32_t t : drafts) seen_.drafted_outside += t >= subset_;
+    seen_.drafted += int64_t(drafts.size());
+    rt_.mtp_rollback(committed_);  // drop the chained entries, pair d_1..d_a, next with the verify rows 0..a
+    buf_.assign(drafts.begin(), drafts.begin() + a);
+    buf_.push_back(next);
+    rt_.mtp_forward(buf_, 0);
+    committed_ += a + 1;
+    ASSERT_EQ(committed_, rt_.target_length());
   }
   void draft_logits(float* out) override {
-    inner_.draft_logits(out);
-    for (int v = subset_; v < vocab_; ++v) finite_outside += std::isfinite(out[v]) ? 1 : 0;
+    rt_.mtp_logits(out);
+    for (int v = subset_; v < vocab_; ++v) seen_.finite_outside += std::isfinite(out[v]) ? 1 : 0;
   }
-  void draft_step(int32_t token) override { inner_.draft_step(token); }
-  int64_t drafted = 0, drafted_outside = 0, finite_outside = 0;
+  void draft_step(int32_t token) override { rt_.mtp_step(token); }
 
  private:
-  MtpDrafter inner_;
+  ModelRuntime& rt_;
   int vocab_, subset_;
+  SubsetSeen& seen_;
+  int committed_ = 0;
+  std::vector<int32_t> buf_;
 };
 
 TEST(SampledSpeculative, SampledDraftsComeFromTheSubsetOnly) {
   const auto ckpt = Qwen35Checkpoint::open(kDefaultModel);
   auto rt = make_runtime(ckpt, BackendKind::Cpu, 128);
   const int V = rt->vocab();
-  SampledOptions o;
+  GenerateOptions o;
   o.max_new_tokens = 48;
   o.sampling = {.temperature = 1.0, .seed = 5};
   o.block_size = 4;
@@ -190,9 +219,23 @@ TEST(SampledSpeculative, SampledDraftsComeFromTheSubsetOnly) {
   for (int subset : {V, kSubset}) {  // the whole vocabulary first: it must draft past kSubset
     rt->reset();
     rt->set_draft_vocab(subset);
-    SubsetCheckingDrafter d(*rt, V, kSubset);
-    const auto r = sampled_generate(*rt, &d, kPrompt, o);
+    SubsetSeen d;
+    const auto r = generate_with_drafter(*rt, std::make_unique<SubsetCheckingDrafter>(*rt, V, kSubset, d), kPrompt, o);
     EXPECT_EQ(int(r.tokens.size()), o.max_new_tokens);
+    EXPECT_EQ(r.stats.draft, "mtp");
+    EXPECT_GT(r.stats.counters.rounds, 0);
+    // The engine's own MTP path (draft mtp) makes the same calls and draws
+    // in the same order: the same seeded tokens and acceptances, so it
+    // drafted what this drafter did.
+    rt->reset();
+    GenerateOptions m = o;
+    m.draft = DraftKind::Mtp;
+    m.draft_vocab = subset == V ? 0 : subset;
+    const auto own = generate(*rt, kPrompt, m);
+    EXPECT_EQ(own.tokens, r.tokens) << "draft vocabulary " << subset;
+    EXPECT_EQ(own.stats.counters.drafted, r.stats.counters.drafted) << "draft vocabulary " << subset;
+    EXPECT_EQ(own.stats.counters.accepted_at, r.stats.counters.accepted_at) << "draft vocabulary " << subset;
+    EXPECT_EQ(own.stats.draft_vocab, subset);
     ASSERT_GT(d.drafted, 0);
     if (subset == V) {
       ASSERT_GT(d.drafted_outside, 0) << "no sampled draft at or above " << kSubset << ": the check below would be empty";
@@ -216,18 +259,18 @@ TEST(SampledSpeculative, AWrongAcceptanceRuleFailsTheSameTest) {
 TEST(SampledSpeculative, SeedsReproduceAndDraftersChangeOnlyTheDraws) {
   const auto ckpt = Qwen35Checkpoint::open(kDefaultModel);
   auto rt = make_runtime(ckpt, BackendKind::Cpu, 128);
-  SampledOptions o;
+  GenerateOptions o;
   o.max_new_tokens = 24;
   o.sampling = {.temperature = 0.8, .top_p = 0.95, .seed = 123};
   o.draft = DraftKind::Mtp;
-  const auto a = sampled_generate(*rt, kPrompt, o);
+  const auto a = generate(*rt, kPrompt, o);
   rt->reset();
-  const auto b = sampled_generate(*rt, kPrompt, o);
+  const auto b = generate(*rt, kPrompt, o);
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_GT(a.stats.counters.rounds, 0);
   rt->reset();
   o.sampling.seed = 124;
-  const auto c = sampled_generate(*rt, kPrompt, o);
+  const auto c = generate(*rt, kPrompt, o);
   EXPECT_NE(a.tokens, c.tokens);
 }
 
@@ -265,15 +308,16 @@ TEST(SampledSpeculative, SinkSeesEveryTokenWithItsRowAndCanStop) {
     EXPECT_LE(stopped.tokens.size(), 1u);
     // Sampled: the same contract.
     rt->reset();
-    SampledOptions s;
+    GenerateOptions s;
     s.max_new_tokens = 5;
     s.draft = draft;
+    s.sampling = SamplingParams{};  // temperature 1, seed 0
     int count = 0;
     s.sink = [&](std::span<const int32_t> toks, int) {
       count += int(toks.size());
       return count < 3;
     };
-    const auto sr = sampled_generate(*rt, kPrompt, s);
+    const auto sr = generate(*rt, kPrompt, s);
     EXPECT_EQ(sr.stats.stop, "sink");
     EXPECT_EQ(int(sr.tokens.size()), count);
   }

@@ -1,17 +1,16 @@
 // The serving engine (server/engine.h) without HTTP: greedy responses equal
 // generate() byte for byte also when several requests arrive at once, with
-// and without the MTP drafter; requests that join a running one share its
-// forwards and still answer what they answer alone (greedy and seeded
-// sampling); a cancelled job frees its slot; a full queue refuses; stop
-// strings cut the text.
+// and without the MTP drafter, with one LM-head launch per engine step;
+// requests that join a running one share its engine steps and still answer
+// what they answer alone (greedy and seeded sampling); a cancelled job frees
+// its slot; a full queue refuses; stop strings cut the text.
 #include <gtest/gtest.h>
 
 #include <thread>
 
+#include "engine/generate.h"
 #include "io/checkpoint.h"
 #include "server/engine.h"
-#include "speculative/generate.h"
-#include "speculative/sampled_generate.h"
 #include "tokenizer/model_tokenizer.h"
 #include "engine_test_util.h"
 
@@ -48,16 +47,16 @@ std::string reference_text(const Qwen35Checkpoint& ckpt, const tok::Tokenizer& t
   return t.decode(r.tokens);
 }
 
-// What a seeded sampled request computes alone: sampled_generate on a fresh runtime.
+// What a seeded sampled request computes alone: generate() (temperature > 0) on a fresh runtime.
 std::string reference_sampled_text(const Qwen35Checkpoint& ckpt, const tok::Tokenizer& t, const CompletionRequest& r,
                                    DraftKind draft) {
   const auto ids = t.encode(r.prompt);
-  SampledOptions o;
+  GenerateOptions o;
   o.max_new_tokens = r.max_tokens;
   o.sampling = r.sampling;
   o.draft = draft;
   auto rt = make_runtime(ckpt, BackendKind::Cpu, runtime_capacity(int(ids.size()), r.max_tokens, kMaxBlockSize));
-  auto res = sampled_generate(*rt, ids, o);
+  auto res = generate(*rt, ids, o);
   const auto& eos = ckpt.config().eos_token_ids;
   if (!res.tokens.empty() && std::find(eos.begin(), eos.end(), res.tokens.back()) != eos.end()) res.tokens.pop_back();
   return t.decode(res.tokens);
@@ -108,6 +107,33 @@ TEST(ServerEngine, ConcurrentGreedyResponsesEqualGenerate) {
     if (draft == DraftKind::Mtp) {
       EXPECT_NE(m.find("nextn_verify_rounds_total{arm=\"batched\"}"), std::string::npos);
     }
+    // Every request is greedy: the CPU group makes one LM-head launch per
+    // step, for every sequence in it; the MTP head at most one pairing
+    // forward per step and one launch per chained draft step.
+    const double steps = metric(m, "nextn_engine_steps_total");
+    EXPECT_GT(steps, 0) << m;
+    EXPECT_EQ(metric(m, "nextn_step_sequences_count"), steps) << m;
+    EXPECT_EQ(metric(m, "nextn_lm_head_launches_total"), steps) << m;
+    if (draft == DraftKind::Mtp) {
+      const int K = default_block_size(ckpt.mtp_layers());
+      EXPECT_GT(metric(m, "nextn_mtp_forward_launches_total"), 0) << m;
+      EXPECT_LE(metric(m, "nextn_mtp_forward_launches_total"), steps) << m;
+      EXPECT_GT(metric(m, "nextn_mtp_draft_launches_total"), 0) << m;
+      EXPECT_LE(metric(m, "nextn_mtp_draft_launches_total"), steps * (K - 1)) << m;
+    } else {
+      EXPECT_EQ(metric(m, "nextn_mtp_forward_launches_total"), 0) << m;
+      EXPECT_EQ(metric(m, "nextn_mtp_draft_launches_total"), 0) << m;
+    }
+    // Every prompt was prefilled once; every token after a request's first
+    // is one time-between-tokens observation.
+    int prompt_rows = 0, tokens = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      prompt_rows += int(tokenizer.encode(prompts[i]).size());
+      tokens += got[i].completion_tokens;
+    }
+    EXPECT_EQ(metric(m, "nextn_engine_prefill_rows_total"), prompt_rows) << m;
+    EXPECT_GT(metric(m, "nextn_engine_step_rows_total"), prompt_rows) << m;
+    EXPECT_EQ(metric(m, "nextn_time_between_tokens_seconds_count"), tokens - int(prompts.size())) << m;
   }
 }
 
@@ -136,9 +162,9 @@ TEST(ServerEngine, CancelFreesTheEngineAndAFullQueueRefuses) {
 }
 
 // Jobs that arrive while a long one runs join it (up to max_batch) and
-// their rows share its target forwards; each answer is still its solo run's,
+// their rows share its engine steps; each answer is still its solo run's,
 // byte for byte: greedy, and seeded sampling with its own generator.
-TEST(ServerEngine, JoiningJobsShareForwardsAndAnswerAsAlone) {
+TEST(ServerEngine, JoiningJobsShareStepsAndAnswerAsAlone) {
   const auto ckpt = Qwen35Checkpoint::open(kModel);
   const auto tokenizer = tok::load_model_tokenizer(kModel, "test");
   for (DraftKind draft : {DraftKind::None, DraftKind::Mtp}) {
@@ -169,12 +195,19 @@ TEST(ServerEngine, JoiningJobsShareForwardsAndAnswerAsAlone) {
     long_job->cancel();
     EXPECT_EQ(wait(*long_job).finish_reason, "cancelled");
     const std::string m = metrics.render();
-    const double alone = metric(m, "nextn_batch_sequences_bucket{le=\"1\"}");
-    const double all = metric(m, "nextn_batch_sequences_count");
+    const double alone = metric(m, "nextn_step_sequences_bucket{le=\"1\"}");
+    const double all = metric(m, "nextn_step_sequences_count");
     EXPECT_GE(alone, 0) << m;
-    EXPECT_GT(all, alone) << m;  // some forwards served several jobs
-    EXPECT_EQ(metric(m, "nextn_batch_sequences_bucket{le=\"2\"}") < all, true) << m;  // and some three at once
-    EXPECT_GT(metric(m, "nextn_target_forward_rows_total"), all) << m;
+    EXPECT_GT(all, alone) << m;  // some steps served several jobs
+    EXPECT_EQ(metric(m, "nextn_step_sequences_bucket{le=\"2\"}") < all, true) << m;  // and some three at once
+    EXPECT_EQ(metric(m, "nextn_engine_steps_total"), all) << m;
+    EXPECT_GT(metric(m, "nextn_engine_step_rows_total"), all) << m;
+    // The long greedy job ran in every step, so each step made one LM-head
+    // launch for its greedy sequences (the sampled one reads its rows' logits).
+    EXPECT_EQ(metric(m, "nextn_lm_head_launches_total"), all) << m;
+    int prompt_rows = int(long_job->prompt.size());
+    for (auto& j : jobs) prompt_rows += int(j->prompt.size());
+    EXPECT_EQ(metric(m, "nextn_engine_prefill_rows_total"), prompt_rows) << m;  // each prompt prefilled once
   }
 }
 

@@ -2,7 +2,7 @@
 // HTTP: a serial group over the target's runtime factory, plain or with the
 // assistant as each job's drafter. Greedy answers equal `nextn generate`'s
 // (generate_fresh, generate_with_assistant) byte for byte; seeded sampled
-// answers equal sampled_generate run alone and repeat. The assistant's
+// answers equal generate() (generate_with_drafter) run alone and repeat. The assistant's
 // sampled drafts (Drafter::draft_logits: its head's logits, -inf outside
 // the centroid mask) keep the plain sampling distribution: a chi-square
 // test against the enumerated distribution, which a wrong acceptance rule
@@ -17,10 +17,10 @@
 #include "model/target_model.h"
 #include "sampling_distribution_util.h"
 #include "server/engine.h"
-#include "speculative/gemma4_drafter.h"
-#include "speculative/sampled_generate.h"
-#include "tokenizer/model_tokenizer.h"
+#include "engine/generate.h"
 #include "engine_test_util.h"
+#include "speculative/gemma4_drafter.h"
+#include "tokenizer/model_tokenizer.h"
 
 namespace nextn::server {
 namespace {
@@ -56,6 +56,19 @@ struct Served {
     return std::make_unique<Engine>(make_serial_sequence_group(target.factory, target.info, "cpu"), t, eo, metrics);
   }
 };
+
+// A metric's value as rendered ("name value" or "name{labels} value"); -1 when absent.
+double metric(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
+// One generation alone on a fresh `rt`: with the assistant as its drafter, or plain.
+GenerateResult solo_run(const Served& served, ModelRuntime& rt, bool with_assistant, const std::vector<int32_t>& prompt,
+                        const GenerateOptions& o) {
+  return with_assistant ? generate_with_drafter(rt, served.assistant->drafter(rt), prompt, o) : generate(rt, prompt, o);
+}
 
 std::shared_ptr<Job> job_of(const std::vector<int32_t>& prompt, int max_tokens, const SamplingParams& sampling) {
   CompletionRequest r;
@@ -98,6 +111,12 @@ TEST(ServerEngineGemma4, GreedyAnswersEqualGenerateWithAndWithoutTheAssistant) {
       const std::string m = metrics.render();
       EXPECT_NE(m.find("nextn_generations_total 2"), std::string::npos) << m;
       EXPECT_EQ(m.find("nextn_drafted_tokens_total 0\n") == std::string::npos, with_assistant) << m;
+      // The serial group holds one sequence: every step ran one job, with one LM-head launch.
+      const double steps = metric(m, "nextn_engine_steps_total");
+      EXPECT_GT(steps, 0) << m;
+      EXPECT_EQ(metric(m, "nextn_step_sequences_bucket{le=\"1\"}"), steps) << m;
+      EXPECT_EQ(metric(m, "nextn_step_sequences_count"), steps) << m;
+      EXPECT_EQ(metric(m, "nextn_lm_head_launches_total"), steps) << m;
     }
   }
 }
@@ -109,13 +128,12 @@ TEST(ServerEngineGemma4, SeededSampledAnswersRepeatAndEqualTheirSoloRun) {
   for (bool with_assistant : {false, true}) {
     const Served served(ref, with_assistant);
     auto rt = served.target.factory(runtime_capacity(int(ref.prompt.size()), 24, kAssistantBlockSize));
-    SampledOptions o;
+    GenerateOptions o;
     o.max_new_tokens = 24;
     o.sampling = sampling;
     o.block_size = kAssistantBlockSize;
     o.ignore_eos = true;
-    const auto drafter = with_assistant ? served.assistant->drafter(*rt) : nullptr;
-    const auto solo = sampled_generate(*rt, drafter.get(), ref.prompt, o);
+    const auto solo = solo_run(served, *rt, with_assistant, ref.prompt, o);
     Metrics metrics;
     const auto engine = served.engine(tokenizer, metrics);
     auto first = job_of(ref.prompt, 24, sampling), second = job_of(ref.prompt, 24, sampling);
@@ -176,14 +194,13 @@ test::TupleCounts sample_counts(const Served& served, const std::vector<int32_t>
   test::TupleCounts counts;
   for (int seed = 0; seed < kRuns; ++seed) {
     rt->reset();
-    SampledOptions o;
+    GenerateOptions o;
     o.max_new_tokens = kTokens;
     o.sampling = {.temperature = 1.0, .top_k = 3, .seed = uint64_t(seed) * 7919 + 1};
     o.block_size = 3;
     o.ignore_eos = true;
-    o.rule = rule;
-    const auto drafter = speculative ? served.assistant->drafter(*rt) : nullptr;
-    const auto r = sampled_generate(*rt, drafter.get(), prompt, o);
+    o.accept_rule = rule;
+    const auto r = solo_run(served, *rt, speculative, prompt, o);
     EXPECT_EQ(int(r.tokens.size()), kTokens);
     ++counts[r.tokens];
     totals->drafted += r.stats.counters.drafted;

@@ -1,19 +1,24 @@
 // Exactness on the transformers-made fixtures and the shipped trained model: speculative output equals
 // plain greedy output token for token, for every K in {2..8, 16, 32} x every
-// arm x budgets {K-1, K, K+1, 24} x drafters {mtp, oracle p=0.5, oracle
-// pattern}, with every run's counters matching its arm's identity. Also: the
-// loop's first MTP draft of each round equals the teacher-forced draft in
-// the transformers reference (the MTP bookkeeping pairs the right hiddens).
+// head (the product's batched head and every verify arm, bench/verify_arms.h,
+// at the engine step's head) x budgets {K-1, K, K+1, 24} x drafters {mtp,
+// oracle p=0.5, oracle pattern}, with every run's counters matching its arm's
+// identity. Also: the engine step's first MTP draft of each round equals the
+// teacher-forced draft in the transformers reference (the step's MTP
+// bookkeeping pairs the right hiddens).
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "bench/verify_arms.h"
+#include "engine/generate.h"
+#include "engine/head_stage.h"
 #include "io/checkpoint.h"
 #include "model/runtime.h"
-#include "speculative/generate.h"
 
 namespace nextn {
 namespace {
@@ -86,11 +91,14 @@ TEST_P(SpecExactness, SpeculativeEqualsGreedy) {
   {
     for (int n : {K - 1, K, K + 1, 24}) {
       const auto& want = greedy_for(n);
-      for (VerifyArm arm : {VerifyArm::Batched, VerifyArm::Walk, VerifyArm::Pad, VerifyArm::Fused}) {
+      // nullopt: the product's head (BatchedHead); an arm: ArmHeadStage.
+      for (std::optional<VerifyArm> arm : {std::optional<VerifyArm>{}, std::optional{VerifyArm::Batched},
+                                           std::optional{VerifyArm::Walk}, std::optional{VerifyArm::Pad},
+                                           std::optional{VerifyArm::Fused}}) {
+        const char* chosen = arm ? verify_arm_name(*arm) : "batched";  // the product verifies batched
         GenerateOptions o;
         o.max_new_tokens = n;
         o.block_size = K;
-        o.verify = arm;
         if (c.drafter == Drafter::Mtp) {
           o.draft = DraftKind::Mtp;
         } else {
@@ -103,14 +111,18 @@ TEST_P(SpecExactness, SpeculativeEqualsGreedy) {
           }
         }
         auto rt = factory(runtime_capacity(int(prompt.size()), n, K));
-        const GenerateResult r = generate(*rt, prompt, o, &want);
+        ArmChoice choice;
+        if (arm) choice.arm = *arm;
+        const GenerateResult r =
+            arm ? generate_verify_arm(*rt, prompt, o, choice, &want) : generate(*rt, prompt, o, &want);
         SCOPED_TRACE(::testing::Message() << c.fixture << " " << drafter_name(c.drafter) << " K=" << K << " n=" << n
-                                          << " arm=" << verify_arm_name(arm));
+                                          << " head=" << (arm ? verify_arm_name(*arm) : "product"));
         ASSERT_EQ(r.tokens, want);
         const auto v = counter_violations(r.stats.counters);
         EXPECT_TRUE(v.empty()) << v.front();
-        EXPECT_EQ(r.stats.counters.verify_taken, r.stats.counters.rounds > 0 ? verify_arm_name(arm) : "none");
-        EXPECT_EQ(r.stats.counters.verify_chosen, verify_arm_name(arm));
+        EXPECT_EQ(r.stats.counters.verify_taken, r.stats.counters.rounds > 0 ? chosen : "none");
+        EXPECT_EQ(r.stats.counters.verify_requested, chosen);
+        EXPECT_EQ(r.stats.counters.verify_chosen, chosen);
         accepted += r.stats.counters.accepted;
         drafted += r.stats.counters.drafted;
       }
@@ -155,22 +167,21 @@ std::vector<Case> shipped_cases() {
 INSTANTIATE_TEST_SUITE_P(ShippedModel, SpecExactness, ::testing::ValuesIn(shipped_cases()), case_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(SpecExactness);
 
-// Records the first draft of every round with the target length it was made at.
-class RecordingDrafter final : public nextn::Drafter {
+// The product's head stage, recording the first draft of every verify round
+// the engine step hands it with the target length the round was drafted at
+// (the bonus's position: the verify forward over [bonus, drafts...] has run,
+// so the length before it is target_length() - the round's width).
+class RecordingHead final : public HeadStage {
  public:
-  RecordingDrafter(ModelRuntime& rt) : rt_(rt), inner_(rt) {}
-  const char* name() const override { return "mtp"; }
-  void begin(std::span<const int32_t> p, int32_t first) override { inner_.begin(p, first); }
-  void propose(int n, std::vector<int32_t>& out) override {
-    inner_.propose(n, out);
-    if (n > 0) firsts.emplace_back(rt_.target_length(), out[0]);
+  void pick(SequenceGroup& group, std::span<const HeadPick> picks) override {
+    for (const HeadPick& p : picks)
+      if (p.verify && !p.drafts.empty()) firsts.emplace_back(p.sequence->target_length() - p.count, p.drafts[0]);
+    inner_.pick(group, picks);
   }
-  void commit(std::span<const int32_t> d, int a, int32_t next) override { inner_.commit(d, a, next); }
   std::vector<std::pair<int, int32_t>> firsts;
 
  private:
-  ModelRuntime& rt_;
-  MtpDrafter inner_;
+  BatchedHead inner_;
 };
 
 TEST(SpecMtpBookkeeping, FirstDraftOfEachRoundMatchesTheTeacherForcedReference) {
@@ -187,14 +198,18 @@ TEST(SpecMtpBookkeeping, FirstDraftOfEachRoundMatchesTheTeacherForcedReference) 
     const int n = int(sequence.size() - prompt.size());
     for (int K : {2, 3, 4, 8}) {
       auto rt = make_runtime(ckpt, BackendKind::Cpu, runtime_capacity(int(prompt.size()), n, K));
-      RecordingDrafter d(*rt);
+      RecordingHead d;
       GenerateOptions o;
       o.max_new_tokens = n;
       o.block_size = K;
       o.draft = DraftKind::Mtp;
       o.ignore_eos = true;
-      const auto r = speculative_generate(*rt, d, prompt, o);
+      const auto r = generate(*rt, prompt, o, nullptr, &d);
       ASSERT_EQ(r.tokens, std::vector<int32_t>(sequence.begin() + long(prompt.size()), sequence.end())) << f << " K=" << K;
+      EXPECT_EQ(r.stats.draft, "mtp");
+      // One recorded round per round that drafted (every round but a last one of width 1).
+      EXPECT_GE(int64_t(d.firsts.size()), r.stats.counters.rounds - 1) << f << " K=" << K;
+      EXPECT_LE(int64_t(d.firsts.size()), r.stats.counters.rounds) << f << " K=" << K;
       for (const auto& [L, first] : d.firsts) {
         // The round's bonus sits at position L; entry L-1 pairs it with hidden L-1.
         ASSERT_LT(size_t(L - 1), drafts.size());

@@ -1,14 +1,18 @@
-// The speculative round loop against a toy runtime (test_spec_mock.h):
-// exactness for every K, arm, budget and drafter; every acceptance length;
-// budget and EOS edges; counter identities; the fault hook.
+// The speculative round loop (the engine step, engine/step_loop.h, as a batch
+// of one) against a toy runtime (test_spec_mock.h): exactness for every K,
+// head (the product's batched head and every verify arm of
+// bench/verify_arms.h at the step's head), budget and drafter; every
+// acceptance length; budget and EOS edges; counter identities; the fault hook.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "bench/verify_arms.h"
 #include "core/error.h"
-#include "speculative/generate.h"
+#include "engine/generate.h"
 #include "test_spec_mock.h"
 
 namespace nextn {
@@ -18,7 +22,14 @@ using testing::MockOptions;
 using testing::MockRuntime;
 
 const std::vector<int32_t> kPrompt = {3, 1, 4, 1, 5, 9, 2, 6};
-const VerifyArm kArms[] = {VerifyArm::Batched, VerifyArm::Walk, VerifyArm::Pad, VerifyArm::Fused};
+// The heads a run can have at the engine step: the product's (nullopt:
+// BatchedHead, which the runtime's counters are read around once at the end)
+// or a verify arm (ArmHeadStage, every round's counters checked).
+using Head = std::optional<VerifyArm>;
+const Head kHeads[] = {std::nullopt, VerifyArm::Batched, VerifyArm::Walk, VerifyArm::Pad, VerifyArm::Fused};
+const char* head_name(const Head& h) { return h ? verify_arm_name(*h) : "product"; }
+// The arm a head's stats report as chosen: the product runs the batched verify.
+const char* chosen_of(const Head& h) { return h ? verify_arm_name(*h) : "batched"; }
 
 std::vector<int> block_sizes() {
   std::vector<int> ks = {2, 3, 4, 5, 6, 7, 8, 16, 32, 63, 64};  // 64: no pad arm (skipped below)
@@ -27,6 +38,32 @@ std::vector<int> block_sizes() {
 
 GenerateResult run(const MockOptions& mo, const GenerateOptions& o) {
   return generate_fresh(testing::mock_factory(mo), kPrompt, o);
+}
+
+ArmChoice arm_choice(VerifyArm arm, int pad_width = 0) {
+  ArmChoice c;
+  c.arm = arm;
+  c.pad_width = pad_width;  // pad: 0 = the default for K
+  return c;
+}
+
+// run() with a verify arm at the step's head (generate_verify_arm): a fresh
+// runtime as generate_fresh makes it, the oracle's truth from plain greedy on
+// it first.
+GenerateResult run_arm(const MockOptions& mo, const GenerateOptions& o, VerifyArm arm, int pad_width = 0) {
+  auto rt = testing::mock_factory(mo)(runtime_capacity(int(kPrompt.size()), o.max_new_tokens,
+                                                       o.block_size == 0 ? kMaxBlockSize : o.block_size));
+  std::vector<int32_t> truth;
+  const bool oracle = o.draft == DraftKind::Oracle;
+  if (oracle) {
+    truth = greedy_generate(*rt, kPrompt, o.max_new_tokens, o.ignore_eos).tokens;
+    rt->reset();
+  }
+  return generate_verify_arm(*rt, kPrompt, o, arm_choice(arm, pad_width), oracle ? &truth : nullptr);
+}
+
+GenerateResult run(const MockOptions& mo, const GenerateOptions& o, const Head& head) {
+  return head ? run_arm(mo, o, *head) : run(mo, o);
 }
 
 std::vector<int32_t> greedy(const MockOptions& mo, int n, bool ignore_eos = false) {
@@ -55,13 +92,12 @@ TEST(SpecLoop, MatchesGreedyForEveryBlockSizeArmBudgetAndDrafter) {
   for (int K : block_sizes()) {
     for (int n : {0, 1, K - 1, K, K + 1, 24, 70}) {
       const auto want = greedy(mo, n);
-      for (VerifyArm arm : kArms) {
-        if (arm == VerifyArm::Pad && K == 64) continue;
+      for (const Head& head : kHeads) {
+        if (head == VerifyArm::Pad && K == 64) continue;
         for (int d = 0; d < 3; ++d) {
           GenerateOptions o;
           o.max_new_tokens = n;
           o.block_size = K;
-          o.verify = arm;
           if (d == 0) {
             o.draft = DraftKind::Mtp;
           } else {
@@ -69,13 +105,17 @@ TEST(SpecLoop, MatchesGreedyForEveryBlockSizeArmBudgetAndDrafter) {
             if (d == 1) o.oracle.accept_rate = 0.6, o.oracle.seed = uint64_t(K * 131 + n);
             if (d == 2) o.oracle.pattern = "1101110";
           }
-          const auto got = run(mo, o);
-          SCOPED_TRACE(::testing::Message() << "K=" << K << " n=" << n << " arm=" << verify_arm_name(arm) << " d=" << d);
+          const auto got = run(mo, o, head);
+          SCOPED_TRACE(::testing::Message() << "K=" << K << " n=" << n << " head=" << head_name(head) << " d=" << d);
           ASSERT_EQ(got.tokens, want);
           expect_identities(got.stats);
           // The runtime's head path, once a round ran ("none" when the budget allowed none).
-          EXPECT_EQ(got.stats.counters.verify_taken, n >= 2 ? verify_arm_name(arm) : "none");
-          EXPECT_EQ(got.stats.counters.verify_chosen, verify_arm_name(arm));
+          EXPECT_EQ(got.stats.counters.verify_taken, n >= 2 ? chosen_of(head) : "none");
+          EXPECT_EQ(got.stats.counters.verify_requested, chosen_of(head));
+          EXPECT_EQ(got.stats.counters.verify_chosen, chosen_of(head));
+          EXPECT_EQ(got.stats.counters.paths,
+                    n >= 2 ? std::vector<std::string>{head == VerifyArm::Pad ? "padded" : chosen_of(head)}
+                           : std::vector<std::string>{});
           EXPECT_EQ(got.stats.generated, n);
         }
       }
@@ -94,10 +134,9 @@ TEST(SpecLoop, OnePatternPerAcceptanceLength) {
       o.block_size = K;
       o.draft = DraftKind::Oracle;
       o.oracle.pattern = std::string(size_t(a), '1') + std::string(size_t(K - 1 - a), '0');
-      for (VerifyArm arm : kArms) {
-        o.verify = arm;
-        const auto r = run(mo, o);
-        SCOPED_TRACE(::testing::Message() << "K=" << K << " a=" << a << " arm=" << verify_arm_name(arm));
+      for (const Head& head : kHeads) {
+        const auto r = run(mo, o, head);
+        SCOPED_TRACE(::testing::Message() << "K=" << K << " a=" << a << " head=" << head_name(head));
         ASSERT_EQ(r.tokens, greedy(mo, n));
         const auto& c = r.stats.counters;
         expect_identities(r.stats);
@@ -125,7 +164,7 @@ TEST(SpecLoop, OnePatternPerAcceptanceLength) {
         if (a < K - 1) {
           EXPECT_EQ(c.accepted_at[size_t(a)], 0);
         }
-        if (arm == VerifyArm::Walk) {
+        if (head == VerifyArm::Walk) {
           EXPECT_EQ(c.walk_steps, c.accepted + c.rounds);
           EXPECT_EQ(c.walk_rows, c.accepted + c.rounds);  // the runtime's own count
         }
@@ -164,18 +203,22 @@ TEST(SpecLoop, PerfectDraftsUseFullBlocksAndShrinkTheLastRound) {
 
 TEST(SpecLoop, OneTargetForwardPerRound) {
   MockOptions mo;
-  auto rt = testing::mock_factory(mo)(200);
-  auto* mock = static_cast<MockRuntime*>(rt.get());
-  GenerateOptions o;
-  o.max_new_tokens = 60;
-  o.block_size = 4;
-  o.draft = DraftKind::Mtp;
-  o.verify = VerifyArm::Walk;
-  const auto r = generate(*rt, kPrompt, o);
-  EXPECT_EQ(mock->forwards, 1 + r.stats.counters.rounds);  // prefill + one per round: rollback never re-runs the trunk
-  EXPECT_EQ(mock->head_work().rows_projected, 1 + r.stats.counters.rows_projected);
-  EXPECT_GT(r.stats.counters.accepted, 0);
-  EXPECT_LT(r.stats.counters.accepted, r.stats.counters.drafted);
+  for (const Head& head : {Head{}, Head{VerifyArm::Walk}}) {
+    SCOPED_TRACE(head_name(head));
+    auto rt = testing::mock_factory(mo)(200);
+    auto* mock = static_cast<MockRuntime*>(rt.get());
+    GenerateOptions o;
+    o.max_new_tokens = 60;
+    o.block_size = 4;
+    o.draft = DraftKind::Mtp;
+    const auto r = head ? generate_verify_arm(*rt, kPrompt, o, arm_choice(*head)) : generate(*rt, kPrompt, o);
+    // Prefill + one per round: rollback never re-runs the trunk.
+    EXPECT_EQ(mock->forwards, 1 + r.stats.counters.rounds);
+    EXPECT_EQ(mock->head_work().rows_projected, 1 + r.stats.counters.rows_projected);
+    EXPECT_EQ(mock->head_work().head_calls, 1 + r.stats.counters.rounds);  // prefill + one head call per round
+    EXPECT_GT(r.stats.counters.accepted, 0);
+    EXPECT_LT(r.stats.counters.accepted, r.stats.counters.drafted);
+  }
 }
 
 TEST(SpecLoop, OracleAtMtpCostRunsTheMtpChainAndKeepsTheOraclesTokens) {
@@ -217,13 +260,14 @@ TEST(SpecLoop, ResetGivesAFreshRuntime) {
   o.max_new_tokens = 30;
   o.block_size = 4;
   o.draft = DraftKind::Mtp;
-  o.verify = VerifyArm::Walk;
-  const auto first = generate(*rt, kPrompt, o);
-  EXPECT_THROW(generate(*rt, kPrompt, o), Error);  // not fresh
+  const ArmChoice walk = arm_choice(VerifyArm::Walk);
+  const auto first = generate_verify_arm(*rt, kPrompt, o, walk);
+  EXPECT_THROW(generate_verify_arm(*rt, kPrompt, o, walk), Error);  // not fresh
+  EXPECT_THROW(generate(*rt, kPrompt, o), Error);
   rt->reset();
   EXPECT_EQ(rt->head_work().rows_projected, 0);
   EXPECT_EQ(rt->mtp_work().entries, 0);
-  const auto second = generate(*rt, kPrompt, o);
+  const auto second = generate_verify_arm(*rt, kPrompt, o, walk);
   EXPECT_EQ(second.tokens, first.tokens);
   EXPECT_EQ(second.stats.counters.accepted_at, first.stats.counters.accepted_at);
   EXPECT_EQ(second.stats.counters.walk_rows, first.stats.counters.walk_rows);
@@ -243,22 +287,24 @@ TEST(SpecLoop, StopsAtEosAnywhereInARound) {
     ASSERT_LE(want.size(), size_t(j + 1));
     EXPECT_EQ(greedy(mo, 40, /*ignore_eos=*/true), free_run);
     for (int K : {2, 3, 4, 8}) {
-      for (VerifyArm arm : kArms) {
+      for (const Head& head : kHeads) {
         for (const char* pat : {"1", "0", "10", "110"}) {
           GenerateOptions o;
           o.max_new_tokens = 40;
           o.block_size = K;
-          o.verify = arm;
           o.draft = DraftKind::Oracle;
           o.oracle.pattern = pat;
-          const auto r = run(mo, o);
-          ASSERT_EQ(r.tokens, want) << "j=" << j << " K=" << K << " pat=" << pat;
+          const auto r = run(mo, o, head);
+          ASSERT_EQ(r.tokens, want) << "j=" << j << " K=" << K << " pat=" << pat << " head=" << head_name(head);
           EXPECT_EQ(r.stats.stop, "eos");
           expect_identities(r.stats);
           o.draft = DraftKind::Mtp;
-          ASSERT_EQ(run(mo, o).tokens, want);
+          const auto m = run(mo, o, head);
+          ASSERT_EQ(m.tokens, want);
+          EXPECT_EQ(m.stats.stop, "eos");
+          expect_identities(m.stats);
           o.ignore_eos = true;
-          ASSERT_EQ(run(mo, o).tokens, free_run);
+          ASSERT_EQ(run(mo, o, head).tokens, free_run);
         }
       }
     }
@@ -283,16 +329,17 @@ TEST(SpecLoop, RejectsImpossibleOptions) {
   EXPECT_THROW(run(mo, o), Error);
   o.block_size = 65;
   EXPECT_THROW(run(mo, o), Error);
+  EXPECT_THROW(run_arm(mo, o, VerifyArm::Walk), Error);
   o.block_size = 64;
-  o.verify = VerifyArm::Pad;
-  EXPECT_THROW(run(mo, o), Error);  // no pad width above 64
-  o.block_size = 4;
-  o.pad_width = 4;
-  EXPECT_THROW(run(mo, o), Error);
-  o.pad_width = 65;
-  EXPECT_THROW(run(mo, o), Error);
-  o.pad_width = 5;
   EXPECT_NO_THROW(run(mo, o));
+  EXPECT_THROW(run_arm(mo, o, VerifyArm::Pad), Error);  // no pad width above 64
+  o.block_size = 4;
+  EXPECT_THROW(run_arm(mo, o, VerifyArm::Pad, 4), Error);
+  EXPECT_THROW(run_arm(mo, o, VerifyArm::Pad, 65), Error);
+  EXPECT_NO_THROW(run_arm(mo, o, VerifyArm::Pad, 5));
+  EXPECT_EQ(run_arm(mo, o, VerifyArm::Pad, 5).stats.counters.pad_width, 5);
+  EXPECT_EQ(run_arm(mo, o, VerifyArm::Pad).stats.counters.pad_width, 16);  // 0: the default for K
+  EXPECT_THROW(run_arm(mo, o, VerifyArm::Auto), Error);                    // auto is resolved before a run
   o = GenerateOptions{};
   o.max_new_tokens = -1;
   EXPECT_THROW(run(mo, o), Error);
@@ -352,13 +399,12 @@ TEST(SpecVerify, FaultHookMakesTheWalkRunBatchedAndTheCountersShowIt) {
   o.max_new_tokens = 30;
   o.block_size = 4;
   o.draft = DraftKind::Mtp;
-  o.verify = VerifyArm::Walk;
-  const auto clean = run(mo, o);
+  const auto clean = run_arm(mo, o, VerifyArm::Walk);
   EXPECT_TRUE(counter_violations(clean.stats.counters).empty());
   EXPECT_EQ(clean.stats.counters.verify_taken, "walk");
   {
     FaultEnv f("walk-as-batched");
-    const auto faulty = run(mo, o);
+    const auto faulty = run_arm(mo, o, VerifyArm::Walk);
     EXPECT_EQ(faulty.tokens, clean.tokens);  // silent: same output
     EXPECT_EQ(faulty.stats.counters.verify_requested, "walk");
     EXPECT_EQ(faulty.stats.counters.verify_chosen, "walk");
@@ -367,12 +413,15 @@ TEST(SpecVerify, FaultHookMakesTheWalkRunBatchedAndTheCountersShowIt) {
     EXPECT_EQ(faulty.stats.counters.walk_rows, 0);
     EXPECT_GT(faulty.stats.counters.round_violation_count, 0);
     EXPECT_FALSE(counter_violations(faulty.stats.counters).empty());
-    o.verify = VerifyArm::Batched;  // other arms are untouched
-    EXPECT_TRUE(counter_violations(run(mo, o).stats.counters).empty());
+    // Other arms are untouched, and so is the product's head.
+    EXPECT_TRUE(counter_violations(run_arm(mo, o, VerifyArm::Batched).stats.counters).empty());
+    const auto product = run(mo, o);
+    EXPECT_EQ(product.tokens, clean.tokens);
+    EXPECT_TRUE(counter_violations(product.stats.counters).empty());
   }
   {
     FaultEnv f("bogus");
-    EXPECT_THROW(run(mo, o), Error);
+    EXPECT_THROW(run_arm(mo, o, VerifyArm::Walk), Error);
   }
 }
 
@@ -385,10 +434,9 @@ TEST(SpecVerify, RuntimeFaultIsCaughtByTheRuntimesOwnCounters) {
   o.max_new_tokens = 30;
   o.block_size = 4;
   o.draft = DraftKind::Mtp;
-  o.verify = VerifyArm::Walk;
-  const auto clean = run(mo, o);
+  const auto clean = run_arm(mo, o, VerifyArm::Walk);
   mo.walk_as_batched = true;
-  const auto faulty = run(mo, o);
+  const auto faulty = run_arm(mo, o, VerifyArm::Walk);
   EXPECT_EQ(faulty.tokens, clean.tokens);
   const auto& c = faulty.stats.counters;
   EXPECT_EQ(c.walk_steps, clean.stats.counters.walk_steps);  // the return value looks like a walk
@@ -409,8 +457,7 @@ TEST(SpecVerify, ARuntimeThatMiscountsIsCaught) {
   o.max_new_tokens = 30;
   o.block_size = 4;
   o.draft = DraftKind::Mtp;
-  o.verify = VerifyArm::Walk;
-  const auto r = run(mo, o);
+  const auto r = run_arm(mo, o, VerifyArm::Walk);
   EXPECT_GT(r.stats.counters.round_violation_count, 0);
   EXPECT_FALSE(counter_violations(r.stats.counters).empty());
   ASSERT_FALSE(r.stats.counters.round_violations.empty());

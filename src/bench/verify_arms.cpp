@@ -115,7 +115,7 @@ VerifyOutcome Verifier::verify(ModelRuntime& rt, std::span<const int32_t> drafts
   return r;
 }
 
-// The row of the identity table (verify.h) for the arm this verifier was
+// The row of the identity table (verify_arms.h) for the arm this verifier was
 // built for, against what the runtime reports it did in this one call.
 void Verifier::check_round(const ModelRuntime& rt, int W, VerifyOutcome& r) const {
   auto need = [&](bool ok, std::string what) {

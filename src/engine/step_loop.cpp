@@ -193,9 +193,10 @@ void StepLoop::step() {
         r.res.stats.prefill_ms = ms_between(t0, t2);
         r.decode_start = t2;
         r.mtp_before = r.rt->mtp_work();
-      } else {
+      } else {  // a round: its verify and rollback (its drafts were timed by the step before)
         r.res.stats.verify_ms += ms_between(t0, t1);
         r.res.stats.rollback_ms += ms_between(t1, t2);
+        r.res.stats.round_ms += ms_between(t0, t2);
       }
       if (!r.done) drafting.push_back(&r);
     }
@@ -203,7 +204,7 @@ void StepLoop::step() {
     const auto t3 = Clock::now();
     for (Run* r : drafting) {
       r->res.stats.draft_ms += ms_between(t2, t3);
-      r->res.stats.round_ms += ms_between(r->res.stats.counters.rounds == 0 ? t2 : t0, t3);
+      r->res.stats.round_ms += ms_between(t2, t3);  // the next round's drafts
     }
   } catch (...) {
     fail_all(std::current_exception());

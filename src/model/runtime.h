@@ -141,7 +141,7 @@ class ModelRuntime {
   // device with one copy back.
   virtual void mtp_draft(int n, int32_t* out);
   // Full logits (vocab floats) of the last entry of the most recent MTP call,
-  // for drafting by sampling (speculative/sampled_generate.h). Uncounted: not
+  // for drafting by sampling (engine/step_loop.h, speculative/acceptance.h). Uncounted: not
   // argmax work. The default throws (a backend without it cannot sample drafts).
   virtual void mtp_logits(float* out);
   // Counters of the MTP head's work so far (see MtpWork); reset() clears them.

@@ -184,6 +184,7 @@ void Engine::start(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot)
     fail_event.error = e.what();
     job->push(std::move(fail_event));
     std::lock_guard<std::mutex> lock(mu_);
+    if (dynamic_cast<const DeviceFault*>(&e) && fault_.empty()) fault_ = e.what();
     std::erase(running_jobs_, job);
     free_slots_.push_back(std::move(sv.slot));
     metrics_.set_queue(int(queue_.size()), int(running_jobs_.size()));

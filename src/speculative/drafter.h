@@ -16,7 +16,7 @@
 //                             drafts; `next` is the new bonus. Not called
 //                             after the last round.
 //
-// Sampled drafting (speculative/sampled_generate.h) replaces propose with
+// Sampled drafting (engine/step_loop.h, speculative/acceptance.h) replaces propose with
 // draft_logits / draft_step: within a round, draft_logits gives the logits
 // of the next draft position (the first one continues the bonus), the loop
 // samples a token from them and draft_step(token) makes it that position's

@@ -94,7 +94,8 @@ nlohmann::ordered_json stats_json(const GenerateStats& s) {
   if (c.verify_chosen == "pad") j["pad_width"] = c.pad_width;
   if (!s.auto_source.empty()) j["auto_source"] = s.auto_source;
   if (!s.auto_reason.empty()) j["auto_reason"] = s.auto_reason;
-  if (c.verify_chosen != "none") j["identity_violations"] = counter_violations(c);
+  // Greedy verify rounds only: sampled rounds read logits, no arm identity applies.
+  if (c.verify_chosen != "none" && c.verify_chosen != "sampled") j["identity_violations"] = counter_violations(c);
   j["tokens_per_second"] = s.tokens_per_second();
   j["draft"] = s.draft;
   if (s.draft == "oracle") j["draft_cost"] = s.draft_cost;
