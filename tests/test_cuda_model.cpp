@@ -217,20 +217,6 @@ TEST_P(CudaModel, GreedyMatchesReferenceInFp32Mode) {
   EXPECT_EQ(r.tokens, ref.greedy);
 }
 
-// generate_fresh (engine/generate.h) with a verify arm at the engine step's
-// head (bench/verify_arms.h: the pad arm at the default width for the block
-// size), the stats labelled with the arm as bench verify labels them.
-GenerateResult generate_fresh_arm(const RuntimeFactory& factory, std::span<const int32_t> prompt,
-                                  const GenerateOptions& o, VerifyArm arm) {
-  ArmChoice choice;
-  choice.arm = arm;
-  if (arm == VerifyArm::Pad) choice.pad_width = resolve_pad_width(o.block_size, 0);
-  ArmHeadStage head(choice);
-  GenerateResult r = generate_fresh(factory, prompt, o, &head);
-  head.label(r.stats);
-  return r;
-}
-
 // Speculative == greedy on CUDA, byte for byte, every K x head x budget: the
 // product's head (BatchedHead) and every verify arm.
 void check_spec_equals_greedy(const std::string& dir, ActMode mode, const std::vector<int>& ks) {
@@ -259,7 +245,7 @@ void check_spec_equals_greedy(const std::string& dir, ActMode mode, const std::v
           o.oracle.accept_rate = 0.7;
           o.oracle.seed = uint64_t(K * 131 + n);
         }
-        const auto r = arm ? generate_fresh_arm(factory, ref.prompt, o, *arm) : generate_fresh(factory, ref.prompt, o);
+        const auto r = arm ? generate_fresh_verify_arm(factory, ref.prompt, o, *arm) : generate_fresh(factory, ref.prompt, o);
         const std::vector<int32_t> want(greedy.begin(), greedy.begin() + n);
         EXPECT_EQ(r.tokens, want) << mode.name() << " K=" << K << " head " << head << " n=" << n;
         const auto v = counter_violations(r.stats.counters);
@@ -317,7 +303,7 @@ TEST(CudaModelStreamed, SpeculativeEqualsGreedyQ4) {
         o.draft = DraftKind::Oracle;
         o.oracle.accept_rate = 0.7;
         o.oracle.seed = uint64_t(K * 7 + n);
-        const auto r = arm ? generate_fresh_arm(factory, prompt, o, *arm) : generate_fresh(factory, prompt, o);
+        const auto r = arm ? generate_fresh_verify_arm(factory, prompt, o, *arm) : generate_fresh(factory, prompt, o);
         const std::vector<int32_t> want(greedy.begin(), greedy.begin() + std::min<long>(n, 40));
         EXPECT_EQ(r.tokens, want) << "K=" << K << " head " << (arm ? verify_arm_name(*arm) : "product") << " n=" << n;
       }

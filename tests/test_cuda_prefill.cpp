@@ -51,20 +51,6 @@ std::vector<int32_t> long_prompt(int n, int vocab) {
   return p;
 }
 
-// generate_fresh (engine/generate.h) with a verify arm at the engine step's
-// head (bench/verify_arms.h: the pad arm at the default width for the block
-// size), the stats labelled with the arm as bench verify labels them.
-GenerateResult generate_fresh_arm(const RuntimeFactory& factory, std::span<const int32_t> prompt,
-                                  const GenerateOptions& o, VerifyArm arm) {
-  ArmChoice choice;
-  choice.arm = arm;
-  if (arm == VerifyArm::Pad) choice.pad_width = resolve_pad_width(o.block_size, 0);
-  ArmHeadStage head(choice);
-  GenerateResult r = generate_fresh(factory, prompt, o, &head);
-  head.label(r.stats);
-  return r;
-}
-
 TEST(CudaPrefill, LongPromptSpeculativeEqualsGreedy) {
   NEXTN_REQUIRE_GPU();
   const auto ck = Qwen35Checkpoint::open(stream_checkpoint());
@@ -83,7 +69,7 @@ TEST(CudaPrefill, LongPromptSpeculativeEqualsGreedy) {
       o.draft = DraftKind::Oracle;
       o.oracle.accept_rate = 0.7;
       o.oracle.seed = uint64_t(K);
-      EXPECT_EQ(generate_fresh_arm(factory, prompt, o, arm).tokens, greedy)
+      EXPECT_EQ(generate_fresh_verify_arm(factory, prompt, o, arm).tokens, greedy)
           << "K=" << K << " arm " << verify_arm_name(arm);
       if (arm == VerifyArm::Batched) {  // and the product's head
         EXPECT_EQ(generate_fresh(factory, prompt, o).tokens, greedy) << "K=" << K << " product";

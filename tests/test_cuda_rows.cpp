@@ -70,20 +70,6 @@ std::vector<std::vector<float>> logits_run(ModelRuntime& rt, const std::vector<i
   return out;
 }
 
-// generate_fresh (engine/generate.h) with a verify arm at the engine step's
-// head (bench/verify_arms.h: the pad arm at the default width for the block
-// size), the stats labelled with the arm as bench verify labels them.
-GenerateResult generate_fresh_arm(const RuntimeFactory& factory, std::span<const int32_t> prompt,
-                                  const GenerateOptions& o, VerifyArm arm) {
-  ArmChoice choice;
-  choice.arm = arm;
-  if (arm == VerifyArm::Pad) choice.pad_width = resolve_pad_width(o.block_size, 0);
-  ArmHeadStage head(choice);
-  GenerateResult r = generate_fresh(factory, prompt, o, &head);
-  head.label(r.stats);
-  return r;
-}
-
 TEST(CudaRows, BuiltForKRowsGivesTheBitsOf64) {
   NEXTN_REQUIRE_GPU();
   const auto ck = Qwen35Checkpoint::open(rows_checkpoint());
@@ -113,7 +99,7 @@ TEST(CudaRows, BuiltForKRowsGivesTheBitsOf64) {
     m.draft = DraftKind::Mtp;
     EXPECT_EQ(generate_fresh(built_for_k, prompt, m).tokens, greedy) << "K=" << K << " product";
     for (VerifyArm arm : {VerifyArm::Batched, VerifyArm::Walk, VerifyArm::Fused}) {
-      EXPECT_EQ(generate_fresh_arm(built_for_k, prompt, m, arm).tokens, greedy)
+      EXPECT_EQ(generate_fresh_verify_arm(built_for_k, prompt, m, arm).tokens, greedy)
           << "K=" << K << " " << verify_arm_name(arm);
     }
   }

@@ -220,4 +220,14 @@ GenerateResult generate_verify_arm(ModelRuntime& rt, std::span<const int32_t> pr
   return r;
 }
 
+GenerateResult generate_fresh_verify_arm(const RuntimeFactory& factory, std::span<const int32_t> prompt,
+                                         const GenerateOptions& options, VerifyArm arm) {
+  ArmChoice choice;
+  choice.arm = arm;
+  ArmHeadStage head(resolved(choice, options.block_size));
+  GenerateResult r = generate_fresh(factory, prompt, options, &head);
+  head.label(r.stats);
+  return r;
+}
+
 }  // namespace nextn

@@ -112,4 +112,9 @@ class ArmHeadStage final : public HeadStage {
 GenerateResult generate_verify_arm(ModelRuntime& rt, std::span<const int32_t> prompt, const GenerateOptions& options,
                                    const ArmChoice& choice, const std::vector<int32_t>* oracle_truth = nullptr);
 
+// generate_fresh() (engine/generate.h) with `arm` at the head (pad: the
+// default width for options.block_size), the stats labelled.
+GenerateResult generate_fresh_verify_arm(const RuntimeFactory& factory, std::span<const int32_t> prompt,
+                                         const GenerateOptions& options, VerifyArm arm);
+
 }  // namespace nextn

@@ -234,7 +234,8 @@ class Soak:
         """Headers, then the body, dribbled over 1-2 s in all; then completed, closed, or left open."""
         head_end = req.index(b"\r\n\r\n") + 4
         cut = len(req) if kind == "slow_complete" else rng.randint(1, len(req) - 1)
-        pieces = [req[i:i + max(1, cut // 12)] for i in range(0, cut, max(1, cut // 12))]
+        step = max(1, cut // 12)
+        pieces = [req[i:min(i + step, cut)] for i in range(0, cut, step)]  # never past the cut: an abandoned request stays partial
         spread = rng.uniform(1.0, 2.0)
         c = self.conn()
         try:
