@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Streaming throughput of `nextn serve` through the official openai client.
+"""Streaming throughput of `nextn serve` over plain HTTP (the standard library: the device has no openai package).
 
 For each drafter and each concurrency S, starts `nextn serve --port 0
 --max-batch B` (B = --max-batch, or S when not given, so that all S streams
@@ -21,13 +21,12 @@ as `nextn make-checkpoint` writes; scripts/device/serve_table.sh uses it).
 """
 import argparse
 import concurrent.futures
+import http.client
 import json
 import re
 import subprocess
 import time
 import urllib.request
-
-import openai
 
 
 def metric(text, name):
@@ -47,18 +46,32 @@ def run(args, draft, streams):
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     try:
         port = re.search(r":(\d+)$", proc.stderr.readline().strip()).group(1)
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=3600)
+        prompt = [int(t) for t in args.prompt_ids.split(",")] if args.prompt_ids else args.prompt
+        body = json.dumps({"model": "default", "prompt": prompt, "max_tokens": args.n, "temperature": 0,
+                           "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}})
 
         def one(_):
+            """One greedy stream: (completion tokens from the usage chunk, seconds, seconds to the first text)."""
             t0, tokens, first = time.time(), 0, None
-            prompt = [int(t) for t in args.prompt_ids.split(",")] if args.prompt_ids else args.prompt
-            for chunk in client.completions.create(model="default", prompt=prompt, max_tokens=args.n,
-                                                   temperature=0, stream=True, extra_body={"ignore_eos": True},
-                                                   stream_options={"include_usage": True}):
-                if first is None and chunk.choices and chunk.choices[0].text:
-                    first = time.time() - t0
-                if chunk.usage:
-                    tokens = chunk.usage.completion_tokens
+            conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=3600)
+            try:
+                conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+                r = conn.getresponse()
+                if r.status != 200:
+                    raise RuntimeError(f"HTTP {r.status}: {r.read()[:300]!r}")
+                for line in r:  # server-sent events, one `data:` line each
+                    line = line.strip()
+                    if not line.startswith(b"data: "):
+                        continue
+                    if line == b"data: [DONE]":
+                        break
+                    ev = json.loads(line[6:])
+                    if first is None and ev.get("choices") and ev["choices"][0].get("text"):
+                        first = time.time() - t0
+                    if ev.get("usage"):
+                        tokens = ev["usage"]["completion_tokens"]
+            finally:
+                conn.close()
             return tokens, time.time() - t0, first or 0.0
         one(0)
         before = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()

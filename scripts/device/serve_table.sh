@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # Issue 14's throughput table, one device call: `nextn serve --backend cuda`
 # on a random Qwen3.5-27B-shape q4 checkpoint (`nextn make-checkpoint`),
-# greedy streams through the official openai client (scripts/bench_serve.py)
+# greedy streams over plain HTTP (scripts/bench_serve.py, standard library only)
 # at 1, 4, 16 and 32 concurrent streams, plain and with the MTP head: total
-# tokens/s, per-stream tokens/s, time to first token, requests per forward.
+# tokens/s, per-stream tokens/s, time to first token, requests and LM-head
+# launches per engine step.
 #
 #   scripts/device/prepare.sh     # here: builds build-cuda/
-#   here: pip download openai --only-binary=:all: --python-version 3.X
-#         --platform manylinux2014_x86_64 -d .devrun-wheels/py3.X   (the device has no network)
-#   device run, carry the build and .devrun-wheels: bash scripts/device/serve_table.sh
+#   device run, carry build-cuda/nextn and build-cuda/lib: bash scripts/device/serve_table.sh
 #
 # Environment: NEXTN_BUILD (build-cuda), NEXTN_SERVE_PRESET (qwen3.5-27b),
 # NEXTN_SERVE_STREAMS (1,4,16,32), NEXTN_SERVE_DRAFTS (none,mtp), NEXTN_SERVE_N (64),
@@ -25,14 +24,6 @@ SUMMARY=$OUT/summary.txt
 . scripts/device/lib.sh
 export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 record_start
-
-if ! python3 -c "import openai" 2>/dev/null; then
-  v=$(python3 -c "import sys;print(f'{sys.version_info[0]}.{sys.version_info[1]}')")
-  python3 -m pip install -q --no-index --find-links ".devrun-wheels/py$v" --target /tmp/openai-site openai \
-    >"$LOG/pip.txt" 2>&1
-  export PYTHONPATH=/tmp/openai-site:${PYTHONPATH:-}
-fi
-say "openai client: $(python3 -c 'import openai;print(openai.__version__)' 2>&1 | tail -1)"
 
 dir=$CK/serve-$PRESET-q4
 t0=$(date +%s)
