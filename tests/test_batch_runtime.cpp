@@ -56,9 +56,9 @@ void check_stepped_generations(const std::string& dir, bool serial) {
     auto group = serial ? make_serial_sequence_group(ckpt, BackendKind::Cpu, 2) : make_cpu_sequence_group(ckpt, kOptions);
     EXPECT_EQ(group->shares_forwards(), !serial);
     EXPECT_EQ(group->max_sequences(), serial ? 1 : INT_MAX);
-    test::check_stepped_generations(cpu_alone(ckpt), *group, ref.prompt, draft, 0, /*batched_calls=*/!serial);
+    test::check_stepped_generations(cpu_alone(ckpt), *group, ref.prompt, draft, 0, /*batched_head=*/!serial, /*batched_mtp=*/!serial);
     if (draft == DraftKind::Mtp)
-      test::check_stepped_generations(cpu_alone(ckpt), *group, ref.prompt, draft, 5, /*batched_calls=*/!serial);
+      test::check_stepped_generations(cpu_alone(ckpt), *group, ref.prompt, draft, 5, /*batched_head=*/!serial, /*batched_mtp=*/!serial);
   }
 }
 

@@ -155,7 +155,7 @@ TEST_P(CudaBatch, SteppedGenerationsEqualSoloRuns) {
     auto group = make_group(ck, fp32);
     for (DraftKind draft : drafts)
       for (int K : {4, 8}) test::check_stepped_generations(cuda_alone(ck, fp32), *group, ref.prompt, draft, K,
-                                                         /*batched_calls=*/false);
+                                                         /*batched_head=*/true, /*batched_mtp=*/false);
   }
 }
 

@@ -243,6 +243,7 @@ void CudaQwen35::check_rows(const char* what, int rows) const {
 // place: the captured graphs keep their device pointers and stay valid.
 void CudaQwen35::reset() {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  head_shift_ = HeadWork{};
   auto zero = [&](void* p, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_)); };
   for (const auto& kv : kv_) {
     zero(kv.k, kv_bytes_);

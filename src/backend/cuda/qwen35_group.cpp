@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/head_counters.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/qwen35.h"
 #include "backend/cuda/qwen35_runtime.h"
@@ -174,6 +175,62 @@ void CudaQwen35::group_gdn(const LayerWeights& L, const StepBuffers& b) {
   });
 }
 
+void CudaQwen35::head_argmax_group(std::span<CudaQwen35* const> seqs, std::span<const SequenceRows> rows,
+                                   int32_t* out) {
+  if (seqs.empty() || seqs[0] != this || seqs.size() != rows.size())
+    fail("internal: head_argmax_group must be called on the sequence of its first rows");
+  int R = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const CudaQwen35& q = *seqs[i];
+    const SequenceRows& r = rows[i];
+    if (r.first < 0 || r.count < 1 || r.first + r.count > q.last_T_ || q.w_ != w_)
+      fail("head_argmax: rows [{}, {}) outside the last forward's {} rows", r.first, r.first + r.count, q.last_T_);
+    R += r.count;
+  }
+  check_rows("head_argmax", R);
+  const size_t row_bytes = size_t(H_) * size_t(act_size(act_));
+  for (size_t i = 0; i < seqs.size(); ++i) {  // each sequence's rows, after the work that wrote them
+    CudaQwen35& q = *seqs[i];
+    if (&q != this) {
+      CUDA_CHECK(cudaEventRecord(q.group_event_, q.stream_));
+      CUDA_CHECK(cudaStreamWaitEvent(stream_, q.group_event_, 0));
+    }
+  }
+  HeadCounters before{};
+  CUDA_CHECK(cudaMemcpyAsync(&before, d_head_, sizeof(before), cudaMemcpyDeviceToHost, stream_));
+  size_t at = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const CudaQwen35& q = *seqs[i];
+    CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(head_in_) + at * row_bytes,
+                               static_cast<const char*>(q.hidden_) + size_t(rows[i].first) * row_bytes,
+                               size_t(rows[i].count) * row_bytes, cudaMemcpyDeviceToDevice, stream_));
+    at += size_t(rows[i].count);
+  }
+  const HeadTally t = tally(HeadPath::Batched);
+  cuda::matmul(w_->head, head_in_, act_, R, H_, logits_, V_, false, nullptr, stream_, t);
+  cuda::argmax_rows(logits_, R, V_, V_, argmax_scratch_, d_out_, stream_, t.counters);
+  fetch(d_out_, sizeof(int32_t) * size_t(R), out);  // synchronizes the stream: the copies are done
+  HeadCounters after{};
+  CUDA_CHECK(cudaMemcpyAsync(&after, d_head_, sizeof(after), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // The device counted the whole call on the lead: each sequence gets its own
+  // rows and logits, the head read once, one call.
+  const HeadWork call = head_work_of(after), was = head_work_of(before);
+  const int64_t bytes = call.head_bytes_read - was.head_bytes_read;
+  const int64_t logits_per_row = int64_t(V_) * int64_t(sizeof(float));
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    HeadWork& shift = seqs[i]->head_shift_;
+    const int64_t rows_i = rows[i].count, counted = seqs[i] == this ? R : 0;
+    shift.rows_projected += rows_i - counted;
+    shift.logits_bytes_written += (rows_i - counted) * logits_per_row;
+    if (seqs[i] != this) {
+      shift.head_bytes_read += bytes;
+      shift.head_calls += 1;
+    }
+    shift.last_path = HeadPath::Batched;
+  }
+}
+
 namespace {
 
 // Enough for the server's batches; each sequence holds its own workspace
@@ -198,6 +255,7 @@ class CudaSequenceGroup final : public SequenceGroup {
   }
   void forward_together(std::span<ModelRuntime* const> sequences,
                         std::span<const std::span<const int32_t>> tokens) override;
+  void head_argmax_together(std::span<const SequenceRows> rows, int32_t* out) override;
 
  private:
   std::shared_ptr<const CudaQwen35Weights> weights_;
@@ -255,6 +313,35 @@ void CudaSequenceGroup::forward_together(std::span<ModelRuntime* const> sequence
 }
 
 }  // namespace
+void CudaSequenceGroup::head_argmax_together(std::span<const SequenceRows> rows, int32_t* out) {
+  // Chunks of whole sequences, in list order, of at most the lead's rows:
+  // each chunk one projection (the lead is the chunk's first sequence).
+  std::vector<CudaQwen35*> chunk;
+  std::vector<SequenceRows> chunk_rows;
+  int n = 0;
+  auto flush = [&] {
+    if (chunk.empty()) return;
+    chunk[0]->head_argmax_group(chunk, chunk_rows, out);
+    out += n;
+    ++step_work_.lm_head_launches;
+    chunk.clear();
+    chunk_rows.clear();
+    n = 0;
+  };
+  for (const SequenceRows& r : rows) {
+    auto* q = dynamic_cast<CudaQwen35*>(r.sequence);
+    if (q == nullptr || q->weights() != weights_.get())
+      fail("internal: head_argmax_together over a sequence of another group");
+    if (std::find(chunk.begin(), chunk.end(), q) != chunk.end())
+      fail("internal: head_argmax_together lists one sequence twice");
+    if (!chunk.empty() && n + r.count > chunk[0]->max_rows()) flush();
+    chunk.push_back(q);
+    chunk_rows.push_back(r);
+    n += r.count;
+  }
+  flush();
+}
+
 }  // namespace cuda
 
 std::unique_ptr<SequenceGroup> make_cuda_sequence_group(const Qwen35Checkpoint& ckpt) {

@@ -226,7 +226,13 @@ HeadWork CudaQwen35::head_work() const {
   HeadCounters c{};
   CUDA_CHECK(cudaMemcpyAsync(&c, d_head_, sizeof(c), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return head_work_of(c);
+  HeadWork w = head_work_of(c);
+  w.rows_projected += head_shift_.rows_projected;
+  w.head_bytes_read += head_shift_.head_bytes_read;
+  w.logits_bytes_written += head_shift_.logits_bytes_written;
+  w.head_calls += head_shift_.head_calls;
+  if (head_shift_.last_path != HeadPath::None) w.last_path = head_shift_.last_path;
+  return w;
 }
 
 }  // namespace nextn::cuda

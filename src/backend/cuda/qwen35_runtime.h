@@ -26,6 +26,7 @@
 #include "core/error.h"
 #include "core/fault.h"
 #include "io/checkpoint.h"
+#include "model/batch_runtime.h"
 
 namespace nextn::cuda {
 
@@ -199,6 +200,13 @@ class CudaQwen35 final : public ModelRuntime {
   // the rows add up to at most max_rows(). Each sequence ends as its own
   // target_forward would leave it.
   void forward_group(std::span<const GroupSlice> slices, std::span<const std::span<const int32_t>> tokens);
+  // The LM-head argmax of rows[i] of seqs[i] for every i in one projection
+  // on this sequence's (the lead's, seqs[0]'s) workspace and stream
+  // (qwen35_group.cpp): the rows are copied into the lead's head input, so
+  // each row's bits are its own head_argmax's (the matmul is batch-invariant).
+  // The rows add up to at most max_rows(). Each sequence's head counters get
+  // its own share: its rows and logits, the head read once, one call.
+  void head_argmax_group(std::span<CudaQwen35* const> seqs, std::span<const SequenceRows> rows, int32_t* out);
   std::vector<OpTiming> op_timings() const override;
   void clear_op_timings() override { op_ms_.clear(); }
   int64_t kernels_launched() const override { return kernels_launched_; }
@@ -330,6 +338,11 @@ class CudaQwen35 final : public ModelRuntime {
   };
   std::map<std::vector<std::pair<uint64_t, int>>, GroupGraphKey> group_graph_ids_;
   int next_group_graph_id_ = 0;
+  // Head work of group head calls led by another sequence (or this one's
+  // share of its own), added to the device counters by head_work(); reset()
+  // clears it. Its last_path, once set, is what head_work() reports: the
+  // product's group calls are its only head calls.
+  HeadWork head_shift_;
   // What the MTP graphs ran, counted on the host as they are replayed (they
   // have no early exit: every row launched is a row run). reset() clears it.
   MtpWork mtp_work_;
