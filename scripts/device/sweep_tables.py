@@ -9,7 +9,7 @@ json/guard.json, summary.txt). Prints, per model x draft cost x acceptance:
 median [min, max] decode tokens/s per K x arm with the ratio to batched, the
 device counters per round (rows projected, walk rows, head MB read, logits
 written), the early-exit ceiling per K and the verdict per K; then the
-winners in the form of src/speculative/recorded_winners.h, and with OUT2 the
+winners per K (the verdict column), and with OUT2 the
 spread between the two calls. Standard library only.
 
 Definitions:
@@ -223,7 +223,7 @@ def main(argv):
                     else:
                         lines = res
                     print("\n".join(lines))
-    print("## Winners per K (verdict column), for src/speculative/recorded_winners.h\n")
+    print("## Winners per K (verdict column)\n")
     ks = sorted({k for w in winners.values() for k in w})
     print("| model | cost | acceptance | walk | " + " | ".join(f"K={k}" for k in ks) + " |")
     print("|---|---|---|---|" + "---|" * len(ks))
