@@ -179,12 +179,17 @@ void Engine::start(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot)
     const int id = steps_.add(*sv.slot, job->prompt, o, std::move(drafter));
     serving_.emplace(id, std::move(serving));
   } catch (const std::exception& e) {  // a request the loop refused: it fails alone, the slot goes back
+    // The fault is recorded before the client hears of the failure, so a
+    // /health that follows the 500 already reads 503.
+    if (dynamic_cast<const DeviceFault*>(&e)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (fault_.empty()) fault_ = e.what();
+    }
     JobEvent fail_event;
     fail_event.final = true;
     fail_event.error = e.what();
     job->push(std::move(fail_event));
     std::lock_guard<std::mutex> lock(mu_);
-    if (dynamic_cast<const DeviceFault*>(&e) && fault_.empty()) fault_ = e.what();
     std::erase(running_jobs_, job);
     free_slots_.push_back(std::move(sv.slot));
     metrics_.set_queue(int(queue_.size()), int(running_jobs_.size()));
