@@ -73,8 +73,9 @@ TEST_F(CliGenerate, MtpOutputEqualsPlainGreedyWithStats) {
 }
 
 TEST_F(CliGenerate, OracleDraftsAtAFixedRateAndPattern) {
-  const std::string base = "generate -m " + kTied + " " + kPrompt + " -n 24 --json --block-size 5";
-  const auto plain = parse_json(run_cli(base));
+  const std::string plain_cmd = "generate -m " + kTied + " " + kPrompt + " -n 24 --json";
+  const std::string base = plain_cmd + " --block-size 5";
+  const auto plain = parse_json(run_cli(plain_cmd));
   const auto rate = parse_json(run_cli(base + " --draft oracle --accept-rate 0.7 --seed 3"));
   EXPECT_EQ(rate["tokens"], plain["tokens"]);
   const auto all = parse_json(run_cli(base + " --draft oracle --accept-rate 1"));
@@ -85,6 +86,36 @@ TEST_F(CliGenerate, OracleDraftsAtAFixedRateAndPattern) {
   EXPECT_EQ(none["stats"]["rounds"], 23);
   const auto pat = parse_json(run_cli(base + " --draft oracle --accept-pattern 1101"));
   EXPECT_EQ(pat["tokens"], plain["tokens"]);
+  // Per position: every first draft true, every second one wrong.
+  const auto pos = parse_json(run_cli(base + " --draft oracle --accept-rates 1,0"));
+  EXPECT_EQ(pos["tokens"], plain["tokens"]);
+  const auto& at = pos["stats"]["accepted_at"];
+  EXPECT_GE(at[0].get<int>(), pos["stats"]["rounds"].get<int>() - 1) << pos.dump();  // the last round may draft none
+  EXPECT_EQ(at[1], 0);
+  EXPECT_EQ(pos["stats"]["accepted"], at[0]);
+  expect_one_error(run_cli(base + " --draft oracle --accept-rates 0.9,x"), "--accept-rates");
+  expect_one_error(run_cli(base + " --draft oracle --accept-rates 0.9,1.5"), "--accept-rates");
+  expect_one_error(run_cli(base + " --draft oracle --accept-rates 0.9 --accept-rate 0.5"), "exclusive");
+  expect_one_error(run_cli(base + " --draft mtp --accept-rates 0.9"), "--draft oracle only");
+}
+
+// --block-size auto: the step's cost model picks K every round (any K is
+// exact), the stats say which.
+TEST_F(CliGenerate, AutoBlockSizeIsExactAndReportsItsChoices) {
+  const std::string plain_cmd = "generate -m " + kTied + " " + kPrompt + " -n 24 --json";
+  const auto plain = parse_json(run_cli(plain_cmd));
+  for (const std::string draft : {" --draft mtp", " --draft oracle --accept-rates 0.9,0.8,0.7"}) {
+    const auto r = parse_json(run_cli(plain_cmd + draft + " --block-size auto"));
+    EXPECT_EQ(r["tokens"], plain["tokens"]) << draft;
+    const auto& s = r["stats"];
+    EXPECT_EQ(s["block_policy"], "auto");
+    EXPECT_EQ(s["block_size"], 8);
+    int64_t rounds = 0;
+    for (const auto& n : s["rounds_at_block_size"]) rounds += n.get<int64_t>();
+    EXPECT_EQ(rounds, s["rounds"].get<int64_t>()) << s.dump();
+  }
+  expect_one_error(run_cli(plain_cmd + " --draft mtp --block-size automatic"), "--block-size");
+  expect_one_error(run_cli(plain_cmd + " --block-size auto"), "--block-size applies to a drafter only");
 }
 
 TEST_F(CliGenerate, DefaultBlockSizeAndModel) {

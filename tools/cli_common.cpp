@@ -57,4 +57,37 @@ void add_threads_option(CLI::App* cmd, int* threads) {
       ->check(CLI::Range(1, 1024));
 }
 
+void add_oracle_options(CLI::App* cmd, OracleArgs* a) {
+  a->rate_opt = cmd->add_option("--accept-rate", a->accept_rate, "Oracle: probability each draft is the true token");
+  a->rates_opt = cmd->add_option("--accept-rates", a->position_rates,
+                                 "Oracle: per draft position, the probability a draft after true ones is true "
+                                 "(e.g. 0.9,0.8,0.7; the last repeats)");
+  a->pattern_opt = cmd->add_option("--accept-pattern", a->pattern, "Oracle: 1 = true draft, 0 = wrong, cyclic");
+  a->seed_opt = cmd->add_option("--seed", a->seed, "Oracle: RNG seed for --accept-rate(s) (default 1)")->check(non_negative());
+}
+
+OracleSpec oracle_spec(const std::string& draft, const OracleArgs& a) {
+  OracleFlags f;
+  if (a.rate_opt->count() > 0) f.accept_rate = &a.accept_rate;
+  if (a.rates_opt->count() > 0) f.position_rates = &a.position_rates;
+  if (a.pattern_opt->count() > 0) f.pattern = &a.pattern;
+  if (a.seed_opt->count() > 0) f.seed = &a.seed;
+  return oracle_spec_from_flags(draft, f);
+}
+
+BlockSizeFlag parse_block_size_flag(const std::string& text) {
+  BlockSizeFlag f;
+  if (text == "auto") {
+    f.policy = BlockPolicy::Auto;
+    return f;
+  }
+  int k = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), k);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+    fail("--block-size '{}': expected a width K or auto", text);
+  check_block_size(k);
+  f.size = k;
+  return f;
+}
+
 }  // namespace nextn::cli

@@ -6,6 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "speculative/drafter.h"
+#include "speculative/generation.h"
+
 namespace nextn::cli {
 
 // "1,2,3" -> {1,2,3}; `flag` names the option in errors. Parsed by hand on
@@ -24,5 +27,25 @@ const CLI::Validator& non_negative();
 std::string model_dir_or_default(const std::string& dir);
 // --threads N (1..1024) into *threads; 0 (unset) means NEXTN_THREADS or all cores.
 void add_threads_option(CLI::App* cmd, int* threads);
+
+// The oracle drafter's flags (--accept-rate, --accept-rates, --accept-pattern,
+// --seed) on `cmd`, and the spec they give for the drafter `draft`
+// (oracle_spec_from_flags: refused by name for another drafter).
+struct OracleArgs {
+  double accept_rate = -1;
+  std::string position_rates, pattern;
+  uint64_t seed = 1;
+  CLI::Option *rate_opt = nullptr, *rates_opt = nullptr, *pattern_opt = nullptr, *seed_opt = nullptr;
+};
+void add_oracle_options(CLI::App* cmd, OracleArgs* args);
+
+// --block-size as given: "auto" (chosen per step, at most kAutoMaxBlockSize)
+// or a width K (check_block_size). Error naming the flag otherwise.
+struct BlockSizeFlag {
+  BlockPolicy policy = BlockPolicy::Fixed;
+  int size = 0;  // Fixed: K; Auto: 0 (the widest default)
+};
+BlockSizeFlag parse_block_size_flag(const std::string& text);
+OracleSpec oracle_spec(const std::string& draft, const OracleArgs& args);
 
 }  // namespace nextn::cli

@@ -101,12 +101,11 @@ void run_decode(const DecodeArgs& a) {
 
 struct VerifyArgs {
   std::string model, backend = "cpu", block_sizes = "3,4,8,16,32", arms = "batched,walk,pad,fused", draft = "mtp",
-                     pattern, prompt_ids, draft_cost = "free";
-  double accept_rate = -1;
-  uint64_t seed = 1;
+                     prompt_ids, draft_cost = "free";
+  OracleArgs oracle;
   int pad_width = 0, repeats = 5, n = 64, threads = 0;
   bool json = false;
-  CLI::Option *rate_opt = nullptr, *pattern_opt = nullptr, *seed_opt = nullptr, *ids_opt = nullptr;
+  CLI::Option* ids_opt = nullptr;
 };
 
 void run_verify(const VerifyArgs& a) {
@@ -116,8 +115,7 @@ void run_verify(const VerifyArgs& a) {
   o.block_sizes = ks;
   o.arms = parse_verify_arms(a.arms);
   o.draft = parse_draft_kind(a.draft);
-  o.oracle = oracle_spec_from_flags(a.draft, a.rate_opt->count() ? &a.accept_rate : nullptr,
-                                    a.pattern_opt->count() ? &a.pattern : nullptr, a.seed_opt->count() ? &a.seed : nullptr);
+  o.oracle = oracle_spec(a.draft, a.oracle);
   o.draft_cost = parse_draft_cost(a.draft_cost);
   o.pad_width = a.pad_width;
   o.repeats = a.repeats;
@@ -222,9 +220,7 @@ void register_bench(CLI::App& app) {
   ver->add_option("--block-sizes", v->block_sizes, "Comma-separated K values (default 3,4,8,16,32)");
   ver->add_option("--verify", v->arms, "Comma-separated arms: batched,walk,pad,fused (default all four)");
   ver->add_option("--draft", v->draft, "Drafter: mtp (default) or oracle");
-  v->rate_opt = ver->add_option("--accept-rate", v->accept_rate, "Oracle: probability each draft is the true token");
-  v->pattern_opt = ver->add_option("--accept-pattern", v->pattern, "Oracle: 1 = true draft, 0 = wrong, cyclic");
-  v->seed_opt = ver->add_option("--seed", v->seed, "Oracle: RNG seed (default 1)")->check(non_negative());
+  add_oracle_options(ver, &v->oracle);
   ver->add_option("--draft-cost", v->draft_cost,
                   "Oracle: free (default) or mtp (run the MTP draft chain for its cost, use the oracle's tokens)");
   ver->add_option("--pad-width", v->pad_width, "Pad arm width (default per K: next multiple of 16, at most 64)");

@@ -15,6 +15,7 @@
 #include "model/runtime.h"
 #include "model/target_model.h"
 #include "speculative/gemma4_drafter.h"
+#include "engine/block_choice.h"
 #include "engine/generate.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/model_tokenizer.h"
@@ -23,15 +24,12 @@ namespace nextn::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt, prompt_ids, draft = "none", pattern, backend = "cpu",
-                     draft_cost = "free";
+  std::string model, prompt, prompt_ids, draft = "none", backend = "cpu", draft_cost = "free", block_size;
   int n = 32;
-  double accept_rate = -1;
-  uint64_t seed = 1;
-  int block_size = 0, threads = 0, draft_vocab = 0;
+  OracleArgs oracle;
+  int threads = 0, draft_vocab = 0;
   bool ignore_eos = false, json = false, chat = false;
-  CLI::Option *rate_opt = nullptr, *pattern_opt = nullptr, *block_opt = nullptr,
-              *seed_opt = nullptr, *prompt_opt = nullptr, *ids_opt = nullptr, *cost_opt = nullptr,
+  CLI::Option *block_opt = nullptr, *prompt_opt = nullptr, *ids_opt = nullptr, *cost_opt = nullptr,
               *draft_vocab_opt = nullptr;
 };
 
@@ -60,11 +58,16 @@ void run(const GenerateArgs& a) {
   const bool assistant_draft = is_drafter_checkpoint(a.draft);
   o.draft = assistant_draft ? DraftKind::None : parse_draft_kind(a.draft);
   o.ignore_eos = a.ignore_eos;
-  o.oracle = oracle_spec_from_flags(a.draft, a.rate_opt->count() ? &a.accept_rate : nullptr,
-                                    a.pattern_opt->count() ? &a.pattern : nullptr, a.seed_opt->count() ? &a.seed : nullptr);
+  o.oracle = oracle_spec(a.draft, a.oracle);
   o.draft_cost = parse_draft_cost(a.draft_cost);
   if (a.cost_opt->count() > 0 && o.draft != DraftKind::Oracle) fail("--draft-cost applies to --draft oracle only");
-  if (a.block_opt->count() > 0) check_block_size(a.block_size);
+  BlockSizeFlag block;
+  if (a.block_opt->count() > 0) {
+    if (o.draft == DraftKind::None && !assistant_draft)
+      fail("--block-size applies to a drafter only (--draft mtp, oracle or an assistant directory)");
+    block = parse_block_size_flag(a.block_size);
+  }
+  o.block_policy = block.policy;
   o.draft_vocab = draft_vocab_from_flag(o.draft, a.draft_vocab_opt->count() > 0, a.draft_vocab);
   const BackendKind kind = parse_backend(a.backend);
 
@@ -111,9 +114,10 @@ void run(const GenerateArgs& a) {
     fail("{}: --draft-cost mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
   if (assistant_draft && target.family != "gemma4")
     fail("--draft {}: a drafter checkpoint drafts for a Gemma 4 target, and {} is not one", a.draft, dir);
-  o.block_size = a.block_opt->count() > 0 ? a.block_size
-                 : assistant_draft        ? kAssistantBlockSize
-                                          : default_block_size(target.info.mtp_layers);
+  o.block_size = block.size != 0                   ? block.size
+                 : block.policy == BlockPolicy::Auto ? kAutoMaxBlockSize
+                 : assistant_draft                   ? kAssistantBlockSize
+                                                     : default_block_size(target.info.mtp_layers);
   const GenerateResult r = assistant_draft ? generate_with_assistant(target.factory, a.draft, prompt, o, a.threads)
                                            : generate_fresh(target.factory, prompt, o);
   const auto stats = stats_json(r.stats);
@@ -136,9 +140,9 @@ void run(const GenerateArgs& a) {
   std::fflush(stdout);
   const auto& c = r.stats.counters;
   std::fprintf(stderr,
-               "stats: draft %s, block_size %d, verify %s (runtime: %s), rounds %lld, drafted %lld, accepted %lld "
+               "stats: draft %s, block_size %d%s, verify %s (runtime: %s), rounds %lld, drafted %lld, accepted %lld "
                "(%.3f)%s, rows_projected %lld, %d tokens, stop %s, %.1f tokens/s decode, prefill %.3f ms\n",
-               r.stats.draft.c_str(), c.block_size, c.verify_chosen.c_str(), c.verify_taken.c_str(),
+               r.stats.draft.c_str(), c.block_size, r.stats.block_policy == "auto" ? " (auto)" : "", c.verify_chosen.c_str(), c.verify_taken.c_str(),
                (long long)c.rounds, (long long)c.drafted, (long long)c.accepted, stats["acceptance"].get<double>(),
                per_position_acceptance(c).c_str(), (long long)c.rows_projected, r.stats.generated,
                r.stats.stop.c_str(), r.stats.tokens_per_second(), r.stats.prefill_ms);
@@ -154,12 +158,12 @@ void register_generate(CLI::App& app) {
   a->ids_opt = cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt as comma-separated token ids");
   cmd->add_option("-n", a->n, "Tokens to generate (default 32)")->check(number());
   cmd->add_option("--draft", a->draft, "Drafter: none (plain greedy), mtp (the checkpoint's MTP head), oracle, or a Gemma 4 assistant directory");
-  a->rate_opt = cmd->add_option("--accept-rate", a->accept_rate, "Oracle: probability each draft is the true token");
-  a->pattern_opt = cmd->add_option("--accept-pattern", a->pattern, "Oracle: 1 = true draft, 0 = wrong, cyclic");
-  a->seed_opt = cmd->add_option("--seed", a->seed, "Oracle: RNG seed for --accept-rate (default 1)")->check(non_negative());
+  add_oracle_options(cmd, &a->oracle);
   a->cost_opt = cmd->add_option("--draft-cost", a->draft_cost,
                                  "Oracle: free (default) or mtp (run the MTP draft chain for its cost, use the oracle's tokens)");
-  a->block_opt = cmd->add_option("--block-size", a->block_size, "Verify width K, 2..64 (default: MTP layers + 2)")->check(number());
+  a->block_opt = cmd->add_option("--block-size", a->block_size,
+                                 "Verify width K, 2..64, or auto: chosen every step from the acceptance so far and "
+                                 "a measured cost model, up to 8 (default: MTP layers + 2; with an assistant 4)");
   a->draft_vocab_opt = cmd->add_option("--draft-vocab", a->draft_vocab,
                                        "--draft mtp: draft from token ids [0, N) only; the output stays exact "
                                        "(default: the whole vocabulary; N above it is clamped)")

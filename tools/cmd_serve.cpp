@@ -24,7 +24,7 @@
 #include "server/http_server.h"
 #include "server/openai_api.h"
 #include "speculative/gemma4_drafter.h"
-#include "bench/verify_arms.h"
+#include "engine/block_choice.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/model_tokenizer.h"
 
@@ -32,12 +32,13 @@ namespace nextn::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model, draft = "none", host = "127.0.0.1", backend = "cpu", served_name;
-  int port = 8000, block_size = 0, threads = 0, draft_vocab = 0;
+  std::string model, draft = "none", host = "127.0.0.1", backend = "cpu", served_name, block_size, draft_cost = "free";
+  int port = 8000, threads = 0, draft_vocab = 0;
+  OracleArgs oracle;
   int max_body_kib = 1024, max_prompt_tokens = 2048, max_tokens = 1024, queue_depth = 16, max_batch = 8;
   int max_connections = 2048;
   double header_timeout = 10, body_timeout = 30, idle_timeout = 15, write_timeout = 30, drain_timeout = 30;
-  CLI::Option *block_opt = nullptr, *draft_vocab_opt = nullptr, *max_connections_opt = nullptr;
+  CLI::Option *block_opt = nullptr, *draft_vocab_opt = nullptr, *max_connections_opt = nullptr, *cost_opt = nullptr;
 };
 
 // The engine of a Gemma 4 target: a serial group over its runtime factory,
@@ -49,7 +50,7 @@ std::unique_ptr<server::Engine> gemma4_engine(const std::string& dir, const Serv
   if (assistant_draft) {
     auto assistant = std::make_shared<AssistantModel>(a.draft, target.gemma4->config(), a.threads);
     eo.make_drafter = [assistant](ModelRuntime& sequence) { return assistant->drafter(sequence); };
-    if (eo.block_size == 0) eo.block_size = kAssistantBlockSize;
+    if (eo.block_size == 0 && eo.block_policy == BlockPolicy::Fixed) eo.block_size = kAssistantBlockSize;
   }
   return std::make_unique<server::Engine>(make_serial_sequence_group(target.factory, target.info, a.backend),
                                           tokenizer, eo, metrics);
@@ -59,12 +60,15 @@ void run(const ServeArgs& a) {
   // A directory is a drafter checkpoint (a Gemma 4 assistant).
   const bool assistant_draft = is_drafter_checkpoint(a.draft);
   const DraftKind draft = assistant_draft ? DraftKind::None : parse_draft_kind(a.draft);
-  if (draft == DraftKind::Oracle)
-    fail("--draft oracle needs a known answer: serve supports none, mtp or an assistant directory");
+  const OracleSpec oracle = oracle_spec(a.draft, a.oracle);
+  const DraftCost draft_cost = parse_draft_cost(a.draft_cost);
+  if (a.cost_opt->count() > 0 && draft != DraftKind::Oracle) fail("--draft-cost applies to --draft oracle only");
+  // A drafter's block size is chosen per step unless --block-size fixes it.
+  BlockSizeFlag block{.policy = draft != DraftKind::None || assistant_draft ? BlockPolicy::Auto : BlockPolicy::Fixed};
   if (a.block_opt->count() > 0) {
     if (draft == DraftKind::None && !assistant_draft)
-      fail("--block-size applies to a drafter only (--draft mtp or an assistant directory)");
-    check_block_size(a.block_size);
+      fail("--block-size applies to a drafter only (--draft mtp, oracle or an assistant directory)");
+    block = parse_block_size_flag(a.block_size);
   }
   const int draft_vocab = draft_vocab_from_flag(draft, a.draft_vocab_opt->count() > 0, a.draft_vocab);
   if (a.port < 0 || a.port > 65535) fail("--port {} is outside [0, 65535]", a.port);
@@ -98,6 +102,9 @@ void run(const ServeArgs& a) {
   if (!gemma4) ckpt = Qwen35Checkpoint::open(dir);
   if (draft == DraftKind::Mtp && (gemma4 || ckpt->mtp_layers() == 0))
     fail("{}: --draft mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
+  if (draft_cost == DraftCost::Mtp && (gemma4 || ckpt->mtp_layers() == 0))
+    fail("{}: --draft-cost mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
+  if (draft == DraftKind::Oracle && gemma4) fail("--draft oracle: serve drafts with the oracle for Qwen3.5 targets only");
 
   server::ServerLimits limits;
   limits.max_body_bytes = size_t(a.max_body_kib) * 1024;
@@ -115,7 +122,16 @@ void run(const ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   server::Metrics metrics;
-  server::EngineOptions eo{kind, a.threads, draft, a.block_opt->count() > 0 ? a.block_size : 0, limits, {}, draft_vocab};
+  server::EngineOptions eo;
+  eo.backend = kind;
+  eo.cpu_threads = a.threads;
+  eo.draft = draft;
+  eo.block_size = block.size;
+  eo.block_policy = block.policy;
+  eo.limits = limits;
+  eo.draft_vocab = draft_vocab;
+  eo.oracle = oracle;
+  eo.draft_cost = draft_cost;
   std::string model_name =
       a.served_name.empty() ? std::filesystem::path(dir).lexically_normal().filename().string() : a.served_name;
   if (model_name.empty()) model_name = "nextn";
@@ -179,11 +195,15 @@ void register_serve(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (completions, chat, streaming, metrics)");
   cmd->add_option("-m,--model", a->model, "Checkpoint directory (default: the shipped model)");
   cmd->add_option("--draft", a->draft,
-                  "Drafter: none, mtp, or a Gemma 4 assistant directory (greedy: exact; sampling: lossless speculative "
-                  "sampling)");
+                  "Drafter: none, mtp, oracle (greedy requests only: replays each request's greedy answer, run once "
+                  "first, at the acceptance --accept-rate(s)/--accept-pattern give), or a Gemma 4 assistant directory "
+                  "(greedy: exact; sampling: lossless speculative sampling)");
   a->block_opt = cmd->add_option("--block-size", a->block_size,
-                                 "Verify width K, 2..64 (default: MTP layers + 2; with an assistant 4)")
-                     ->check(number());
+                                 "Verify width K, 2..64, or auto (the default with a drafter): chosen every step from "
+                                 "each request's acceptance and a cost model measured at start, up to 8");
+  add_oracle_options(cmd, &a->oracle);
+  a->cost_opt = cmd->add_option("--draft-cost", a->draft_cost,
+                                "Oracle: free (default) or mtp (run the MTP draft chain for its cost, use the oracle's tokens)");
   a->draft_vocab_opt = cmd->add_option("--draft-vocab", a->draft_vocab,
                                        "--draft mtp: draft from token ids [0, N) only (default: the whole vocabulary)")
                            ->check(number());

@@ -32,8 +32,9 @@ std::string arm_label(const ArmResult& a) { return fmt::format("K={} {}", a.bloc
 
 std::string drafter_signature(DraftKind draft, const OracleSpec& o, DraftCost cost) {
   if (draft != DraftKind::Oracle) return draft_kind_name(draft);
-  std::string s = o.accept_rate >= 0 ? fmt::format("oracle rate {} seed {}", o.accept_rate, o.seed)
-                                     : fmt::format("oracle pattern {}", o.pattern);
+  std::string s = o.accept_rate >= 0          ? fmt::format("oracle rate {} seed {}", o.accept_rate, o.seed)
+                  : !o.position_rates.empty() ? fmt::format("oracle rates {} seed {}", fmt::join(o.position_rates, ","), o.seed)
+                                              : fmt::format("oracle pattern {}", o.pattern);
   if (cost == DraftCost::Mtp) s += " cost mtp";
   return s;
 }
@@ -196,6 +197,8 @@ nlohmann::ordered_json report_json(const VerifyBenchReport& r, const VerifyBench
   if (o.draft == DraftKind::Oracle) {
     if (o.oracle.accept_rate >= 0)
       j["settings"]["accept_rate"] = o.oracle.accept_rate;
+    else if (!o.oracle.position_rates.empty())
+      j["settings"]["accept_rates"] = o.oracle.position_rates;
     else
       j["settings"]["accept_pattern"] = o.oracle.pattern;
     j["settings"]["seed"] = o.oracle.seed;

@@ -1,6 +1,9 @@
 #include "engine/generate.h"
 
+#include <algorithm>
+
 #include "core/error.h"
+#include "engine/block_choice.h"
 #include "engine/step_loop.h"
 #include "model/batch_runtime.h"
 #include "model/gemma4_target.h"
@@ -14,6 +17,12 @@ GenerateResult run_alone(ModelRuntime& rt, std::span<const int32_t> prompt, cons
                          std::unique_ptr<Drafter> drafter, const std::vector<int32_t>* oracle_truth, HeadStage* head) {
   const auto group = make_solo_group(rt);
   StepLoop loop(*group, head);
+  const bool speculative = drafter != nullptr || options.draft != DraftKind::None;
+  if (speculative && options.block_policy == BlockPolicy::Auto) {
+    ModelRuntime* slot = &rt;
+    probe_step_costs(*group, {&slot, 1}, options.block_size != 0 ? options.block_size : kAutoMaxBlockSize,
+                     loop.cost_model());
+  }
   loop.add(rt, prompt, options, std::move(drafter), oracle_truth ? *oracle_truth : std::vector<int32_t>{});
   while (loop.running() > 0) loop.step();
   std::vector<StepLoop::Finished> done = loop.take_finished();
@@ -46,8 +55,8 @@ GenerateResult greedy_generate(ModelRuntime& rt, std::span<const int32_t> prompt
 
 GenerateResult generate_fresh(const RuntimeFactory& factory, std::span<const int32_t> prompt,
                               const GenerateOptions& options, HeadStage* head) {
-  const int cap = runtime_capacity(int(prompt.size()), options.max_new_tokens,
-                                   options.block_size == 0 ? kMaxBlockSize : options.block_size);
+  const int cap = std::max(kProbePositions, runtime_capacity(int(prompt.size()), options.max_new_tokens,
+                                                             options.block_size == 0 ? kMaxBlockSize : options.block_size));
   std::vector<int32_t> truth;
   auto rt = factory(cap);
   if (options.draft == DraftKind::Oracle) {
@@ -62,9 +71,9 @@ GenerateResult generate_with_assistant(const RuntimeFactory& factory, const std:
                                        std::span<const int32_t> prompt, const GenerateOptions& options,
                                        int cpu_threads, HeadStage* head) {
   GenerateOptions o = options;
-  if (o.block_size == 0) o.block_size = kAssistantBlockSize;
+  if (o.block_size == 0) o.block_size = o.block_policy == BlockPolicy::Auto ? kAutoMaxBlockSize : kAssistantBlockSize;
   check_assistant_dir(assistant_dir);  // before the target's caches are made
-  auto rt = factory(runtime_capacity(int(prompt.size()), o.max_new_tokens, o.block_size));
+  auto rt = factory(std::max(kProbePositions, runtime_capacity(int(prompt.size()), o.max_new_tokens, o.block_size)));
   const auto* target = dynamic_cast<const Gemma4Target*>(rt.get());
   if (!target) fail("--draft: a Gemma 4 assistant drafts for a Gemma 4 target only");
   AssistantModel assistant(assistant_dir, target->gemma4_config(), cpu_threads);

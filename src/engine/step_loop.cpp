@@ -27,7 +27,11 @@ struct StepLoop::Run {
   bool greedy = true;
   bool mtp = false;          // the MTP head runs: draft mtp, or the oracle at MTP cost
   bool speculative = false;  // drafts are proposed
-  int K = 1;                 // block size (1 without drafts)
+  int K = 1;                 // block size (1 without drafts); Auto: the widest
+  bool auto_k = false;       // BlockPolicy::Auto: the chooser sets step_k every step
+  int step_k = 1;            // this step's block size
+  std::vector<int64_t> offered_at;  // [i]: rounds whose draft i+1 followed accepted drafts
+  int rounds_without_drafts = 0;
   bool prefilled = false;
   bool done = false;
   int32_t bonus = 0;
@@ -100,9 +104,14 @@ int StepLoop::add(ModelRuntime& slot, std::span<const int32_t> prompt, const Gen
   r.drafter = std::move(drafter);
   r.speculative = r.drafter != nullptr || options.draft != DraftKind::None;
   if (r.speculative) {
-    r.K = options.block_size != 0 ? options.block_size : default_block_size(info.mtp_layers);
+    r.auto_k = options.block_policy == BlockPolicy::Auto;
+    r.K = options.block_size != 0 ? options.block_size
+          : r.auto_k              ? kAutoMaxBlockSize
+                                  : default_block_size(info.mtp_layers);
     check_block_size(r.K);
   }
+  r.step_k = r.K;
+  r.offered_at.assign(size_t(r.K - 1), 0);
   if (!r.drafter && options.draft == DraftKind::Mtp) {
     slot.set_draft_vocab(options.draft_vocab);
     r.mtp = true;
@@ -125,6 +134,8 @@ int StepLoop::add(ModelRuntime& slot, std::span<const int32_t> prompt, const Gen
   s.draft = r.drafter ? r.drafter->name() : r.speculative ? draft_kind_name(options.draft) : "none";
   s.prompt_tokens = int(prompt.size());
   s.draft_cost = draft_cost_name(options.draft_cost);
+  s.block_policy = block_policy_name(r.auto_k ? BlockPolicy::Auto : BlockPolicy::Fixed);
+  s.rounds_at_block.assign(size_t(r.K), 0);
   c.block_size = r.K;
   c.vocab = info.vocab_size;
   c.accepted_at.assign(size_t(r.K - 1), 0);
@@ -200,12 +211,18 @@ void StepLoop::step() {
       }
       if (!r.done) drafting.push_back(&r);
     }
-    draft_next(drafting);
+    draft_next(drafting, report);
     const auto t3 = Clock::now();
+    int chain = 0, drafted = 0;
     for (Run* r : drafting) {
       r->res.stats.draft_ms += ms_between(t2, t3);
       r->res.stats.round_ms += ms_between(t2, t3);  // the next round's drafts
+      chain = std::max(chain, int(r->drafts.size()));
+      drafted += int(r->drafts.size());
     }
+    // What this step cost, for the next choices (steps with prompt rows are not decode steps).
+    if (report.prefill_rows == 0)
+      chooser_->observe_step(report.sequences, report.rows, ms_between(t0, t2), chain, drafted, ms_between(t2, t3));
   } catch (...) {
     fail_all(std::current_exception());
     return;
@@ -273,6 +290,13 @@ void StepLoop::commit_round(Run& r, std::span<const int32_t> picks) {
   c.drafted += W - 1;
   c.accepted += a.accepted;
   for (int i = 0; i < a.accepted; ++i) ++c.accepted_at[size_t(i)];
+  if (r.speculative) {
+    const int offered = std::min(a.accepted + 1, W - 1);  // drafts 1..a accepted, draft a+1 the first refused
+    for (int i = 0; i < offered; ++i) ++r.offered_at[size_t(i)];
+    ++r.res.stats.rounds_at_block[size_t(W - 1)];
+    r.rounds_without_drafts = W == 1 ? r.rounds_without_drafts + 1 : 0;
+    if (r.auto_k) chooser_->observe_round(offered, a.accepted);
+  }
   std::vector<int32_t> round(r.drafts.begin(), r.drafts.begin() + a.accepted);
   round.push_back(a.next);
   r.commit(round, 0);
@@ -287,7 +311,34 @@ void StepLoop::commit_round(Run& r, std::span<const int32_t> picks) {
   if (r.drafter) r.drafter->commit(r.drafts, a.accepted, a.next);
 }
 
-void StepLoop::draft_next(std::span<Run* const> runs) {
+void StepLoop::choose_blocks(std::span<Run* const> runs, StepReport& report) {
+  std::vector<BlockCandidate> candidates;
+  std::vector<Run*> choosing;
+  for (Run* r : runs) {
+    if (!r->auto_k) continue;
+    BlockCandidate c;
+    c.max_k = std::max(1, std::min(r->K, r->left()));
+    c.offered = r->offered_at;
+    c.accepted = r->res.stats.counters.accepted_at;
+    c.rounds_without_drafts = r->rounds_without_drafts;
+    candidates.push_back(c);
+    choosing.push_back(r);
+  }
+  if (choosing.empty()) return;
+  std::vector<int> k(choosing.size(), 1);
+  chooser_->choose(candidates, int(runs.size() - choosing.size()), k);
+  for (size_t i = 0; i < choosing.size(); ++i) {
+    const int K = k[i];
+    if (K < 1 || K > candidates[i].max_k)
+      fail("internal: the block chooser picked K = {} outside [1, {}]", K, candidates[i].max_k);
+    choosing[i]->step_k = K;
+  }
+  report.chosen_k = std::move(k);
+  report.choice = &chooser_->report();
+}
+
+void StepLoop::draft_next(std::span<Run* const> runs, StepReport& report) {
+  choose_blocks(runs, report);
   // The MTP chains of greedy sequences: one call per chained step for all of them.
   std::vector<ModelRuntime*> chained;
   std::vector<int> counts;
@@ -295,9 +346,9 @@ void StepLoop::draft_next(std::span<Run* const> runs) {
   for (Run* r : runs) {
     r->drafts.clear();
     if (!r->speculative) continue;
-    const int n = std::min(r->K, r->left()) - 1;
+    const int n = std::min(r->step_k, r->left()) - 1;
     r->drafts.resize(size_t(n));
-    if (r->mtp && r->greedy) {
+    if (r->mtp && r->greedy && n > 0) {
       chained.push_back(r->rt);
       counts.push_back(n);
       chained_runs.push_back(r);

@@ -12,7 +12,9 @@
 //   draft     the MTP head pairs the committed tokens with their rows for
 //             every MTP sequence in one call, then drafts the next step's
 //             tokens, each chained step one call for every sequence still
-//             drafting; the oracle and the Gemma 4 assistant draft per sequence.
+//             drafting; the oracle and the Gemma 4 assistant draft per sequence;
+//             first, the block size of every BlockPolicy::Auto sequence is
+//             chosen for the next step (engine/block_choice.h).
 // `nextn generate` is a batch of one through it (engine/generate.h); the
 // server adds and removes sequences between steps (server/engine.h).
 //
@@ -27,6 +29,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/block_choice.h"
 #include "engine/head_stage.h"
 #include "model/batch_runtime.h"
 #include "speculative/drafter.h"
@@ -40,6 +43,8 @@ struct StepReport {
   int rows = 0;          // trunk rows over all of them
   int prefill_rows = 0;  // of those, prompt rows
   double ms = 0;         // wall time of the step
+  std::vector<int> chosen_k;  // the block sizes the chooser set for the next step (auto sequences)
+  const BlockChoiceReport* choice = nullptr;  // its inputs, when it chose
 };
 
 class StepLoop {
@@ -77,6 +82,12 @@ class StepLoop {
   std::function<void(const StepReport&)> on_step;  // after each step
   int64_t steps() const { return steps_; }
 
+  // The cost model that chooses the block size of BlockPolicy::Auto
+  // sequences (probe_step_costs seeds it before the first request).
+  CostModelChooser& cost_model() { return cost_model_; }
+  // A test seam: another chooser in its place (nullptr: the cost model's back).
+  void set_block_chooser(BlockChooser* chooser) { chooser_ = chooser ? chooser : &cost_model_; }
+
  private:
   struct Run;
   void fail_all(std::exception_ptr error);
@@ -84,11 +95,14 @@ class StepLoop {
   // The parts of a step (step_loop.cpp).
   void pick_tokens(std::vector<Run*>& greedy);
   void commit_round(Run& run, std::span<const int32_t> picks);
-  void draft_next(std::span<Run* const> runs);
+  void draft_next(std::span<Run* const> runs, StepReport& report);
+  void choose_blocks(std::span<Run* const> runs, StepReport& report);
 
   SequenceGroup& group_;
   HeadStage* head_;
   std::unique_ptr<HeadStage> batched_;
+  CostModelChooser cost_model_;
+  BlockChooser* chooser_ = &cost_model_;
   std::vector<std::unique_ptr<Run>> runs_;
   std::vector<Finished> finished_;
   int next_id_ = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "engine/generate.h"
 
 #include "sampling/stop_strings.h"
 
@@ -10,6 +11,7 @@ namespace nextn::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr size_t kOracleTruths = 4096;  // oracle answers kept at most
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 }  // namespace
@@ -26,14 +28,32 @@ Engine::Engine(std::unique_ptr<SequenceGroup> group, const tok::Tokenizer& token
       group_(std::move(group)),
       steps_(*group_),
       seeds_(std::random_device{}()) {
-  if (options_.block_size == 0) options_.block_size = default_block_size(group_->info().mtp_layers);
+  const bool auto_k = options_.block_policy == BlockPolicy::Auto;
+  if (options_.block_size == 0)
+    options_.block_size = auto_k ? kAutoMaxBlockSize : default_block_size(group_->info().mtp_layers);
   if (options_.limits.max_batch < 1) fail("--max-batch {} must be at least 1", options_.limits.max_batch);
+  if (options_.draft == DraftKind::Oracle) check_oracle_spec(options_.oracle);
   max_batch_ = std::min(options_.limits.max_batch, group_->max_sequences());
-  capacity_ = runtime_capacity(options_.limits.max_prompt_tokens, options_.limits.max_tokens, options_.block_size);
+  capacity_ = std::max(kProbePositions, runtime_capacity(options_.limits.max_prompt_tokens, options_.limits.max_tokens,
+                                                         options_.block_size));
   // Every slot now: a server that cannot hold max-batch sequences fails at
   // start, not at its Nth request.
   for (int i = 0; i < max_batch_; ++i) free_slots_.push_back(group_->add_sequence(capacity_));
-  steps_.on_step = [this](const StepReport& r) { metrics_.step(r, group_->step_work()); };
+  const bool drafts = options_.make_drafter || options_.draft != DraftKind::None;
+  if (drafts && auto_k) {
+    std::vector<ModelRuntime*> slots;
+    for (auto& slot : free_slots_) slots.push_back(slot.get());
+    probe_step_costs(*group_, slots, options_.block_size, steps_.cost_model());
+  }
+  work_before_ = group_->step_work();
+  steps_.on_step = [this](const StepReport& r) {
+    StepWork w = group_->step_work();
+    w.lm_head_launches -= work_before_.lm_head_launches;
+    w.mtp_forward_launches -= work_before_.mtp_forward_launches;
+    w.mtp_draft_launches -= work_before_.mtp_draft_launches;
+    metrics_.step(r, w);
+    if (r.choice) metrics_.block_choice(r.chosen_k, *r.choice, steps_.cost_model().verify_table());
+  };
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -62,6 +82,29 @@ void Engine::cancel_all() {
 std::string Engine::fault() const {
   std::lock_guard<std::mutex> lock(mu_);
   return fault_;
+}
+
+std::optional<std::pair<std::string, std::string>> Engine::refuses(const CompletionRequest& r) const {
+  if (options_.draft == DraftKind::Oracle && !r.sampling.greedy())
+    return std::pair<std::string, std::string>{
+        "temperature", "this server drafts with the oracle (--draft oracle), which replays greedy answers: "
+                       "temperature must be 0"};
+  return std::nullopt;
+}
+
+std::vector<int32_t> Engine::oracle_truth(ModelRuntime& slot, const Job& job) {
+  std::vector<int32_t> key = {job.request.max_tokens, job.request.ignore_eos ? 1 : 0};
+  key.insert(key.end(), job.prompt.begin(), job.prompt.end());
+  if (auto it = truths_.find(key); it != truths_.end()) {
+    metrics_.oracle_truth(/*replayed=*/true);
+    return it->second;
+  }
+  std::vector<int32_t> truth = greedy_generate(slot, job.prompt, job.request.max_tokens, job.request.ignore_eos).tokens;
+  slot.reset();
+  metrics_.oracle_truth(/*replayed=*/false);
+  if (truths_.size() >= kOracleTruths) truths_.clear();  // a bound, not a policy: a benchmark repeats few prompts
+  truths_.emplace(std::move(key), truth);
+  return truth;
 }
 
 bool Engine::submit(std::shared_ptr<Job> job) {
@@ -144,6 +187,9 @@ void Engine::start(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot)
     o.max_new_tokens = req.max_tokens;
     o.draft = drafter ? DraftKind::None : options_.draft;
     o.block_size = options_.block_size;
+    o.block_policy = options_.block_policy;
+    o.oracle = options_.oracle;
+    o.draft_cost = options_.draft_cost;
     o.draft_vocab = drafter || options_.draft != DraftKind::Mtp ? 0 : options_.draft_vocab;
     o.ignore_eos = req.ignore_eos;
     o.sampling = req.sampling;
@@ -176,7 +222,9 @@ void Engine::start(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot)
       if (!ev.text.empty() || !ev.logprobs.empty()) sv.job->push(std::move(ev));
       return !sv.stops.stopped() && !sv.job->cancelled();
     };
-    const int id = steps_.add(*sv.slot, job->prompt, o, std::move(drafter));
+    std::vector<int32_t> truth;
+    if (o.draft == DraftKind::Oracle && o.max_new_tokens > 0) truth = oracle_truth(*sv.slot, *job);
+    const int id = steps_.add(*sv.slot, job->prompt, o, std::move(drafter), std::move(truth));
     serving_.emplace(id, std::move(serving));
   } catch (const std::exception& e) {  // a request the loop refused: it fails alone, the slot goes back
     // The fault is recorded before the client hears of the failure, so a

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -38,11 +39,20 @@ using DrafterFactory = std::function<std::unique_ptr<Drafter>(ModelRuntime& sequ
 struct EngineOptions {
   BackendKind backend = BackendKind::Cpu;  // the Qwen3.5 constructor's group
   int cpu_threads = 0;
-  DraftKind draft = DraftKind::None;  // none or mtp
-  int block_size = 0;                 // 0: default for the checkpoint
+  DraftKind draft = DraftKind::None;  // none, mtp or oracle
+  int block_size = 0;                 // 0: default for the checkpoint (Auto: kAutoMaxBlockSize)
+  // Auto: K chosen every step by the cost model, which probe_step_costs
+  // seeds at start on the engine's slots (engine/block_choice.h).
+  BlockPolicy block_policy = BlockPolicy::Fixed;
   ServerLimits limits;
   DrafterFactory make_drafter;  // set: every job drafts with its own drafter from it (`draft` is ignored)
   int draft_vocab = 0;          // draft mtp: drafts over ids [0, draft_vocab) (GenerateOptions::draft_vocab)
+  // draft oracle: how it drafts and what drafting costs. Each request's
+  // truth is its plain greedy answer, run once on its slot before the
+  // request joins the steps and kept (by prompt, max_tokens and
+  // ignore_eos) so a repeated request replays it without the extra run.
+  OracleSpec oracle;
+  DraftCost draft_cost = DraftCost::Free;
 };
 
 class Engine {
@@ -64,6 +74,9 @@ class Engine {
   // Set once a job failed with a DeviceFault: the reason, empty while the
   // device can serve. The HTTP layer then refuses work and /health says 503.
   std::string fault() const;
+  // A request this engine cannot serve as asked (the oracle replays greedy
+  // answers only): the field and why; nullopt when it can.
+  std::optional<std::pair<std::string, std::string>> refuses(const CompletionRequest& request) const;
 
  private:
   struct Serving;  // a running job: its slot, text decoder, stop matcher and times
@@ -72,6 +85,8 @@ class Engine {
   void start(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot);
   // On the loop thread: the final event of a finished sequence; the slot goes back.
   void complete(StepLoop::Finished& finished);
+  // On the loop thread: the oracle's truth for a job (cached or run on `slot`, then reset).
+  std::vector<int32_t> oracle_truth(ModelRuntime& slot, const Job& job);
   const tok::Tokenizer& tokenizer_;
   EngineOptions options_;
   Metrics& metrics_;
@@ -80,6 +95,8 @@ class Engine {
   std::map<int, std::unique_ptr<Serving>> serving_;  // by step-loop id; the loop thread's only
   int max_batch_ = 1;  // limits.max_batch, or fewer where the group holds fewer sequences
   int capacity_ = 0;   // positions per slot
+  StepWork work_before_;  // the group's launches before the first request (the cost probe's)
+  std::map<std::vector<int32_t>, std::vector<int32_t>> truths_;  // the oracle's, by (max_tokens, ignore_eos, prompt)
   std::mt19937_64 seeds_;  // seeds for requests that give none (drawn on the loop thread)
   mutable std::mutex mu_;
   std::condition_variable cv_;

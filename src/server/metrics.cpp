@@ -34,7 +34,21 @@ Metrics::Metrics()
       latency_(latency_buckets()),
       step_sequences_({1, 2, 4, 8, 16, 32, 64, 128}),
       step_rows_hist_({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}),
-      between_tokens_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}) {}
+      between_tokens_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}),
+      block_size_({1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64}) {}
+
+void Metrics::block_choice(std::span<const int> chosen, const BlockChoiceReport& choice,
+                           const std::map<std::pair<int, int>, double>& cost_table) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int k : chosen) block_size_.observe(k);
+  choice_ = choice;
+  cost_table_ = cost_table;
+}
+
+void Metrics::oracle_truth(bool replayed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++(replayed ? truths_replayed_ : truths_run_);
+}
 
 void Metrics::step(const StepReport& report, const StepWork& work) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -142,6 +156,24 @@ std::string Metrics::render() const {
           uint64_t(work_.mtp_forward_launches));
   counter("nextn_mtp_draft_launches_total", "MTP draft-chain steps (batched: one per chained step for every MTP request).",
           uint64_t(work_.mtp_draft_launches));
+  counter("nextn_oracle_truths_run_total", "Oracle drafter: greedy answers run first to learn a request's truth.",
+          truths_run_);
+  counter("nextn_oracle_truths_replayed_total", "Oracle drafter: requests whose truth an earlier identical one gave.",
+          truths_replayed_);
+  block_size_.render(out, "nextn_block_size_chosen", "Block size K chosen for a request's next step (K per step).");
+  out += fmt::format("# HELP nextn_block_choice_predicted_ms The cost model's time for the last chosen step.\n"
+                     "# TYPE nextn_block_choice_predicted_ms gauge\nnextn_block_choice_predicted_ms {}\n"
+                     "# HELP nextn_block_choice_expected_tokens Tokens the last chosen step is expected to commit.\n"
+                     "# TYPE nextn_block_choice_expected_tokens gauge\nnextn_block_choice_expected_tokens {}\n",
+                     choice_.predicted_ms, choice_.expected_tokens);
+  out += "# HELP nextn_pooled_acceptance Acceptance of draft i given drafts before it accepted, all requests pooled.\n"
+         "# TYPE nextn_pooled_acceptance gauge\n";
+  for (size_t i = 0; i < choice_.pooled_acceptance.size(); ++i)
+    out += fmt::format("nextn_pooled_acceptance{{position=\"{}\"}} {}\n", i + 1, choice_.pooled_acceptance[i]);
+  out += "# HELP nextn_step_cost_ms Measured verify-step milliseconds by sequences (power-of-two bucket) and rows.\n"
+         "# TYPE nextn_step_cost_ms gauge\n";
+  for (const auto& [key, ms] : cost_table_)
+    out += fmt::format("nextn_step_cost_ms{{sequences=\"{}\",rows=\"{}\"}} {}\n", key.first, key.second, ms);
   out += fmt::format("# HELP nextn_http_connections_open Client connections open.\n"
                      "# TYPE nextn_http_connections_open gauge\nnextn_http_connections_open {}\n", connections_open_);
   counter("nextn_http_connections_evicted_total",

@@ -3,11 +3,13 @@
 // accepted tokens (in total and per draft position), rounds per verify arm,
 // queue gauges, latency histograms and the engine's steps (how many
 // requests and rows each covered, the LM-head and MTP draft launches they
-// made, the time between a request's tokens). Thread-safe.
+// made, the time between a request's tokens), the block size chosen per
+// step with what it was chosen from. Thread-safe.
 #pragma once
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,6 +47,12 @@ class Metrics {
   // previous ones (or since its first token): each of the `tokens` is
   // observed as gap_s / tokens in the time-between-tokens histogram.
   void tokens_committed(int tokens, double gap_s);
+  // The block sizes chosen for the next step (K per step, engine/block_choice.h),
+  // the choice's inputs and the cost model's measured table.
+  void block_choice(std::span<const int> chosen, const BlockChoiceReport& choice,
+                    const std::map<std::pair<int, int>, double>& cost_table);
+  // The oracle drafter's truth for a request: replayed from an earlier one, or run.
+  void oracle_truth(bool replayed);
   // The HTTP layer's connections: open now, closed at the cap to make room
   // (an idle or half-sent one), closed for a timeout, refused at the cap
   // with nothing to evict.
@@ -64,9 +72,12 @@ class Metrics {
   int waiting_ = 0, running_ = 0;
   uint64_t steps_ = 0, step_rows_ = 0, prefill_rows_ = 0;
   StepWork work_;
+  BlockChoiceReport choice_;
+  std::map<std::pair<int, int>, double> cost_table_;
+  uint64_t truths_run_ = 0, truths_replayed_ = 0;
   int connections_open_ = 0;
   uint64_t evicted_ = 0, timed_out_ = 0, refused_ = 0;
-  Histogram queue_, first_token_, latency_, step_sequences_, step_rows_hist_, between_tokens_;
+  Histogram queue_, first_token_, latency_, step_sequences_, step_rows_hist_, between_tokens_, block_size_;
 };
 
 }  // namespace nextn::server

@@ -191,6 +191,7 @@ struct OpenAiApi::Impl {
       if (!r.model.empty() && r.model != model_name)
         throw HttpError(404, fmt::format("the model '{}' does not exist (this server serves '{}')", r.model, model_name),
                         "model", "model_not_found");
+      if (const auto refused = e.refuses(r)) throw HttpError(400, refused->second, refused->first);
       std::vector<int32_t> ids = prompt_tokens(r, e);
       auto job = std::make_shared<Job>(std::move(r), std::move(ids));
       if (!e.submit(job))

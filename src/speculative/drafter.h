@@ -50,20 +50,32 @@ class Drafter {
 // Drafts from a known answer: `truth` is the plain greedy output for the same
 // prompt (tokens after the prompt). At each drafted position it proposes the
 // true token, or that token + 1 (mod vocab) to force a rejection: with
-// probability `accept_rate` (seeded mt19937_64), or as `pattern` says ('1'
-// true, '0' wrong), one character per drafted token, cyclically. Positions
-// past the truth's end (after an EOS) are drafted as token 0.
+// probability `accept_rate` (seeded mt19937_64); with probability
+// position_rates[i] at draft i of a round (the last rate for the positions
+// after it: a draft whose predecessors were all true is true with
+// position_rates[i], the per-position acceptance a real drafter shows); or
+// as `pattern` says ('1' true, '0' wrong), one character per drafted token,
+// cyclically. Exactly one of the three is given. Positions past the truth's
+// end (after an EOS) are drafted as token 0.
 struct OracleSpec {
-  double accept_rate = -1.0;  // < 0: use the pattern
+  double accept_rate = -1.0;  // < 0: position_rates or the pattern
+  std::vector<double> position_rates;
   std::string pattern;
   uint64_t seed = 1;
 };
+// "0.9,0.8,0.7" as --accept-rates gives it (Error naming the flag).
+std::vector<double> parse_position_rates(const std::string& list);
 void check_oracle_spec(const OracleSpec& spec);  // throws Error
 // The oracle flags as given on a command line (nullptr: flag absent), for
 // the drafter named `draft`: an error when given to another drafter, and
 // checked (check_oracle_spec) for the oracle.
-OracleSpec oracle_spec_from_flags(const std::string& draft, const double* accept_rate, const std::string* pattern,
-                                  const uint64_t* seed);
+struct OracleFlags {
+  const double* accept_rate = nullptr;       // --accept-rate
+  const std::string* position_rates = nullptr;  // --accept-rates
+  const std::string* pattern = nullptr;      // --accept-pattern
+  const uint64_t* seed = nullptr;            // --seed
+};
+OracleSpec oracle_spec_from_flags(const std::string& draft, const OracleFlags& flags);
 
 class OracleDrafter final : public Drafter {
  public:
@@ -74,7 +86,7 @@ class OracleDrafter final : public Drafter {
   void commit(std::span<const int32_t> drafts, int accepted, int32_t next) override;
 
  private:
-  bool draw();
+  bool draw(int position);  // position: the draft's index in its round
   std::vector<int32_t> truth_;
   OracleSpec spec_;
   int vocab_;

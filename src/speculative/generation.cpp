@@ -23,6 +23,8 @@ DraftKind parse_draft_kind(const std::string& name) {
   fail("--draft '{}': separate drafter checkpoints are not supported yet (expected none, mtp or oracle)", name);
 }
 
+const char* block_policy_name(BlockPolicy p) { return p == BlockPolicy::Auto ? "auto" : "fixed"; }
+
 const char* draft_cost_name(DraftCost c) { return c == DraftCost::Mtp ? "mtp" : "free"; }
 
 DraftCost parse_draft_cost(const std::string& name) {
@@ -88,6 +90,8 @@ nlohmann::ordered_json stats_json(const GenerateStats& s) {
   j["walk_steps"] = c.walk_steps;
   j["head_paths"] = c.paths;
   j["block_size"] = c.block_size;
+  j["block_policy"] = s.block_policy;
+  j["rounds_at_block_size"] = s.rounds_at_block;
   j["verify_requested"] = c.verify_requested;
   j["verify_chosen"] = c.verify_chosen;
   j["verify_taken"] = c.verify_taken;

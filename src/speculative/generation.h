@@ -58,10 +58,17 @@ int default_block_size(int mtp_layers);
 // stop string matched.
 using TokenSink = std::function<bool(std::span<const int32_t> tokens, int first_row)>;
 
+// How a speculative sequence's block size is set: Fixed, block_size every
+// round; Auto, chosen every step by the engine's cost model
+// (engine/block_choice.h), up to block_size (0: kAutoMaxBlockSize).
+enum class BlockPolicy { Fixed, Auto };
+const char* block_policy_name(BlockPolicy p);
+
 struct GenerateOptions {
   int max_new_tokens = 32;
   DraftKind draft = DraftKind::None;
-  int block_size = 0;  // 0: default_block_size(the runtime's MTP layer count)
+  int block_size = 0;  // 0: default_block_size(the runtime's MTP layer count); Auto: the widest
+  BlockPolicy block_policy = BlockPolicy::Fixed;
   bool ignore_eos = false;
   // temperature 0 (the default): greedy; above: sampling, speculative with
   // the lossless acceptance rule when a drafter drafts (speculative/acceptance.h).
@@ -85,6 +92,8 @@ struct GenerateStats {
   std::string draft_cost = "free";        // oracle: "free" or "mtp"
   int draft_vocab = 0;                     // mtp: the ids drafts covered, [0, draft_vocab); 0: no MTP drafts
   MtpWork mtp_work;                       // the runtime's MTP counters over the decode (after the prefill)
+  std::string block_policy = "fixed";     // "fixed" or "auto"
+  std::vector<int64_t> rounds_at_block;   // [K-1]: verify rounds run at block size K
   // Wall-clock totals (steady_clock), milliseconds.
   double prefill_ms = 0;   // prompt forward + first token (+ seeding the drafter)
   double decode_ms = 0;    // everything after the prefill
