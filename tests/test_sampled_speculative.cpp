@@ -13,12 +13,16 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <random>
+#include <set>
 
 #include "fixture_util.h"
 #include "sampling_distribution_util.h"
 #include "io/checkpoint.h"
 #include "model/runtime.h"
 #include "engine/generate.h"
+#include "engine/step_loop.h"
+#include "model/batch_runtime.h"
 
 namespace nextn {
 namespace {
@@ -114,6 +118,58 @@ TEST(SampledSpeculative, PlainSamplingMatchesTheEnumeratedDistribution) {
   const auto [stat, df] = chi_square(exact, plain, kPlainRuns);
   EXPECT_LT(stat, chi_square_limit(df)) << "df " << df;
   std::printf("chi-square of plain sampling: %.1f (df %d, limit %.1f)\n", stat, df, chi_square_limit(df));
+}
+
+// K chosen per step at its most arbitrary: uniform in [1, max_k] every
+// step (seeded), for the statistical test of BlockPolicy::Auto.
+class RandomBlockChooser final : public BlockChooser {
+ public:
+  void choose(std::span<const BlockCandidate> c, int, std::span<int> k) override {
+    for (size_t i = 0; i < c.size(); ++i) k[i] = 1 + int(rng_() % uint64_t(c[i].max_k));
+    report_.speculative = int(c.size());
+  }
+  const BlockChoiceReport& report() const override { return report_; }
+
+ private:
+  std::mt19937_64 rng_{12345};
+  BlockChoiceReport report_;
+};
+
+TEST(SampledSpeculative, BlockSizesChosenPerStepKeepThePlainSamplingDistribution) {
+  const auto ckpt = Qwen35Checkpoint::open(kDefaultModel);
+  const auto exact = exact_distribution(ckpt);
+  auto rt = make_runtime(ckpt, BackendKind::Cpu, 64);
+  const auto group = make_solo_group(*rt);
+  RandomBlockChooser chooser;
+  std::map<std::vector<int32_t>, int> counts;
+  std::set<int> sizes;
+  for (int seed = 0; seed < kSpecRuns; ++seed) {
+    rt->reset();
+    StepLoop loop(*group);
+    loop.set_block_chooser(&chooser);
+    GenerateOptions o;
+    o.max_new_tokens = kTokens;
+    o.sampling = test_params();
+    o.sampling.seed = uint64_t(seed) * 7919 + 1;
+    o.draft = DraftKind::Mtp;
+    o.block_size = 3;
+    o.block_policy = BlockPolicy::Auto;
+    o.ignore_eos = true;
+    loop.add(*rt, kPrompt, o);
+    while (loop.running() > 0) loop.step();
+    auto done = loop.take_finished();
+    ASSERT_EQ(done.size(), 1u);
+    ASSERT_FALSE(done[0].error);
+    ASSERT_EQ(int(done[0].result.tokens.size()), kTokens);
+    ++counts[done[0].result.tokens];
+    for (size_t K = 0; K < done[0].result.stats.rounds_at_block.size(); ++K)
+      if (done[0].result.stats.rounds_at_block[K] > 0) sizes.insert(int(K) + 1);
+  }
+  EXPECT_EQ(sizes, (std::set<int>{1, 2, 3}));  // every width ran
+  const auto [stat, df] = chi_square(exact, counts, kSpecRuns);
+  EXPECT_LT(stat, chi_square_limit(df)) << "df " << df;
+  std::printf("chi-square of speculative sampling at K per step: %.1f (df %d, limit %.1f)\n", stat, df,
+              chi_square_limit(df));
 }
 
 TEST(SampledSpeculative, MtpDraftsKeepThePlainSamplingDistribution) {

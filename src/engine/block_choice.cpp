@@ -181,8 +181,9 @@ void CostModelChooser::choose(std::span<const BlockCandidate> candidates, int pl
   report_.sequences = sequences;
   report_.speculative = n;
   rate(best, &report_.predicted_ms, &report_.expected_tokens);
-  report_.pooled_acceptance.resize(size_t(std::max(0, widest - 1)));
-  for (int i = 0; i + 1 < widest; ++i) report_.pooled_acceptance[size_t(i)] = pooled_acceptance(i);
+  const int positions = std::max(widest - 1, int(pooled_offered_.size()));
+  report_.pooled_acceptance.resize(size_t(positions));
+  for (int i = 0; i < positions; ++i) report_.pooled_acceptance[size_t(i)] = pooled_acceptance(i);
 }
 
 void probe_step_costs(SequenceGroup& group, std::span<ModelRuntime* const> slots, int max_k,

@@ -1,0 +1,127 @@
+// The serving engine with K chosen per step (BlockPolicy::Auto, the
+// server's default with a drafter) and with the oracle drafter: concurrent
+// greedy responses equal their solo plain runs; the probe's launches are not
+// the requests'; the block-choice metrics appear; an oracle request repeated
+// replays its truth instead of running it again; a sampled request to the
+// oracle is refused by field.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "engine/generate.h"
+#include "io/checkpoint.h"
+#include "server/engine.h"
+#include "tokenizer/model_tokenizer.h"
+#include "engine_test_util.h"
+
+namespace nextn::server {
+namespace {
+
+const std::string kModel = std::string(NEXTN_SOURCE_DIR) + "/models/default";
+using engine_test::Finished;
+using engine_test::wait;
+
+std::shared_ptr<Job> job_for(const tok::Tokenizer& t, const std::string& prompt, int max_tokens) {
+  CompletionRequest r;
+  r.prompt = prompt;
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  return std::make_shared<Job>(r, t.encode(prompt));
+}
+
+std::string plain_text(const Qwen35Checkpoint& ckpt, const tok::Tokenizer& t, const std::string& prompt, int n) {
+  auto rt = make_runtime(ckpt, BackendKind::Cpu, 256);
+  auto r = greedy_generate(*rt, t.encode(prompt), n, /*ignore_eos=*/false);
+  const auto& eos = ckpt.config().eos_token_ids;
+  if (!r.tokens.empty() && std::find(eos.begin(), eos.end(), r.tokens.back()) != eos.end()) r.tokens.pop_back();
+  return t.decode(r.tokens);
+}
+
+double metric(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
+std::vector<Finished> serve_all(Engine& engine, const std::vector<std::shared_ptr<Job>>& jobs) {
+  std::vector<Finished> got(jobs.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < jobs.size(); ++i)
+    clients.emplace_back([&, i] {
+      ASSERT_TRUE(engine.submit(jobs[i]));
+      got[i] = wait(*jobs[i]);
+    });
+  for (auto& c : clients) c.join();
+  return got;
+}
+
+TEST(ServerEngineAuto, ConcurrentGreedyAtChosenBlockSizesEqualsPlain) {
+  const auto ckpt = Qwen35Checkpoint::open(kModel);
+  const auto tokenizer = tok::load_model_tokenizer(kModel, "test");
+  const std::vector<std::string> prompts = {"def fibonacci(n):", "import os\n", "class Stack:", "for i in range(",
+                                            "x = [", "# sort a list\n", "while True:", "print("};
+  for (DraftKind draft : {DraftKind::Mtp, DraftKind::Oracle}) {
+    Metrics metrics;
+    EngineOptions eo;
+    eo.draft = draft;
+    eo.block_policy = BlockPolicy::Auto;
+    eo.oracle.position_rates = {0.9, 0.8, 0.7};
+    eo.draft_cost = draft == DraftKind::Oracle ? DraftCost::Mtp : DraftCost::Free;
+    eo.limits.max_prompt_tokens = 64;
+    eo.limits.max_tokens = 48;
+    eo.limits.max_batch = 8;
+    Engine engine(ckpt, tokenizer, eo, metrics);
+    std::vector<std::shared_ptr<Job>> jobs;
+    for (const auto& p : prompts) jobs.push_back(job_for(tokenizer, p, 40));
+    const auto got = serve_all(engine, jobs);
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(got[i].text, plain_text(ckpt, tokenizer, prompts[i], 40)) << draft_kind_name(draft) << " " << i;
+    const std::string m = metrics.render();
+    const double steps = metric(m, "nextn_engine_steps_total");
+    EXPECT_GT(steps, 0);
+    // The probe ran forwards and head launches before the first request: not counted as the requests'.
+    EXPECT_EQ(metric(m, "nextn_lm_head_launches_total"), steps) << m;
+    EXPECT_GT(metric(m, "nextn_block_size_chosen_count"), 0) << m;
+    EXPECT_NE(m.find("nextn_step_cost_ms{sequences=\"8\",rows=\"64\"}"), std::string::npos) << m;
+    EXPECT_NE(m.find("nextn_pooled_acceptance{position=\"1\"}"), std::string::npos) << m;
+    if (draft == DraftKind::Oracle) {
+      EXPECT_EQ(metric(m, "nextn_oracle_truths_run_total"), double(prompts.size())) << m;
+      EXPECT_EQ(metric(m, "nextn_oracle_truths_replayed_total"), 0) << m;
+      EXPECT_GT(metric(m, "nextn_mtp_draft_launches_total"), 0) << m;  // draft cost mtp: the chain ran
+    }
+  }
+}
+
+TEST(ServerEngineAuto, TheOracleReplaysARepeatedRequestAndRefusesSampling) {
+  const auto ckpt = Qwen35Checkpoint::open(kModel);
+  const auto tokenizer = tok::load_model_tokenizer(kModel, "test");
+  Metrics metrics;
+  EngineOptions eo;
+  eo.draft = DraftKind::Oracle;
+  eo.oracle.accept_rate = 0.8;
+  eo.block_size = 4;
+  eo.limits.max_prompt_tokens = 64;
+  eo.limits.max_tokens = 48;
+  Engine engine(ckpt, tokenizer, eo, metrics);
+  const std::string prompt = "def fibonacci(n):";
+  const auto first = serve_all(engine, {job_for(tokenizer, prompt, 32)});
+  const auto again = serve_all(engine, {job_for(tokenizer, prompt, 32), job_for(tokenizer, prompt, 16)});
+  EXPECT_EQ(first[0].text, plain_text(ckpt, tokenizer, prompt, 32));
+  EXPECT_EQ(again[0].text, first[0].text);
+  EXPECT_EQ(again[1].text, plain_text(ckpt, tokenizer, prompt, 16));
+  const std::string m = metrics.render();
+  EXPECT_EQ(metric(m, "nextn_oracle_truths_run_total"), 2) << m;  // 32 tokens, then 16: another answer
+  EXPECT_EQ(metric(m, "nextn_oracle_truths_replayed_total"), 1) << m;
+  EXPECT_GT(metric(m, "nextn_accepted_tokens_total"), 0) << m;
+  CompletionRequest sampled;
+  sampled.sampling.temperature = 0.7;
+  const auto refused = engine.refuses(sampled);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->first, "temperature");
+  CompletionRequest greedy;
+  greedy.sampling.temperature = 0;
+  EXPECT_FALSE(engine.refuses(greedy));
+}
+
+}  // namespace
+}  // namespace nextn::server
