@@ -3,7 +3,8 @@
 
 For each drafter and each concurrency S, starts `nextn serve --port 0
 --max-batch B` (B = --max-batch, or S when not given, so that all S streams
-generate at once), warms it with one request, then runs `reps` x S greedy
+generate at once), warms it with one request (for --draft oracle, the one that runs the
+greedy truth every timed stream then replays: they all send the same prompt), then runs `reps` x S greedy
 streams of `-n` tokens (ignore_eos) from S client threads. Prints the total
 tokens/s (all tokens over the wall time), the mean per-stream tokens/s (each
 stream's tokens over its own duration, queueing included), the mean time to
@@ -12,7 +13,8 @@ the first token, how many requests the engine's steps served on average
 LM-head and MTP draft launches per step (1.0 head launch per step: the
 head ran once for all the step's requests).
 
-    scripts/bench_serve.py [--nextn build/nextn] [--streams 1,4,16,32] [--drafts none,mtp] [-n 64] [--reps 1]
+    scripts/bench_serve.py [--nextn build/nextn] [--streams 1,4,16,32] [--drafts none,mtp,mtp:3,oracle] [-n 64] [--reps 1]
+                           [--oracle-rates 0.9,0.8,0.7] [--oracle-cost mtp|free]
                            [--max-batch B] [--threads T] [--model DIR] [--backend cpu|cuda] [--json out.json]
                            [--prompt TEXT | --prompt-ids 1,2,3]
 
@@ -34,10 +36,15 @@ def metric(text, name):
     return float(m.group(1)) if m else 0.0
 
 
-def run(args, draft, streams):
+def run(args, spec, streams):
+    draft, _, block = spec.partition(":")
     max_batch = args.max_batch or streams
     cmd = [args.nextn, "serve", "--port", "0", "--draft", draft, "--max-batch", str(max_batch),
            "--queue-depth", str(max(16, streams))]
+    if block:
+        cmd += ["--block-size", block]
+    if draft == "oracle":
+        cmd += ["--accept-rates", args.oracle_rates, "--draft-cost", args.oracle_cost]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     if args.model:
@@ -87,15 +94,22 @@ def run(args, draft, streams):
             return metric(after, name) - metric(before, name)
         steps = delta("nextn_step_sequences_count")
         served = delta("nextn_step_sequences_sum")
-        row = {"draft": draft, "streams": streams, "max_batch": max_batch, "tokens": total, "wall_s": wall,
+        chosen = delta("nextn_block_size_chosen_count")
+        row = {"draft": spec, "streams": streams, "max_batch": max_batch, "tokens": total, "wall_s": wall,
                "total_tokens_per_s": total / wall, "per_stream_tokens_per_s": per_stream, "mean_ttft_s": ttft,
                "engine_steps": steps, "requests_per_step": served / steps if steps else 0.0,
                "lm_head_launches_per_step": delta("nextn_lm_head_launches_total") / steps if steps else 0.0,
-               "mtp_draft_launches_per_step": delta("nextn_mtp_draft_launches_total") / steps if steps else 0.0}
-        print(f"draft {draft:4s} streams {streams:2d} max-batch {max_batch:2d}: total {total / wall:7.1f} tok/s, "
+               "mtp_draft_launches_per_step": delta("nextn_mtp_draft_launches_total") / steps if steps else 0.0,
+               "mean_block_size_chosen": delta("nextn_block_size_chosen_sum") / chosen if chosen else 0.0,
+               "acceptance": delta("nextn_accepted_tokens_total") / max(1.0, delta("nextn_drafted_tokens_total")),
+               "tokens_per_round": (delta("nextn_completion_tokens_total") - len(results))
+                                   / max(1.0, delta("nextn_rounds_total")),
+               "oracle_truths_run_timed": delta("nextn_oracle_truths_run_total")}
+        print(f"draft {spec:8s} streams {streams:2d} max-batch {max_batch:2d}: total {total / wall:7.1f} tok/s, "
               f"per stream {per_stream:6.1f} tok/s, first token {ttft * 1000:6.0f} ms, "
               f"{row['requests_per_step']:4.1f} requests per step, {row['lm_head_launches_per_step']:4.1f} head "
-              f"launches per step ({len(results)} streams of {args.n} tokens)", flush=True)
+              f"launches per step, mean K {row['mean_block_size_chosen']:.2f}, {row['tokens_per_round']:.2f} tokens per round "
+              f"({len(results)} streams of {args.n} tokens)", flush=True)
         return row
     finally:
         proc.terminate()
@@ -106,7 +120,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--nextn", default="build/nextn")
     ap.add_argument("--streams", default="1,4,16,32")
-    ap.add_argument("--drafts", default="none,mtp")
+    ap.add_argument("--drafts", default="none,mtp",
+                    help="serve --draft values, each optionally :K for a fixed --block-size (default: auto)")
+    ap.add_argument("--oracle-rates", default="0.9,0.8,0.7", help="--draft oracle: serve --accept-rates")
+    ap.add_argument("--oracle-cost", default="mtp", help="--draft oracle: serve --draft-cost")
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--max-batch", type=int, default=0, help="serve --max-batch (default: the stream count)")
