@@ -185,7 +185,17 @@ const std::vector<Case> kCases = {
     {"generate -m '{GENDIR}' --prompt-ids 1", "generation_config.json"},
 
     // ---- serve (each fails before it listens) ----
-    {"serve --draft oracle", "--draft oracle"},
+    {"serve --draft oracle", "--draft oracle needs --accept-rate"},
+    {"serve --draft oracle --accept-rates 0.9,2", "--accept-rates"},
+    {"serve --draft oracle --accept-rates ''", "--accept-rates"},
+    {"serve --draft oracle --accept-rate 0.5 --accept-pattern 10", "exclusive"},
+    {"serve --draft oracle --accept-rate 0.5 --draft-cost gpu", "--draft-cost 'gpu'"},
+    {"serve --draft mtp --accept-rate 0.5", "--draft oracle only"},
+    {"serve --draft mtp --draft-cost mtp", "--draft-cost applies to --draft oracle only"},
+    {"serve --draft mtp --block-size x", "--block-size 'x'"},
+    {"serve --draft mtp --block-size auto8", "--block-size"},
+    {"generate --prompt-ids 1 --draft mtp --block-size 0", "--block-size 0"},
+    {"generate --prompt-ids 1 --block-size auto", "--block-size applies to a drafter only"},
     {"serve --draft '{DIR}'", "--draft"},
     {"serve --block-size 3", "--block-size applies to a drafter only"},
     {"serve --draft mtp --block-size 1", "--block-size 1"},

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "engine/generate.h"
+#include "speculative/gemma4_drafter.h"
 
 #include "sampling/stop_strings.h"
 
@@ -188,7 +189,15 @@ void Engine::start(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot)
     o.draft = drafter ? DraftKind::None : options_.draft;
     o.block_size = options_.block_size;
     o.block_policy = options_.block_policy;
+    if (o.block_policy == BlockPolicy::Auto && !req.sampling.greedy() && req.seed_given) {
+      // A seed promises the same answer again: at a K the step's timing
+      // chooses it would not keep it, so seeded sampling runs at the fixed default.
+      o.block_policy = BlockPolicy::Fixed;
+      o.block_size = options_.make_drafter ? kAssistantBlockSize : default_block_size(group_->info().mtp_layers);
+    }
     o.oracle = options_.oracle;
+    // Each request its own draws (from --seed): streams of one prompt must not replay one draw sequence.
+    o.oracle.seed = options_.oracle.seed + 0x9E3779B97F4A7C15ull * uint64_t(++oracle_requests_);
     o.draft_cost = options_.draft_cost;
     o.draft_vocab = drafter || options_.draft != DraftKind::Mtp ? 0 : options_.draft_vocab;
     o.ignore_eos = req.ignore_eos;

@@ -51,6 +51,7 @@ struct EngineOptions {
   // truth is its plain greedy answer, run once on its slot before the
   // request joins the steps and kept (by prompt, max_tokens and
   // ignore_eos) so a repeated request replays it without the extra run.
+  // Each request draws from its own seed (oracle.seed plus its number).
   OracleSpec oracle;
   DraftCost draft_cost = DraftCost::Free;
 };
@@ -97,6 +98,7 @@ class Engine {
   int capacity_ = 0;   // positions per slot
   StepWork work_before_;  // the group's launches before the first request (the cost probe's)
   std::map<std::vector<int32_t>, std::vector<int32_t>> truths_;  // the oracle's, by (max_tokens, ignore_eos, prompt)
+  uint64_t oracle_requests_ = 0;  // requests started, for each one's oracle seed
   std::mt19937_64 seeds_;  // seeds for requests that give none (drawn on the loop thread)
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -497,6 +497,37 @@ class EngineSteps(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
 
+class OracleAndAutoK(unittest.TestCase):
+    """`serve --draft oracle` (issue 23 item 9) at K chosen per step: greedy answers equal plain
+    `nextn generate`; a repeated request replays its truth; sampling is refused by field; the
+    block-choice metrics are there."""
+
+    def test_oracle_answers_exactly_replays_and_refuses_sampling(self):
+        server = Server("--draft", "oracle", "--accept-rates", "0.9,0.8,0.7", "--draft-cost", "mtp", "--max-batch", "4")
+        try:
+            client = server.client(max_retries=0)
+            n = 24
+            prompts = PROMPTS[:4]
+            with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+                answers = list(pool.map(lambda p: client.completions.create(
+                    model=server.model, prompt=p, max_tokens=n, temperature=0), prompts))
+            for p, a in zip(prompts, answers):
+                self.assertEqual(a.choices[0].text, expected_text(p, n), p)
+            again = client.completions.create(model=server.model, prompt=prompts[0], max_tokens=n, temperature=0)
+            self.assertEqual(again.choices[0].text, answers[0].choices[0].text)
+            m = server.get("/metrics")[1]
+            self.assertEqual(metric(m, "nextn_oracle_truths_run_total"), 4, m)
+            self.assertEqual(metric(m, "nextn_oracle_truths_replayed_total"), 1, m)
+            self.assertGreater(metric(m, "nextn_accepted_tokens_total"), 0, m)
+            self.assertGreater(metric(m, "nextn_block_size_chosen_count"), 0, m)
+            self.assertIn('nextn_step_cost_ms{sequences="4",rows="32"}', m)
+            with self.assertRaises(openai.BadRequestError) as e:
+                client.completions.create(model=server.model, prompt="x", max_tokens=4, temperature=0.7)
+            self.assertEqual(e.exception.body.get("param"), "temperature", e.exception.body)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
 class Load(unittest.TestCase):
     def test_concurrent_streams_lose_nothing(self):
         server = Server("--draft", "mtp")
