@@ -176,5 +176,54 @@ TEST(BlockChoice, AutoSequencesTogetherEqualPlainGreedy) {
   }
 }
 
+// A chooser that cycles every sequence through K = 1, 1, 4, 1, 2, 3.
+class CyclingChooser final : public BlockChooser {
+ public:
+  void choose(std::span<const BlockCandidate> c, int, std::span<int> k) override {
+    static constexpr int kCycle[] = {1, 1, 4, 1, 2, 3};
+    const int K = kCycle[step_++ % 6];
+    for (size_t i = 0; i < c.size(); ++i) k[i] = std::min(K, c[i].max_k);
+  }
+  const BlockChoiceReport& report() const override { return report_; }
+
+ private:
+  int step_ = 0;
+  BlockChoiceReport report_;
+};
+
+// Rounds at K = 1 skip the MTP pairing (the head's cache gets gaps); the
+// drafts after a gap are still only proposals, so the output stays plain greedy's.
+TEST(BlockChoice, MtpSequencesThatSkipTheirPairingStayExact) {
+  const auto ckpt = Qwen35Checkpoint::open(kModel);
+  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9}, {7, 7, 7, 7}, {100, 200}};
+  constexpr int kTokens = 40;
+  auto group = make_sequence_group(ckpt, BackendKind::Cpu, 0);
+  std::vector<std::unique_ptr<ModelRuntime>> slots;
+  StepLoop loop(*group);
+  CyclingChooser chooser;
+  loop.set_block_chooser(&chooser);
+  std::map<int, std::vector<int32_t>> alone;
+  for (const auto& p : prompts) {
+    auto rt = make_runtime(ckpt, BackendKind::Cpu, 128);
+    const auto plain = greedy_generate(*rt, p, kTokens, /*ignore_eos=*/true).tokens;
+    slots.push_back(group->add_sequence(128));
+    GenerateOptions o;
+    o.max_new_tokens = kTokens;
+    o.ignore_eos = true;
+    o.draft = DraftKind::Mtp;
+    o.block_policy = BlockPolicy::Auto;
+    alone[loop.add(*slots.back(), p, o)] = plain;
+  }
+  while (loop.running() > 0) loop.step();
+  const StepWork work = group->step_work();
+  for (auto& f : loop.take_finished()) {
+    ASSERT_FALSE(f.error);
+    EXPECT_EQ(f.result.tokens, alone.at(f.id));
+    EXPECT_GT(f.result.stats.rounds_at_block[0], 0);  // rounds at K = 1 ran
+    EXPECT_GT(f.result.stats.counters.accepted, 0);   // and drafts after the gaps were still accepted
+  }
+  EXPECT_LT(work.mtp_forward_launches, loop.steps()) << "pairings were skipped";
+}
+
 }  // namespace
 }  // namespace nextn

@@ -40,6 +40,7 @@ struct StepLoop::Run {
   std::vector<int32_t> picks;   // the head's tokens for the rows
   std::vector<int32_t> mtp_pairs;  // tokens the MTP pairs with rows 0.. of this step's forward
   int mtp_committed = 0;           // MTP entries paired with true target rows
+  bool mtp_gaps = false;           // Auto: rounds at K = 1 skipped their pairing (fewer entries than positions)
   std::vector<int> eos;
   // sampling
   std::unique_ptr<SamplingRng> rng;
@@ -175,6 +176,12 @@ void StepLoop::step() {
       if (run->greedy) greedy.push_back(run.get());
     pick_tokens(greedy);
     for (auto& run : runs_) commit_round(*run, run->picks);
+    // The next step's block sizes, before the MTP pairing: a sequence that
+    // will not draft skips it (below).
+    std::vector<Run*> continuing;
+    for (auto& run : runs_)
+      if (!run->done) continuing.push_back(run.get());
+    choose_blocks(continuing, report);
     const auto t1 = Clock::now();
 
     // Rollback and the MTP pairing of the committed tokens.
@@ -183,6 +190,15 @@ void StepLoop::step() {
     for (auto& run : runs_) {
       Run& r = *run;
       if (r.mtp && !r.done && !r.mtp_pairs.empty()) {
+        if (r.auto_k && r.step_k == 1) {
+          // It drafts nothing next step: its pairing would cost a sequence's
+          // MTP forward for no draft. The head's cache skips these positions
+          // (drafts after the gap may be accepted less; the output, verified
+          // by the target, cannot change).
+          r.mtp_pairs.clear();
+          r.mtp_gaps = true;
+          continue;
+        }
         pairing.push_back(r.rt);
         pairs.emplace_back(r.mtp_pairs);
       }
@@ -193,7 +209,7 @@ void StepLoop::step() {
       if (!r.mtp || r.done || r.mtp_pairs.empty()) continue;
       r.mtp_committed += int(r.mtp_pairs.size());
       r.mtp_pairs.clear();
-      if (r.mtp_committed != r.rt->target_length())
+      if (!r.mtp_gaps && r.mtp_committed != r.rt->target_length())
         fail("internal: MTP holds {} entries, target {} positions", r.mtp_committed, r.rt->target_length());
     }
     const auto t2 = Clock::now();
@@ -211,7 +227,7 @@ void StepLoop::step() {
       }
       if (!r.done) drafting.push_back(&r);
     }
-    draft_next(drafting, report);
+    draft_next(drafting);
     const auto t3 = Clock::now();
     int chain = 0, drafted = 0;
     for (Run* r : drafting) {
@@ -337,8 +353,7 @@ void StepLoop::choose_blocks(std::span<Run* const> runs, StepReport& report) {
   report.choice = &chooser_->report();
 }
 
-void StepLoop::draft_next(std::span<Run* const> runs, StepReport& report) {
-  choose_blocks(runs, report);
+void StepLoop::draft_next(std::span<Run* const> runs) {
   // The MTP chains of greedy sequences: one call per chained step for all of them.
   std::vector<ModelRuntime*> chained;
   std::vector<int> counts;

@@ -12,9 +12,10 @@
 //   draft     the MTP head pairs the committed tokens with their rows for
 //             every MTP sequence in one call, then drafts the next step's
 //             tokens, each chained step one call for every sequence still
-//             drafting; the oracle and the Gemma 4 assistant draft per sequence;
-//             first, the block size of every BlockPolicy::Auto sequence is
-//             chosen for the next step (engine/block_choice.h).
+//             drafting; the oracle and the Gemma 4 assistant draft per sequence.
+//             Before the pairing, the next step's block size of every
+//             BlockPolicy::Auto sequence is chosen (engine/block_choice.h); one
+//             that will not draft (K = 1) skips its pairing.
 // `nextn generate` is a batch of one through it (engine/generate.h); the
 // server adds and removes sequences between steps (server/engine.h).
 //
@@ -95,7 +96,7 @@ class StepLoop {
   // The parts of a step (step_loop.cpp).
   void pick_tokens(std::vector<Run*>& greedy);
   void commit_round(Run& run, std::span<const int32_t> picks);
-  void draft_next(std::span<Run* const> runs, StepReport& report);
+  void draft_next(std::span<Run* const> runs);
   void choose_blocks(std::span<Run* const> runs, StepReport& report);
 
   SequenceGroup& group_;
