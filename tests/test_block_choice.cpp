@@ -10,6 +10,7 @@
 #include <set>
 #include <tuple>
 
+#include "block_choice_util.h"
 #include "engine/block_choice.h"
 #include "engine/generate.h"
 #include "engine/step_loop.h"
@@ -176,21 +177,6 @@ TEST(BlockChoice, AutoSequencesTogetherEqualPlainGreedy) {
   }
 }
 
-// A chooser that cycles every sequence through K = 1, 1, 4, 1, 2, 3.
-class CyclingChooser final : public BlockChooser {
- public:
-  void choose(std::span<const BlockCandidate> c, int, std::span<int> k) override {
-    static constexpr int kCycle[] = {1, 1, 4, 1, 2, 3};
-    const int K = kCycle[step_++ % 6];
-    for (size_t i = 0; i < c.size(); ++i) k[i] = std::min(K, c[i].max_k);
-  }
-  const BlockChoiceReport& report() const override { return report_; }
-
- private:
-  int step_ = 0;
-  BlockChoiceReport report_;
-};
-
 // Rounds at K = 1 skip the MTP pairing (the head's cache gets gaps); the
 // drafts after a gap are still only proposals, so the output stays plain greedy's.
 TEST(BlockChoice, MtpSequencesThatSkipTheirPairingStayExact) {
@@ -200,7 +186,7 @@ TEST(BlockChoice, MtpSequencesThatSkipTheirPairingStayExact) {
   auto group = make_sequence_group(ckpt, BackendKind::Cpu, 0);
   std::vector<std::unique_ptr<ModelRuntime>> slots;
   StepLoop loop(*group);
-  CyclingChooser chooser;
+  test::CyclingChooser chooser;
   loop.set_block_chooser(&chooser);
   std::map<int, std::vector<int32_t>> alone;
   for (const auto& p : prompts) {

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +28,9 @@
 #include "backend/cuda/device_handles.h"
 #include "backend/cuda/qwen35.h"
 #include "batch_checks.h"
+#include "block_choice_util.h"
+#include "engine/generate.h"
+#include "engine/step_loop.h"
 #include "io/checkpoint.h"
 #include "io/synthetic.h"
 #include "model/batch_runtime.h"
@@ -156,6 +160,55 @@ TEST_P(CudaBatch, SteppedGenerationsEqualSoloRuns) {
     for (DraftKind draft : drafts)
       for (int K : {4, 8}) test::check_stepped_generations(cuda_alone(ck, fp32), *group, ref.prompt, draft, K,
                                                          /*batched_head=*/true, /*batched_mtp=*/false);
+  }
+}
+
+// K per step on the CUDA group: the probe runs real forwards and fills the
+// cost table; sequences at chosen K, and at a cycling K whose rounds at
+// K = 1 skip the MTP pairing, give plain greedy's tokens.
+TEST_P(CudaBatch, AutoBlockSizesEqualPlainGreedy) {
+  NEXTN_REQUIRE_GPU();
+  const auto ck = Qwen35Checkpoint::open(GetParam());
+  if (ck.mtp_layers() == 0) GTEST_SKIP() << "no MTP head";
+  const auto ref = test::load_reference(GetParam());
+  const std::vector<std::vector<int32_t>> prompts = {ref.prompt, {1, 5, 9}, {7, 7, 7, 7, 7}};
+  constexpr int kTokens = 24;
+  std::vector<std::vector<int32_t>> plain;
+  for (const auto& p : prompts) {
+    auto rt = cuda_alone(ck, false)(128);
+    plain.push_back(greedy_generate(*rt, p, kTokens, /*ignore_eos=*/true).tokens);
+  }
+  for (bool cycling : {false, true}) {
+    SCOPED_TRACE(cycling ? "cycling K" : "cost model");
+    auto group = make_group(ck, false);
+    std::vector<std::unique_ptr<ModelRuntime>> slots;
+    std::vector<ModelRuntime*> raw;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      slots.push_back(group->add_sequence(128));
+      raw.push_back(slots.back().get());
+    }
+    StepLoop loop(*group);
+    test::CyclingChooser chooser;
+    if (cycling) {
+      loop.set_block_chooser(&chooser);
+    } else {
+      probe_step_costs(*group, raw, kAutoMaxBlockSize, loop.cost_model());
+      EXPECT_EQ(loop.cost_model().verify_table().size(), 2u * 4u);  // n = 1, 2 at K = 1, 2, 4, 8
+    }
+    std::map<int, size_t> by_id;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      GenerateOptions o;
+      o.max_new_tokens = kTokens;
+      o.ignore_eos = true;
+      o.draft = DraftKind::Mtp;
+      o.block_policy = BlockPolicy::Auto;
+      by_id[loop.add(*raw[i], prompts[i], o)] = i;
+    }
+    while (loop.running() > 0) loop.step();
+    for (auto& f : loop.take_finished()) {
+      ASSERT_FALSE(f.error);
+      EXPECT_EQ(f.result.tokens, plain[by_id.at(f.id)]) << "prompt " << by_id.at(f.id);
+    }
   }
 }
 
