@@ -1,11 +1,14 @@
 // Shared by the K-per-step tests (test_block_choice.cpp, test_cuda_batch.cpp):
-// a chooser that cycles every sequence through K = 1, 1, 4, 1, 2, 3, so
+// sequence slots of a group, and a chooser that cycles every sequence through K = 1, 1, 4, 1, 2, 3, so
 // rounds at K = 1 (which skip the MTP pairing) alternate with drafting ones.
 #pragma once
 #include <algorithm>
+#include <memory>
 #include <span>
+#include <vector>
 
 #include "engine/block_choice.h"
+#include "model/batch_runtime.h"
 
 namespace nextn::test {
 
@@ -21,6 +24,19 @@ class CyclingChooser final : public BlockChooser {
  private:
   int step_ = 0;
   BlockChoiceReport report_;
+};
+
+// n fresh sequences of `group`, owned, and their pointers (what StepLoop::add
+// and probe_step_costs take).
+struct Slots {
+  std::vector<std::unique_ptr<ModelRuntime>> owned;
+  std::vector<ModelRuntime*> raw;
+  Slots(SequenceGroup& group, size_t n, int capacity) {
+    for (size_t i = 0; i < n; ++i) {
+      owned.push_back(group.add_sequence(capacity));
+      raw.push_back(owned.back().get());
+    }
+  }
 };
 
 }  // namespace nextn::test

@@ -138,12 +138,8 @@ TEST(BlockChoice, AutoSequencesTogetherEqualPlainGreedy) {
   }
   for (DraftKind draft : {DraftKind::Mtp, DraftKind::Oracle}) {
     auto group = make_sequence_group(ckpt, BackendKind::Cpu, 0);
-    std::vector<std::unique_ptr<ModelRuntime>> slots;
-    std::vector<ModelRuntime*> raw;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      slots.push_back(group->add_sequence(128));
-      raw.push_back(slots.back().get());
-    }
+    const test::Slots slots(*group, prompts.size(), 128);
+    const std::vector<ModelRuntime*>& raw = slots.raw;
     StepLoop loop(*group);
     probe_step_costs(*group, raw, kAutoMaxBlockSize, loop.cost_model());
     const auto table = loop.cost_model().verify_table();
