@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <random>
 #include <set>
 #include <tuple>
 
@@ -16,6 +17,8 @@
 #include "engine/step_loop.h"
 #include "io/checkpoint.h"
 #include "model/batch_runtime.h"
+#include "core/error.h"
+#include "speculative/drafter.h"
 
 namespace nextn {
 namespace {
@@ -205,6 +208,36 @@ TEST(BlockChoice, MtpSequencesThatSkipTheirPairingStayExact) {
     EXPECT_GT(f.result.stats.counters.accepted, 0);   // and drafts after the gaps were still accepted
   }
   EXPECT_LT(work.mtp_forward_launches, loop.steps()) << "pairings were skipped";
+}
+
+}  // namespace
+}  // namespace nextn
+
+namespace nextn {
+namespace {
+
+// --accept-rates takes a command-line string: random ones (up to 4 KiB, the
+// characters a list of numbers is made of) parse or throw Error, nothing else;
+// what parses has 1..64 entries.
+TEST(BlockChoice, AcceptRatesParserTakesAnyStringWithoutCrashing) {
+  std::mt19937_64 rng(7);
+  const std::string alphabet = "0123456789.,-+eE x";
+  for (int i = 0; i < 3000; ++i) {
+    std::string text(size_t(rng() % (i < 2900 ? 40 : 4096)), ' ');
+    for (char& c : text) c = alphabet[rng() % alphabet.size()];
+    try {
+      const auto rates = parse_position_rates(text);
+      EXPECT_GE(rates.size(), 1u);
+      EXPECT_LE(rates.size(), 64u);
+    } catch (const Error&) {
+    }
+  }
+  EXPECT_EQ(parse_position_rates("0.9,0.8,0.7"), (std::vector<double>{0.9, 0.8, 0.7}));
+  std::string list = "1";
+  for (int i = 1; i < 64; ++i) list += ",1";
+  EXPECT_EQ(parse_position_rates(list).size(), 64u);
+  EXPECT_THROW(parse_position_rates(list + ",1"), Error);  // more than the 64 positions it takes
+  EXPECT_THROW(parse_position_rates("0.9,,0.7"), Error);
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 
 namespace nextn {
 namespace {
-constexpr int kMaxRateList = 64;  // one per draft position of the widest block
+constexpr int kMaxRateList = 64;  // at least one per draft position of the widest block (63)
 }  // namespace
 
 void Drafter::draft_logits(float*) { fail("--draft {}: this drafter cannot draft for sampling (temperature > 0)", name()); }
