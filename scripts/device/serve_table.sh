@@ -10,7 +10,9 @@
 #   device run, carry build-cuda/nextn and build-cuda/lib: bash scripts/device/serve_table.sh
 #
 # Environment: NEXTN_BUILD (build-cuda), NEXTN_SERVE_PRESET (qwen3.5-27b),
-# NEXTN_SERVE_STREAMS (1,4,16,32), NEXTN_SERVE_DRAFTS (none,mtp), NEXTN_SERVE_N (64),
+# NEXTN_SERVE_STREAMS (1,4,16,32), NEXTN_SERVE_DRAFTS (none,mtp; also oracle, which
+# bench_serve.py runs at --accept-rates 0.9,0.8,0.7 --draft-cost mtp, and :K to fix
+# the block size, e.g. oracle:4; without it K is chosen per step), NEXTN_SERVE_N (64),
 # NEXTN_CK_DIR (/tmp/nextn-ck).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
