@@ -114,10 +114,8 @@ void run(const GenerateArgs& a) {
     fail("{}: --draft-cost mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
   if (assistant_draft && target.family != "gemma4")
     fail("--draft {}: a drafter checkpoint drafts for a Gemma 4 target, and {} is not one", a.draft, dir);
-  o.block_size = block.size != 0                   ? block.size
-                 : block.policy == BlockPolicy::Auto ? kAutoMaxBlockSize
-                 : assistant_draft                   ? kAssistantBlockSize
-                                                     : default_block_size(target.info.mtp_layers);
+  o.block_size = resolve_block_size(block.policy, block.size,
+                                    assistant_draft ? kAssistantBlockSize : default_block_size(target.info.mtp_layers));
   const GenerateResult r = assistant_draft ? generate_with_assistant(target.factory, a.draft, prompt, o, a.threads)
                                            : generate_fresh(target.factory, prompt, o);
   const auto stats = stats_json(r.stats);

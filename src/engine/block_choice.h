@@ -31,11 +31,10 @@
 #include <vector>
 
 #include "model/batch_runtime.h"
+#include "speculative/generation.h"
 
 namespace nextn {
 
-// The widest block the chooser picks (the caches are sized for it).
-constexpr int kAutoMaxBlockSize = 8;
 // Positions probe_step_costs takes from each slot it probes on.
 constexpr int kProbePositions = 13;
 

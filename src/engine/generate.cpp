@@ -20,7 +20,7 @@ GenerateResult run_alone(ModelRuntime& rt, std::span<const int32_t> prompt, cons
   const bool speculative = drafter != nullptr || options.draft != DraftKind::None;
   if (speculative && options.block_policy == BlockPolicy::Auto) {
     ModelRuntime* slot = &rt;
-    probe_step_costs(*group, {&slot, 1}, options.block_size != 0 ? options.block_size : kAutoMaxBlockSize,
+    probe_step_costs(*group, {&slot, 1}, resolve_block_size(options.block_policy, options.block_size, 0),
                      loop.cost_model());
   }
   loop.add(rt, prompt, options, std::move(drafter), oracle_truth ? *oracle_truth : std::vector<int32_t>{});
@@ -71,7 +71,7 @@ GenerateResult generate_with_assistant(const RuntimeFactory& factory, const std:
                                        std::span<const int32_t> prompt, const GenerateOptions& options,
                                        int cpu_threads, HeadStage* head) {
   GenerateOptions o = options;
-  if (o.block_size == 0) o.block_size = o.block_policy == BlockPolicy::Auto ? kAutoMaxBlockSize : kAssistantBlockSize;
+  o.block_size = resolve_block_size(o.block_policy, o.block_size, kAssistantBlockSize);
   check_assistant_dir(assistant_dir);  // before the target's caches are made
   auto rt = factory(std::max(kProbePositions, runtime_capacity(int(prompt.size()), o.max_new_tokens, o.block_size)));
   const auto* target = dynamic_cast<const Gemma4Target*>(rt.get());

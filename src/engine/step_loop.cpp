@@ -106,9 +106,7 @@ int StepLoop::add(ModelRuntime& slot, std::span<const int32_t> prompt, const Gen
   r.speculative = r.drafter != nullptr || options.draft != DraftKind::None;
   if (r.speculative) {
     r.auto_k = options.block_policy == BlockPolicy::Auto;
-    r.K = options.block_size != 0 ? options.block_size
-          : r.auto_k              ? kAutoMaxBlockSize
-                                  : default_block_size(info.mtp_layers);
+    r.K = resolve_block_size(options.block_policy, options.block_size, default_block_size(info.mtp_layers));
     check_block_size(r.K);
   }
   r.step_k = r.K;
@@ -176,8 +174,8 @@ void StepLoop::step() {
       if (run->greedy) greedy.push_back(run.get());
     pick_tokens(greedy);
     for (auto& run : runs_) commit_round(*run, run->picks);
-    // The next step's block sizes, before the MTP pairing: a sequence that
-    // will not draft skips it (below).
+    // The sequences that go on, and their next step's block sizes, chosen
+    // before the MTP pairing: a sequence that will not draft skips it (below).
     std::vector<Run*> continuing;
     for (auto& run : runs_)
       if (!run->done) continuing.push_back(run.get());
@@ -213,7 +211,6 @@ void StepLoop::step() {
         fail("internal: MTP holds {} entries, target {} positions", r.mtp_committed, r.rt->target_length());
     }
     const auto t2 = Clock::now();
-    std::vector<Run*> drafting;
     for (auto& run : runs_) {
       Run& r = *run;
       if (r.prefilled && r.decode_start == Clock::time_point{}) {  // prefilled in this step
@@ -225,12 +222,11 @@ void StepLoop::step() {
         r.res.stats.rollback_ms += ms_between(t1, t2);
         r.res.stats.round_ms += ms_between(t0, t2);
       }
-      if (!r.done) drafting.push_back(&r);
     }
-    draft_next(drafting);
+    draft_next(continuing);
     const auto t3 = Clock::now();
     int chain = 0, drafted = 0;
-    for (Run* r : drafting) {
+    for (Run* r : continuing) {
       r->res.stats.draft_ms += ms_between(t2, t3);
       r->res.stats.round_ms += ms_between(t2, t3);  // the next round's drafts
       chain = std::max(chain, int(r->drafts.size()));

@@ -37,6 +37,11 @@ struct StepWork {
   int64_t lm_head_launches = 0;     // LM-head projections of target rows (head_argmax_together)
   int64_t mtp_forward_launches = 0; // MTP pairing forwards (mtp_forward_together)
   int64_t mtp_draft_launches = 0;   // MTP draft-chain steps, the first draft's argmax included (mtp_draft_together)
+  // The launches since `before`.
+  StepWork since(const StepWork& before) const {
+    return {lm_head_launches - before.lm_head_launches, mtp_forward_launches - before.mtp_forward_launches,
+            mtp_draft_launches - before.mtp_draft_launches};
+  }
 };
 
 class SequenceGroup {

@@ -30,8 +30,8 @@ Engine::Engine(std::unique_ptr<SequenceGroup> group, const tok::Tokenizer& token
       steps_(*group_),
       seeds_(std::random_device{}()) {
   const bool auto_k = options_.block_policy == BlockPolicy::Auto;
-  if (options_.block_size == 0)
-    options_.block_size = auto_k ? kAutoMaxBlockSize : default_block_size(group_->info().mtp_layers);
+  options_.block_size =
+      resolve_block_size(options_.block_policy, options_.block_size, default_block_size(group_->info().mtp_layers));
   if (options_.limits.max_batch < 1) fail("--max-batch {} must be at least 1", options_.limits.max_batch);
   if (options_.draft == DraftKind::Oracle) check_oracle_spec(options_.oracle);
   max_batch_ = std::min(options_.limits.max_batch, group_->max_sequences());
@@ -48,11 +48,7 @@ Engine::Engine(std::unique_ptr<SequenceGroup> group, const tok::Tokenizer& token
   }
   work_before_ = group_->step_work();
   steps_.on_step = [this](const StepReport& r) {
-    StepWork w = group_->step_work();
-    w.lm_head_launches -= work_before_.lm_head_launches;
-    w.mtp_forward_launches -= work_before_.mtp_forward_launches;
-    w.mtp_draft_launches -= work_before_.mtp_draft_launches;
-    metrics_.step(r, w);
+    metrics_.step(r, group_->step_work().since(work_before_));
     if (r.choice) metrics_.block_choice(r.chosen_k, *r.choice, steps_.cost_model().verify_table());
   };
   thread_ = std::thread([this] { loop(); });
@@ -197,7 +193,8 @@ void Engine::start(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot)
     }
     o.oracle = options_.oracle;
     // Each request its own draws (from --seed): streams of one prompt must not replay one draw sequence.
-    o.oracle.seed = options_.oracle.seed + 0x9E3779B97F4A7C15ull * uint64_t(++oracle_requests_);
+    if (o.draft == DraftKind::Oracle)
+      o.oracle.seed = options_.oracle.seed + 0x9E3779B97F4A7C15ull * uint64_t(++oracle_requests_);
     o.draft_cost = options_.draft_cost;
     o.draft_vocab = drafter || options_.draft != DraftKind::Mtp ? 0 : options_.draft_vocab;
     o.ignore_eos = req.ignore_eos;

@@ -98,7 +98,7 @@ class Engine {
   int capacity_ = 0;   // positions per slot
   StepWork work_before_;  // the group's launches before the first request (the cost probe's)
   std::map<std::vector<int32_t>, std::vector<int32_t>> truths_;  // the oracle's, by (max_tokens, ignore_eos, prompt)
-  uint64_t oracle_requests_ = 0;  // requests started, for each one's oracle seed
+  uint64_t oracle_requests_ = 0;  // oracle requests started, for each one's seed
   std::mt19937_64 seeds_;  // seeds for requests that give none (drawn on the loop thread)
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -42,6 +42,10 @@ int draft_vocab_from_flag(DraftKind draft, bool given, int n) {
 
 int default_block_size(int mtp_layers) { return std::clamp(mtp_layers + 2, kMinBlockSize, kMaxBlockSize); }
 
+int resolve_block_size(BlockPolicy policy, int given, int fixed_default) {
+  return given != 0 ? given : policy == BlockPolicy::Auto ? kAutoMaxBlockSize : fixed_default;
+}
+
 double GenerateStats::tokens_per_second() const {
   return generated > 1 && decode_ms > 0 ? double(generated - 1) / (decode_ms / 1000.0) : 0.0;
 }

@@ -63,6 +63,11 @@ using TokenSink = std::function<bool(std::span<const int32_t> tokens, int first_
 // (engine/block_choice.h), up to block_size (0: kAutoMaxBlockSize).
 enum class BlockPolicy { Fixed, Auto };
 const char* block_policy_name(BlockPolicy p);
+// The widest block Auto picks by default (the caches are sized for it).
+constexpr int kAutoMaxBlockSize = 8;
+// The block size a drafter runs at: `given` when set (not 0), else Auto's
+// widest, else `fixed_default` (default_block_size, or the assistant's 4).
+int resolve_block_size(BlockPolicy policy, int given, int fixed_default);
 
 struct GenerateOptions {
   int max_new_tokens = 32;
