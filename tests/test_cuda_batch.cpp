@@ -13,6 +13,7 @@
 // one after another.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -158,8 +159,77 @@ TEST_P(CudaBatch, SteppedGenerationsEqualSoloRuns) {
     SCOPED_TRACE(fp32 ? "fp32" : "bf16");
     auto group = make_group(ck, fp32);
     for (DraftKind draft : drafts)
-      for (int K : {4, 8}) test::check_stepped_generations(cuda_alone(ck, fp32), *group, ref.prompt, draft, K,
-                                                         /*batched_head=*/true, /*batched_mtp=*/false);
+      for (int K : {4, 8}) test::check_stepped_generations(cuda_alone(ck, fp32), *group, ref.prompt, draft, K);
+  }
+}
+
+// The MTP head over the group (qwen35_group_mtp.cpp): pairings of several
+// sequences in one pass and their draft chains of different lengths, each
+// chained step one pass, give every sequence the drafts its own
+// mtp_forward / mtp_draft give; three times over the same sequences (reset
+// between), so the group graphs are launched directly, captured and replayed.
+TEST_P(CudaBatch, MtpTogetherEqualsEachAlone) {
+  NEXTN_REQUIRE_GPU();
+  const auto ck = Qwen35Checkpoint::open(GetParam());
+  if (ck.mtp_layers() == 0) GTEST_SKIP() << "no MTP head";
+  const auto ref = test::load_reference(GetParam());
+  const std::vector<std::vector<int32_t>> prompts = {ref.prompt, {1, 5, 9}, {7, 7, 7, 7, 7}, {ref.prompt[0], 3}};
+  const std::vector<std::vector<int>> chains = {{5, 1, 3, 2}, {2, 4, 4, 1}, {0, 3, 1, 8}};
+  for (bool fp32 : {false, true}) {
+    SCOPED_TRACE(fp32 ? "fp32" : "bf16");
+    auto group = make_group(ck, fp32);
+    std::vector<std::unique_ptr<ModelRuntime>> seqs, solo;
+    std::vector<ModelRuntime*> raw;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      seqs.push_back(group->add_sequence(128));
+      solo.push_back(cuda_alone(ck, fp32)(128));
+      raw.push_back(seqs.back().get());
+    }
+    for (int pass = 0; pass < 3; ++pass) {
+      for (auto& s : seqs) s->reset();
+      for (auto& s : solo) s->reset();
+      // Round 0 pairs each prompt with its next tokens; later rounds one
+      // committed token each (the last draft, or 2).
+      std::vector<std::vector<int32_t>> rows = prompts, last(prompts.size(), std::vector<int32_t>{2});
+      for (size_t round = 0; round < chains.size(); ++round) {
+        std::vector<std::span<const int32_t>> rows_span, next_span;
+        std::vector<std::vector<int32_t>> next(prompts.size());
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          next[i].assign(rows[i].begin() + 1, rows[i].end());
+          next[i].push_back(last[i].back());
+          rows_span.emplace_back(rows[i]);
+          next_span.emplace_back(next[i]);
+          solo[i]->target_forward(rows[i]);
+          solo[i]->mtp_forward(next[i], 0);
+        }
+        group->forward_together(raw, rows_span);
+        const StepWork before = group->step_work();
+        group->mtp_forward_together(raw, next_span);
+        const std::vector<int>& n = chains[round];
+        std::vector<int32_t> got(size_t(8 * prompts.size()));
+        group->mtp_draft_together(raw, n, got.data());
+        const StepWork did = group->step_work().since(before);
+        EXPECT_EQ(did.mtp_forward_launches, 1);
+        EXPECT_EQ(did.mtp_draft_launches, *std::max_element(n.begin(), n.end()));
+        size_t at = 0;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          std::vector<int32_t> want(size_t(n[i]));
+          solo[i]->mtp_draft(n[i], want.data());
+          const std::vector<int32_t> mine(got.begin() + long(at), got.begin() + long(at) + n[i]);
+          at += size_t(n[i]);
+          EXPECT_EQ(mine, want) << "pass " << pass << " round " << round << " sequence " << i;
+          EXPECT_EQ(seqs[i]->mtp_length(), solo[i]->mtp_length());
+          EXPECT_EQ(seqs[i]->mtp_work().entries, solo[i]->mtp_work().entries);
+          EXPECT_EQ(seqs[i]->mtp_work().argmax_rows, solo[i]->mtp_work().argmax_rows);
+          // Next round: the chain's entries rolled back, one committed token.
+          const int keep = solo[i]->mtp_length() - std::max(0, n[i] - 1);
+          solo[i]->mtp_rollback(keep);
+          seqs[i]->mtp_rollback(keep);
+          rows[i] = {want.empty() ? 2 : want[0]};
+          last[i] = rows[i];
+        }
+      }
+    }
   }
 }
 

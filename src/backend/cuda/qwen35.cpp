@@ -123,7 +123,7 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
       const std::string name = list.substr(a, b - a);
       a = b + 1;
       int kind = name == "forward_multi" ? kPdlOffForwardMulti : -1;
-      for (int i = 0; i <= int(GraphKind::GroupForward); ++i)
+      for (int i = 0; i <= int(GraphKind::GroupMtpDraft); ++i)
         if (name == graph_kind_name(GraphKind(i))) kind = i;
       if (kind < 0)
         fail("NEXTN_CUDA_PDL_OFF: unknown graph kind '{}' (e.g. forward, forward_multi, mtp_draft, rollback)", name);
@@ -210,6 +210,7 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
   pairs_ = mem_.alloc(size_t(cuda::argmax_pairs_bytes(w_->head, R)), "argmax pairs");
   argmax_scratch_ = mem_.alloc(size_t(cuda::argmax_scratch_bytes(V_)) * R, "argmax");
   d_out_ = mem_.alloc<int32_t>(size_t(R + 2) * 4, "tokens");
+  d_group_drafts_ = mem_.alloc<int32_t>(size_t(R) * kMaxGroupSequences * 4, "group drafts");
   d_walk_ = mem_.alloc<int>(2 * sizeof(int), "walk counters");
   d_head_ = mem_.alloc<HeadCounters>(sizeof(HeadCounters), "head counters");
   CUDA_CHECK(cudaMemset(d_head_, 0, sizeof(HeadCounters)));
@@ -285,6 +286,8 @@ const char* graph_kind_name(GraphKind kind) {
     case GraphKind::WalkWhile: return "walk_while";
     case GraphKind::MtpLogits: return "mtp_logits";
     case GraphKind::GroupForward: return "group_forward";
+    case GraphKind::GroupMtpForward: return "group_mtp_forward";
+    case GraphKind::GroupMtpDraft: return "group_mtp_draft";
   }
   return "?";
 }
@@ -550,13 +553,18 @@ void CudaQwen35::target_rollback(int keep) {
   last_chunk_T_ = replay_n;
 }
 
-void CudaQwen35::mtp_forward(std::span<const int32_t> next_tokens, int first_row) {
+void CudaQwen35::check_mtp_forward(std::span<const int32_t> next_tokens, int first_row) const {
   if (!w_->has_mtp) fail("this checkpoint has no MTP head (mtp_num_hidden_layers is 0 and no mtp.layers.* tensors)");
   const int n = int(next_tokens.size());
   if (n <= 0 || first_row < 0 || first_row + n > last_T_)
     fail("mtp_forward: rows [{}, {}) outside the last forward's {} rows", first_row, first_row + n, last_T_);
   if (mtp_length_ + n > max_tokens_) fail("MTP cache capacity {} exceeded", max_tokens_);
   check_tokens(next_tokens);
+}
+
+void CudaQwen35::mtp_forward(std::span<const int32_t> next_tokens, int first_row) {
+  check_mtp_forward(next_tokens, first_row);
+  const int n = int(next_tokens.size());
   for (int done = 0; done < n;) {
     const int m = std::min(max_rows_, n - done);
     StepArgs a = args();
@@ -603,11 +611,15 @@ void CudaQwen35::mtp_argmax(int count, int32_t* out) {
 // one MTP step fed by the previous argmax (a device-to-device copy into the
 // step's token slot) and its argmax. The arguments of every step are staged
 // in one upload; one graph per n; one copy back.
-void CudaQwen35::mtp_draft(int n, int32_t* out) {
-  if (n <= 0) return;
+void CudaQwen35::check_mtp_draft(int n) const {
   if (mtp_last_n_ == 0) fail("mtp_draft before any mtp_forward");
   check_rows("mtp_draft", n);
   if (mtp_length_ + n - 1 > max_tokens_) fail("MTP cache capacity {} exceeded", max_tokens_);
+}
+
+void CudaQwen35::mtp_draft(int n, int32_t* out) {
+  if (n <= 0) return;
+  check_mtp_draft(n);
   // Entry 0: argmax args for the last row of the latest call; then per step
   // i >= 1: the step's args (2i-1) and the argmax args for its row 0 (2i).
   StepArgs head = args();

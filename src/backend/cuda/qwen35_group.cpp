@@ -43,9 +43,6 @@
 namespace nextn {
 namespace cuda {
 
-// Group graphs one lead keeps (each is one captured trunk forward).
-constexpr int kMaxGroupGraphs = 64;
-
 void CudaQwen35::forward_group(std::span<const GroupSlice> slices, std::span<const std::span<const int32_t>> tokens) {
   if (slices.empty() || slices.size() != tokens.size() || slices[0].seq != this || slices[0].row != 0)
     fail("internal: forward_group must be called on the sequence of its first slice");
@@ -75,27 +72,10 @@ void CudaQwen35::forward_group(std::span<const GroupSlice> slices, std::span<con
     }
   }
 
-  // One graph per (sequences, rows of each), captured at the key's second
-  // use and replayed after (launched directly with NEXTN_CUDA_GRAPHS=0). A
-  // key's first use launches directly: the server's batches change as
-  // requests come and go and as their verify blocks differ, and capturing a
-  // graph of thousands of nodes for a batch that never comes again costs
-  // more than launching it. The graphs are bounded: past kMaxGroupGraphs
-  // keys the lead drops them all (after its stream is idle) and starts over.
+  // One graph per (sequences, rows of each): group_replay (qwen35_runtime.h).
   std::vector<std::pair<uint64_t, int>> key;
   for (const GroupSlice& s : slices) key.emplace_back(s.seq->id_, s.T);
-  auto it = group_graph_ids_.find(key);
-  if (it == group_graph_ids_.end()) {
-    if (group_graph_ids_.size() >= size_t(kMaxGroupGraphs)) {
-      CUDA_CHECK(cudaStreamSynchronize(stream_));
-      for (const auto& entry : group_graph_ids_)
-        graphs_.erase(std::make_tuple(int(GraphKind::GroupForward), entry.second.id, 0));
-      group_graph_ids_.clear();
-    }
-    it = group_graph_ids_.emplace(std::move(key), GroupGraphKey{next_group_graph_id_++, 0}).first;
-  }
-  if (it->second.uses++ == 0) group_chunk(slices, rows);
-  else replay(GraphKind::GroupForward, it->second.id, 0, [&] { group_chunk(slices, rows); });
+  group_replay(GraphKind::GroupForward, std::move(key), [&] { group_chunk(slices, rows); });
   CUDA_CHECK(cudaEventRecord(group_event_, stream_));
   for (const GroupSlice& s : slices) {
     CudaQwen35& q = *s.seq;
@@ -147,7 +127,7 @@ void CudaQwen35::group_attention(const LayerWeights& L, const StepBuffers& b) {
   on_sequence_streams(b.group, [&](const GroupSlice& s, cudaStream_t st) {
     const CudaQwen35& q = *s.seq;
     const KvCache& kv = q.kv_[size_t(L.kv_index)];
-    const int* pos = &q.d_args_->pos;
+    const int* pos = &(s.args != nullptr ? s.args : q.d_args_)->pos;
     float* proj = b.proj + size_t(s.row) * size_t(proj_ld_);
     float* qrows = b.q + size_t(s.row) * size_t(qd);
     cuda::attn_prepare(attn_shape_, proj, proj_ld_, s.T, L.attn.q_norm, L.attn.k_norm, w_->inv_freq, pos, qrows, kv.k,
@@ -233,10 +213,6 @@ void CudaQwen35::head_argmax_group(std::span<CudaQwen35* const> seqs, std::span<
 
 namespace {
 
-// Enough for the server's batches; each sequence holds its own workspace
-// (its logits alone are kMaxRows x vocab fp32) beside its caches.
-constexpr int kMaxGroupSequences = 32;
-
 class CudaSequenceGroup final : public SequenceGroup {
  public:
   explicit CudaSequenceGroup(const Qwen35Checkpoint& ckpt)
@@ -256,27 +232,37 @@ class CudaSequenceGroup final : public SequenceGroup {
   void forward_together(std::span<ModelRuntime* const> sequences,
                         std::span<const std::span<const int32_t>> tokens) override;
   void head_argmax_together(std::span<const SequenceRows> rows, int32_t* out) override;
+  void mtp_forward_together(std::span<ModelRuntime* const> sequences,
+                            std::span<const std::span<const int32_t>> next_tokens) override;
+  void mtp_draft_together(std::span<ModelRuntime* const> sequences, std::span<const int> n, int32_t* out) override;
 
  private:
+  // The group's own sequences, each listed once (Error otherwise).
+  std::vector<CudaQwen35*> members(std::span<ModelRuntime* const> sequences, const char* what) const;
+
   std::shared_ptr<const CudaQwen35Weights> weights_;
   ModelInfo info_;
   int max_positions_;
 };
 
+std::vector<CudaQwen35*> CudaSequenceGroup::members(std::span<ModelRuntime* const> sequences,
+                                                   const char* what) const {
+  std::vector<CudaQwen35*> seqs;
+  for (ModelRuntime* s : sequences) {
+    auto* q = dynamic_cast<CudaQwen35*>(s);
+    if (q == nullptr || q->weights() != weights_.get()) fail("internal: {} over a sequence of another group", what);
+    if (std::find(seqs.begin(), seqs.end(), q) != seqs.end()) fail("internal: {} lists one sequence twice", what);
+    seqs.push_back(q);
+  }
+  return seqs;
+}
+
 void CudaSequenceGroup::forward_together(std::span<ModelRuntime* const> sequences,
                                          std::span<const std::span<const int32_t>> tokens) {
   if (sequences.size() != tokens.size())
     fail("internal: forward_together of {} sequences and {} token lists", sequences.size(), tokens.size());
-  std::vector<CudaQwen35*> seqs;
-  for (size_t i = 0; i < sequences.size(); ++i) {
-    auto* q = dynamic_cast<CudaQwen35*>(sequences[i]);
-    if (q == nullptr || q->weights() != weights_.get())
-      fail("internal: forward_together over a sequence of another group");
-    if (std::find(seqs.begin(), seqs.end(), q) != seqs.end())
-      fail("internal: forward_together lists one sequence twice");
-    q->check_forward(tokens[i]);  // all checked before any sequence changes
-    seqs.push_back(q);
-  }
+  const std::vector<CudaQwen35*> seqs = members(sequences, "forward_together");
+  for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->check_forward(tokens[i]);  // all before any sequence changes
   // In the order of the sequences' ids, whatever order the caller lists them
   // in (the server's threads arrive in any order): the same batch gets the
   // same lead and the same graph key every step. Each sequence's result does
@@ -310,6 +296,94 @@ void CudaSequenceGroup::forward_together(std::span<ModelRuntime* const> sequence
     rows += T;
   }
   flush();
+}
+
+void CudaSequenceGroup::mtp_forward_together(std::span<ModelRuntime* const> sequences,
+                                             std::span<const std::span<const int32_t>> next_tokens) {
+  if (sequences.size() != next_tokens.size())
+    fail("internal: mtp_forward_together of {} sequences and {} token lists", sequences.size(), next_tokens.size());
+  const std::vector<CudaQwen35*> seqs = members(sequences, "mtp_forward_together");
+  for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->check_mtp_forward(next_tokens[i], 0);  // all before any change
+  // As forward_together: in id order, chunks of whole sequences of at most
+  // kMaxRows rows; a longer pairing (after a prompt) and a chunk of one run
+  // the sequence's own mtp_forward.
+  std::vector<size_t> order(seqs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return seqs[a]->sequence_id() < seqs[b]->sequence_id(); });
+  std::vector<GroupSlice> chunk;
+  std::vector<std::span<const int32_t>> chunk_tokens;
+  int rows = 0;
+  auto flush = [&] {
+    if (chunk.size() == 1) chunk[0].seq->mtp_forward(chunk_tokens[0], 0);
+    else if (!chunk.empty()) chunk[0].seq->mtp_forward_group(chunk, chunk_tokens);
+    if (!chunk.empty()) ++step_work_.mtp_forward_launches;
+    chunk.clear();
+    chunk_tokens.clear();
+    rows = 0;
+  };
+  for (const size_t i : order) {
+    const int T = int(next_tokens[i].size());
+    if (T > kMaxRows) {
+      seqs[i]->mtp_forward(next_tokens[i], 0);
+      ++step_work_.mtp_forward_launches;
+      continue;
+    }
+    if (rows + T > kMaxRows) flush();
+    chunk.push_back({seqs[i], rows, T});
+    chunk_tokens.push_back(next_tokens[i]);
+    rows += T;
+  }
+  flush();
+}
+
+void CudaSequenceGroup::mtp_draft_together(std::span<ModelRuntime* const> sequences, std::span<const int> n,
+                                           int32_t* out) {
+  if (sequences.size() != n.size())
+    fail("internal: mtp_draft_together of {} sequences and {} counts", sequences.size(), n.size());
+  const std::vector<CudaQwen35*> seqs = members(sequences, "mtp_draft_together");
+  // Each chain's place in `out` (list order), checked before any change.
+  struct Chain {
+    CudaQwen35* seq;
+    int n;
+    int32_t* out;
+  };
+  std::vector<Chain> chains;
+  int32_t* at = out;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (n[i] <= 0) continue;
+    seqs[i]->check_mtp_draft(n[i]);
+    chains.push_back({seqs[i], n[i], at});
+    at += n[i];
+  }
+  if (chains.empty()) return;
+  for (const Chain& c : chains)
+    if (c.seq->draft_vocab() != chains[0].seq->draft_vocab()) {  // one head projection needs one vocabulary
+      SequenceGroup::mtp_draft_together(sequences, n, out);
+      return;
+    }
+  // Longest chains first (the ones still drafting at step j are a prefix),
+  // then by id: the same batch gets the same lead and graph key every step.
+  std::stable_sort(chains.begin(), chains.end(), [](const Chain& a, const Chain& b) {
+    return a.n != b.n ? a.n > b.n : a.seq->sequence_id() < b.seq->sequence_id();
+  });
+  for (size_t first = 0; first < chains.size(); first += kMaxGroupSequences) {
+    const size_t last = std::min(chains.size(), first + kMaxGroupSequences);
+    if (last - first == 1) {
+      chains[first].seq->mtp_draft(chains[first].n, chains[first].out);
+    } else {
+      std::vector<CudaQwen35*> group_seqs;
+      std::vector<int> group_n;
+      std::vector<int32_t*> group_out;
+      for (size_t i = first; i < last; ++i) {
+        group_seqs.push_back(chains[i].seq);
+        group_n.push_back(chains[i].n);
+        group_out.push_back(chains[i].out);
+      }
+      group_seqs[0]->mtp_draft_group(group_seqs, group_n, group_out);
+    }
+    step_work_.mtp_draft_launches += chains[first].n;  // one launch per chained step for the whole chunk
+  }
 }
 
 }  // namespace

@@ -116,11 +116,21 @@ size_t sequence_bytes(const Qwen35Config& c, int max_tokens, Act act, bool has_m
 
 class CudaQwen35;
 
+// The most sequences a CudaSequenceGroup holds (the server's batches); each
+// holds its own workspace (its logits alone are kMaxRows x vocab fp32)
+// beside its caches. A chained MTP draft step has one row per sequence.
+constexpr int kMaxGroupSequences = 32;
+static_assert(kMaxGroupSequences <= kMaxRows);
+
 // One sequence's rows in a group forward: rows [row, row + T) of the lead's
 // decode workspace (the lead is the slice at row 0).
 struct GroupSlice {
   CudaQwen35* seq;
   int row, T;
+  // The device arguments its attention reads (position): nullptr for the
+  // sequence's own d_args_; a chained MTP draft step points into its staged
+  // chain arguments (qwen35_group_mtp.cpp).
+  const StepArgs* args = nullptr;
 };
 
 // The buffers a forward step reads and writes: the decode workspace
@@ -143,7 +153,7 @@ struct StepBuffers {
 
 enum class GraphKind : int {
   Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, Rollback, MtpDraft, WalkWhile, MtpLogits,
-  GroupForward
+  GroupForward, GroupMtpForward, GroupMtpDraft
 };
 const char* graph_kind_name(GraphKind kind);
 
@@ -207,6 +217,21 @@ class CudaQwen35 final : public ModelRuntime {
   // The rows add up to at most max_rows(). Each sequence's head counters get
   // its own share: its rows and logits, the head read once, one call.
   void head_argmax_group(std::span<CudaQwen35* const> seqs, std::span<const SequenceRows> rows, int32_t* out);
+  // What mtp_forward(next_tokens[i], 0) on each slice's sequence does, as
+  // one MTP-layer pass over all their rows on this sequence's (the lead's,
+  // slices[0]'s) workspace (qwen35_group_mtp.cpp). Every slice has been
+  // check_mtp_forward'ed; the rows add up to at most max_rows().
+  void mtp_forward_group(std::span<const GroupSlice> slices, std::span<const std::span<const int32_t>> next_tokens);
+  // What mtp_draft(n[i], ...) on seqs[i] does, each chained step one pass
+  // over every sequence still drafting; n is non-increasing, n[0] >= 1, at
+  // most kMaxGroupSequences sequences, every n[i] checked (check_mtp_draft), one
+  // draft vocabulary. out[i] gets seqs[i]'s n[i] drafts (each out[i] has
+  // room for n[0]). One copy back.
+  void mtp_draft_group(std::span<CudaQwen35* const> seqs, std::span<const int> n, std::span<int32_t* const> out);
+  // What mtp_forward(next_tokens, 0) and mtp_draft(n, ...) check before any change.
+  void check_mtp_forward(std::span<const int32_t> next_tokens, int first_row) const;
+  void check_mtp_draft(int n) const;
+  bool has_mtp() const { return w_->has_mtp; }
   std::vector<OpTiming> op_timings() const override;
   void clear_op_timings() override { op_ms_.clear(); }
   int64_t kernels_launched() const override { return kernels_launched_; }
@@ -221,6 +246,15 @@ class CudaQwen35 final : public ModelRuntime {
   void group_chunk(std::span<const GroupSlice> slices, int rows);
   void group_attention(const LayerWeights& L, const StepBuffers& b);
   void group_gdn(const LayerWeights& L, const StepBuffers& b);
+  // The group MTP passes (qwen35_group_mtp.cpp): the MTP layer over the
+  // slices' rows, inputs gathered from each slice's `src` rows and embedded
+  // from `tokens` (device, one per row); outputs into each slice's mtp_hidden_.
+  void group_mtp_chunk(std::span<const GroupSlice> slices, int rows, const int32_t* tokens, bool from_target);
+  // Replays the group graph of `kind` for `key`, capturing `record` at the
+  // key's second use (its first launches directly: a batch may never come
+  // again); the lead keeps at most kMaxGroupGraphs of them.
+  template <typename F>
+  void group_replay(GraphKind kind, std::vector<std::pair<uint64_t, int>> key, F&& record);
   StepBuffers decode_buffers() const;
   void project(const DevMatrix& W, const void* x, int T, int ldx, float* y, int ldy, bool accumulate,
                const StepBuffers& b);
@@ -333,6 +367,7 @@ class CudaQwen35 final : public ModelRuntime {
   // -> the `a` of its GraphKind::GroupForward graph and how often the key
   // came. Bounded (qwen35_group.cpp).
   struct GroupGraphKey {
+    GraphKind kind = GraphKind::GroupForward;
     int id = 0;
     int uses = 0;
   };
@@ -371,6 +406,7 @@ class CudaQwen35 final : public ModelRuntime {
   void* pairs_ = nullptr;
   void* argmax_scratch_ = nullptr;
   int32_t* d_out_ = nullptr;    // [R] result tokens
+  int32_t* d_group_drafts_ = nullptr;  // [R][kMaxGroupSequences]: as a group's lead, chain step j's drafts at row j
   int* d_walk_ = nullptr;       // [2]: flag walk: stop flag, rows taken; while walk: row j, stopped
   HeadCounters* d_head_ = nullptr;  // the head's work counters (head_work, reset)
   int hidden_rows_ = 0;
@@ -452,6 +488,32 @@ inline void CudaQwen35::replay(GraphKind kind, int a, int b, F&& record) {
   CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
   kernels_launched_ += it->second.kernels;
   if (profile_) add_intervals(it->second.marks);
+}
+
+// Group graphs one lead keeps (each is one captured group pass).
+constexpr int kMaxGroupGraphs = 64;
+
+// The server's batches change as requests come and go and as their blocks
+// differ, and capturing a graph of thousands of nodes for a batch that never
+// comes again costs more than launching it: a key's first use launches
+// directly (and always with NEXTN_CUDA_GRAPHS=0), its second captures. Past
+// kMaxGroupGraphs keys the lead drops them all (after its stream is idle)
+// and starts over.
+template <typename F>
+inline void CudaQwen35::group_replay(GraphKind kind, std::vector<std::pair<uint64_t, int>> key, F&& record) {
+  key.emplace_back(~uint64_t(0), int(kind));  // the kinds' keys apart
+  auto it = group_graph_ids_.find(key);
+  if (it == group_graph_ids_.end()) {
+    if (group_graph_ids_.size() >= size_t(kMaxGroupGraphs)) {
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      for (const auto& entry : group_graph_ids_)
+        graphs_.erase(std::make_tuple(int(entry.second.kind), entry.second.id, 0));
+      group_graph_ids_.clear();
+    }
+    it = group_graph_ids_.emplace(std::move(key), GroupGraphKey{kind, next_group_graph_id_++, 0}).first;
+  }
+  if (it->second.uses++ == 0) record();
+  else replay(kind, it->second.id, 0, record);
 }
 
 }  // namespace nextn::cuda

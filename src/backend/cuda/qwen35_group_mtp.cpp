@@ -1,0 +1,205 @@
+// The MTP head over a group's sequences (docs/cuda-backend.md, "Several
+// sequences"; docs/engine.md): the step's pairing forward and its draft
+// chain, each one pass over every sequence instead of one per sequence.
+//
+// Like the group trunk forward (qwen35_group.cpp), a pass runs on the lead's
+// stream and decode workspace over the concatenated rows of its slices: the
+// embedding, the MTP norms, its fc, the MTP layer's matmuls and the MTP head
+// projection once over all the rows; the layer's attention per sequence on
+// its own KV cache at its own position (on its own stream), and the final
+// norm per sequence into its own mtp_hidden_ rows. The matmuls (the fused
+// head argmax included) are batch-invariant and every other op is per row or
+// per sequence, so each sequence ends bit for bit as its own mtp_forward /
+// mtp_draft would leave it, and drafts the same tokens.
+//
+// The chain: draft 0 of every sequence is the argmax of its latest entry;
+// chained step j runs the MTP layer for every sequence with more than j
+// drafts (a prefix: the lead orders them by draft count), fed by its draft
+// j-1 straight from the device table d_group_drafts_ (row j-1), and writes
+// draft j into row j. The per-step arguments of every sequence (position,
+// source row) are staged once per call in its own d_chain_args_, as its
+// solo mtp_draft stages them; one copy back of the table at the end.
+#ifdef NEXTN_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/qwen35_runtime.h"
+#include "core/error.h"
+
+namespace nextn::cuda {
+
+namespace {
+const StepArgs* slice_args(const GroupSlice& s, const StepArgs* own) { return s.args != nullptr ? s.args : own; }
+}  // namespace
+
+void CudaQwen35::group_mtp_chunk(std::span<const GroupSlice> slices, int rows, const int32_t* tokens,
+                                 bool from_target) {
+  const float eps = cfg_.rms_norm_eps;
+  const size_t row_bytes = size_t(H_) * size_t(act_size(act_));
+  prof_prefix_ = "mtp.";
+  mark("inputs");
+  for (const GroupSlice& s : slices) {
+    const StepArgs* a = slice_args(s, s.seq->d_args_);
+    cuda::gather_rows(from_target ? s.seq->hidden_ : s.seq->mtp_hidden_, H_, &a->first_row, &a->n_real, s.T,
+                      static_cast<char*>(mtp_src_) + size_t(s.row) * row_bytes, act_, stream_);
+  }
+  cuda::embed_rows(w_->embed, tokens, rows, x_, H_, stream_);
+  char* xn = static_cast<char*>(xn_);
+  cuda::rmsnorm(x_, Act::F32, H_, w_->mtp_norm_emb, eps, rows, H_, xn, act_, 2 * H_, nullptr, stream_);
+  cuda::rmsnorm(mtp_src_, act_, H_, w_->mtp_norm_hid, eps, rows, H_, xn + row_bytes, act_, 2 * H_, nullptr, stream_);
+  mark("fc");
+  cuda::matmul(w_->mtp_fc, xn_, act_, rows, 2 * H_, x_, H_, false, splitk_, stream_);
+  StepBuffers b = decode_buffers();
+  b.group = slices;
+  decoder_layer(w_->mtp_layer, rows, b);
+  mark("norm");
+  for (const GroupSlice& s : slices) {
+    const StepArgs* a = slice_args(s, s.seq->d_args_);
+    cuda::rmsnorm(x_ + size_t(s.row) * H_, Act::F32, H_, w_->mtp_norm, eps, s.T, H_, s.seq->mtp_hidden_, act_, H_,
+                  &a->out_row, stream_);
+  }
+  prof_prefix_.clear();
+}
+
+void CudaQwen35::mtp_forward_group(std::span<const GroupSlice> slices,
+                                   std::span<const std::span<const int32_t>> next_tokens) {
+  if (slices.empty() || slices.size() != next_tokens.size() || slices[0].seq != this || slices[0].row != 0)
+    fail("internal: mtp_forward_group must be called on the sequence of its first slice");
+  int rows = 0;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    if (slices[i].row != rows || slices[i].T != int(next_tokens[i].size()) || slices[i].seq->w_ != w_ ||
+        slices[i].args != nullptr)
+      fail("internal: mtp_forward_group slices out of order");
+    rows += slices[i].T;
+  }
+  if (rows > max_rows_) fail("internal: mtp_forward_group of {} rows above {}", rows, max_rows_);
+  for (size_t i = 0; i < slices.size(); ++i) {
+    CudaQwen35& q = *slices[i].seq;
+    // What its own mtp_forward(next_tokens, 0) uploads for one chunk; the
+    // lead's arguments also carry every row's token.
+    StepArgs a = q.args();
+    a.pos = q.mtp_length_;
+    a.out_row = 0;
+    a.first_row = 0;
+    a.n_real = slices[i].T;
+    if (i == 0)
+      for (size_t j = 0; j < slices.size(); ++j)
+        std::copy(next_tokens[j].begin(), next_tokens[j].end(), a.tokens + slices[j].row);
+    q.upload(a);
+    if (&q != this) {  // its target rows and its upload before the pass
+      CUDA_CHECK(cudaEventRecord(q.group_event_, q.stream_));
+      CUDA_CHECK(cudaStreamWaitEvent(stream_, q.group_event_, 0));
+    }
+  }
+  std::vector<std::pair<uint64_t, int>> key;
+  for (const GroupSlice& s : slices) key.emplace_back(s.seq->id_, s.T);
+  group_replay(GraphKind::GroupMtpForward, std::move(key),
+               [&] { group_mtp_chunk(slices, rows, d_args_->tokens, true); });
+  CUDA_CHECK(cudaEventRecord(group_event_, stream_));
+  for (const GroupSlice& s : slices) {
+    CudaQwen35& q = *s.seq;
+    if (&q != this) CUDA_CHECK(cudaStreamWaitEvent(q.stream_, group_event_, 0));
+    q.mtp_length_ += s.T;
+    q.mtp_last_n_ = s.T;
+    q.mtp_work_.entries += s.T;
+  }
+}
+
+void CudaQwen35::mtp_draft_group(std::span<CudaQwen35* const> seqs, std::span<const int> n,
+                                 std::span<int32_t* const> out) {
+  const int S = int(seqs.size());
+  if (S == 0 || seqs[0] != this || n.size() != seqs.size() || out.size() != seqs.size())
+    fail("internal: mtp_draft_group must be called on the sequence of its first chain");
+  if (S > kMaxGroupSequences || S > max_rows_)
+    fail("internal: mtp_draft_group of {} sequences above {}", S, std::min(kMaxGroupSequences, max_rows_));
+  const int steps = n[0];
+  for (int i = 0; i < S; ++i)
+    if (n[size_t(i)] < 1 || n[size_t(i)] > steps || (i > 0 && n[size_t(i)] > n[size_t(i) - 1]) ||
+        seqs[size_t(i)]->w_ != w_ || seqs[size_t(i)]->draft_vocab() != draft_vocab())
+      fail("internal: mtp_draft_group chains out of order");
+  check_rows("mtp_draft", steps);
+
+  // Every sequence's chain arguments, as its own mtp_draft stages them:
+  // [0] the argmax of its latest entry; per step k >= 1, [2k-1] the step
+  // (position, source row) and [2k] the argmax of its output row 0.
+  for (int i = 0; i < S; ++i) {
+    CudaQwen35& q = *seqs[size_t(i)];
+    const int ni = n[size_t(i)];
+    StepArgs head = q.args();
+    head.first_row = q.mtp_last_n_ - 1;
+    head.n_real = 1;
+    q.h_chain_args_[0] = head;
+    for (int k = 1; k < ni; ++k) {
+      StepArgs step = q.args();
+      step.pos = q.mtp_length_ + k - 1;
+      step.out_row = 0;
+      step.first_row = k == 1 ? q.mtp_last_n_ - 1 : 0;
+      step.n_real = 1;
+      q.h_chain_args_[2 * k - 1] = step;
+      StepArgs am = q.args();
+      am.first_row = 0;
+      am.n_real = 1;
+      q.h_chain_args_[2 * k] = am;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(q.d_chain_args_, q.h_chain_args_, sizeof(StepArgs) * size_t(2 * ni - 1),
+                               cudaMemcpyHostToDevice, q.stream_));
+    if (&q != this) {  // its MTP rows and its staged arguments before the chain
+      CUDA_CHECK(cudaEventRecord(q.group_event_, q.stream_));
+      CUDA_CHECK(cudaStreamWaitEvent(stream_, q.group_event_, 0));
+    }
+  }
+
+  const DevMatrix drafting_head = draft_head();  // drafts over ids [0, draft_vocab())
+  const size_t row_bytes = size_t(H_) * size_t(act_size(act_));
+  // Draft j of the first `active` sequences: each one's row 0 (or, for
+  // j = 0, its latest entry) into the head input, one fused projection.
+  auto argmax_into = [&](int j, int active) {
+    for (int t = 0; t < active; ++t) {
+      const StepArgs* a = seqs[size_t(t)]->d_chain_args_ + (j == 0 ? 0 : 2 * j);
+      cuda::gather_rows(seqs[size_t(t)]->mtp_hidden_, H_, &a->first_row, &a->n_real, 1,
+                        static_cast<char*>(head_in_) + size_t(t) * row_bytes, act_, stream_);
+    }
+    cuda::matmul_argmax(drafting_head, head_in_, act_, active, H_, pairs_,
+                        d_group_drafts_ + size_t(j) * kMaxGroupSequences, nullptr, stream_);
+  };
+  std::vector<GroupSlice> slices;
+  std::vector<std::pair<uint64_t, int>> key;
+  for (int i = 0; i < S; ++i) key.emplace_back(seqs[size_t(i)]->id_, n[size_t(i)]);
+  key.emplace_back(~uint64_t(0) - 1, drafting_head.rows);
+  group_replay(GraphKind::GroupMtpDraft, std::move(key), [&] {
+    argmax_into(0, S);
+    for (int j = 1; j < steps; ++j) {
+      int active = 0;
+      while (active < S && n[size_t(active)] > j) ++active;
+      slices.clear();
+      for (int t = 0; t < active; ++t)
+        slices.push_back({seqs[size_t(t)], t, 1, seqs[size_t(t)]->d_chain_args_ + (2 * j - 1)});
+      group_mtp_chunk(slices, active, d_group_drafts_ + size_t(j - 1) * kMaxGroupSequences, false);
+      argmax_into(j, active);
+    }
+  });
+  std::vector<int32_t> table(size_t(steps) * kMaxGroupSequences);
+  fetch(d_group_drafts_, table.size() * sizeof(int32_t), table.data());  // also orders the staged uploads
+  CUDA_CHECK(cudaEventRecord(group_event_, stream_));
+  for (int i = 0; i < S; ++i) {
+    CudaQwen35& q = *seqs[size_t(i)];
+    if (&q != this) CUDA_CHECK(cudaStreamWaitEvent(q.stream_, group_event_, 0));
+    const int ni = n[size_t(i)];
+    for (int j = 0; j < ni; ++j) out[size_t(i)][j] = table[size_t(j) * kMaxGroupSequences + size_t(i)];
+    if (ni > 1) {
+      q.mtp_length_ += ni - 1;
+      q.mtp_last_n_ = 1;
+    }
+    q.mtp_work_.entries += ni - 1;
+    q.mtp_work_.chained_steps += ni - 1;
+    q.mtp_work_.argmax_rows += ni;
+  }
+}
+
+}  // namespace nextn::cuda
+#endif  // NEXTN_HAVE_CUDA
