@@ -27,7 +27,7 @@ struct GenerateArgs {
   std::string model, prompt, prompt_ids, draft = "none", backend = "cpu", draft_cost = "free", block_size;
   int n = 32;
   OracleArgs oracle;
-  int threads = 0, draft_vocab = 0;
+  int threads = 0, draft_vocab = 0, prefill_chunk = kDefaultPrefillChunk;
   bool ignore_eos = false, json = false, chat = false;
   CLI::Option *block_opt = nullptr, *prompt_opt = nullptr, *ids_opt = nullptr, *cost_opt = nullptr,
               *draft_vocab_opt = nullptr;
@@ -54,6 +54,7 @@ void run(const GenerateArgs& a) {
   if (a.n < 0) fail("-n {} is negative", a.n);
   GenerateOptions o;
   o.max_new_tokens = a.n;
+  o.prefill_chunk = a.prefill_chunk;
   // A directory is a drafter checkpoint (a Gemma 4 assistant), run by its own loop driver.
   const bool assistant_draft = is_drafter_checkpoint(a.draft);
   o.draft = assistant_draft ? DraftKind::None : parse_draft_kind(a.draft);
@@ -168,6 +169,9 @@ void register_generate(CLI::App& app) {
                            ->check(number());
   cmd->add_option("--backend", a->backend, "cpu or cuda (default cpu)");
   add_threads_option(cmd, &a->threads);
+  cmd->add_option("--prefill-chunk", a->prefill_chunk,
+                  "Prompt tokens forwarded per engine step (default 512; the same in serve, so answers match)")
+      ->check(number());
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the EOS token");
   cmd->add_flag("--chat", a->chat, "Render --prompt as one user turn with the model's chat template");
   cmd->add_flag("--json", a->json, "Print one JSON object: tokens, text (null without tokenizer.json), stats");

@@ -33,7 +33,7 @@ namespace {
 
 struct ServeArgs {
   std::string model, draft = "none", host = "127.0.0.1", backend = "cpu", served_name, block_size, draft_cost = "free";
-  int port = 8000, threads = 0, draft_vocab = 0;
+  int port = 8000, threads = 0, draft_vocab = 0, prefill_chunk = kDefaultPrefillChunk;
   OracleArgs oracle;
   int max_body_kib = 1024, max_prompt_tokens = 2048, max_tokens = 1024, queue_depth = 16, max_batch = 8;
   int max_connections = 2048;
@@ -77,6 +77,7 @@ void run(const ServeArgs& a) {
   if (a.max_tokens < 1) fail("--max-tokens {} must be at least 1", a.max_tokens);
   if (a.queue_depth < 1) fail("--queue-depth {} must be at least 1", a.queue_depth);
   if (a.max_batch < 1) fail("--max-batch {} must be at least 1", a.max_batch);
+  if (a.prefill_chunk < 1) fail("--prefill-chunk {} must be at least 1", a.prefill_chunk);
   if (a.max_connections < 1) fail("--max-connections {} must be at least 1", a.max_connections);
   for (const auto& [flag, v] : {std::pair{"--header-timeout", a.header_timeout}, {"--body-timeout", a.body_timeout},
                                 {"--idle-timeout", a.idle_timeout}, {"--write-timeout", a.write_timeout}})
@@ -132,6 +133,7 @@ void run(const ServeArgs& a) {
   eo.draft_vocab = draft_vocab;
   eo.oracle = oracle;
   eo.draft_cost = draft_cost;
+  eo.prefill_chunk = a.prefill_chunk;
   std::string model_name =
       a.served_name.empty() ? std::filesystem::path(dir).lexically_normal().filename().string() : a.served_name;
   if (model_name.empty()) model_name = "nextn";
@@ -207,6 +209,9 @@ void register_serve(CLI::App& app) {
   a->draft_vocab_opt = cmd->add_option("--draft-vocab", a->draft_vocab,
                                        "--draft mtp: draft from token ids [0, N) only (default: the whole vocabulary)")
                            ->check(number());
+  cmd->add_option("--prefill-chunk", a->prefill_chunk,
+                  "Prompt tokens a request forwards per engine step beside the running streams (default 512)")
+      ->check(number());
   cmd->add_option("--host", a->host, "Address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", a->port, "Port (default 8000; 0: any free port, printed at start)")->check(number());
   cmd->add_option("--backend", a->backend, "cpu or cuda (default cpu)");

@@ -32,7 +32,9 @@ struct StepLoop::Run {
   int step_k = 1;            // this step's block size
   std::vector<int64_t> offered_at;  // [i]: rounds whose draft i+1 followed accepted drafts
   int rounds_without_drafts = 0;
-  bool prefilled = false;
+  int prompt_done = 0;   // prompt tokens forwarded (chunks of o.prefill_chunk)
+  bool mid_prompt = false;  // this step forwarded a chunk before the prompt's last: no token yet
+  bool prefilled = false;   // the whole prompt forwarded and its first token committed
   bool done = false;
   int32_t bonus = 0;
   std::vector<int32_t> block;   // this step's rows
@@ -50,6 +52,7 @@ struct StepLoop::Run {
   GenerateResult res;
   HeadWork head_before;
   MtpWork mtp_before;
+  Clock::time_point prefill_start{};
   Clock::time_point decode_start{};
 
   int left() const { return o.max_new_tokens - int(res.tokens.size()); }
@@ -158,9 +161,11 @@ void StepLoop::step() {
     std::vector<std::span<const int32_t>> rows;
     for (auto& run : runs_) {
       Run& r = *run;
-      if (!r.prefilled) {
-        r.block = r.prompt;
-        report.prefill_rows += int(r.block.size());
+      if (!r.prefilled) {  // the prompt's next chunk
+        const int n = std::min(r.o.prefill_chunk, int(r.prompt.size()) - r.prompt_done);
+        r.block.assign(r.prompt.begin() + r.prompt_done, r.prompt.begin() + r.prompt_done + n);
+        report.prefill_rows += n;
+        if (r.prompt_done == 0) r.prefill_start = t0;
       }
       seqs.push_back(r.rt);
       rows.emplace_back(r.block);
@@ -168,17 +173,30 @@ void StepLoop::step() {
     }
     report.sequences = int(seqs.size());
     group_.forward_together(seqs, rows);
+    // A chunk before the prompt's last gives no token: the MTP pairs its
+    // rows with the prompt's next tokens, and the sequence waits for its
+    // next chunk (no head rows, no drafts).
+    for (auto& run : runs_) {
+      Run& r = *run;
+      if (r.prefilled) continue;
+      const int first = r.prompt_done;
+      r.prompt_done += int(r.block.size());
+      r.mid_prompt = r.prompt_done < int(r.prompt.size());
+      if (r.mid_prompt && r.mtp)
+        r.mtp_pairs.assign(r.prompt.begin() + first + 1, r.prompt.begin() + r.prompt_done + 1);
+    }
 
     std::vector<Run*> greedy;
     for (auto& run : runs_)
-      if (run->greedy) greedy.push_back(run.get());
+      if (run->greedy && !run->mid_prompt) greedy.push_back(run.get());
     pick_tokens(greedy);
-    for (auto& run : runs_) commit_round(*run, run->picks);
+    for (auto& run : runs_)
+      if (!run->mid_prompt) commit_round(*run, run->picks);
     // The sequences that go on, and their next step's block sizes, chosen
     // before the MTP pairing: a sequence that will not draft skips it (below).
     std::vector<Run*> continuing;
     for (auto& run : runs_)
-      if (!run->done) continuing.push_back(run.get());
+      if (!run->done && !run->mid_prompt) continuing.push_back(run.get());
     choose_blocks(continuing, report);
     const auto t1 = Clock::now();
 
@@ -213,8 +231,9 @@ void StepLoop::step() {
     const auto t2 = Clock::now();
     for (auto& run : runs_) {
       Run& r = *run;
+      if (r.mid_prompt) continue;
       if (r.prefilled && r.decode_start == Clock::time_point{}) {  // prefilled in this step
-        r.res.stats.prefill_ms = ms_between(t0, t2);
+        r.res.stats.prefill_ms = ms_between(r.prefill_start, t2);
         r.decode_start = t2;
         r.mtp_before = r.rt->mtp_work();
       } else {  // a round: its verify and rollback (its drafts were timed by the step before)
@@ -269,23 +288,23 @@ void StepLoop::pick_tokens(std::vector<Run*>& greedy) {
 }
 
 void StepLoop::commit_round(Run& r, std::span<const int32_t> picks) {
-  if (!r.prefilled) {
-    const int T = int(r.prompt.size());
+  if (!r.prefilled) {  // the prompt's last chunk: its last row gives the first token
+    const int last_row = int(r.block.size()) - 1;
     int32_t first = 0;
     if (r.greedy) {
       first = picks[0];
     } else {
       std::vector<double> p;
-      r.target_row(T - 1, p);
+      r.target_row(last_row, p);
       first = sample_index(p, *r.rng);
     }
     r.prefilled = true;
-    r.commit({&first, 1}, T - 1);
+    r.commit({&first, 1}, last_row);
     if (r.greedy && !head_->records_rounds()) r.head_before = r.rt->head_work();
     r.bonus = first;
     if (r.done || !r.speculative) return;
-    if (r.mtp) {  // entries 0..T-1: (x_1, h_0) ... (x_T = first, h_T-1)
-      r.mtp_pairs.assign(r.prompt.begin() + 1, r.prompt.end());
+    if (r.mtp) {  // the chunk's entries, the last (x_T = first, h_T-1)
+      r.mtp_pairs.assign(r.prompt.end() - (last_row + 1) + 1, r.prompt.end());
       r.mtp_pairs.push_back(first);
     }
     if (r.oracle) r.oracle->begin(r.prompt, first);

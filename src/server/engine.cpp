@@ -182,6 +182,7 @@ void Engine::start(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot)
     std::unique_ptr<Drafter> drafter = options_.make_drafter ? options_.make_drafter(*sv.slot) : nullptr;
     GenerateOptions o;
     o.max_new_tokens = req.max_tokens;
+    o.prefill_chunk = options_.prefill_chunk;
     o.draft = drafter ? DraftKind::None : options_.draft;
     o.block_size = options_.block_size;
     o.block_policy = options_.block_policy;

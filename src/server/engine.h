@@ -54,6 +54,7 @@ struct EngineOptions {
   // Each request draws from its own seed (oracle.seed plus its number).
   OracleSpec oracle;
   DraftCost draft_cost = DraftCost::Free;
+  int prefill_chunk = kDefaultPrefillChunk;  // GenerateOptions::prefill_chunk of every request
 };
 
 class Engine {

@@ -66,6 +66,7 @@ int runtime_capacity(int prompt_tokens, int max_new_tokens, int block_size) {
 void check_generate_request(const ModelInfo& info, std::span<const int32_t> prompt, const GenerateOptions& o) {
   if (prompt.empty()) fail("the prompt is empty: give at least one token");
   if (o.max_new_tokens < 0) fail("-n {} is negative", o.max_new_tokens);
+  if (o.prefill_chunk < 1) fail("--prefill-chunk {}: a step forwards at least one prompt token", o.prefill_chunk);
   for (int32_t t : prompt)
     if (t < 0 || t >= info.vocab_size) fail("prompt token id {} is outside the vocabulary [0, {})", t, info.vocab_size);
   if (o.draft_vocab != 0 && o.draft != DraftKind::Mtp) fail("--draft-vocab applies to --draft mtp only");

@@ -69,8 +69,18 @@ constexpr int kAutoMaxBlockSize = 8;
 // widest, else `fixed_default` (default_block_size, or the assistant's 4).
 int resolve_block_size(BlockPolicy policy, int given, int fixed_default);
 
+// Prompt tokens a sequence forwards per engine step (--prefill-chunk): a
+// long prompt joins the running sequences' steps a chunk at a time, so
+// their time between tokens grows by one chunk's forward, not by the whole
+// prompt's (docs/engine.md, "Chunked prefill").
+constexpr int kDefaultPrefillChunk = 512;
+
 struct GenerateOptions {
   int max_new_tokens = 32;
+  // Prompt tokens per step (>= 1). The chunks are the sequence's own, the
+  // same alone and in a batch, so they never change its tokens; on the CPU
+  // they change no bit either.
+  int prefill_chunk = kDefaultPrefillChunk;
   DraftKind draft = DraftKind::None;
   int block_size = 0;  // 0: default_block_size(the runtime's MTP layer count); Auto: the widest
   BlockPolicy block_policy = BlockPolicy::Fixed;
