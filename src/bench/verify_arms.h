@@ -18,7 +18,7 @@
 // Every number in that table comes from the runtime: the verifier diffs
 // ModelRuntime::head_work() around its call and checks the row of the arm it
 // was built for, per round. It never writes a counter itself, so a runtime
-// that runs another path than the one asked for (NEXTN_FAULT, core/fault.h)
+// that runs another path than the one asked for (the planted faults, core/fault.h)
 // is caught by its own counters.
 #pragma once
 #include <cstdint>

@@ -165,8 +165,8 @@ class ModelRuntime {
   // ---- where the time goes (bench decode --breakdown) ----
   // Device time per operation class, summed since construction or
   // clear_op_timings(): only when the backend measures it (CUDA with
-  // NEXTN_CUDA_PROFILE=1 places timing events between the operations of its
-  // graphs); otherwise empty.
+  // RuntimeOptions::profile places timing events between the operations of
+  // its graphs); otherwise empty.
   virtual std::vector<OpTiming> op_timings() const { return {}; }
   virtual void clear_op_timings() {}
   // Kernels launched so far (CUDA: the kernel nodes of every graph replayed);

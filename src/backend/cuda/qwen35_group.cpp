@@ -76,7 +76,7 @@ void CudaQwen35::forward_group(std::span<const GroupSlice> slices, std::span<con
   }
 
   // One graph per (sequences, rows of each), captured at the key's second
-  // use and replayed after (launched directly with NEXTN_CUDA_GRAPHS=0). A
+  // use and replayed after (launched directly without graphs, --graphs off). A
   // key's first use launches directly: the server's batches change as
   // requests come and go and as their verify blocks differ, and capturing a
   // graph of thousands of nodes for a batch that never comes again costs

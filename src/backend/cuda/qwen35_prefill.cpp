@@ -4,9 +4,9 @@
 // kPrefillRows through PrefillGemm (cuBLAS tensor cores on bf16-expanded
 // weights) instead of 64-row slices of the streamed decode kernel. Attention
 // goes through attention_prefill (tensor cores, the whole chunk in one
-// launch; NEXTN_CUDA_PREFILL_ATTN=split or an unsupported head_dim: the
-// decode kernel in max_rows_ slices, reusing the decode workspace), the GDN
-// recurrence through gdn_prefill_recurrence (NEXTN_CUDA_PREFILL_GDN=serial:
+// launch; an unsupported head_dim: the decode kernel in max_rows_ slices,
+// reusing the decode workspace), the GDN recurrence through
+// gdn_prefill_recurrence (a projection buffer narrower than the value width:
 // the decode kernel). The other operations are the decode kernels on more
 // rows. Only in the bf16 mode: the fp32 mode, which the CPU parity tests
 // use, keeps every forward on the graphs.
