@@ -53,7 +53,7 @@ void check_stepped_generations(const std::string& dir, bool serial) {
   std::vector<DraftKind> drafts = {DraftKind::None};
   if (ckpt.mtp_layers() > 0) drafts.push_back(DraftKind::Mtp);
   for (DraftKind draft : drafts) {
-    auto group = serial ? make_serial_sequence_group(ckpt, BackendKind::Cpu, 2) : make_cpu_sequence_group(ckpt, kOptions);
+    auto group = serial ? make_serial_sequence_group(ckpt, BackendKind::Cpu, {.cpu_threads = 2}) : make_cpu_sequence_group(ckpt, kOptions);
     EXPECT_EQ(group->shares_forwards(), !serial);
     EXPECT_EQ(group->max_sequences(), serial ? 1 : INT_MAX);
     test::check_stepped_generations(cpu_alone(ckpt), *group, ref.prompt, draft, 0, /*batched_head=*/!serial, /*batched_mtp=*/!serial);

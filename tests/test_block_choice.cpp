@@ -140,7 +140,7 @@ TEST(BlockChoice, AutoSequencesTogetherEqualPlainGreedy) {
     alone.push_back(greedy_generate(*rt, p, kTokens, /*ignore_eos=*/true).tokens);
   }
   for (DraftKind draft : {DraftKind::Mtp, DraftKind::Oracle}) {
-    auto group = make_sequence_group(ckpt, BackendKind::Cpu, 0);
+    auto group = make_sequence_group(ckpt, BackendKind::Cpu);
     const test::Slots slots(*group, prompts.size(), 128);
     const std::vector<ModelRuntime*>& raw = slots.raw;
     StepLoop loop(*group);
@@ -182,7 +182,7 @@ TEST(BlockChoice, MtpSequencesThatSkipTheirPairingStayExact) {
   const auto ckpt = Qwen35Checkpoint::open(kModel);
   const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9}, {7, 7, 7, 7}, {100, 200}};
   constexpr int kTokens = 40;
-  auto group = make_sequence_group(ckpt, BackendKind::Cpu, 0);
+  auto group = make_sequence_group(ckpt, BackendKind::Cpu);
   std::vector<std::unique_ptr<ModelRuntime>> slots;
   StepLoop loop(*group);
   test::CyclingChooser chooser;

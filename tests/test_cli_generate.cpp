@@ -240,7 +240,7 @@ void expect_refused_fault(const std::string& fault, const std::string& model, co
   const auto clean = run_cli(cmd);
   ASSERT_EQ(clean.code, 0) << clean.out << clean.err;
   ASSERT_NE(clean.out.find("timing:"), std::string::npos) << clean.out;
-  const auto r = run_cli(cmd, "NEXTN_FAULT=" + fault);
+  const auto r = run_cli(cmd + " --fault " + fault);
   expect_one_error(r, "cannot be attributed", 2);
   EXPECT_NE(r.out.find("counters"), std::string::npos) << r.out;  // counters are printed...
   EXPECT_EQ(r.out.find("timing:"), std::string::npos) << r.out;   // ...and no table
@@ -248,7 +248,7 @@ void expect_refused_fault(const std::string& fault, const std::string& model, co
   for (const char* k : {"K=3 walk: ", "K=4 walk: "}) EXPECT_NE(r.out.find(k), std::string::npos) << k << r.out;
   EXPECT_EQ(r.out.find("K=3 batched: "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("the runtime's head path says 'batched' ran, the arm is 'walk'"), std::string::npos) << r.out;
-  const auto j = run_cli(cmd + " --json", "NEXTN_FAULT=" + fault);
+  const auto j = run_cli(cmd + " --json --fault " + fault);
   EXPECT_EQ(j.code, 2);
   const auto jj = nlohmann::json::parse(j.out);
   ASSERT_FALSE(jj["refused"].is_null());
@@ -269,7 +269,7 @@ void expect_refused_fault(const std::string& fault, const std::string& model, co
 TEST_F(CliGenerate, BenchVerifyRefusesThePlantedWalkFault) {
   expect_refused_fault("walk-as-batched", kTied, kPrompt);
   // An unknown fault name is a usage error, not a silent no-op.
-  expect_one_error(run_cli("bench verify -m " + kTied + " --repeats 1 -n 8", "NEXTN_FAULT=bogus"), "NEXTN_FAULT");
+  expect_one_error(run_cli("bench verify -m " + kTied + " --repeats 1 -n 8 --fault bogus"), "--fault");
 }
 
 TEST_F(CliGenerate, BenchVerifyRefusesTheRuntimeWalkFault) {

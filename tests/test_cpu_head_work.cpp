@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -17,11 +16,6 @@
 
 namespace nextn {
 namespace {
-
-struct FaultEnv {
-  explicit FaultEnv(const char* v) { setenv("NEXTN_FAULT", v, 1); }
-  ~FaultEnv() { unsetenv("NEXTN_FAULT"); }
-};
 
 // Bytes one full pass over the LM head reads in the CPU op.
 int64_t head_pass_bytes(const Qwen35Checkpoint& ck) {
@@ -92,8 +86,7 @@ TEST_P(CpuHeadWork, RuntimeFaultRunsTheBatchedPathAndSaysSo) {
   std::vector<int32_t> drafts = {truth[0], int32_t((truth[1] + 1) % clean->vocab()), truth[2], truth[3], truth[4]};
   EXPECT_EQ(clean->head_walk(drafts, out_clean.data()), 2);
 
-  FaultEnv f("runtime-walk-as-batched");
-  auto faulty = make_runtime(ck, BackendKind::Cpu, 64);  // the fault is read at construction
+  auto faulty = make_runtime(ck, BackendKind::Cpu, 64, {.fault = Fault::RuntimeWalkAsBatched});
   faulty->target_forward(block);
   EXPECT_EQ(faulty->head_walk(drafts, out_fault.data()), 2);  // same answer...
   EXPECT_EQ(out_fault[0], out_clean[0]);

@@ -43,26 +43,21 @@ namespace {
 
 #ifdef NEXTN_HAVE_CUDA
 
-// NEXTN_CUDA_ACT is read when the weights are loaded (a group's sequences
-// take the group's mode).
-struct ActEnv {
-  explicit ActEnv(bool fp32) { setenv("NEXTN_CUDA_ACT", fp32 ? "fp32" : "bf16", 1); }
-  ~ActEnv() { unsetenv("NEXTN_CUDA_ACT"); }
-};
+RuntimeOptions cuda_options(bool fp32, bool graphs = true) {
+  return {.act = fp32 ? Activations::Fp32 : Activations::Bf16, .cuda_graphs = graphs};
+}
 
-std::unique_ptr<SequenceGroup> make_group(const Qwen35Checkpoint& ck, bool fp32) {
-  ActEnv env(fp32);
-  auto group = make_sequence_group(ck, BackendKind::Cuda);
+std::unique_ptr<SequenceGroup> make_group(const Qwen35Checkpoint& ck, bool fp32, bool graphs = true) {
+  auto group = make_sequence_group(ck, BackendKind::Cuda, cuda_options(fp32, graphs));
   EXPECT_STREQ(group->backend_name(), "cuda");
   EXPECT_TRUE(group->shares_forwards());
   EXPECT_EQ(group->max_sequences(), 32);
   return group;
 }
 
-test::RuntimeMaker cuda_alone(const Qwen35Checkpoint& ck, bool fp32) {
-  return [&ck, fp32](int cap) {
-    ActEnv env(fp32);
-    return make_cuda_runtime(ck, cap);
+test::RuntimeMaker cuda_alone(const Qwen35Checkpoint& ck, bool fp32, bool graphs = true) {
+  return [&ck, fp32, graphs](int cap) {
+    return make_cuda_runtime(ck, cap, kMaxForwardRows, cuda_options(fp32, graphs));
   };
 }
 
@@ -82,15 +77,12 @@ TEST_P(CudaBatch, ForwardsTogetherEqualEachAlone) {
     auto group = make_group(ck, fp32);
     test::check_together_equals_alone(cuda_alone(ck, fp32), *group, ref.prompt, {1, 2, 4, 7});
   }
-  // Launched directly instead of from the group graphs (NEXTN_CUDA_GRAPHS is
-  // read when a sequence is made).
-  setenv("NEXTN_CUDA_GRAPHS", "0", 1);
+  // Launched directly instead of from the group graphs.
   {
     SCOPED_TRACE("bf16 without graphs");
-    auto group = make_group(ck, false);
-    test::check_together_equals_alone(cuda_alone(ck, false), *group, ref.prompt, {7});
+    auto group = make_group(ck, false, false);
+    test::check_together_equals_alone(cuda_alone(ck, false, false), *group, ref.prompt, {7});
   }
-  unsetenv("NEXTN_CUDA_GRAPHS");
 }
 
 // More (sequences, rows) shapes than a lead keeps group graphs for (64):

@@ -1,7 +1,7 @@
 // The CUDA Gemma 4 runtime (backend/cuda/gemma4.h) on the transformers
 // fixtures (tests/fixtures/gemma4):
-//  - fp32 mode (NEXTN_CUDA_ACT=fp32): teacher-forced logits within 1e-4 of
-//    the largest reference logit, greedy tokens equal to transformers' (also
+//  - fp32 mode (--act fp32): teacher-forced logits within 1e-4 of the
+//    largest reference logit, greedy tokens equal to transformers' (also
 //    on a run that wraps the sliding rings);
 //  - both modes (bf16 only where every matrix width is a multiple of 32, the
 //    tensor-core kernel's rule): verify rows bit-identical to one-row decode,
@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -50,18 +49,8 @@ struct Mode {
   const char* name() const { return fp32 ? "fp32" : "bf16"; }
 };
 
-// NEXTN_CUDA_ACT is read when a runtime is made.
 std::unique_ptr<ModelRuntime> make_rt(const Gemma4Checkpoint& ck, int cap, Mode mode) {
-  setenv("NEXTN_CUDA_ACT", mode.fp32 ? "fp32" : "bf16", 1);
-  std::unique_ptr<ModelRuntime> rt;
-  try {
-    rt = make_cuda_gemma4_runtime(ck, cap);
-  } catch (...) {
-    unsetenv("NEXTN_CUDA_ACT");
-    throw;
-  }
-  unsetenv("NEXTN_CUDA_ACT");
-  return rt;
+  return make_cuda_gemma4_runtime(ck, cap, {.act = mode.fp32 ? Activations::Fp32 : Activations::Bf16});
 }
 
 // The bf16 mode's tensor-core matmul takes widths that are multiples of 32.

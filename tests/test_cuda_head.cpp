@@ -3,7 +3,7 @@
 //  - every head entry point's counter deltas (read back from the device,
 //    where the kernels write them) match the identities of
 //    src/model/runtime.h: batched, padded, fused, the while walk and the flag
-//    walk, and the planted runtime fault (NEXTN_FAULT=runtime-walk-as-batched);
+//    walk, and the planted runtime fault (RuntimeOptions::fault);
 //  - speculative == greedy with the walk arm in both variants, K in
 //    {2,3,4,8,16,32}, each walk checked: rows projected == rows taken ==
 //    accepted + 1, bytes == that many head reads, no logits;
@@ -12,7 +12,6 @@
 #ifdef NEXTN_HAVE_CUDA
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -34,15 +33,13 @@ struct Mode {
   bool graphs = true;
 };
 
-// The environment a runtime reads at construction.
 std::unique_ptr<ModelRuntime> make_rt(const Qwen35Checkpoint& ck, int max_tokens, const Mode& m) {
-  setenv("NEXTN_CUDA_ACT", m.fp32 ? "fp32" : "bf16", 1);
-  setenv("NEXTN_CUDA_WALK", m.walk, 1);
-  setenv("NEXTN_CUDA_GRAPHS", m.graphs ? "1" : "0", 1);
-  if (m.fault) setenv("NEXTN_FAULT", "runtime-walk-as-batched", 1);
-  auto rt = make_cuda_runtime(ck, max_tokens);
-  for (const char* v : {"NEXTN_CUDA_ACT", "NEXTN_CUDA_WALK", "NEXTN_CUDA_GRAPHS", "NEXTN_FAULT"}) unsetenv(v);
-  return rt;
+  RuntimeOptions o;
+  o.act = m.fp32 ? Activations::Fp32 : Activations::Bf16;
+  o.cuda_graphs = m.graphs;
+  o.walk = parse_walk_variant(m.walk);
+  if (m.fault) o.fault = Fault::RuntimeWalkAsBatched;
+  return make_cuda_runtime(ck, max_tokens, kMaxForwardRows, o);
 }
 
 // Bytes one projection through the head reads, from the checkpoint: dense

@@ -1,6 +1,6 @@
 // The CUDA runtime on the transformers fixtures (tests/fixtures):
 //  - teacher-forced argmax (target and MTP) equal to the reference on every
-//    row in the fp32-activation mode (NEXTN_CUDA_ACT=fp32); in the default
+//    row in the fp32-activation mode (--act fp32); in the default
 //    bf16 mode on every row whose reference top-1/top-2 margin exceeds
 //    kBf16MarginStd x std(row), a rule checked for soundness against the
 //    measured logit error (no logit may move by half that margin), plus a
@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <regex>
@@ -110,12 +109,10 @@ struct ActMode {
   const char* name() const { return fp32 ? "fp32" : "bf16"; }
 };
 
-// NEXTN_CUDA_ACT is read when a runtime is made.
-std::unique_ptr<ModelRuntime> make_rt(const Qwen35Checkpoint& ck, int max_tokens, ActMode mode) {
-  setenv("NEXTN_CUDA_ACT", mode.fp32 ? "fp32" : "bf16", 1);
-  auto rt = make_cuda_runtime(ck, max_tokens);
-  unsetenv("NEXTN_CUDA_ACT");
-  return rt;
+std::unique_ptr<ModelRuntime> make_rt(const Qwen35Checkpoint& ck, int max_tokens, ActMode mode,
+                                      RuntimeOptions options = {}) {
+  options.act = mode.fp32 ? Activations::Fp32 : Activations::Bf16;
+  return make_cuda_runtime(ck, max_tokens, kMaxForwardRows, options);
 }
 
 // Argmax of every row of a T-row forward, through head_argmax in pieces.
@@ -319,10 +316,8 @@ TEST_P(CudaModel, GraphsMatchEagerLaunches) {
   const auto ref = test::load_reference(dir);
   const auto ck = Qwen35Checkpoint::open(dir);
   std::vector<std::vector<float>> logits;
-  for (const char* graphs : {"1", "0"}) {
-    setenv("NEXTN_CUDA_GRAPHS", graphs, 1);
-    auto rt = make_rt(ck, int(ref.sequence.size()) + 8, ActMode{false});
-    unsetenv("NEXTN_CUDA_GRAPHS");
+  for (bool graphs : {true, false}) {
+    auto rt = make_rt(ck, int(ref.sequence.size()) + 8, ActMode{false}, {.cuda_graphs = graphs});
     rt->target_forward(ref.prompt);
     for (size_t i = ref.prompt.size(); i < ref.sequence.size(); ++i) rt->target_forward({&ref.sequence[i], 1});
     logits.emplace_back(static_cast<size_t>(ref.vocab));

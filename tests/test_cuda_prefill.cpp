@@ -3,17 +3,16 @@
 // test-stream):
 //  - the prefill GEMM path (forwards longer than kMaxRows, bf16 mode): greedy
 //    == speculative for every verify arm after a long prompt; its last-row
-//    logits close to the 64-row graph path (NEXTN_CUDA_PREFILL=chunked), with
-//    the tensor-core prefill attention and with the decode kernel's
-//    (NEXTN_CUDA_PREFILL_ATTN=split), with the decode GDN recurrence
-//    (NEXTN_CUDA_PREFILL_GDN=serial), also for a second long forward;
-//  - programmatic dependent launch changes no bit (PdlSuspend vs default);
-//  - the profile mode (NEXTN_CUDA_PROFILE=1) times the operations it ran, as
-//    many as it ran, and changes no token.
+//    logits (tensor-core attention, GDN recurrence in row parts) close to the
+//    64-row graph path (RuntimeOptions::prefill_gemm false), also for a
+//    second long forward;
+//  - programmatic dependent launch changes no bit (PdlSuspend, and every
+//    PdlPolicy, vs default);
+//  - the profile mode (RuntimeOptions::profile) times the operations it ran,
+//    as many as it ran, and changes no token.
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -37,12 +36,8 @@ const std::string& stream_checkpoint() {
   return dir;
 }
 
-std::unique_ptr<ModelRuntime> make_rt(const Qwen35Checkpoint& ck, int cap, const char* env = nullptr,
-                                      const char* value = nullptr) {
-  if (env) setenv(env, value, 1);
-  auto rt = make_cuda_runtime(ck, cap);
-  if (env) unsetenv(env);
-  return rt;
+std::unique_ptr<ModelRuntime> make_rt(const Qwen35Checkpoint& ck, int cap, const RuntimeOptions& options = {}) {
+  return make_cuda_runtime(ck, cap, kMaxForwardRows, options);
 }
 
 std::vector<int32_t> long_prompt(int n, int vocab) {
@@ -88,8 +83,8 @@ TEST(CudaPrefill, CloseToTheGraphPath) {
   const int V = ck.config().vocab_size;
   const auto prompt = long_prompt(600, V);
   std::vector<std::vector<float>> logits;
-  for (const char* mode : {"gemm", "chunked"}) {
-    auto rt = make_rt(ck, 640, "NEXTN_CUDA_PREFILL", mode);
+  for (bool gemm : {true, false}) {
+    auto rt = make_rt(ck, 640, {.prefill_gemm = gemm});
     rt->target_forward(prompt);
     logits.emplace_back(size_t(V));
     rt->head_logits(int(prompt.size()) - 1, logits.back().data());
@@ -106,43 +101,32 @@ TEST(CudaPrefill, CloseToTheGraphPath) {
   EXPECT_LT(rel, 0.02);
 }
 
-// The prefill attention on tensor cores and the GDN recurrence in row parts
-// (both defaults: "mma"), the decode attention kernel in 64-row slices
-// (NEXTN_CUDA_PREFILL_ATTN=split) and the decode GDN recurrence
-// (NEXTN_CUDA_PREFILL_GDN=serial), each against the 64-row graphs, over two
-// long forwards: the second one's prefill chunk attends to the first one's
-// keys (pos0 > 0) and starts from its GDN state.
-TEST(CudaPrefill, TensorCoreAttentionCloseToTheGraphPath) {
+// Two long forwards: the second one's prefill chunk attends to the first
+// one's keys (pos0 > 0) and starts from its GDN state.
+TEST(CudaPrefill, SecondLongForwardCloseToTheGraphPath) {
   NEXTN_REQUIRE_GPU();
   const auto ck = Qwen35Checkpoint::open(stream_checkpoint());
   const int V = ck.config().vocab_size;
   const auto prompt = long_prompt(900, V);
   const auto first = std::span(prompt).first(600), second = std::span(prompt).subspan(600);
-  std::map<std::string, std::vector<float>> logits;
-  for (const auto& [env, value] : {std::pair{"NEXTN_CUDA_PREFILL_ATTN", "mma"}, {"NEXTN_CUDA_PREFILL_ATTN", "split"},
-                                   {"NEXTN_CUDA_PREFILL_GDN", "serial"}, {"NEXTN_CUDA_PREFILL", "chunked"}}) {
-    auto rt = make_rt(ck, 960, env, value);
+  std::vector<std::vector<float>> logits;
+  for (bool gemm : {true, false}) {
+    auto rt = make_rt(ck, 960, {.prefill_gemm = gemm});
     rt->target_forward(first);
     rt->target_forward(second);
-    auto& row = logits[value];
-    row.resize(size_t(V));
-    rt->head_logits(int(second.size()) - 1, row.data());
-    for (float x : row) ASSERT_TRUE(std::isfinite(x)) << value;
+    logits.emplace_back(size_t(V));
+    rt->head_logits(int(second.size()) - 1, logits.back().data());
+    for (float x : logits.back()) ASSERT_TRUE(std::isfinite(x)) << (gemm ? "gemm" : "chunked");
   }
-  const auto& graphs = logits["chunked"];
-  for (const char* mode : {"mma", "split", "serial"}) {
-    const auto& got = logits[mode];
-    double diff = 0, norm = 0;
-    for (int i = 0; i < V; ++i) {
-      diff += std::pow(double(got[size_t(i)]) - graphs[size_t(i)], 2);
-      norm += std::pow(double(graphs[size_t(i)]), 2);
-    }
-    const double rel = std::sqrt(diff / norm);
-    std::printf("[cuda prefill] last-row logits after 600 + 300 tokens, prefill %s vs 64-row graphs: "
-                "relative error %.2e\n",
-                mode, rel);
-    EXPECT_LT(rel, 0.02) << mode;
+  double diff = 0, norm = 0;
+  for (int i = 0; i < V; ++i) {
+    diff += std::pow(double(logits[0][size_t(i)]) - logits[1][size_t(i)], 2);
+    norm += std::pow(double(logits[1][size_t(i)]), 2);
   }
+  const double rel = std::sqrt(diff / norm);
+  std::printf("[cuda prefill] last-row logits after 600 + 300 tokens, GEMM vs 64-row graphs: relative error %.2e\n",
+              rel);
+  EXPECT_LT(rel, 0.02);
 }
 
 TEST(CudaPdl, SameBitsWithoutPdl) {
@@ -152,8 +136,8 @@ TEST(CudaPdl, SameBitsWithoutPdl) {
   const auto prompt = long_prompt(90, V);
   std::vector<std::vector<int32_t>> tokens;
   std::vector<std::vector<float>> logits;
-  auto run = [&] {
-    auto rt = make_rt(ck, 200);
+  auto run = [&](const RuntimeOptions& options) {
+    auto rt = make_rt(ck, 200, options);
     GenerateOptions o;
     o.max_new_tokens = 20;
     o.ignore_eos = true;
@@ -163,13 +147,16 @@ TEST(CudaPdl, SameBitsWithoutPdl) {
     logits.emplace_back(size_t(V));
     rt->head_logits(0, logits.back().data());
   };
-  run();
+  run({});
   {
     const cuda::PdlSuspend no_pdl;  // every graph of this runtime captured without programmatic edges
-    run();
+    run({});
   }
-  EXPECT_EQ(tokens[0], tokens[1]);
-  EXPECT_EQ(logits[0], logits[1]);
+  for (PdlPolicy p : {PdlPolicy::On, PdlPolicy::Off, PdlPolicy::MultiRowOff}) run({.pdl = p});
+  for (size_t i = 1; i < tokens.size(); ++i) {
+    EXPECT_EQ(tokens[0], tokens[i]) << "run " << i;
+    EXPECT_EQ(logits[0], logits[i]) << "run " << i;
+  }
 }
 
 TEST(CudaProfile, TimesEveryOperationItRan) {
@@ -180,7 +167,7 @@ TEST(CudaProfile, TimesEveryOperationItRan) {
   auto plain = make_rt(ck, 64);
   const auto want = greedy_generate(*plain, prompt, 6, true).tokens;
   EXPECT_TRUE(plain->op_timings().empty());
-  auto rt = make_rt(ck, 64, "NEXTN_CUDA_PROFILE", "1");
+  auto rt = make_rt(ck, 64, {.profile = true});
   EXPECT_EQ(greedy_generate(*rt, prompt, 6, true).tokens, want);
   std::map<std::string, OpTiming> t;
   for (const auto& o : rt->op_timings()) t[o.op] = o;

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "fixture_util.h"
 #ifdef NEXTN_HAVE_CUDA
@@ -25,10 +24,7 @@ namespace {
 #ifdef NEXTN_HAVE_CUDA
 
 std::unique_ptr<ModelRuntime> cuda_fp32(const Qwen35Checkpoint& ckpt, int max_tokens) {
-  setenv("NEXTN_CUDA_ACT", "fp32", 1);  // read when the runtime is made
-  auto rt = make_cuda_runtime(ckpt, max_tokens);
-  unsetenv("NEXTN_CUDA_ACT");
-  return rt;
+  return make_cuda_runtime(ckpt, max_tokens, kMaxForwardRows, {.act = Activations::Fp32});
 }
 
 TEST(CudaMtpLogits, MatchTheCpuBackendAndTheArgmax) {

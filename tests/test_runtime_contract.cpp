@@ -75,9 +75,9 @@ TEST(CudaWorkspaceDims, RowsPerForwardAreChecked) {
   const auto dirs = test::fixture_dirs();
   ASSERT_FALSE(dirs.empty());
   const auto ckpt = Qwen35Checkpoint::open(dirs.front());
-  test::expect_error([&] { (void)make_runtime(ckpt, BackendKind::Cpu, 8, 1, 0); },
+  test::expect_error([&] { (void)make_runtime(ckpt, BackendKind::Cpu, 8, {.cpu_threads = 1}, 0); },
                      "runtime rows per forward 0: expected 1 to 64", "make_runtime 0 rows");
-  EXPECT_NO_THROW((void)make_runtime(ckpt, BackendKind::Cpu, 8, 1, 4));
+  EXPECT_NO_THROW((void)make_runtime(ckpt, BackendKind::Cpu, 8, {.cpu_threads = 1}, 4));
 }
 
 }  // namespace

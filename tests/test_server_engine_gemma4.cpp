@@ -41,7 +41,7 @@ struct Served {
   TargetModel target;
   std::shared_ptr<AssistantModel> assistant;
   Served(const test::Gemma4Reference& ref, bool with_assistant)
-      : target(open_target_model(ref.target(), BackendKind::Cpu, kThreads)) {
+      : target(open_target_model(ref.target(), BackendKind::Cpu, {.cpu_threads = kThreads})) {
     if (with_assistant)
       assistant = std::make_shared<AssistantModel>(ref.assistant(), target.gemma4->config(), kThreads);
   }

@@ -5,7 +5,6 @@
 
 #include <regex>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -28,12 +27,6 @@ bench::VerifyBenchOptions small_options() {
   o.max_new_tokens = 40;
   return o;
 }
-
-struct Env {
-  std::string name;
-  Env(const char* n, const std::string& v) : name(n) { setenv(n, v.c_str(), 1); }
-  ~Env() { unsetenv(name.c_str()); }
-};
 
 TEST(SpecBench, Summaries) {
   auto s = bench::summarize({3, 1, 2});
@@ -86,8 +79,9 @@ TEST(SpecBench, RefusesThePlantedWalkFault) {
     b.attribute();
     ASSERT_TRUE(b.report().refusals.empty()) << b.report().refusals.front();
   }
-  Env fault("NEXTN_FAULT", "walk-as-batched");
-  bench::VerifyBench b(testing::mock_factory(MockOptions{}), small_options());
+  bench::VerifyBenchOptions faulty = small_options();
+  faulty.fault = Fault::WalkAsBatched;
+  bench::VerifyBench b(testing::mock_factory(MockOptions{}), faulty);
   b.attribute();
   expect_only_walk_refused(b.report());
   EXPECT_THROW(b.time(), Error);  // no timing once refused

@@ -5,7 +5,6 @@
 // acceptance length; budget and EOS edges; counter identities; the fault hook.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,17 +39,19 @@ GenerateResult run(const MockOptions& mo, const GenerateOptions& o) {
   return generate_fresh(testing::mock_factory(mo), kPrompt, o);
 }
 
-ArmChoice arm_choice(VerifyArm arm, int pad_width = 0) {
+ArmChoice arm_choice(VerifyArm arm, int pad_width = 0, Fault fault = Fault::None) {
   ArmChoice c;
   c.arm = arm;
   c.pad_width = pad_width;  // pad: 0 = the default for K
+  c.fault = fault;
   return c;
 }
 
 // run() with a verify arm at the step's head (generate_verify_arm): a fresh
 // runtime as generate_fresh makes it, the oracle's truth from plain greedy on
 // it first.
-GenerateResult run_arm(const MockOptions& mo, const GenerateOptions& o, VerifyArm arm, int pad_width = 0) {
+GenerateResult run_arm(const MockOptions& mo, const GenerateOptions& o, VerifyArm arm, int pad_width = 0,
+                       Fault fault = Fault::None) {
   auto rt = testing::mock_factory(mo)(runtime_capacity(int(kPrompt.size()), o.max_new_tokens,
                                                        o.block_size == 0 ? kMaxBlockSize : o.block_size));
   std::vector<int32_t> truth;
@@ -59,7 +60,7 @@ GenerateResult run_arm(const MockOptions& mo, const GenerateOptions& o, VerifyAr
     truth = greedy_generate(*rt, kPrompt, o.max_new_tokens, o.ignore_eos).tokens;
     rt->reset();
   }
-  return generate_verify_arm(*rt, kPrompt, o, arm_choice(arm, pad_width), oracle ? &truth : nullptr);
+  return generate_verify_arm(*rt, kPrompt, o, arm_choice(arm, pad_width, fault), oracle ? &truth : nullptr);
 }
 
 GenerateResult run(const MockOptions& mo, const GenerateOptions& o, const Head& head) {
@@ -388,11 +389,6 @@ TEST(SpecVerify, ParsesArms) {
   EXPECT_THROW(parse_verify_arms("walk,walk"), Error);
 }
 
-struct FaultEnv {
-  explicit FaultEnv(const char* v) { setenv("NEXTN_FAULT", v, 1); }
-  ~FaultEnv() { unsetenv("NEXTN_FAULT"); }
-};
-
 TEST(SpecVerify, FaultHookMakesTheWalkRunBatchedAndTheCountersShowIt) {
   MockOptions mo;
   GenerateOptions o;
@@ -403,8 +399,7 @@ TEST(SpecVerify, FaultHookMakesTheWalkRunBatchedAndTheCountersShowIt) {
   EXPECT_TRUE(counter_violations(clean.stats.counters).empty());
   EXPECT_EQ(clean.stats.counters.verify_taken, "walk");
   {
-    FaultEnv f("walk-as-batched");
-    const auto faulty = run_arm(mo, o, VerifyArm::Walk);
+    const auto faulty = run_arm(mo, o, VerifyArm::Walk, 0, Fault::WalkAsBatched);
     EXPECT_EQ(faulty.tokens, clean.tokens);  // silent: same output
     EXPECT_EQ(faulty.stats.counters.verify_requested, "walk");
     EXPECT_EQ(faulty.stats.counters.verify_chosen, "walk");
@@ -419,10 +414,9 @@ TEST(SpecVerify, FaultHookMakesTheWalkRunBatchedAndTheCountersShowIt) {
     EXPECT_EQ(product.tokens, clean.tokens);
     EXPECT_TRUE(counter_violations(product.stats.counters).empty());
   }
-  {
-    FaultEnv f("bogus");
-    EXPECT_THROW(run_arm(mo, o, VerifyArm::Walk), Error);
-  }
+  EXPECT_EQ(parse_fault("walk-as-batched"), Fault::WalkAsBatched);
+  EXPECT_EQ(parse_fault("none"), Fault::None);
+  EXPECT_THROW(parse_fault("bogus"), Error);  // a typo is an error, not a silent no-op
 }
 
 TEST(SpecVerify, RuntimeFaultIsCaughtByTheRuntimesOwnCounters) {

@@ -47,8 +47,8 @@ TEST(SweepScript, CpuFlowWritesGuardAndRunsAndTables) {
             0)
       << test::read_file(tables);
   const std::string md = test::read_file(tables);
-  for (const char* s : {"Guard: NEXTN_FAULT=runtime-walk-as-batched on cpu: exit 2", "draft cost mtp, oracle acceptance 0.8",
-                        "| 4 | walk |", "WHILE-graph walk (NEXTN_CUDA_WALK=while)", "Winners per K",
+  for (const char* s : {"Guard: --fault runtime-walk-as-batched on cpu: exit 2", "draft cost mtp, oracle acceptance 0.8",
+                        "| 4 | walk |", "WHILE-graph walk (--walk while)", "Winners per K",
                         "Spread between the two calls"})
     EXPECT_NE(md.find(s), std::string::npos) << s << "\n" << md;
 }

@@ -51,10 +51,32 @@ const CLI::Validator& non_negative() {
 
 std::string model_dir_or_default(const std::string& dir) { return dir.empty() ? default_model_dir() : dir; }
 
-void add_threads_option(CLI::App* cmd, int* threads) {
-  cmd->add_option("--threads", *threads,
+void add_runtime_options(CLI::App* cmd, RuntimeArgs* a) {
+  cmd->add_option("--threads", a->threads,
                   "CPU backend threads (default: NEXTN_THREADS, else all cores; results do not depend on it)")
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--act", a->act,
+                  "CUDA activations: bf16 (default) or fp32 (the parity mode: fp32 weights and activations, slow); "
+                  "the CPU backend computes in fp32 either way");
+}
+
+void add_runtime_bench_options(CLI::App* cmd, RuntimeArgs* a) {
+  cmd->add_option("--graphs", a->graphs, "CUDA: on (default) or off (the same kernels launched without graphs)");
+  cmd->add_option("--pdl", a->pdl,
+                  "CUDA programmatic dependent launch: default (multi-row forwards without it at hidden size >= 5120), "
+                  "on, off or multi-row-off");
+  cmd->add_option("--prefill", a->prefill,
+                  "CUDA prompts over 64 tokens: gemm (default: the prefill GEMMs) or chunked (the 64-row graphs)");
+}
+
+RuntimeOptions runtime_options(const RuntimeArgs& a) {
+  RuntimeOptions o;
+  o.cpu_threads = a.threads;
+  o.act = parse_activations(a.act);
+  o.cuda_graphs = parse_graphs(a.graphs);
+  o.pdl = parse_pdl_policy(a.pdl);
+  o.prefill_gemm = parse_prefill_path(a.prefill);
+  return o;
 }
 
 void add_oracle_options(CLI::App* cmd, OracleArgs* a) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/options.h"
 #include "speculative/drafter.h"
 #include "speculative/generation.h"
 
@@ -25,8 +26,19 @@ const CLI::Validator& number();
 const CLI::Validator& non_negative();
 // -m value, or the default model when empty.
 std::string model_dir_or_default(const std::string& dir);
-// --threads N (1..1024) into *threads; 0 (unset) means NEXTN_THREADS or all cores.
-void add_threads_option(CLI::App* cmd, int* threads);
+
+// The runtime flags (core/options.h) as given. add_runtime_options: what
+// every command that builds a runtime takes (--threads N in 1..1024, 0 when
+// unset: NEXTN_THREADS or all cores; --act bf16|fp32);
+// add_runtime_bench_options: the benchmarks' own (--graphs, --pdl,
+// --prefill). runtime_options parses them, Error naming the flag.
+struct RuntimeArgs {
+  int threads = 0;
+  std::string act = "bf16", graphs = "on", pdl = "default", prefill = "gemm";
+};
+void add_runtime_options(CLI::App* cmd, RuntimeArgs* args);
+void add_runtime_bench_options(CLI::App* cmd, RuntimeArgs* args);
+RuntimeOptions runtime_options(const RuntimeArgs& args);
 
 // The oracle drafter's flags (--accept-rate, --accept-rates, --accept-pattern,
 // --seed) on `cmd`, and the spec they give for the drafter `draft`

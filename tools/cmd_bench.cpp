@@ -24,7 +24,7 @@ namespace {
 
 struct DecodeArgs {
   std::string model, backend = "cpu", draft = "none";
-  int threads = 0;
+  RuntimeArgs runtime;
   int max_rows = 0;  // 0: the rows the decode uses
   CLI::Option *block_opt = nullptr, *draft_vocab_opt = nullptr;
   bench::DecodeBenchOptions o;
@@ -33,6 +33,7 @@ struct DecodeArgs {
 
 void run_decode(const DecodeArgs& a) {
   const BackendKind kind = parse_backend(a.backend);
+  const RuntimeOptions runtime = runtime_options(a.runtime);
   if (a.o.prompt_len < 1) fail("--prompt-len {} must be at least 1", a.o.prompt_len);
   if (a.o.max_new_tokens < 2) fail("-n {}: a decode benchmark needs at least 2 tokens", a.o.max_new_tokens);
   if (a.o.repeats < 1) fail("--repeats {} must be at least 1", a.o.repeats);
@@ -56,7 +57,7 @@ void run_decode(const DecodeArgs& a) {
   // then every runtime is probed for device memory (src/bench/decode_roofline.h).
   bench::DeviceFigures fig;
   if (kind == BackendKind::Cuda) bench::measure_device(&fig);
-  const int threads = a.threads;
+  const int threads = runtime.cpu_threads;
   // The runtimes are built for the rows the decode uses (a verify block of K,
   // or one row), so that the peak below is the workspace such a run needs;
   // prompts then run in chunks of that many rows (same bits). The
@@ -65,14 +66,19 @@ void run_decode(const DecodeArgs& a) {
   const int rows = a.max_rows > 0 ? a.max_rows : o.draft == DraftKind::None ? 1 : o.block_size;
   const int long_rows = a.max_rows > 0 ? a.max_rows : kMaxForwardRows;
   if (rows > kMaxForwardRows) fail("--max-rows {} exceeds {}", rows, kMaxForwardRows);
-  auto factory_for = [&](int n) {
-    RuntimeFactory f = [&ckpt, kind, threads, n](int cap) { return make_runtime(ckpt, kind, cap, threads, n); };
+  auto factory_for = [&](int n, const RuntimeOptions& ro) {
+    RuntimeFactory f = [&ckpt, kind, ro, n](int cap) { return make_runtime(ckpt, kind, cap, ro, n); };
     return kind == BackendKind::Cuda ? bench::probe_memory(f, &fig, n) : f;
   };
-  const RuntimeFactory factory = factory_for(rows), long_prompt = factory_for(long_rows);
+  const RuntimeFactory factory = factory_for(rows, runtime), long_prompt = factory_for(long_rows, runtime);
   const auto r = bench::run_decode_bench(factory, ckpt.config().vocab_size, o, &long_prompt);
   bench::BreakdownReport breakdown;
-  if (a.breakdown) breakdown = bench::run_breakdown(factory, ckpt.config().vocab_size, o, &long_prompt);
+  if (a.breakdown) {  // separate runtimes with timing events, so that the timed runs above have none
+    RuntimeOptions profiled = runtime;
+    profiled.profile = true;
+    const RuntimeFactory pf = factory_for(rows, profiled), plong = factory_for(long_rows, profiled);
+    breakdown = bench::run_breakdown(pf, ckpt.config().vocab_size, o, &plong);
+  }
   bench::machine_end(machine, a.backend);
   const auto bytes = bench::decode_bytes(ckpt);
   const auto budget = bench::memory_budget(ckpt, fig.peak_capacity > 0 ? fig.peak_capacity : 1);
@@ -101,9 +107,10 @@ void run_decode(const DecodeArgs& a) {
 
 struct VerifyArgs {
   std::string model, backend = "cpu", block_sizes = "3,4,8,16,32", arms = "batched,walk,pad,fused", draft = "mtp",
-                     prompt_ids, draft_cost = "free";
+                     prompt_ids, draft_cost = "free", walk = "flag", fault = "none";
   OracleArgs oracle;
-  int pad_width = 0, repeats = 5, n = 64, threads = 0;
+  RuntimeArgs runtime;
+  int pad_width = 0, repeats = 5, n = 64;
   bool json = false;
   CLI::Option* ids_opt = nullptr;
 };
@@ -120,12 +127,16 @@ void run_verify(const VerifyArgs& a) {
   o.pad_width = a.pad_width;
   o.repeats = a.repeats;
   o.max_new_tokens = a.n;
+  o.fault = parse_fault(a.fault);
   bench::check_verify_bench_options(o);  // everything but the prompt, before the model is read
   const BackendKind kind = parse_backend(a.backend);
+  RuntimeOptions runtime = runtime_options(a.runtime);
+  runtime.walk = parse_walk_variant(a.walk);
+  runtime.fault = o.fault;  // runtime-walk-as-batched: the runtime's head_walk
 
   const std::string dir = model_dir_or_default(a.model);
   // Any target family (Qwen3.5, Gemma 4): the arms only use the runtime interface.
-  const TargetModel target = open_target_model(dir, kind, a.threads);
+  const TargetModel target = open_target_model(dir, kind, runtime);
   const int vocab = target.info.vocab_size;
   if (o.draft == DraftKind::Mtp && target.info.mtp_layers == 0)
     fail("{}: --draft mtp: the checkpoint has no MTP head (0 MTP layers); use --draft oracle", dir);
@@ -208,7 +219,8 @@ void register_bench(CLI::App& app) {
   d->draft_vocab_opt = dec->add_option("--draft-vocab", d->o.draft_vocab,
                                        "--draft mtp: draft from token ids [0, N) only (default: the whole vocabulary)")
                            ->check(number());
-  add_threads_option(dec, &d->threads);
+  add_runtime_options(dec, &d->runtime);
+  add_runtime_bench_options(dec, &d->runtime);
   dec->add_flag("--json", d->json, "Print one JSON object");
   dec->add_flag("--breakdown", d->breakdown,
                 "Also time each operation class per token / round / prefill (CUDA: timing events in the graphs)");
@@ -228,7 +240,13 @@ void register_bench(CLI::App& app) {
   v->ids_opt = ver->add_option("--prompt-ids", v->prompt_ids, "Prompt token ids (default: 16 synthetic ids)");
   ver->add_option("-n", v->n, "Tokens to generate per run (default 64)");
   ver->add_option("--backend", v->backend, "cpu or cuda (default cpu)");
-  add_threads_option(ver, &v->threads);
+  add_runtime_options(ver, &v->runtime);
+  add_runtime_bench_options(ver, &v->runtime);
+  ver->add_option("--walk", v->walk, "CUDA walk arm: flag (default: rows past a mismatch return on a device flag) or "
+                                     "while (a WHILE graph node stops launching rows)");
+  ver->add_option("--fault", v->fault,
+                  "Plant a fault the guard must catch (exit 2, no table): none (default), walk-as-batched (the "
+                  "verifier's walk arm) or runtime-walk-as-batched (the runtime's head_walk)");
   ver->add_flag("--json", v->json, "Print one JSON object");
   ver->callback([v] { run_verify(*v); });
 
@@ -243,6 +261,12 @@ void register_bench(CLI::App& app) {
   proj->add_flag("--argmax", pr->argmax, "Fused projection + argmax (the head's production path)");
   proj->add_option("--repeats", pr->repeats, "Timed launches per width (default 30)");
   proj->add_option("--splits", pr->splits, "Split-K override for tuning (default 0: the production choice)")
+      ->check(number());
+  proj->add_option("--stream-per-sm", pr->stream_per_sm,
+                   "Streamed kernel: at most this many blocks per SM, 1..3 (tuning; default: the production choice)")
+      ->check(number());
+  proj->add_option("--stream-stages", pr->stream_stages,
+                   "Streamed kernel: at most this many ring stages, 2..12 (tuning; default: the production choice)")
       ->check(number());
   proj->add_flag("--json", pr->json, "Print one JSON object");
   proj->callback([pr, pw] {

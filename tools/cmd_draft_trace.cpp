@@ -15,7 +15,7 @@ namespace nextn::cli {
 void register_draft_trace(CLI::App& app) {
   struct Opts {
     std::string model, draft = "mtp", ids, backend = "cpu";
-    int threads = 0;
+    RuntimeArgs runtime;
     bool json = false;
   };
   auto opts = std::make_shared<Opts>();
@@ -24,7 +24,7 @@ void register_draft_trace(CLI::App& app) {
   cmd->add_option("--draft", opts->draft, "Drafter: mtp");
   cmd->add_option("--prompt-ids", opts->ids, "Comma-separated token ids (at least 2)")->required();
   cmd->add_option("--backend", opts->backend, "cpu or cuda");
-  add_threads_option(cmd, &opts->threads);
+  add_runtime_options(cmd, &opts->runtime);
   cmd->add_flag("--json", opts->json, "Print one JSON object");
   cmd->callback([opts] {
     if (opts->draft != "mtp") {
@@ -35,9 +35,10 @@ void register_draft_trace(CLI::App& app) {
     const auto ids = parse_id_list(opts->ids, "--prompt-ids");
     if (ids.size() < 2) fail("--prompt-ids: draft-trace needs at least 2 ids");
     const auto kind = parse_backend(opts->backend);
+    const RuntimeOptions runtime = runtime_options(opts->runtime);
     const auto ckpt = Qwen35Checkpoint::open(model_dir_or_default(opts->model));
     if (ckpt.mtp_layers() == 0) fail("{}: --draft mtp: the checkpoint has no MTP head", ckpt.dir());
-    auto rt = make_runtime(ckpt, kind, int(ids.size()) + 1, opts->threads);
+    auto rt = make_runtime(ckpt, kind, int(ids.size()) + 1, runtime);
     rt->target_forward(ids);
     const std::vector<int32_t> next(ids.begin() + 1, ids.end());
     rt->mtp_forward(next, 0);

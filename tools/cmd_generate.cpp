@@ -27,7 +27,8 @@ struct GenerateArgs {
   std::string model, prompt, prompt_ids, draft = "none", backend = "cpu", draft_cost = "free", block_size;
   int n = 32;
   OracleArgs oracle;
-  int threads = 0, draft_vocab = 0, prefill_chunk = kDefaultPrefillChunk;
+  int draft_vocab = 0, prefill_chunk = kDefaultPrefillChunk;
+  RuntimeArgs runtime;
   bool ignore_eos = false, json = false, chat = false;
   CLI::Option *block_opt = nullptr, *prompt_opt = nullptr, *ids_opt = nullptr, *cost_opt = nullptr,
               *draft_vocab_opt = nullptr;
@@ -71,6 +72,7 @@ void run(const GenerateArgs& a) {
   o.block_policy = block.policy;
   o.draft_vocab = draft_vocab_from_flag(o.draft, a.draft_vocab_opt->count() > 0, a.draft_vocab);
   const BackendKind kind = parse_backend(a.backend);
+  const RuntimeOptions runtime = runtime_options(a.runtime);
 
   const std::string dir = model_dir_or_default(a.model);
   // The tokenizer first: --prompt needs it, and a bad tokenizer.json is
@@ -101,7 +103,7 @@ void run(const GenerateArgs& a) {
     }
     if (prompt.empty()) fail("--prompt: the text encodes to no tokens");
   }
-  const TargetModel target = open_target_model(dir, kind, a.threads);
+  const TargetModel target = open_target_model(dir, kind, runtime);
   const int vocab = target.info.vocab_size;
   for (int32_t t : prompt) {
     if (t < vocab) continue;
@@ -117,7 +119,7 @@ void run(const GenerateArgs& a) {
     fail("--draft {}: a drafter checkpoint drafts for a Gemma 4 target, and {} is not one", a.draft, dir);
   o.block_size = resolve_block_size(block.policy, block.size,
                                     assistant_draft ? kAssistantBlockSize : default_block_size(target.info.mtp_layers));
-  const GenerateResult r = assistant_draft ? generate_with_assistant(target.factory, a.draft, prompt, o, a.threads)
+  const GenerateResult r = assistant_draft ? generate_with_assistant(target.factory, a.draft, prompt, o, runtime.cpu_threads)
                                            : generate_fresh(target.factory, prompt, o);
   const auto stats = stats_json(r.stats);
   const std::optional<std::string> text =
@@ -168,7 +170,7 @@ void register_generate(CLI::App& app) {
                                        "(default: the whole vocabulary; N above it is clamped)")
                            ->check(number());
   cmd->add_option("--backend", a->backend, "cpu or cuda (default cpu)");
-  add_threads_option(cmd, &a->threads);
+  add_runtime_options(cmd, &a->runtime);
   cmd->add_option("--prefill-chunk", a->prefill_chunk,
                   "Prompt tokens forwarded per engine step (default 512; the same in serve, so answers match)")
       ->check(number());

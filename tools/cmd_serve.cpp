@@ -33,7 +33,8 @@ namespace {
 
 struct ServeArgs {
   std::string model, draft = "none", host = "127.0.0.1", backend = "cpu", served_name, block_size, draft_cost = "free";
-  int port = 8000, threads = 0, draft_vocab = 0, prefill_chunk = kDefaultPrefillChunk;
+  int port = 8000, draft_vocab = 0, prefill_chunk = kDefaultPrefillChunk;
+  RuntimeArgs runtime;
   OracleArgs oracle;
   int max_body_kib = 1024, max_prompt_tokens = 2048, max_tokens = 1024, queue_depth = 16, max_batch = 8;
   int max_connections = 2048;
@@ -46,9 +47,9 @@ struct ServeArgs {
 std::unique_ptr<server::Engine> gemma4_engine(const std::string& dir, const ServeArgs& a, BackendKind kind,
                                               bool assistant_draft, server::EngineOptions eo,
                                               const tok::Tokenizer& tokenizer, server::Metrics& metrics) {
-  const TargetModel target = open_target_model(dir, kind, a.threads);
+  const TargetModel target = open_target_model(dir, kind, eo.runtime);
   if (assistant_draft) {
-    auto assistant = std::make_shared<AssistantModel>(a.draft, target.gemma4->config(), a.threads);
+    auto assistant = std::make_shared<AssistantModel>(a.draft, target.gemma4->config(), eo.runtime.cpu_threads);
     eo.make_drafter = [assistant](ModelRuntime& sequence) { return assistant->drafter(sequence); };
     if (eo.block_size == 0 && eo.block_policy == BlockPolicy::Fixed) eo.block_size = kAssistantBlockSize;
   }
@@ -84,6 +85,7 @@ void run(const ServeArgs& a) {
     if (!(v > 0 && v <= 3600)) fail("{} {} is outside (0, 3600] seconds", flag, v);
   if (!(a.drain_timeout >= 0 && a.drain_timeout <= 3600)) fail("--drain-timeout {} is outside [0, 3600] seconds", a.drain_timeout);
   const BackendKind kind = parse_backend(a.backend);
+  const RuntimeOptions runtime = runtime_options(a.runtime);
 
   const std::string dir = model_dir_or_default(a.model);
   const tok::Tokenizer tokenizer = tok::load_model_tokenizer(dir, "serve");
@@ -125,7 +127,7 @@ void run(const ServeArgs& a) {
   server::Metrics metrics;
   server::EngineOptions eo;
   eo.backend = kind;
-  eo.cpu_threads = a.threads;
+  eo.runtime = runtime;
   eo.draft = draft;
   eo.block_size = block.size;
   eo.block_policy = block.policy;
@@ -242,7 +244,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--drain-timeout", a->drain_timeout,
                   "On SIGTERM/SIGINT: seconds the running requests get to finish before they are cut (default 30)")
       ->check(number());
-  add_threads_option(cmd, &a->threads);
+  add_runtime_options(cmd, &a->runtime);
   cmd->callback([a] { run(*a); });
 }
 

@@ -2,8 +2,8 @@
 # Issue 12's record, one device call: whole-model decode and prefill at the
 # real Qwen3.5 shapes (random q4 checkpoints written here by
 # `nextn make-checkpoint`, never committed), with the current defaults (PDL,
-# prefill GEMM) and the previous state (NEXTN_CUDA_PDL=0
-# NEXTN_CUDA_PREFILL=chunked) timed in the same call, the per-operation
+# prefill GEMM) and the previous state (bench decode --pdl off --prefill
+# chunked) timed in the same call, the per-operation
 # breakdown (bench decode --breakdown), and MTP rounds at K = 4 and 8
 # (ms per round against ms per greedy token).
 #
@@ -12,12 +12,12 @@
 #     bash scripts/device/decode_record.sh
 #
 # Environment: NEXTN_BUILD (build-cuda), NEXTN_RECORD_SIZES ("0.8b 4b 27b"),
-# NEXTN_RECORD_BEFORE ("NEXTN_CUDA_PDL=0 NEXTN_CUDA_PREFILL=chunked": the
-# environment of the *_old runs, i.e. what a change is compared against),
+# NEXTN_RECORD_BEFORE ("--pdl off --prefill chunked": the bench decode
+# flags of the *_old runs, i.e. what a change is compared against),
 # NEXTN_BENCH_BUDGET seconds (420; steps that would start past it are
 # skipped and say so), NEXTN_CK_DIR (/tmp/nextn-ck), NEXTN_SEED (0),
-# NEXTN_RECORD_MTP_BEFORE (1; 0 skips the K = 4 round in the "before"
-# environment, when that environment does not touch decoding),
+# NEXTN_RECORD_MTP_BEFORE (1; 0 skips the K = 4 round with the "before"
+# flags, when they do not touch decoding),
 # NEXTN_RECORD_DRAFT_VOCAB (unset; e.g. 32768: also the K = 4 round with
 # --draft-vocab N, docs/speculative.md section 10).
 set -uo pipefail
@@ -28,7 +28,7 @@ BUILD=${NEXTN_BUILD:-build-cuda}
 BUDGET=${NEXTN_BENCH_BUDGET:-420}
 CK=${NEXTN_CK_DIR:-/tmp/nextn-ck}
 SEED=${NEXTN_SEED:-0}
-BEFORE=${NEXTN_RECORD_BEFORE:-NEXTN_CUDA_PDL=0 NEXTN_CUDA_PREFILL=chunked}
+BEFORE=${NEXTN_RECORD_BEFORE:---pdl off --prefill chunked}
 LOG=$OUT/logs
 SUMMARY=$OUT/summary.txt
 START=$(date +%s)
@@ -50,7 +50,7 @@ for size in ${NEXTN_RECORD_SIZES:-0.8b 4b 27b}; do
   run_step "make_$size" 120 "$N" make-checkpoint --preset "qwen3.5-$size" --quant q4 --seed "$SEED" --out "$dir"
   common=(bench decode --backend cuda -m "$dir" --prompt-len 16 -n "$n" --repeats 3)
   run_step "decode_${size}_new" 200 "$N" "${common[@]}" --prefill-len 2048 --breakdown
-  run_step "decode_${size}_old" 200 env $BEFORE "$N" "${common[@]}" --prefill-len 2048
+  run_step "decode_${size}_old" 200 "$N" "${common[@]}" --prefill-len 2048 $BEFORE
   run_step "mtp4_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 4 --breakdown
   if [ -n "${NEXTN_RECORD_DRAFT_VOCAB:-}" ]; then
     run_step "mtp4dv_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 4 \
@@ -58,7 +58,7 @@ for size in ${NEXTN_RECORD_SIZES:-0.8b 4b 27b}; do
   fi
   run_step "mtp8_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 8
   [ "${NEXTN_RECORD_MTP_BEFORE:-1}" = 1 ] &&
-    run_step "mtp4_${size}_old" 200 env $BEFORE "$N" "${common[@]}" --draft mtp --block-size 4
+    run_step "mtp4_${size}_old" 200 "$N" "${common[@]}" --draft mtp --block-size 4 $BEFORE
   rm -rf "$dir"
 done
 

@@ -87,7 +87,7 @@ else
         [ "$draft" = none ] && [ "$K" != 2 ] && continue
         extra=()
         [ "$draft" != none ] && extra=(--draft "$draft" --block-size "$K")
-        NEXTN_CUDA_ACT=fp32 "$BUILD/nextn" generate --backend cuda -m "$gx/target" --prompt-ids "$ids" -n 24 \
+        "$BUILD/nextn" generate --backend cuda --act fp32 -m "$gx/target" --prompt-ids "$ids" -n 24 \
           --ignore-eos --json "${extra[@]}" >"$LOG/cli_gemma4.txt" 2>"$LOG/cli_gemma4.err"
         rc=$?
         got=$(python3 -c "import json,sys;print(json.load(open('$LOG/cli_gemma4.txt'))['tokens'])" 2>/dev/null | tr -d ' ')
@@ -103,7 +103,7 @@ else
   # transformers here: the GPU in the fp32 mode gives transformers' greedy
   # tokens, plainly and with the assistant at K = 2, 3, 5, 8.
   if [ "${NEXTN_UNSEEN_GEMMA4:-0}" = 1 ]; then
-    NEXTN_CUDA_ACT=fp32 timeout "${NEXTN_T_UNSEEN:-300}" python3 scripts/fixtures/check_unseen_gemma4.py \
+    timeout "${NEXTN_T_UNSEEN:-300}" python3 scripts/fixtures/check_unseen_gemma4.py \
       --nextn "$BUILD/nextn" --backend cuda >"$LOG/unseen_gemma4.txt" 2>&1
     rc=$?
     say "unseen gemma4 (cuda, fp32 mode): exit $rc; $(tail -1 "$LOG/unseen_gemma4.txt")"

@@ -14,7 +14,7 @@ for cfg in ${CFGS:-3:12 2:12 1:12 2:6}; do
   echo "per_sm<=$1 stages<=$2"
   for shape0 in ${SHAPES:-248320x5120_--argmax 10240x5120 5120x17408}; do
     shape=${shape0//_/ }
-    NEXTN_STREAM_PER_SM=$1 NEXTN_STREAM_STAGES=$2 timeout 60 $B/nextn bench projection --shape $shape --quant q4 \
+    timeout 60 $B/nextn bench projection --stream-per-sm $1 --stream-stages $2 --shape $shape --quant q4 \
       --group-size 64 --widths ${WIDTHS:-1,4,8,16,32} 2>&1 | { read -r h; echo "  $h" | cut -c1-110; row; }
   done
 done

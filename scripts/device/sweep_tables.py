@@ -100,7 +100,7 @@ def verdict(arms):
 def model_section(model, cost, rate, variant, run, proj):
     title = f"### {model}, draft cost {cost}, oracle acceptance {rate}"
     if variant == "while":
-        title += ", WHILE-graph walk (NEXTN_CUDA_WALK=while)"
+        title += ", WHILE-graph walk (--walk while)"
     lines = [title, ""]
     if "error" in run:
         return lines + [f"unreadable: {run['error']}", ""]
@@ -200,7 +200,7 @@ def main(argv):
     if os.path.exists(guard):
         with open(guard) as f:
             g = json.load(f)
-        print(f"Guard: NEXTN_FAULT={g['fault']} on {g['backend']}: exit {g['exit']}, table printed: {g['table']} "
+        print(f"Guard: --fault {g['fault']} on {g['backend']}: exit {g['exit']}, table printed: {g['table']} "
               f"-> **{g['verdict']}**\n")
     summary = os.path.join(out1, "summary.txt")
     if os.path.exists(summary):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 11's verify-arm sweep, one device call of at most ~9 minutes:
-#   the guard (NEXTN_FAULT=runtime-walk-as-batched must make bench verify exit
+#   the guard (bench verify --fault runtime-walk-as-batched must exit
 #   2 with no table), then per model (4B first, then 27B; real-shape q4,
 #   random weights from `nextn make-checkpoint`): `nextn bench verify` over
 #   K x arms for each oracle acceptance x draft cost, >= 5 repeats, ABBA
@@ -26,7 +26,7 @@
 #   NEXTN_SWEEP_RATES ["0.8 0.6 0.9"]  NEXTN_SWEEP_COSTS ["free mtp"]
 #   NEXTN_SWEEP_REPEATS [5]  NEXTN_SWEEP_N [48] tokens per run
 #   NEXTN_SWEEP_WHILE_RATES ["0.8" on cuda, "" on cpu]: also run batched,walk with the
-#                          WHILE-graph walk (NEXTN_CUDA_WALK=while) at these rates,
+#                          WHILE-graph walk (--walk while) at these rates,
 #                          both costs (the default walk is the flag-return walk)
 #   NEXTN_SWEEP_BUDGET [520] s for the whole call; NEXTN_SWEEP_RESERVE [300] s
 #                          kept for the last model while earlier ones run
@@ -114,14 +114,14 @@ make_model() {
 # verify must print the counters, no table, and exit 2.
 fault_check() {
   local dir=$1 out=$LOG/fault_runtime_walk.txt t0=$(date +%s)
-  NEXTN_FAULT=runtime-walk-as-batched timeout 120 "$NEXTN" bench verify --backend "$BACKEND" -m "$dir" \
+  timeout 120 "$NEXTN" bench verify --backend "$BACKEND" -m "$dir" --fault runtime-walk-as-batched \
     --draft oracle --accept-rate 0.8 --block-sizes 4 --verify batched,walk --repeats 1 -n 16 >"$out" 2>&1
   local rc=$?
   local table=no
   grep -q "^timing:" "$out" && table=yes
   local verdict=FAIL
   [ $rc = 2 ] && [ $table = no ] && grep -q "refused:" "$out" && verdict=PASS
-  say "guard NEXTN_FAULT=runtime-walk-as-batched ($BACKEND, $(basename "$dir")): exit $rc, table printed: $table -> $verdict ($(( $(date +%s) - t0 )) s)"
+  say "guard --fault runtime-walk-as-batched ($BACKEND, $(basename "$dir")): exit $rc, table printed: $table -> $verdict ($(( $(date +%s) - t0 )) s)"
   sed -n '/^refused:/,/^machine:/p' "$out" | head -8 | tee -a "$SUMMARY"
   echo "{\"fault\": \"runtime-walk-as-batched\", \"backend\": \"$BACKEND\", \"exit\": $rc, \"table\": \"$table\", \"verdict\": \"$verdict\"}" \
     >"$OUT/json/guard.json"
@@ -156,26 +156,26 @@ for idx in "${!models[@]}"; do
   first=0
   projection "$name" "$dir"
   last_s=0
-  # one bench verify: tag, rate, cost, arms, extra environment
+  # one bench verify: tag, rate, cost, arms, extra flags
   verify_run() {
-    local tag=$1 rate=$2 cost=$3 arms=$4 envs=$5
+    local tag=$1 rate=$2 cost=$3 arms=$4 extra=$5
     local need=$(( last_s * 14 / 10 + 5 ))
     if [ "$(limit)" -lt "$need" ]; then say "skip $tag: $(limit) s usable, the last run took $last_s s"; return; fi
     local t0=$(date +%s) cap=$(limit)
     [ "$cap" -gt 240 ] && cap=240
-    env $envs timeout "$cap" "$NEXTN" bench verify --backend "$BACKEND" -m "$dir" --draft oracle --accept-rate "$rate" \
+    timeout "$cap" "$NEXTN" bench verify --backend "$BACKEND" -m "$dir" --draft oracle --accept-rate "$rate" $extra \
       --draft-cost "$cost" --block-sizes "$KS" --verify "$arms" --repeats "$REPEATS" -n "$N" --json \
       >"$OUT/json/verify_$tag.json" 2>"$LOG/verify_$tag.err"
     local rc=$?
     last_s=$(( $(date +%s) - t0 ))
-    say "bench verify $tag (${envs:+$envs, }K $KS, arms $arms, $REPEATS repeats, -n $N): exit $rc in $last_s s"
+    say "bench verify $tag (${extra:+$extra, }K $KS, arms $arms, $REPEATS repeats, -n $N): exit $rc in $last_s s"
     [ $rc = 0 ] || { tail -3 "$LOG/verify_$tag.err" | tee -a "$SUMMARY"; }
   }
   for rate in $RATES; do
     for cost in $COSTS; do verify_run "${name}_r${rate}_${cost}" "$rate" "$cost" "$ARMS" ""; done
   done
   for rate in $WHILE_RATES; do
-    for cost in $COSTS; do verify_run "${name}_r${rate}_${cost}_while" "$rate" "$cost" batched,walk NEXTN_CUDA_WALK=while; done
+    for cost in $COSTS; do verify_run "${name}_r${rate}_${cost}_while" "$rate" "$cost" batched,walk "--walk while"; done
   done
   case "$spec" in *=@*) ;; *) rm -rf "$dir" ;; esac
 done

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 
 #include "core/error.h"
@@ -65,28 +64,10 @@ Run run_once(ModelRuntime& rt, const std::vector<int32_t>& prompt, int n, const 
   return r;
 }
 
-// Sets NEXTN_CUDA_PROFILE=1 for the runtimes made while it lives.
-class ProfileEnv {
- public:
-  ProfileEnv() {
-    if (const char* v = std::getenv("NEXTN_CUDA_PROFILE")) old_ = v, had_ = true;
-    setenv("NEXTN_CUDA_PROFILE", "1", 1);
-  }
-  ~ProfileEnv() {
-    if (had_) setenv("NEXTN_CUDA_PROFILE", old_.c_str(), 1);
-    else unsetenv("NEXTN_CUDA_PROFILE");
-  }
-
- private:
-  std::string old_;
-  bool had_ = false;
-};
-
 }  // namespace
 
 BreakdownReport run_breakdown(const RuntimeFactory& factory, int vocab, const DecodeBenchOptions& o,
                               const RuntimeFactory* long_prompt_factory) {
-  const ProfileEnv env;
   BreakdownReport rep;
   const auto prompt = synthetic_prompt(o.prompt_len, vocab);
   const int n = o.max_new_tokens;

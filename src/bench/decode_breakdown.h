@@ -1,6 +1,6 @@
 // `nextn bench decode --breakdown`: where a decode step's device time goes,
 // by operation class, from the runtime's own timing events (CUDA:
-// NEXTN_CUDA_PROFILE=1, events between the operations of every captured
+// RuntimeOptions::profile, events between the operations of every captured
 // graph; see ModelRuntime::op_timings). Per generated token for plain greedy,
 // per round for MTP speculative decoding, per prompt for a long prefill. The
 // decode part is the difference of two runs on one runtime, N tokens and 1
@@ -34,7 +34,9 @@ struct BreakdownReport {
   std::vector<Breakdown> parts;
 };
 
-// Runs the breakdown runs (profile mode on for the runtimes it makes).
+// Runs the breakdown runs on runtimes from the factories, which the caller
+// builds with RuntimeOptions::profile on (a runtime without timings gives
+// measured = false).
 BreakdownReport run_breakdown(const RuntimeFactory& factory, int vocab, const DecodeBenchOptions& o,
                               const RuntimeFactory* long_prompt_factory = nullptr);  // as run_decode_bench's
 std::string breakdown_text(const BreakdownReport& r);

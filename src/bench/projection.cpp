@@ -39,6 +39,10 @@ int run_projection(const ProjectionOptions& o) {
   if (o.quant != "q4" && o.quant != "q8") fail("bench projection: --quant must be q4 or q8, got '{}'", o.quant);
   if (o.splits < 0 || (o.splits > 0 && (o.argmax || o.splits > cols / 128)))
     fail("bench projection: --splits {} must be 0 (automatic) or 1..{} without --argmax", o.splits, cols / 128);
+  if (o.stream_per_sm < 0 || o.stream_per_sm > 3)
+    fail("bench projection: --stream-per-sm must be 1..3, got {}", o.stream_per_sm);
+  if (o.stream_stages != 0 && (o.stream_stages < 2 || o.stream_stages > 12))
+    fail("bench projection: --stream-stages must be 2..12, got {}", o.stream_stages);
 #ifndef NEXTN_HAVE_CUDA
   fail("bench projection: this build has no CUDA backend");
 #else
@@ -51,6 +55,8 @@ int run_projection(const ProjectionOptions& o) {
   c.argmax = o.argmax;
   c.repeats = o.repeats;
   c.splits = o.splits;
+  c.stream_per_sm = o.stream_per_sm;
+  c.stream_stages = o.stream_stages;
   const auto r = cuda::bench_projection(c);
   const double copy = r.copy_gbs;
   if (o.json) {

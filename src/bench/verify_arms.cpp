@@ -170,7 +170,7 @@ ArmChoice resolved(ArmChoice c, int block_size) {
 }  // namespace
 
 ArmHeadStage::ArmHeadStage(const ArmChoice& choice)
-    : choice_(choice), verifier_(choice.arm, choice.pad_width, read_fault_hook()) {}
+    : choice_(choice), verifier_(choice.arm, choice.pad_width, choice.fault) {}
 
 void ArmHeadStage::pick(SequenceGroup&, std::span<const HeadPick> picks) {
   for (const HeadPick& p : picks) {

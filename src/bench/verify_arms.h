@@ -18,7 +18,7 @@
 // Every number in that table comes from the runtime: the verifier diffs
 // ModelRuntime::head_work() around its call and checks the row of the arm it
 // was built for, per round. It never writes a counter itself, so a runtime
-// that runs another path than the one asked for (NEXTN_FAULT, core/fault.h)
+// that runs another path than the one asked for (the planted faults, core/fault.h)
 // is caught by its own counters.
 #pragma once
 #include <cstdint>
@@ -86,12 +86,13 @@ struct ArmChoice {
   int pad_width = 0;                   // pad: 0 = default for K (resolve_pad_width)
   bool chosen_by_auto = false;         // stats then say verify_requested "auto", with auto's source and reason
   std::string auto_source, auto_reason;
+  Fault fault = Fault::None;           // walk-as-batched: planted in the Verifier (bench verify --fault, tests)
 };
 
 // The engine step's head stage running one arm through a Verifier: verify
 // rounds go through the arm and add its counters per round; prefill and plain
-// decode rows take the one-row argmax every arm shares. Reads the planted
-// fault hook (core/fault.h) once.
+// decode rows take the one-row argmax every arm shares. choice.fault plants
+// the verifier's fault (core/fault.h).
 class ArmHeadStage final : public HeadStage {
  public:
   // pad_width: resolved already (resolve_pad_width) for the pad arm.

@@ -95,8 +95,8 @@ void VerifyBench::attribute() {
       ArmResult a;
       a.block_size = K;
       a.arm = arm;
-      const GenerateResult r = generate_verify_arm(fresh_runtime(), o_.prompt, run_options(a), {.arm = a.arm, .pad_width = o_.pad_width},
-                                                  &report_.reference);
+      const ArmChoice choice = arm_choice(a);
+      const GenerateResult r = generate_verify_arm(fresh_runtime(), o_.prompt, run_options(a), choice, &report_.reference);
       a.counters = r.stats.counters;
       a.mtp_work = r.stats.mtp_work;
       if (o_.draft_cost == DraftCost::Mtp && r.stats.counters.rounds > 1 && r.stats.mtp_work.entries == 0)
@@ -113,6 +113,14 @@ void VerifyBench::attribute() {
   report_.runtimes_built = built_;
 }
 
+ArmChoice VerifyBench::arm_choice(const ArmResult& a) const {
+  ArmChoice c;
+  c.arm = a.arm;
+  c.pad_width = o_.pad_width;
+  c.fault = o_.fault;
+  return c;
+}
+
 void VerifyBench::time() {
   if (report_.arms.empty() || !report_.refusals.empty()) fail("internal: timing an unattributed benchmark");
   const size_t n_arms = o_.arms.size();
@@ -120,8 +128,9 @@ void VerifyBench::time() {
     for (int rep = 0; rep < o_.repeats; ++rep)
       for (size_t i = 0; i < n_arms; ++i) {
         ArmResult& a = report_.arms[k * n_arms + (rep % 2 == 0 ? i : n_arms - 1 - i)];
-        const GenerateResult r = generate_verify_arm(fresh_runtime(), o_.prompt, run_options(a), {.arm = a.arm, .pad_width = o_.pad_width},
-                                                  &report_.reference);
+        const ArmChoice choice = arm_choice(a);
+        const GenerateResult r =
+            generate_verify_arm(fresh_runtime(), o_.prompt, run_options(a), choice, &report_.reference);
         if (r.tokens != report_.reference)
           report_.refusals.push_back(fmt::format("{}: repeat {} tokens differ from plain greedy", arm_label(a), rep));
         if (!same_counters(r.stats.counters, a.counters))

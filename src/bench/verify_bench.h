@@ -35,6 +35,10 @@ struct VerifyBenchOptions {
   int repeats = 5;
   std::vector<int32_t> prompt;
   int max_new_tokens = 64;
+  // The planted fault (bench verify --fault): walk-as-batched goes to every
+  // walk arm's verifier here; runtime-walk-as-batched is the factory's
+  // (RuntimeOptions::fault).
+  Fault fault = Fault::None;
 };
 // Throws Error for impossible settings (all but the prompt, which the
 // constructor checks).
@@ -70,6 +74,7 @@ class VerifyBench {
 
  private:
   GenerateOptions run_options(const ArmResult& a) const;
+  ArmChoice arm_choice(const ArmResult& a) const;  // the arm, the pad width and the planted fault
   ModelRuntime& fresh_runtime();  // the one runtime, reset (built on first use)
   RuntimeFactory factory_;
   std::unique_ptr<ModelRuntime> rt_;

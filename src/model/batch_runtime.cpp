@@ -96,20 +96,21 @@ void SequenceGroup::mtp_draft_together(std::span<ModelRuntime* const> sequences,
 
 std::unique_ptr<SequenceGroup> make_solo_group(ModelRuntime& sequence) { return std::make_unique<SoloGroup>(sequence); }
 
-std::unique_ptr<SequenceGroup> make_sequence_group(const Qwen35Checkpoint& ckpt, BackendKind kind, int cpu_threads) {
-  if (kind == BackendKind::Cpu) return make_cpu_sequence_group(ckpt, CpuRuntimeOptions{.threads = cpu_threads});
+std::unique_ptr<SequenceGroup> make_sequence_group(const Qwen35Checkpoint& ckpt, BackendKind kind,
+                                                   const RuntimeOptions& options) {
+  if (kind == BackendKind::Cpu) return make_cpu_sequence_group(ckpt, cpu_options(options));
 #ifdef NEXTN_HAVE_CUDA
-  return make_cuda_sequence_group(ckpt);
+  return make_cuda_sequence_group(ckpt, options);
 #else
   // make_runtime gives the "built without the CUDA backend" error at the first sequence.
-  return make_serial_sequence_group(ckpt, kind, cpu_threads);
+  return make_serial_sequence_group(ckpt, kind, options);
 #endif
 }
 
 std::unique_ptr<SequenceGroup> make_serial_sequence_group(const Qwen35Checkpoint& ckpt, BackendKind kind,
-                                                          int cpu_threads) {
+                                                          const RuntimeOptions& options) {
   return make_serial_sequence_group(
-      [&ckpt, kind, cpu_threads](int max_tokens) { return make_runtime(ckpt, kind, max_tokens, cpu_threads); },
+      [&ckpt, kind, options](int max_tokens) { return make_runtime(ckpt, kind, max_tokens, options); },
       qwen35_info(ckpt.config()), kind == BackendKind::Cuda ? "cuda" : "cpu");
 }
 

@@ -94,12 +94,13 @@ class SequenceGroup {
 // CPU and CUDA: one weight load, shared forwards (CUDA: up to 32 sequences,
 // backend/cuda/qwen35_group.cpp). A CUDA request in a build without the CUDA
 // backend gets the serial group, whose first sequence reports it.
-std::unique_ptr<SequenceGroup> make_sequence_group(const Qwen35Checkpoint& ckpt, BackendKind kind, int cpu_threads = 0);
+std::unique_ptr<SequenceGroup> make_sequence_group(const Qwen35Checkpoint& ckpt, BackendKind kind,
+                                                   const RuntimeOptions& options = {});
 // The fallback make_sequence_group gives a backend without multi-sequence
 // support (sequences from make_runtime, forwards one after another); any
 // backend may use it (tests run it on the CPU).
 std::unique_ptr<SequenceGroup> make_serial_sequence_group(const Qwen35Checkpoint& ckpt, BackendKind kind,
-                                                          int cpu_threads = 0);
+                                                          const RuntimeOptions& options = {});
 // The serial group of any model family: sequences from `factory` (which
 // owns or outlives the weights), facts from `info`.
 std::unique_ptr<SequenceGroup> make_serial_sequence_group(RuntimeFactory factory, ModelInfo info,

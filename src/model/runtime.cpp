@@ -67,7 +67,7 @@ BackendKind parse_backend(const std::string& name) {
 }
 
 std::unique_ptr<ModelRuntime> make_runtime(const Qwen35Checkpoint& ckpt, BackendKind kind, int max_tokens,
-                                           int cpu_threads, int max_rows) {
+                                           const RuntimeOptions& options, int max_rows) {
   if (max_tokens <= 0) fail("runtime capacity {} tokens: expected at least 1", max_tokens);
   if (max_rows < 1 || max_rows > kMaxForwardRows)
     fail("runtime rows per forward {}: expected 1 to {}", max_rows, kMaxForwardRows);
@@ -78,9 +78,9 @@ std::unique_ptr<ModelRuntime> make_runtime(const Qwen35Checkpoint& ckpt, Backend
     fail("{}: this run needs up to {} positions (prompt + tokens to generate + verify block) but config.json's "
          "max_position_embeddings is {}",
          ckpt.dir(), max_tokens, limit);
-  if (kind == BackendKind::Cpu) return make_cpu_runtime(ckpt, max_tokens, CpuRuntimeOptions{.threads = cpu_threads});
+  if (kind == BackendKind::Cpu) return make_cpu_runtime(ckpt, max_tokens, cpu_options(options));
 #ifdef NEXTN_HAVE_CUDA
-  return make_cuda_runtime(ckpt, max_tokens, max_rows);
+  return make_cuda_runtime(ckpt, max_tokens, max_rows, options);
 #else
   fail("--backend cuda: this nextn was built without the CUDA backend (no nvcc at build time, or -DNEXTN_CUDA=OFF)");
 #endif

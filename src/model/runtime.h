@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/options.h"
 #include "io/config.h"
 
 namespace nextn {
@@ -164,8 +165,8 @@ class ModelRuntime {
   // ---- where the time goes (bench decode --breakdown) ----
   // Device time per operation class, summed since construction or
   // clear_op_timings(): only when the backend measures it (CUDA with
-  // NEXTN_CUDA_PROFILE=1 places timing events between the operations of its
-  // graphs); otherwise empty.
+  // RuntimeOptions::profile places timing events between the operations of
+  // its graphs); otherwise empty.
   virtual std::vector<OpTiming> op_timings() const { return {}; }
   virtual void clear_op_timings() {}
   // Kernels launched so far (CUDA: the kernel nodes of every graph replayed);
@@ -189,13 +190,13 @@ enum class BackendKind { Cpu, Cuda };
 BackendKind parse_backend(const std::string& name);  // throws Error
 
 // max_tokens bounds the caches (prompt + generated + block size).
-// cpu_threads: the CPU backend's thread count (0: default_thread_count(),
-// i.e. NEXTN_THREADS or all cores); results do not depend on it.
+// options: what the user or a benchmark chose (core/options.h); each backend
+// reads the fields that apply to it.
 // max_rows (CUDA; the CPU backend has no row-count workspaces): the rows per
 // call the runtime is built for, in [1, kMaxForwardRows]; a call over more
 // (head argmax width, walk rows, draft chain) throws Error, a longer forward
 // runs in chunks. Results do not depend on it.
 std::unique_ptr<ModelRuntime> make_runtime(const Qwen35Checkpoint& ckpt, BackendKind kind, int max_tokens,
-                                           int cpu_threads = 0, int max_rows = kMaxForwardRows);
+                                           const RuntimeOptions& options = {}, int max_rows = kMaxForwardRows);
 
 }  // namespace nextn

@@ -12,7 +12,7 @@
 
 namespace nextn {
 
-TargetModel open_target_model(const std::string& dir, BackendKind kind, int cpu_threads) {
+TargetModel open_target_model(const std::string& dir, BackendKind kind, const RuntimeOptions& options) {
   TargetModel m;
   const std::string gemma = gemma4_model_type(dir);
   if (gemma == "gemma4_assistant")
@@ -27,12 +27,12 @@ TargetModel open_target_model(const std::string& dir, BackendKind kind, int cpu_
     m.family = "gemma4";
     m.gemma4 = ck;
     m.info = {c.vocab_size, c.hidden_size, c.max_position_embeddings, 0, c.eos_token_ids};
-    m.factory = [ck, kind, cpu_threads](int cap) -> std::unique_ptr<ModelRuntime> {
+    m.factory = [ck, kind, options](int cap) -> std::unique_ptr<ModelRuntime> {
       (void)kind;  // read only with the CUDA backend built
 #ifdef NEXTN_HAVE_CUDA
-      if (kind == BackendKind::Cuda) return make_cuda_gemma4_runtime(*ck, cap);
+      if (kind == BackendKind::Cuda) return make_cuda_gemma4_runtime(*ck, cap, options);
 #endif
-      return make_cpu_gemma4_runtime(*ck, cap, CpuRuntimeOptions{.threads = cpu_threads});
+      return make_cpu_gemma4_runtime(*ck, cap, cpu_options(options));
     };
     return m;
   }
@@ -40,7 +40,7 @@ TargetModel open_target_model(const std::string& dir, BackendKind kind, int cpu_
   const Qwen35Config& c = ck->config();
   m.family = "qwen3_5";
   m.info = {c.vocab_size, c.hidden_size, c.max_position_embeddings, ck->mtp_layers(), c.eos_token_ids};
-  m.factory = [ck, kind, cpu_threads](int cap) { return make_runtime(*ck, kind, cap, cpu_threads); };
+  m.factory = [ck, kind, options](int cap) { return make_runtime(*ck, kind, cap, options); };
   return m;
 }
 

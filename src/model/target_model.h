@@ -5,7 +5,6 @@
 #include <string>
 
 #include "model/runtime.h"
-#include "model/runtime.h"
 
 namespace nextn {
 
@@ -19,6 +18,6 @@ struct TargetModel {
 };
 
 // Throws Error (a bad checkpoint, or a family the backend does not run).
-TargetModel open_target_model(const std::string& dir, BackendKind kind, int cpu_threads = 0);
+TargetModel open_target_model(const std::string& dir, BackendKind kind, const RuntimeOptions& options = {});
 
 }  // namespace nextn

@@ -19,7 +19,7 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 Engine::Engine(const Qwen35Checkpoint& ckpt, const tok::Tokenizer& tokenizer, const EngineOptions& options,
                Metrics& metrics)
-    : Engine(make_sequence_group(ckpt, options.backend, options.cpu_threads), tokenizer, options, metrics) {}
+    : Engine(make_sequence_group(ckpt, options.backend, options.runtime), tokenizer, options, metrics) {}
 
 Engine::Engine(std::unique_ptr<SequenceGroup> group, const tok::Tokenizer& tokenizer, const EngineOptions& options,
                Metrics& metrics)

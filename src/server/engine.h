@@ -38,7 +38,7 @@ using DrafterFactory = std::function<std::unique_ptr<Drafter>(ModelRuntime& sequ
 
 struct EngineOptions {
   BackendKind backend = BackendKind::Cpu;  // the Qwen3.5 constructor's group
-  int cpu_threads = 0;
+  RuntimeOptions runtime;                  // its runtime options (core/options.h)
   DraftKind draft = DraftKind::None;  // none, mtp or oracle
   int block_size = 0;                 // 0: default for the checkpoint (Auto: kAutoMaxBlockSize)
   // Auto: K chosen every step by the cost model, which probe_step_costs

@@ -71,7 +71,7 @@ CpuModel::CpuModel(const Qwen35Checkpoint& ck, const CpuRuntimeOptions& options)
     : cfg(ck.config()),
       pool(options.threads > 0 ? options.threads : default_thread_count()),
       min_chunk_work(options.min_chunk_work),
-      fault(read_fault_hook()) {
+      fault(options.fault) {
   const int H = cfg.hidden_size;
   embed_tokens = Matrix::load(ck.matrix("embed_tokens", cfg.vocab_size, H));
   const WeightRef head = ck.lm_head();
@@ -429,6 +429,13 @@ void CpuModel::gdn_mixer(const GdnWeights& W, std::span<const Segment> segs, int
 }
 
 }  // namespace cpu_qwen35
+
+CpuRuntimeOptions cpu_options(const RuntimeOptions& options) {
+  CpuRuntimeOptions c;
+  c.threads = options.cpu_threads;
+  c.fault = options.fault;
+  return c;
+}
 
 std::unique_ptr<ModelRuntime> make_cpu_runtime(const Qwen35Checkpoint& ckpt, int max_tokens,
                                                const CpuRuntimeOptions& options) {

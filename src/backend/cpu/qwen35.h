@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/fault.h"
 #include "model/runtime.h"
 
 namespace nextn {
@@ -14,7 +15,10 @@ struct CpuRuntimeOptions {
   // multiply-adds (small ones stay on one thread). Tests set 1 so that every
   // split happens on tiny fixtures; results never depend on it.
   int64_t min_chunk_work = int64_t(1) << 16;
+  Fault fault = Fault::None;  // a planted runtime fault (RuntimeOptions::fault)
 };
+// The CPU backend's part of `options` (threads, fault).
+CpuRuntimeOptions cpu_options(const RuntimeOptions& options);
 std::unique_ptr<ModelRuntime> make_cpu_runtime(const Qwen35Checkpoint& ckpt, int max_tokens,
                                                const CpuRuntimeOptions& options = {});
 // Sequences over one copy of the weights whose forwards run as one

@@ -94,7 +94,7 @@ struct CpuModel {
   Qwen35Config cfg;
   ThreadPool pool;
   int64_t min_chunk_work;
-  Fault fault = Fault::None;  // NEXTN_FAULT, read once at construction
+  Fault fault = Fault::None;  // CpuRuntimeOptions::fault
   MatrixPtr embed_tokens, lm_head;
   std::vector<float> final_norm;
   std::vector<LayerWeights> layers;

@@ -80,15 +80,9 @@ Gemma4DevLayer CudaGemma4::load_layer(const Gemma4Checkpoint& ck, int index) {
   return L;
 }
 
-CudaGemma4::CudaGemma4(const Gemma4Checkpoint& ck, int max_tokens)
-    : Gemma4Runtime(max_tokens, kMaxRows), cfg_(ck.config()) {
+CudaGemma4::CudaGemma4(const Gemma4Checkpoint& ck, int max_tokens, Activations act)
+    : Gemma4Runtime(max_tokens, kMaxRows), cfg_(ck.config()), act_(act == Activations::Fp32 ? Act::F32 : Act::BF16) {
   (void)cuda_device_summary();  // one error line when there is no usable device
-  if (const char* a = std::getenv("NEXTN_CUDA_ACT")) {
-    const std::string s(a);
-    if (s == "fp32") act_ = Act::F32;
-    else if (s == "bf16" || s.empty()) act_ = Act::BF16;
-    else fail("NEXTN_CUDA_ACT='{}': expected bf16 or fp32", s);
-  }
   H_ = cfg_.hidden_size;
   V_ = cfg_.vocab_size;
   I_ = cfg_.intermediate_size;
@@ -283,9 +277,10 @@ const float* CudaGemma4::cached(int layer, int pos, bool key) const {
 
 }  // namespace cuda
 
-std::unique_ptr<ModelRuntime> make_cuda_gemma4_runtime(const Gemma4Checkpoint& ckpt, int max_tokens) {
+std::unique_ptr<ModelRuntime> make_cuda_gemma4_runtime(const Gemma4Checkpoint& ckpt, int max_tokens,
+                                                       const RuntimeOptions& options) {
   ckpt.check_target_capacity(max_tokens);
-  return std::make_unique<cuda::CudaGemma4>(ckpt, max_tokens);
+  return std::make_unique<cuda::CudaGemma4>(ckpt, max_tokens, options.act);
 }
 
 }  // namespace nextn

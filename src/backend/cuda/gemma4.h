@@ -4,10 +4,11 @@
 // the CPU assistant drafter runs against it (it copies the rows it reads
 // back to the host).
 //
-// Modes, read from NEXTN_CUDA_ACT when the runtime is made, as for Qwen3.5:
-// fp32 (weights and activations fp32, matmuls on CUDA cores: the parity mode
-// the tests compare with transformers) or bf16 (the default: bf16 weights
-// and matmul operands on tensor cores, fp32 residual, KV cache and sums).
+// Modes, RuntimeOptions::act (--act) as for Qwen3.5: fp32 (weights and
+// activations fp32, matmuls on CUDA cores: the parity mode the tests compare
+// with transformers) or bf16 (the default: bf16 weights and matmul operands
+// on tensor cores, fp32 residual, KV cache and sums). The other runtime
+// options are the Qwen3.5 runtime's (no graphs here).
 #pragma once
 #include <memory>
 
@@ -19,6 +20,7 @@ class Gemma4Checkpoint;
 // Throws Error (one line): no usable device, an assistant checkpoint, a
 // capacity outside [1, max_position_embeddings], a shape the kernels cannot
 // take, or too little device memory.
-std::unique_ptr<ModelRuntime> make_cuda_gemma4_runtime(const Gemma4Checkpoint& ckpt, int max_tokens);
+std::unique_ptr<ModelRuntime> make_cuda_gemma4_runtime(const Gemma4Checkpoint& ckpt, int max_tokens,
+                                                       const RuntimeOptions& options = {});
 
 }  // namespace nextn

@@ -48,7 +48,7 @@ struct KvMirror {
 
 class CudaGemma4 final : public Gemma4Runtime {
  public:
-  CudaGemma4(const Gemma4Checkpoint& ck, int max_tokens);
+  CudaGemma4(const Gemma4Checkpoint& ck, int max_tokens, Activations act);
   ~CudaGemma4() override;
 
   ModelInfo info() const override { return info_; }

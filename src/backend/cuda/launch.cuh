@@ -7,17 +7,17 @@
 // on, the next kernel's blocks are scheduled while this one runs and start
 // the moment it ends, instead of after a full launch gap. Since every kernel
 // waits before it reads or writes anything, the order of effects is exactly
-// that of plain stream order: results do not depend on PDL (tested by
-// running the suite with NEXTN_CUDA_PDL=0 and 1). Without the attribute both
-// instructions are no-ops.
+// that of plain stream order: results do not depend on PDL (tested:
+// CudaPdl.SameBitsWithoutPdl). Without the attribute both instructions are
+// no-ops.
 #pragma once
 #include <cuda_runtime.h>
 
 namespace nextn::cuda {
 
-// NEXTN_CUDA_PDL=0 turns the attribute off (read once); a thread may suspend
-// it around a capture that must not have programmatic edges (the WHILE walk's
-// body graph).
+// On unless the calling thread suspends it: around a capture that must not
+// have programmatic edges (the WHILE walk's body graph) or that the
+// runtime's PdlPolicy (core/options.h) keeps without them.
 bool pdl_active();
 class PdlSuspend {
  public:

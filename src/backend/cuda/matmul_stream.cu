@@ -36,7 +36,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
@@ -529,8 +528,8 @@ KernelFn kernel_for(int bits, int epi, int nf) {
 // block's static part and reserve).
 constexpr int kSmemPerSM = 222 * 1024;
 constexpr int kSmemMaxBlock = 220 * 1024;
-// Tuning knobs for `nextn bench projection` (speed only: the bits do not
-// depend on them): NEXTN_STREAM_PER_SM caps blocks per SM, NEXTN_STREAM_STAGES the ring.
+// Tuning caps (set_stream_caps: `nextn bench projection` only; speed only,
+// the bits do not depend on them): blocks per SM and the ring's depth.
 int g_cap_per_sm = 3, g_cap_stages = kMaxStages;
 
 void launch(const DevMatrix& W, int epi, StreamParams p, cudaStream_t s) {
@@ -583,13 +582,16 @@ void init_kernels() {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
-  if (const char* e = std::getenv("NEXTN_STREAM_PER_SM")) g_cap_per_sm = std::clamp(std::atoi(e), 1, 3);
-  if (const char* e = std::getenv("NEXTN_STREAM_STAGES")) g_cap_stages = std::clamp(std::atoi(e), 2, kMaxStages);
   for (int bits : {4, 8})
     for (int epi : {int(kOut), int(kArgmax)})
       for (int nf = 1; nf <= 8; ++nf)
         CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel_for(bits, epi, nf)),
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMaxBlock));
+}
+
+void set_stream_caps(int per_sm, int stages) {
+  g_cap_per_sm = per_sm > 0 ? std::clamp(per_sm, 1, 3) : 3;
+  g_cap_stages = stages > 0 ? std::clamp(stages, 2, kMaxStages) : kMaxStages;
 }
 
 bool stream_eligible(const DevMatrix& m) {

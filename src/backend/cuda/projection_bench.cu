@@ -13,6 +13,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/device_handles.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/matmul_stream.h"
 #include "core/error.h"
 
 namespace nextn::cuda {
@@ -64,6 +65,11 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   r.device = prop.name;
   init_kernels();
+  // The caps hold for this call only (later runtimes in the process get the production ones).
+  struct Caps {
+    Caps(int per_sm, int stages) { set_stream_caps(per_sm, stages); }
+    ~Caps() { set_stream_caps(0, 0); }
+  } caps(c.stream_per_sm, c.stream_stages);
   if (c.bits != 4 && c.bits != 8) fail("bench projection: --quant must be q4 or q8");
   for (int W : c.widths)
     if (W < 1 || W > kMaxRows) fail("bench projection: width {} outside [1, {}]", W, kMaxRows);

@@ -16,6 +16,7 @@ struct ProjBenchConfig {
   int repeats = 30;  // timed launches per width, spread over interleaved rounds
   int rounds = 3;
   int splits = 0;    // split-K override; 0: choose_splits (the production choice)
+  int stream_per_sm = 0, stream_stages = 0;  // the streamed kernel's tuning caps (set_stream_caps; 0: production)
 };
 
 struct ProjBenchRow {

@@ -30,7 +30,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -72,65 +71,38 @@ namespace {
 // make_cuda_runtime's weights, loaded once the capacity has passed its own
 // checks (a bad capacity costs no device work).
 std::shared_ptr<const CudaQwen35Weights> weights_for_one_sequence(const Qwen35Checkpoint& ck, int max_tokens,
-                                                                  int max_rows) {
+                                                                  int max_rows, Activations act) {
   check_max_rows(max_rows);
   (void)workspace_dims(ck.config(), max_tokens);
-  return std::make_shared<const CudaQwen35Weights>(ck, max_tokens);
+  return std::make_shared<const CudaQwen35Weights>(ck, max_tokens, act);
 }
 
 }  // namespace
 
-CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens, int max_rows)
-    : CudaQwen35(weights_for_one_sequence(ck, max_tokens, max_rows), max_tokens, max_rows) {}
+CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens, int max_rows, const RuntimeOptions& options)
+    : CudaQwen35(weights_for_one_sequence(ck, max_tokens, max_rows, options.act), max_tokens, max_rows, options) {}
 
-CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max_tokens, int max_rows)
-    : w_(std::move(weights)), cfg_(w_->cfg), max_tokens_(max_tokens), max_rows_(max_rows), act_(w_->act) {
+CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max_tokens, int max_rows,
+                       const RuntimeOptions& options)
+    : w_(std::move(weights)),
+      cfg_(w_->cfg),
+      max_tokens_(max_tokens),
+      max_rows_(max_rows),
+      act_(w_->act),
+      use_graphs_(options.cuda_graphs),
+      walk_variant_(options.walk),
+      fault_(options.fault),
+      profile_(options.profile),
+      prefill_gemm_enabled_(options.prefill_gemm) {
   check_max_rows(max_rows);
   const WorkspaceDims dims = workspace_dims(cfg_, max_tokens);  // sizes checked before any device work
-  if (const char* g = std::getenv("NEXTN_CUDA_GRAPHS")) use_graphs_ = std::string(g) != "0";
-  if (const char* p = std::getenv("NEXTN_CUDA_PROFILE")) profile_ = std::string(p) == "1";
-  if (const char* p = std::getenv("NEXTN_CUDA_PREFILL")) {
-    const std::string v(p);
-    if (v == "chunked") prefill_gemm_enabled_ = false;
-    else if (v != "gemm" && !v.empty()) fail("NEXTN_CUDA_PREFILL='{}': expected gemm or chunked", v);
-  }
-  if (const char* p = std::getenv("NEXTN_CUDA_PREFILL_ATTN")) {
-    const std::string v(p);
-    if (v == "split") prefill_attn_mma_ = false;
-    else if (v != "mma" && !v.empty()) fail("NEXTN_CUDA_PREFILL_ATTN='{}': expected mma or split", v);
-  }
-  if (const char* p = std::getenv("NEXTN_CUDA_PREFILL_GDN")) {
-    const std::string v(p);
-    if (v == "serial") prefill_gdn_parts_ = false;
-    else if (v != "parts" && !v.empty()) fail("NEXTN_CUDA_PREFILL_GDN='{}': expected parts or serial", v);
-  }
-  if (const char* w = std::getenv("NEXTN_CUDA_WALK")) {
-    const std::string s(w);
-    if (s == "flag") walk_variant_ = WalkVariant::Flag;
-    else if (s == "while") walk_variant_ = WalkVariant::While;
-    else if (!s.empty()) fail("NEXTN_CUDA_WALK='{}': expected while or flag", s);
-  }
-  // The default: forwards of more than one row (verify blocks) go without PDL
-  // at hidden size >= 5120. Measured (docs/benchmark_results/decode-h200-2026-12-01.md,
+  // PdlPolicy::Default: forwards of more than one row (verify blocks) go
+  // without PDL at hidden size >= 5120. Measured (docs/benchmark_results/decode-h200-2026-12-01.md,
   // call 7): the K = 4 and 8 rounds at the 27B q4 shape take 5-6 % less
   // without it, at 4B (2560) and 0.8B (1024) 1.5-5 % more.
-  if (cfg_.hidden_size >= 5120) pdl_off_kinds_ = 1u << kPdlOffForwardMulti;
-  if (const char* k = std::getenv("NEXTN_CUDA_PDL_OFF")) {  // graph kinds captured without PDL; "none"
-    const std::string list(k);
-    pdl_off_kinds_ = 0;
-    for (size_t a = 0; list != "none" && a <= list.size();) {
-      const size_t b = std::min(list.find(',', a), list.size());
-      const std::string name = list.substr(a, b - a);
-      a = b + 1;
-      int kind = name == "forward_multi" ? kPdlOffForwardMulti : -1;
-      for (int i = 0; i <= int(GraphKind::GroupMtpDraft); ++i)
-        if (name == graph_kind_name(GraphKind(i))) kind = i;
-      if (kind < 0)
-        fail("NEXTN_CUDA_PDL_OFF: unknown graph kind '{}' (e.g. forward, forward_multi, mtp_draft, rollback)", name);
-      pdl_off_kinds_ |= 1u << kind;
-    }
-  }
-  fault_ = read_fault_hook();
+  pdl_off_all_ = options.pdl == PdlPolicy::Off;
+  pdl_off_multi_row_ =
+      options.pdl == PdlPolicy::MultiRowOff || (options.pdl == PdlPolicy::Default && cfg_.hidden_size >= 5120);
   {
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -437,7 +409,7 @@ void CudaQwen35::decoder_layer(const LayerWeights& L, int T, const StepBuffers& 
       mark("gdn.conv");
       cuda::gdn_conv(gdn_shape_, b.gdn_table, L.gdn_index, 1, T, &d_args_->parity, 0, false, stream_);
       mark("gdn.rec");
-      if (b.prefill && prefill_gdn_parts_ && proj_ld_ >= c.value_dim())  // b.proj is free here: the raw outputs
+      if (b.prefill && proj_ld_ >= c.value_dim())  // b.proj is free here: the raw outputs
         cuda::gdn_prefill_recurrence(gdn_shape_, b.gdn_table, L.gdn_index, T, &d_args_->parity, b.proj, stream_);
       else
         cuda::gdn_recurrence(gdn_shape_, b.gdn_table, L.gdn_index, 1, T, &d_args_->parity, 0, false, act_, stream_);
@@ -677,8 +649,9 @@ void CudaQwen35::mtp_rollback(int length) {
 
 }  // namespace cuda
 
-std::unique_ptr<ModelRuntime> make_cuda_runtime(const Qwen35Checkpoint& ckpt, int max_tokens, int max_rows) {
-  return std::make_unique<cuda::CudaQwen35>(ckpt, max_tokens, max_rows);
+std::unique_ptr<ModelRuntime> make_cuda_runtime(const Qwen35Checkpoint& ckpt, int max_tokens, int max_rows,
+                                                const RuntimeOptions& options) {
+  return std::make_unique<cuda::CudaQwen35>(ckpt, max_tokens, max_rows, options);
 }
 
 }  // namespace nextn

@@ -14,17 +14,17 @@ class SequenceGroup;
 
 // Throws Error (one line) when no CUDA device is usable, the device is not
 // sm_90, or the checkpoint does not fit in device memory.
-// NEXTN_CUDA_ACT=fp32 selects the fp32-activation mode (fp32 weights and
+// options.act = Fp32 selects the fp32-activation mode (fp32 weights and
 // operands on CUDA cores: slow, for exact parity checks on small models).
 // max_rows: the most rows one call works on at once (runtime.h,
 // kMaxForwardRows); the row-count workspaces are sized by it.
 std::unique_ptr<ModelRuntime> make_cuda_runtime(const Qwen35Checkpoint& ckpt, int max_tokens,
-                                                int max_rows = kMaxForwardRows);
+                                                int max_rows = kMaxForwardRows, const RuntimeOptions& options = {});
 
 // Sequences over one copy of the weights whose target forwards run as one
 // trunk forward (model/batch_runtime.h; backend/cuda/qwen35_group.cpp).
 // Throws what make_cuda_runtime would when no usable device exists.
-std::unique_ptr<SequenceGroup> make_cuda_sequence_group(const Qwen35Checkpoint& ckpt);
+std::unique_ptr<SequenceGroup> make_cuda_sequence_group(const Qwen35Checkpoint& ckpt, const RuntimeOptions& options = {});
 
 // Throws the same Error make_cuda_runtime would when no usable device exists;
 // returns a one-line description of device 0 otherwise.

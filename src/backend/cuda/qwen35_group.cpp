@@ -215,8 +215,9 @@ namespace {
 
 class CudaSequenceGroup final : public SequenceGroup {
  public:
-  explicit CudaSequenceGroup(const Qwen35Checkpoint& ckpt)
-      : weights_(std::make_shared<const CudaQwen35Weights>(ckpt, 0)),
+  CudaSequenceGroup(const Qwen35Checkpoint& ckpt, const RuntimeOptions& options)
+      : options_(options),
+        weights_(std::make_shared<const CudaQwen35Weights>(ckpt, 0, options.act)),
         info_(qwen35_info(ckpt.config())),
         max_positions_(ckpt.config().max_position_embeddings) {}
   const char* backend_name() const override { return "cuda"; }
@@ -227,7 +228,7 @@ class CudaSequenceGroup final : public SequenceGroup {
     if (max_tokens > max_positions_)
       fail("a sequence of up to {} positions exceeds config.json's max_position_embeddings {}", max_tokens,
            max_positions_);
-    return std::make_unique<CudaQwen35>(weights_, max_tokens);
+    return std::make_unique<CudaQwen35>(weights_, max_tokens, kMaxRows, options_);
   }
   void forward_together(std::span<ModelRuntime* const> sequences,
                         std::span<const std::span<const int32_t>> tokens) override;
@@ -240,6 +241,7 @@ class CudaSequenceGroup final : public SequenceGroup {
   // The group's own sequences, each listed once (Error otherwise).
   std::vector<CudaQwen35*> members(std::span<ModelRuntime* const> sequences, const char* what) const;
 
+  RuntimeOptions options_;  // every sequence's (the weights carry options_.act)
   std::shared_ptr<const CudaQwen35Weights> weights_;
   ModelInfo info_;
   int max_positions_;
@@ -418,8 +420,8 @@ void CudaSequenceGroup::head_argmax_together(std::span<const SequenceRows> rows,
 
 }  // namespace cuda
 
-std::unique_ptr<SequenceGroup> make_cuda_sequence_group(const Qwen35Checkpoint& ckpt) {
-  return std::make_unique<cuda::CudaSequenceGroup>(ckpt);
+std::unique_ptr<SequenceGroup> make_cuda_sequence_group(const Qwen35Checkpoint& ckpt, const RuntimeOptions& options) {
+  return std::make_unique<cuda::CudaSequenceGroup>(ckpt, options);
 }
 
 }  // namespace nextn

@@ -92,9 +92,10 @@ int CudaQwen35::head_walk(std::span<const int32_t> drafts, int32_t* out) {
   return steps;
 }
 
-// The planted fault (NEXTN_FAULT=runtime-walk-as-batched): the walk entry
-// point silently projects all rows in one batched call. The tokens stay
-// right; the counters, written by the batched kernels, say what ran.
+// The planted fault (RuntimeOptions::fault, runtime-walk-as-batched): the
+// walk entry point silently projects all rows in one batched call. The
+// tokens stay right; the counters, written by the batched kernels, say what
+// ran.
 int CudaQwen35::walk_as_batched(std::span<const int32_t> drafts, int rows, int32_t* out) {
   head_argmax(0, rows, rows, out);
   int steps = 1;
@@ -116,8 +117,8 @@ void CudaQwen35::record_walk_body(int rows, int nd, cudaStream_t s, cudaGraphCon
 // Device-side early exit that skips the work: a conditional WHILE node whose
 // body projects one row; the step kernel of the row that mismatches sets the
 // condition to 0, so no later row is launched. One graph per (rows, drafts);
-// one copy back. Without graphs (NEXTN_CUDA_GRAPHS=0) the host runs the body
-// row by row and reads the stop flag after each.
+// one copy back. Without graphs (RuntimeOptions::cuda_graphs false) the host
+// runs the body row by row and reads the stop flag after each.
 int CudaQwen35::walk_while(int rows, int nd, int32_t* out) {
   const size_t row_bytes = size_t(H_) * size_t(act_size(act_));
   auto prelude = [&] {

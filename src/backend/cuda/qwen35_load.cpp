@@ -102,16 +102,11 @@ size_t sequence_bytes(const Qwen35Config& c, int max_tokens, Act act, bool has_m
   return total + size_t(max_rows) * size_t(c.vocab_size) * 4;  // logits
 }
 
-CudaQwen35Weights::CudaQwen35Weights(const Qwen35Checkpoint& ck, int reserve_tokens) : cfg(ck.config()) {
+CudaQwen35Weights::CudaQwen35Weights(const Qwen35Checkpoint& ck, int reserve_tokens, Activations mode)
+    : cfg(ck.config()), act(mode == Activations::Fp32 ? Act::F32 : Act::BF16) {
   static_assert(kWorkspaceRows == kMaxRows && kMaxForwardRows == kMaxRows);
   if (reserve_tokens < 0) fail("internal: CudaQwen35Weights reserving {} tokens", reserve_tokens);
   (void)cuda_device_summary();
-  if (const char* a = std::getenv("NEXTN_CUDA_ACT")) {
-    const std::string s(a);
-    if (s == "fp32") act = Act::F32;
-    else if (s == "bf16" || s.empty()) act = Act::BF16;
-    else fail("NEXTN_CUDA_ACT='{}': expected bf16 or fp32", s);
-  }
   check_shapes(cfg);
   {
     size_t free_b = 0, total_b = 0;

@@ -4,9 +4,9 @@
 // kPrefillRows through PrefillGemm (cuBLAS tensor cores on bf16-expanded
 // weights) instead of 64-row slices of the streamed decode kernel. Attention
 // goes through attention_prefill (tensor cores, the whole chunk in one
-// launch; NEXTN_CUDA_PREFILL_ATTN=split or an unsupported head_dim: the
-// decode kernel in max_rows_ slices, reusing the decode workspace), the GDN
-// recurrence through gdn_prefill_recurrence (NEXTN_CUDA_PREFILL_GDN=serial:
+// launch; an unsupported head_dim: the decode kernel in max_rows_ slices,
+// reusing the decode workspace), the GDN recurrence through
+// gdn_prefill_recurrence (a projection buffer narrower than the value width:
 // the decode kernel). The other operations are the decode kernels on more
 // rows. Only in the bf16 mode: the fp32 mode, which the CPU parity tests
 // use, keeps every forward on the graphs.
@@ -113,7 +113,8 @@ void CudaQwen35::prefill_project(const DevMatrix& W, const void* x, int T, int l
 }
 
 void CudaQwen35::prefill_attention(int T, void* k_cache, void* v_cache, const StepBuffers& b) {
-  if (prefill_attn_mma_ && cuda::attention_prefill_supports(attn_shape_)) {
+  // The decode kernel in max_rows_ slices is the fallback for shapes the tensor-core kernel does not take.
+  if (cuda::attention_prefill_supports(attn_shape_)) {
     // d_prefill_pos_[0]: the chunk's first position (prefill() runs in the bf16 mode only).
     cuda::attention_prefill(attn_shape_, b.q, k_cache, v_cache, b.proj, proj_ld_, T, d_prefill_pos_, b.act, stream_);
     return;
@@ -138,6 +139,8 @@ void CudaQwen35::prefill_chunk(int n) {
 
 void CudaQwen35::prefill(std::span<const int32_t> tokens) {
   prefill_allocate();
+  std::optional<PdlSuspend> no_pdl;  // PdlPolicy::Off reaches the launches outside graphs too
+  if (pdl_off_all_) no_pdl.emplace();
   const int total = int(tokens.size());
   // Profile mode: the same marks as in the graphs, recorded as plain events.
   std::vector<std::pair<Event, std::string>> marks;

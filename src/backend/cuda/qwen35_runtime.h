@@ -77,9 +77,9 @@ struct LayerWeights {
 struct CudaQwen35Weights {
   // Checks the device and the shapes, then that the weights and one sequence
   // of `reserve_tokens` positions fit in free device memory (0: the weights
-  // and one sequence's fixed buffers), then uploads. NEXTN_CUDA_ACT is read
-  // here. The caller has checked reserve_tokens (workspace_dims).
-  CudaQwen35Weights(const Qwen35Checkpoint& ck, int reserve_tokens);
+  // and one sequence's fixed buffers), then uploads in the mode `act`
+  // (RuntimeOptions::act). The caller has checked reserve_tokens (workspace_dims).
+  CudaQwen35Weights(const Qwen35Checkpoint& ck, int reserve_tokens, Activations act);
   CudaQwen35Weights(const CudaQwen35Weights&) = delete;
   CudaQwen35Weights& operator=(const CudaQwen35Weights&) = delete;
 
@@ -157,24 +157,18 @@ enum class GraphKind : int {
 };
 const char* graph_kind_name(GraphKind kind);
 
-// How head_walk exits early (NEXTN_CUDA_WALK=while|flag, read at construction;
-// default flag):
-//   While  a conditional WHILE graph node runs one row's projection + argmax +
-//          compare per iteration and stops launching rows after the first
-//          mismatch (no launch for rows past it);
-//   Flag   all rows' kernels are launched in one graph; those past the first
-//          mismatch return at once on a device stop flag.
-enum class WalkVariant { While, Flag };
-
 class CudaQwen35 final : public ModelRuntime {
  public:
   // A sequence over its own copy of the weights (make_cuda_runtime).
   // max_rows: the most rows one call works on at once (a forward chunk, head
   // argmax width, walk rows, MTP draft chain), in [1, kMaxRows]; every
-  // row-count workspace is sized by it (qwen35.cpp).
-  CudaQwen35(const Qwen35Checkpoint& ckpt, int max_tokens, int max_rows = kMaxRows);
-  // A sequence over shared weights (CudaSequenceGroup::add_sequence).
-  CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max_tokens, int max_rows = kMaxRows);
+  // row-count workspace is sized by it (qwen35.cpp). options: the graphs,
+  // profile, PDL, prefill, walk and fault fields (core/options.h).
+  CudaQwen35(const Qwen35Checkpoint& ckpt, int max_tokens, int max_rows = kMaxRows, const RuntimeOptions& options = {});
+  // A sequence over shared weights (CudaSequenceGroup::add_sequence); the
+  // weights carry the activation mode.
+  CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max_tokens, int max_rows = kMaxRows,
+             const RuntimeOptions& options = {});
   ~CudaQwen35() override;
 
   const Qwen35Config& config() const override { return cfg_; }
@@ -300,12 +294,12 @@ class CudaQwen35 final : public ModelRuntime {
   int max_rows_ = kMaxRows;  // rows the decode workspace holds (constructor)
   Act act_ = Act::BF16;  // the weights' mode
   bool use_graphs_ = true;
-  // Default flag: on the H200 the flag walk's verify rounds were 0.3-1.7 points
-  // of batched faster than the while walk's at every K in 3..32 (0.8B and 4B
-  // q4 shapes, ABBA; docs/cuda-backend.md): a WHILE iteration costs about what
-  // launching a cancelled row does.
+  // Default flag (core/options.h): on the H200 the flag walk's verify rounds
+  // were 0.3-1.7 points of batched faster than the while walk's at every K in
+  // 3..32 (0.8B and 4B q4 shapes, ABBA; docs/cuda-backend.md): a WHILE
+  // iteration costs about what launching a cancelled row does.
   WalkVariant walk_variant_ = WalkVariant::Flag;
-  Fault fault_ = Fault::None;  // read once, at construction
+  Fault fault_ = Fault::None;  // RuntimeOptions::fault
   int H_ = 0, V_ = 0;
   cuda::AttnShape attn_shape_{};
   cuda::GdnShape gdn_shape_{};
@@ -326,22 +320,20 @@ class CudaQwen35 final : public ModelRuntime {
   };
   std::map<std::tuple<int, int, int>, CapturedGraph> graphs_;
   int64_t kernels_launched_ = 0;
-  // Profile mode (NEXTN_CUDA_PROFILE=1, read at construction): mark(op)
+  // Profile mode (RuntimeOptions::profile): mark(op)
   // records an event node where op begins; after each replay the intervals
   // between consecutive marks are added to op_ms_[op]. Event nodes keep the
   // kernels on both sides from overlapping, so this mode times each class
   // without PDL's overlap.
   bool profile_ = false;
-  // NEXTN_CUDA_PDL_OFF=kind,kind (graph_kind_name): graphs of these kinds are
-  // captured without programmatic edges (a timing knob: PDL changes no bits).
-  // "forward_multi" names the forward graphs of more than one row only (a
-  // group forward always has more than one).
-  uint32_t pdl_off_kinds_ = 0;
-  static constexpr int kPdlOffForwardMulti = 31;
+  // Graphs captured without programmatic edges (RuntimeOptions::pdl, resolved
+  // at construction; PDL changes no bits). A group forward always has more
+  // than one row.
+  bool pdl_off_all_ = false;
+  bool pdl_off_multi_row_ = false;
   bool pdl_off(GraphKind kind, int rows) const {
-    return (pdl_off_kinds_ >> int(kind) & 1u) ||
-           ((kind == GraphKind::GroupForward || (kind == GraphKind::Forward && rows > 1)) &&
-            (pdl_off_kinds_ >> kPdlOffForwardMulti & 1u));
+    return pdl_off_all_ ||
+           (pdl_off_multi_row_ && (kind == GraphKind::GroupForward || (kind == GraphKind::Forward && rows > 1)));
   }
   std::string prof_prefix_;                       // "mtp." inside the MTP's layer
   std::vector<std::pair<Event, std::string>>* capturing_marks_ = nullptr;
@@ -413,14 +405,8 @@ class CudaQwen35 final : public ModelRuntime {
 
   // prefill workspace (in prefill_mem_: allocated by a long forward, released
   // by the next forward that needs none, reset() or the destructor;
-  // NEXTN_CUDA_PREFILL=chunked keeps every forward on the graphs)
+  // RuntimeOptions::prefill_gemm false keeps every forward on the graphs)
   bool prefill_gemm_enabled_ = true;
-  // NEXTN_CUDA_PREFILL_ATTN=split: prefill attention through the decode
-  // kernel in kMaxRows slices instead of attention_prefill (tensor cores).
-  bool prefill_attn_mma_ = true;
-  // NEXTN_CUDA_PREFILL_GDN=serial: prefill's GDN recurrence through the
-  // decode kernel instead of gdn_prefill_recurrence (4 row parts per column).
-  bool prefill_gdn_parts_ = true;
   std::unique_ptr<PrefillGemm> prefill_gemm_;
   StepBuffers prefill_buffers_{};
   std::vector<cuda::GdnLayer> prefill_gdn_host_;
@@ -452,10 +438,12 @@ class CudaQwen35 final : public ModelRuntime {
 };
 
 // Replays the graph for (kind, a, b), capturing `record` the first time; or
-// runs `record` directly when graphs are off (NEXTN_CUDA_GRAPHS=0).
+// runs `record` directly when graphs are off (RuntimeOptions::cuda_graphs).
 template <typename F>
 inline void CudaQwen35::replay(GraphKind kind, int a, int b, F&& record) {
   if (!use_graphs_) {
+    std::optional<PdlSuspend> no_pdl;
+    if (pdl_off_all_) no_pdl.emplace();
     record();
     return;
   }
@@ -496,7 +484,7 @@ constexpr int kMaxGroupGraphs = 64;
 // The server's batches change as requests come and go and as their blocks
 // differ, and capturing a graph of thousands of nodes for a batch that never
 // comes again costs more than launching it: a key's first use launches
-// directly (and always with NEXTN_CUDA_GRAPHS=0), its second captures. Past
+// directly (and always with --graphs off), its second captures. Past
 // kMaxGroupGraphs keys the lead drops them all (after its stream is idle)
 // and starts over.
 template <typename F>
@@ -512,8 +500,13 @@ inline void CudaQwen35::group_replay(GraphKind kind, std::vector<std::pair<uint6
     }
     it = group_graph_ids_.emplace(std::move(key), GroupGraphKey{kind, next_group_graph_id_++, 0}).first;
   }
-  if (it->second.uses++ == 0) record();
-  else replay(kind, it->second.id, 0, record);
+  if (it->second.uses++ == 0) {
+    std::optional<PdlSuspend> no_pdl;
+    if (pdl_off_all_) no_pdl.emplace();
+    record();
+  } else {
+    replay(kind, it->second.id, 0, record);
+  }
 }
 
 }  // namespace nextn::cuda

@@ -60,7 +60,7 @@ DevMatrix upload_weight_parts(const std::vector<WeightRef>& parts, Act act, Devi
   // The fp32 kernel takes any width; the tensor-core and quantized ones need multiples of 32.
   if (m.kind == WKind::BF16 && m.cols % 32 != 0)
     fail("--backend cuda: {} is [{}, {}]: the bf16 mode needs a width that is a multiple of 32 "
-         "(NEXTN_CUDA_ACT=fp32 takes any)",
+         "(--act fp32 takes any)",
          w0.name, m.rows, m.cols);
   if (m.kind != WKind::F32) check_matrix(m, w0.name.c_str());
 

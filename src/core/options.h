@@ -1,0 +1,59 @@
+// What a user or a benchmark chooses for a runtime. The CLI fills it from
+// flags (tools/cli_common.h) and passes it through make_runtime,
+// make_sequence_group, open_target_model and the server's engine to the
+// backends; no backend reads the environment for any of it. Every field is
+// listed with its flag in docs/runtime-options.md.
+#pragma once
+#include <string>
+
+#include "core/fault.h"
+
+namespace nextn {
+
+// The CUDA backend's activations (--act). bf16: the product's mode; fp32:
+// the parity mode (dense weights and activations in fp32, CUDA cores). The
+// CPU backend computes in fp32 whatever this says.
+enum class Activations { Bf16, Fp32 };
+
+// Programmatic dependent launch in the CUDA Qwen3.5 graphs (bench --pdl; it
+// changes time, never bits). Default: the measured choice, multi-row
+// forwards without PDL at hidden size >= 5120
+// (docs/benchmark_results/decode-h200-2026-12-01.md, call 7).
+enum class PdlPolicy {
+  Default,
+  On,           // every graph with PDL
+  Off,          // no graph and no prefill launch with PDL
+  MultiRowOff,  // forwards of more than one row without PDL, at every size
+};
+
+// How the CUDA head_walk exits early (bench verify --walk; the walk arm is a
+// bench arm). Flag (default): all rows' kernels in one graph, rows past the
+// first mismatch return at once on a device flag. While: a conditional
+// WHILE node launches one row per iteration and stops at the mismatch.
+enum class WalkVariant { Flag, While };
+
+struct RuntimeOptions {
+  int cpu_threads = 0;  // CPU backend (--threads); 0: NEXTN_THREADS, else all cores; no result depends on it
+  Activations act = Activations::Bf16;
+
+  // Benchmark and test seams: `generate` and `serve` leave them as they are.
+  bool cuda_graphs = true;   // false (bench --graphs off): the same launches without graphs, the same bits
+  bool profile = false;      // timing events between operations (bench decode --breakdown)
+  PdlPolicy pdl = PdlPolicy::Default;
+  // false (bench --prefill chunked): prompts of more than 64 tokens run on
+  // the 64-row graphs, the path before the prefill GEMM (the tests' reference).
+  bool prefill_gemm = true;
+  WalkVariant walk = WalkVariant::Flag;
+  // bench verify --fault and the tests: runtime-walk-as-batched makes the
+  // runtime's head_walk run the batched projection (core/fault.h).
+  Fault fault = Fault::None;
+};
+
+// The flags' values; each throws Error naming its flag for anything else.
+Activations parse_activations(const std::string& text);  // --act: bf16 | fp32
+PdlPolicy parse_pdl_policy(const std::string& text);      // --pdl: default | on | off | multi-row-off
+WalkVariant parse_walk_variant(const std::string& text);  // --walk: flag | while
+bool parse_prefill_path(const std::string& text);         // --prefill: gemm (true) | chunked (false)
+bool parse_graphs(const std::string& text);               // --graphs: on | off
+
+}  // namespace nextn
