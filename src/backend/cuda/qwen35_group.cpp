@@ -251,14 +251,18 @@ class CudaSequenceGroup final : public SequenceGroup {
     if (max_tokens > max_positions_)
       fail("a sequence of up to {} positions exceeds config.json's max_position_embeddings {}", max_tokens,
            max_positions_);
-    return std::make_unique<CudaQwen35>(weights_, max_tokens);
+    auto seq = std::make_unique<CudaQwen35>(weights_, max_tokens);
+    seq->share_allocator(allocator_);
+    return seq;
   }
+  void set_allocator(Allocator* allocator) override { *allocator_ = allocator; }
   void forward_together(std::span<ModelRuntime* const> sequences,
                         std::span<const std::span<const int32_t>> tokens) override;
   void head_argmax_together(std::span<const SequenceRows> rows, int32_t* out) override;
 
  private:
   std::shared_ptr<const CudaQwen35Weights> weights_;
+  std::shared_ptr<Allocator*> allocator_ = std::make_shared<Allocator*>(nullptr);  // set_allocator: every sequence's
   ModelInfo info_;
   int max_positions_;
 };
@@ -274,7 +278,7 @@ void CudaSequenceGroup::forward_together(std::span<ModelRuntime* const> sequence
       fail("internal: forward_together over a sequence of another group");
     if (std::find(seqs.begin(), seqs.end(), q) != seqs.end())
       fail("internal: forward_together lists one sequence twice");
-    q->check_forward(tokens[i]);  // all checked before any sequence changes
+    q->reserve_step(tokens[i], 0);  // all checked, a prompt's workspace taken, before any sequence changes
     seqs.push_back(q);
   }
   // In the order of the sequences' ids, whatever order the caller lists them
