@@ -35,6 +35,7 @@
 #include "io/checkpoint.h"
 #include "io/synthetic.h"
 #include "model/batch_runtime.h"
+#include "step_failure_checks.h"
 #include "test_cuda_util.h"
 #endif
 
@@ -223,6 +224,32 @@ TEST_P(CudaBatch, MtpTogetherEqualsEachAlone) {
       }
     }
   }
+}
+
+// All-or-nothing steps (tests/step_failure_checks.h), bf16 mode: the
+// allocator refuses the prefill workspace of a 70-token prompt joining a
+// decoding sequence (the one allocation a CUDA step makes), and a cache
+// overrun and a bad token id each fail one sequence alone; the others keep
+// their solo tokens, the failed slot serves again, nothing leaks.
+TEST_P(CudaBatch, RefusedReservationFailsOneSequenceAlone) {
+  NEXTN_REQUIRE_GPU();
+  const auto ck = Qwen35Checkpoint::open(GetParam());
+  const auto ref = test::load_reference(GetParam());
+  const int64_t base = cuda::live_count();
+  {
+    auto group = make_group(ck, false);
+    test::check_refused_reservations(cuda_alone(ck, false), *group, cuda::device_allocator(), ref.prompt,
+                                     /*mid_decode=*/false, "prefill activations");
+  }
+  EXPECT_EQ(cuda::live_count(), base);
+}
+
+TEST_P(CudaBatch, OverrunAndBadTokenFailOneSequenceAlone) {
+  NEXTN_REQUIRE_GPU();
+  const auto ck = Qwen35Checkpoint::open(GetParam());
+  const auto ref = test::load_reference(GetParam());
+  auto group = make_group(ck, false);
+  test::check_bad_rows_fail_alone(cuda_alone(ck, false), *group, ref.prompt);
 }
 
 // K per step on the CUDA group: the probe runs real forwards and fills the

@@ -3,9 +3,11 @@
 // and without the MTP drafter, with one LM-head launch per engine step;
 // requests that join a running one share its engine steps and still answer
 // what they answer alone (greedy and seeded sampling); a cancelled job frees
-// its slot; a full queue refuses; stop strings cut the text.
+// its slot; a full queue refuses; stop strings cut the text; a request whose
+// step reservation runs out of memory fails alone and its slot serves again.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 
 #include "engine/generate.h"
@@ -13,6 +15,7 @@
 #include "server/engine.h"
 #include "tokenizer/model_tokenizer.h"
 #include "engine_test_util.h"
+#include "step_failure_checks.h"
 
 namespace nextn::server {
 namespace {
@@ -225,6 +228,59 @@ TEST(ServerEngine, StopStringsCutTheText) {
   const Finished f = wait(*job);
   EXPECT_EQ(f.text, full.substr(0, full.find(stop)));
   EXPECT_EQ(f.finish_reason, "stop");
+}
+
+}  // namespace
+}  // namespace nextn::server
+
+namespace nextn::server {
+namespace {
+
+// The allocator refuses the hidden rows of prompts over 40 tokens (a planted
+// out-of-memory, docs/engine.md "Failures"): the long request fails alone
+// with the error while the others, sharing its steps, answer as alone; once
+// memory is back the same request, on a reused slot, answers as alone.
+TEST(ServerEngine, ARequestOutOfMemoryFailsAlone) {
+  const auto ckpt = Qwen35Checkpoint::open(kModel);
+  const auto tokenizer = tok::load_model_tokenizer(kModel, "test");
+  const int H = ckpt.config().hidden_size;
+  std::atomic<bool> short_of_memory{true};
+  test::RefusingAllocator refusing(host_allocator());  // outlives the engine's slots
+  refusing.refuse_if = [&](size_t bytes, const std::string& what) {
+    return short_of_memory.load() && what == "hidden rows" && bytes >= size_t(40) * size_t(H) * sizeof(float);
+  };
+  std::string long_prompt;
+  for (int i = 0; tokenizer.encode(long_prompt).size() <= 44; ++i) long_prompt += "x = f(x) + " + std::to_string(i) + "\n";
+  ASSERT_GT(tokenizer.encode(long_prompt).size(), 40u);
+  ASSERT_LE(tokenizer.encode(long_prompt).size(), 64u);
+  const std::vector<std::string> prompts = {"def fibonacci(n):", long_prompt, "import os\n", "class Stack:"};
+  Metrics metrics;
+  auto group = make_sequence_group(ckpt, BackendKind::Cpu);
+  group->set_allocator(&refusing);
+  Engine engine(std::move(group), tokenizer, engine_options(DraftKind::None, 24), metrics);
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (const auto& p : prompts) jobs.push_back(greedy_job(tokenizer, p, 24));
+  for (auto& job : jobs) ASSERT_TRUE(engine.submit(job));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (i == 1) {
+      std::string error;
+      for (bool final = false; !final;)
+        for (JobEvent& ev : jobs[i]->take(1000ms))
+          if (ev.final) {
+            final = true;
+            error = ev.error;
+          }
+      EXPECT_NE(error.find("out of memory (planted)"), std::string::npos) << error;
+      EXPECT_NE(error.find("hidden rows"), std::string::npos) << error;
+      continue;
+    }
+    EXPECT_EQ(wait(*jobs[i]).text, reference_text(ckpt, tokenizer, prompts[i], 24, DraftKind::None)) << i;
+  }
+  EXPECT_EQ(engine.fault(), "");  // out of memory is no device fault: the server goes on
+  short_of_memory = false;
+  auto again = greedy_job(tokenizer, long_prompt, 24);
+  ASSERT_TRUE(engine.submit(again));
+  EXPECT_EQ(wait(*again).text, reference_text(ckpt, tokenizer, long_prompt, 24, DraftKind::None));
 }
 
 }  // namespace

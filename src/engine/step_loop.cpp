@@ -36,6 +36,7 @@ struct StepLoop::Run {
   bool mid_prompt = false;  // this step forwarded a chunk before the prompt's last: no token yet
   bool prefilled = false;   // the whole prompt forwarded and its first token committed
   bool done = false;
+  bool failed = false;  // failed alone at the step's reservation (finished already)
   int32_t bonus = 0;
   std::vector<int32_t> block;   // this step's rows
   std::vector<int32_t> drafts;  // block[1..]
@@ -56,6 +57,18 @@ struct StepLoop::Run {
   Clock::time_point decode_start{};
 
   int left() const { return o.max_new_tokens - int(res.tokens.size()); }
+  // The MTP head's length at most during this step (0: no MTP work): the
+  // entries paired so far, the pairing of the rows the round keeps and the
+  // next step's chain (drafts - 1 entries), over every number of kept rows.
+  int mtp_end() const {
+    if (!mtp) return 0;
+    const auto chain = [&](int left) { return left > 0 ? std::max(0, std::min(K, left) - 2) : 0; };
+    const int W = int(block.size());
+    if (!prefilled) return mtp_committed + W + chain(this->left() - 1);  // a prefill pairs every row, keeps one token
+    int most = 0;
+    for (int kept = 1; kept <= W; ++kept) most = std::max(most, kept + chain(this->left() - kept));
+    return mtp_committed + most;
+  }
   bool is_eos(int32_t t) const { return std::find(eos.begin(), eos.end(), t) != eos.end(); }
   // The target's sampling distribution of row `row` of the last forward.
   void target_row(int row, std::vector<double>& p) {
@@ -157,14 +170,14 @@ void StepLoop::step() {
   const auto t0 = Clock::now();
   StepReport report;
   try {
+    reserve();
+    if (runs_.empty()) return;  // every sequence failed alone: no step ran
     std::vector<ModelRuntime*> seqs;
     std::vector<std::span<const int32_t>> rows;
     for (auto& run : runs_) {
       Run& r = *run;
-      if (!r.prefilled) {  // the prompt's next chunk
-        const int n = std::min(r.o.prefill_chunk, int(r.prompt.size()) - r.prompt_done);
-        r.block.assign(r.prompt.begin() + r.prompt_done, r.prompt.begin() + r.prompt_done + n);
-        report.prefill_rows += n;
+      if (!r.prefilled) {  // reserve() cut the prompt's next chunk
+        report.prefill_rows += int(r.block.size());
         if (r.prompt_done == 0) r.prefill_start = t0;
       }
       seqs.push_back(r.rt);
@@ -264,6 +277,33 @@ void StepLoop::step() {
   ++steps_;
   report.ms = ms_between(t0, Clock::now());
   if (on_step) on_step(report);
+}
+
+void StepLoop::reserve() {
+  for (auto& run : runs_) {
+    Run& r = *run;
+    if (!r.prefilled) {  // the prompt's next chunk
+      const int n = std::min(r.o.prefill_chunk, int(r.prompt.size()) - r.prompt_done);
+      r.block.assign(r.prompt.begin() + r.prompt_done, r.prompt.begin() + r.prompt_done + n);
+    }
+    try {
+      r.rt->reserve_step(r.block, r.mtp_end());
+    } catch (const DeviceFault&) {
+      throw;  // nothing can be known of the device: the whole step fails (step())
+    } catch (const std::exception&) {  // an Error (bad input, capacity, out of memory) or a host bad_alloc
+      fail_alone(r, std::current_exception());
+    }
+  }
+  std::erase_if(runs_, [](const std::unique_ptr<Run>& r) { return r->failed; });
+}
+
+void StepLoop::fail_alone(Run& r, std::exception_ptr error) {
+  // Nothing of this step ran on it; a fresh slot (what its reservation took
+  // released) is what the caller gets back to reuse.
+  r.rt->reset();
+  r.res.stats.generated = int(r.res.tokens.size());
+  finished_.push_back({r.id, std::move(r.res), error});
+  r.done = r.failed = true;
 }
 
 void StepLoop::pick_tokens(std::vector<Run*>& greedy) {

@@ -65,9 +65,14 @@ class StepLoop {
           std::unique_ptr<Drafter> drafter = nullptr, std::vector<int32_t> oracle_truth = {});
 
   // One step over every running sequence. A sequence that finishes (budget,
-  // EOS, its sink said stop) leaves the batch. When the step fails (an Error
-  // from a forward, a device fault), every sequence in it finishes with the
-  // error; the caller reads it from finished().
+  // EOS, its sink said stop) leaves the batch. Before the step's first
+  // launch every sequence's rows are checked and the memory they need is
+  // reserved (ModelRuntime::reserve_step): a sequence that cannot proceed
+  // (bad token ids, over its capacity, out of memory) finishes alone with the
+  // error, its slot reset, and the others run the step as if it had never
+  // been there. When the step fails after its first launch (a device fault,
+  // an error inside a call), every sequence in it finishes with the error
+  // (docs/engine.md, "Failures"); the caller reads them from take_finished().
   void step();
   // Sequences still running.
   int running() const { return int(runs_.size()); }
@@ -92,6 +97,8 @@ class StepLoop {
  private:
   struct Run;
   void fail_all(std::exception_ptr error);
+  void reserve();  // the step's reservation: fails alone the sequences that cannot proceed
+  void fail_alone(Run& run, std::exception_ptr error);
   void finish(Run& run);
   // The parts of a step (step_loop.cpp).
   void pick_tokens(std::vector<Run*>& greedy);

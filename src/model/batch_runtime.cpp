@@ -94,6 +94,10 @@ void SequenceGroup::mtp_draft_together(std::span<ModelRuntime* const> sequences,
   }
 }
 
+void SequenceGroup::set_allocator(Allocator*) {
+  fail("internal: the {} group reserves nothing through an allocator", backend_name());
+}
+
 std::unique_ptr<SequenceGroup> make_solo_group(ModelRuntime& sequence) { return std::make_unique<SoloGroup>(sequence); }
 
 std::unique_ptr<SequenceGroup> make_sequence_group(const Qwen35Checkpoint& ckpt, BackendKind kind,

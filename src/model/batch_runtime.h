@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 
+#include "core/allocator.h"
 #include "model/runtime.h"
 
 namespace nextn {
@@ -86,6 +87,14 @@ class SequenceGroup {
   virtual void mtp_draft_together(std::span<ModelRuntime* const> sequences, std::span<const int> n, int32_t* out);
 
   StepWork step_work() const { return step_work_; }
+
+  // A test seam (docs/engine.md, "Failures"), no product setting: the
+  // allocator that the reservations of this group's sequences
+  // (ModelRuntime::reserve_step) draw from from now on; nullptr: the
+  // backend's default. A substitute hands out the default's blocks (a test
+  // refuses chosen requests and passes the others on) and outlives the
+  // group's sequences. The default throws: the group reserves nothing.
+  virtual void set_allocator(Allocator* allocator);
 
  protected:
   StepWork step_work_;  // incremented by the calls above (and a backend's overrides) as they launch

@@ -22,6 +22,13 @@ class Gemma4Runtime : public ModelRuntime, public Gemma4Target {
     if (length != 0) no_mtp();
   }
   MtpWork mtp_work() const override { return {}; }
+  // The step's reservation: token ids and capacity (its buffers are all made
+  // with it; it has no MTP head).
+  void reserve_step(std::span<const int32_t> tokens, int mtp_end) override {
+    if (mtp_end > 0) no_mtp();
+    check_capacity(int(tokens.size()));
+    ModelRuntime::reserve_step(tokens, 0);
+  }
 
  protected:
   Gemma4Runtime(int max_tokens, int max_undo) : max_tokens_(max_tokens), max_undo_(max_undo) {}

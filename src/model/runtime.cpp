@@ -53,6 +53,12 @@ int effective_draft_vocab(int n, int vocab) {
   return n == 0 || n >= vocab ? vocab : n;
 }
 
+void ModelRuntime::reserve_step(std::span<const int32_t> tokens, int) {
+  const int V = vocab();
+  for (int32_t t : tokens)
+    if (t < 0 || t >= V) fail("token id {} is outside the vocabulary [0, {})", t, V);
+}
+
 void ModelRuntime::set_draft_vocab(int n) {
   if (effective_draft_vocab(n, vocab()) != vocab())
     fail("--draft-vocab {}: the {} runtime cannot restrict its drafts", n, backend_name());

@@ -101,6 +101,15 @@ class ModelRuntime {
   // extends the caches. Keeps the T post-norm hidden rows ("rows of the last
   // forward") until the next target_forward, and whatever target_rollback needs.
   virtual void target_forward(std::span<const int32_t> tokens) = 0;
+  // The step's reservation (engine/step_loop.h, docs/engine.md "Failures"),
+  // before the step's first launch: checks that target_forward(tokens) can
+  // run (token ids, cache capacity) and that the MTP head can reach
+  // `mtp_end` entries in the step (0: no MTP work), and acquires every buffer
+  // of this sequence that grows with the step's rows, so that its calls in
+  // the step find their memory in place. Throws Error when it cannot;
+  // nothing the sequence computes changes (a buffer may stay grown). The
+  // default checks the token ids only.
+  virtual void reserve_step(std::span<const int32_t> tokens, int mtp_end);
   // Keeps the first `keep` tokens of the last target_forward (1 <= keep <= T),
   // undoing the rest: KV truncation, GDN conv and recurrent state restored.
   virtual void target_rollback(int keep) = 0;

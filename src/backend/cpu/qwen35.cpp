@@ -90,13 +90,17 @@ CpuModel::CpuModel(const Qwen35Checkpoint& ck, const CpuRuntimeOptions& options)
 }
 
 CpuQwen35::CpuQwen35(std::shared_ptr<CpuModel> model, int max_tokens)
-    : m_(std::move(model)), max_tokens_(max_tokens), draft_vocab_(m_->cfg.vocab_size) {
+    : m_(std::move(model)),
+      max_tokens_(max_tokens),
+      hidden_(RowAlloc<float>(&m_->allocator, "hidden rows")),
+      mtp_hidden_(RowAlloc<float>(&m_->allocator, "MTP hidden rows")),
+      draft_vocab_(m_->cfg.vocab_size) {
   if (max_tokens < 1) fail("--backend cpu: max_tokens {} must be positive", max_tokens);
   const Qwen35Config& cfg = m_->cfg;
   const int kv_row = cfg.num_key_value_heads * cfg.head_dim;
   for (const LayerWeights& L : m_->layers) {
     KvCache kv;
-    GdnState st;
+    GdnState st(&m_->allocator);
     if (L.full) {
       kv.k = std::make_unique_for_overwrite<float[]>(size_t(max_tokens) * kv_row);
       kv.v = std::make_unique_for_overwrite<float[]>(size_t(max_tokens) * kv_row);
@@ -148,6 +152,36 @@ void CpuQwen35::check_forward(std::span<const int32_t> tokens) const {
   m_->check_tokens(tokens);
 }
 
+void CpuQwen35::reserve_step(std::span<const int32_t> tokens, int mtp_end) {
+  check_forward(tokens);
+  if (mtp_end > 0 && !m_->has_mtp)
+    fail("this checkpoint has no MTP head (mtp_num_hidden_layers is 0 and no mtp.layers.* tensors)");
+  if (mtp_end > max_tokens_) fail("MTP cache capacity {} exceeded ({} entries)", max_tokens_, mtp_end);
+  reserve_rows(int(tokens.size()), mtp_end > 0);
+}
+
+void CpuQwen35::reserve_rows(int T, bool mtp) {
+  const Qwen35Config& c = m_->cfg;
+  const size_t rows = size_t(T), H = size_t(c.hidden_size), Hv = size_t(c.linear_num_value_heads);
+  const size_t dk = size_t(c.linear_key_head_dim), dv = size_t(c.linear_value_head_dim);
+  hidden_.reserve(rows * H);
+  for (size_t i = 0; i < m_->layers.size(); ++i) {
+    if (m_->layers[i].full) continue;
+    GdnState& st = gdn_[i];
+    if (T > 1) {
+      st.conv_before.reserve(st.conv.size());
+      st.S_before.reserve(st.S.size());
+    }
+    st.mixed.reserve(rows * size_t(c.conv_dim()));
+    st.q.reserve(rows * Hv * dk);
+    st.k.reserve(rows * Hv * dk);
+    st.v.reserve(rows * Hv * dv);
+    st.g.reserve(rows * Hv);
+    st.beta.reserve(rows * Hv);
+  }
+  if (mtp) mtp_hidden_.reserve(rows * H);  // a pairing writes at most the forward's rows, a chained step one
+}
+
 void CpuQwen35::target_forward(std::span<const int32_t> tokens) {
   CpuQwen35* self = this;
   forward_together({&self, 1}, {&tokens, 1});
@@ -165,6 +199,8 @@ void CpuQwen35::forward_together(std::span<CpuQwen35* const> seqs, std::span<con
     seqs[s]->check_forward(tokens[s]);
     N += int(tokens[s].size());
   }
+  // Their row buffers before any changes (a step reserved them already).
+  for (size_t s = 0; s < seqs.size(); ++s) seqs[s]->reserve_rows(int(tokens[s].size()), false);
   const int H = m.cfg.hidden_size;
   std::vector<float> x(size_t(N) * H);
   std::vector<Segment> segs(seqs.size());
@@ -178,8 +214,8 @@ void CpuQwen35::forward_together(std::span<CpuQwen35* const> seqs, std::span<con
       segs[s].kv = &q.kv_[i];
       segs[s].gdn = m.layers[i].full ? nullptr : &q.gdn_[i];
       if (segs[s].gdn && segs[s].T > 1) {  // snapshot for rollback
-        segs[s].gdn->conv_before = segs[s].gdn->conv;
-        segs[s].gdn->S_before = segs[s].gdn->S;
+        segs[s].gdn->conv_before.assign(segs[s].gdn->conv.begin(), segs[s].gdn->conv.end());
+        segs[s].gdn->S_before.assign(segs[s].gdn->S.begin(), segs[s].gdn->S.end());
       }
     }
     m.decoder_layer(m.layers[i], segs, N, x.data());
@@ -211,7 +247,7 @@ void CpuQwen35::target_rollback(int keep) {
     std::copy(st.mixed.begin(), st.mixed.begin() + size_t(keep) * cd, hist.begin() + size_t(km1) * cd);
     std::copy(hist.end() - size_t(km1) * cd, hist.end(), st.conv.begin());
     // Recurrent state: snapshot + replay of the recorded recurrence inputs.
-    st.S = st.S_before;
+    st.S.assign(st.S_before.begin(), st.S_before.end());
     const int dk = cfg.linear_key_head_dim, dv = cfg.linear_value_head_dim, Hv = cfg.linear_num_value_heads;
     m_->pool.parallel_for(Hv, 1, [&](int64_t h0, int64_t h1) {
       std::vector<float> o(size_t(Hv) * dv);

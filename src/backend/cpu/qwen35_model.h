@@ -11,6 +11,7 @@
 #include "backend/cpu/head.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/qwen35.h"
+#include "core/allocator.h"
 #include "core/fault.h"
 #include "core/thread_pool.h"
 #include "io/config.h"
@@ -48,15 +49,45 @@ struct KvCache {
   std::unique_ptr<float[]> k, v;  // [max_tokens][kv_heads][head_dim]
 };
 
+// A sequence's buffer that grows with its rows: its blocks come from the
+// group's allocator (CpuModel::allocator), taken by the step's reservation
+// (CpuQwen35::reserve_step) so that the forward only resizes it within its
+// capacity.
+template <typename T>
+struct RowAlloc {
+  using value_type = T;
+  Allocator* const* source = nullptr;  // &CpuModel::allocator (null there: host_allocator())
+  const char* what = "row buffers";
+  RowAlloc() = default;
+  RowAlloc(Allocator* const* s, const char* w) : source(s), what(w) {}
+  template <typename U>
+  RowAlloc(const RowAlloc<U>& o) : source(o.source), what(o.what) {}
+  Allocator& get() const { return source && *source ? **source : host_allocator(); }
+  T* allocate(size_t n) { return static_cast<T*>(get().allocate(n * sizeof(T), what)); }
+  void deallocate(T* p, size_t n) noexcept { get().release(p, n * sizeof(T)); }
+  friend bool operator==(const RowAlloc& a, const RowAlloc& b) { return a.source == b.source; }
+};
+template <typename T>
+using RowVector = std::vector<T, RowAlloc<T>>;
+
 struct GdnState {
+  explicit GdnState(Allocator* const* source = nullptr)
+      : conv_before(RowAlloc<float>(source, "GDN state snapshots")),
+        S_before(RowAlloc<float>(source, "GDN state snapshots")),
+        mixed(RowAlloc<float>(source, "GDN rollback inputs")),
+        q(RowAlloc<float>(source, "GDN rollback inputs")),
+        k(RowAlloc<float>(source, "GDN rollback inputs")),
+        v(RowAlloc<float>(source, "GDN rollback inputs")),
+        g(RowAlloc<float>(source, "GDN rollback inputs")),
+        beta(RowAlloc<float>(source, "GDN rollback inputs")) {}
   std::vector<float> conv;  // [kernel-1][conv_dim]: pre-conv rows, oldest first
   std::vector<float> S;     // [v_heads][dk][dv]
   // What rollback needs from the last forward. The snapshot is taken only
   // for forwards of more than one token: rollback of a one-token forward
   // keeps it whole.
-  std::vector<float> conv_before, S_before;  // snapshot
-  std::vector<float> mixed;                  // [T][conv_dim] pre-conv rows
-  std::vector<float> q, k, v, g, beta;       // recurrence inputs per token
+  RowVector<float> conv_before, S_before;  // snapshot
+  RowVector<float> mixed;                  // [T][conv_dim] pre-conv rows
+  RowVector<float> q, k, v, g, beta;       // recurrence inputs per token
 };
 
 // One sequence's rows inside a layer call over the rows of several
@@ -95,6 +126,7 @@ struct CpuModel {
   ThreadPool pool;
   int64_t min_chunk_work;
   Fault fault = Fault::None;  // CpuRuntimeOptions::fault
+  Allocator* allocator = nullptr;  // the sequences' row buffers (set_allocator, a test seam; null: host)
   MatrixPtr embed_tokens, lm_head;
   std::vector<float> final_norm;
   std::vector<LayerWeights> layers;
@@ -114,6 +146,7 @@ class CpuQwen35 final : public ModelRuntime {
   const char* backend_name() const override { return "cpu"; }
   int target_length() const override { return length_; }
   void target_forward(std::span<const int32_t> tokens) override;
+  void reserve_step(std::span<const int32_t> tokens, int mtp_end) override;
   void target_rollback(int keep) override;
   void head_argmax(int first, int count, int width, int32_t* out) override;
   void head_argmax_fused(int first, int count, int32_t* out) override;
@@ -145,6 +178,9 @@ class CpuQwen35 final : public ModelRuntime {
 
  private:
   void check_forward(std::span<const int32_t> tokens) const;
+  // Grows the row buffers to what a forward of T rows and, with mtp, an MTP
+  // call of up to T entries write.
+  void reserve_rows(int T, bool mtp);
   void check_mtp_forward(std::span<const int32_t> next_tokens, int first_row) const;
   // The MTP layer over several sequences' new entries: tokens[s] paired with
   // the rows at hidden[s] ([n][H]), appended to seqs[s]'s MTP cache.
@@ -161,13 +197,13 @@ class CpuQwen35 final : public ModelRuntime {
   int length_ = 0;
   int forward_start_ = 0;  // length before the last target_forward
   int last_T_ = 0;         // rows of the last target_forward still in the caches
-  std::vector<float> hidden_;  // [last_T][H], post final norm
+  RowVector<float> hidden_;  // [last_T][H], post final norm
   HeadWork head_work_;         // counted by the head ops (backend/cpu/head.h)
   MtpWork mtp_work_;           // counted in mtp_run / mtp_step / mtp_argmax
   KvCache mtp_kv_;
   int mtp_length_ = 0;
   int mtp_last_n_ = 0;
-  std::vector<float> mtp_hidden_;  // [last n][H], post mtp.norm
+  RowVector<float> mtp_hidden_;  // [last n][H], post mtp.norm
   int draft_vocab_;                // the MTP projections cover ids [0, draft_vocab_)
 };
 

@@ -54,6 +54,8 @@ void CpuQwen35::mtp_run(std::span<CpuQwen35* const> seqs, std::span<const std::s
     if (seqs[s]->mtp_length_ + n > seqs[s]->max_tokens_) fail("MTP cache capacity {} exceeded", seqs[s]->max_tokens_);
     N += n;
   }
+  for (size_t s = 0; s < seqs.size(); ++s)  // before any changes (a step reserved them already)
+    seqs[s]->mtp_hidden_.reserve(tokens[s].size() * size_t(m.cfg.hidden_size));
   const Qwen35Config& cfg = m.cfg;
   const int H = cfg.hidden_size;
   std::vector<float> e(size_t(N) * H), cat(size_t(N) * 2 * H), u(size_t(N) * H);
@@ -236,6 +238,7 @@ class CpuSequenceGroup final : public SequenceGroup {
   ModelInfo info() const override { return qwen35_info(model_->cfg); }
   int max_sequences() const override { return INT_MAX; }
   bool shares_forwards() const override { return true; }
+  void set_allocator(Allocator* allocator) override { model_->allocator = allocator; }
   std::unique_ptr<ModelRuntime> add_sequence(int max_tokens) override {
     if (max_tokens > max_positions_)
       fail("a sequence of up to {} positions exceeds config.json's max_position_embeddings {}", max_tokens,

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/cuda/check.h"
+#include "core/allocator.h"
 #include "core/error.h"
 
 namespace nextn::cuda {
@@ -148,10 +149,35 @@ inline DeviceBuffer make_device_buffer(size_t bytes) {
   return DeviceBuffer(p);
 }
 
+// cudaMalloc / cudaFree as an Allocator (core/allocator.h): what a test's
+// substitute passes the requests it grants on to.
+class DeviceAllocator final : public Allocator {
+ public:
+  void* allocate(size_t bytes, const char* what) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes < 16 ? 16 : bytes);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: clear it so that later checks do not see it
+      size_t free_b = 0, total_b = 0;
+      (void)cudaMemGetInfo(&free_b, &total_b);
+      fail("--backend cuda: out of device memory allocating {:.1f} MiB for {} ({:.2f} of {:.2f} GiB free): {}",
+           double(bytes) / double(1 << 20), what, double(free_b) / kGiB, double(total_b) / kGiB,
+           cudaGetErrorString(e));
+    }
+    return p;
+  }
+  void release(void* p, size_t) noexcept override { (void)cudaFree(p); }
+};
+inline Allocator& device_allocator() {
+  static DeviceAllocator a;
+  return a;
+}
+
 // The runtime's device allocations: freed in the destructor (or earlier,
 // through release, for load-time copies the kernels no longer read). Each
 // block keeps its use (`what`, a string literal) so that a benchmark can say
-// where the memory went (by_use).
+// where the memory went (by_use). A block taken from an Allocator (`from`,
+// a step's reservation: the prefill workspace) goes back to it.
 class DeviceMemory {
  public:
   DeviceMemory() = default;
@@ -170,10 +196,17 @@ class DeviceMemory {
   }
 
   template <typename T = void>
-  T* alloc(size_t bytes, const char* what) {
+  T* alloc(size_t bytes, const char* what, Allocator* from = nullptr) {
     void* p = nullptr;
     if (bytes == 0) bytes = 16;
     blocks_.reserve(blocks_.size() + 1);  // so that the push below cannot throw with p held
+    if (from != nullptr) {
+      p = from->allocate(bytes, what);
+      blocks_.push_back(Block{p, bytes, what, from});
+      ++detail::live_handles();
+      total_ += bytes;
+      return static_cast<T*>(p);
+    }
     const cudaError_t e = cudaMalloc(&p, bytes);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
@@ -184,7 +217,7 @@ class DeviceMemory {
            double(bytes) / double(1 << 20), what, double(total_) / kGiB, double(free_b) / kGiB,
            double(total_b) / kGiB, cudaGetErrorString(e));
     }
-    blocks_.push_back(Block{p, bytes, what});
+    blocks_.push_back(Block{p, bytes, what, nullptr});
     ++detail::live_handles();
     total_ += bytes;
     return static_cast<T*>(p);
@@ -192,7 +225,9 @@ class DeviceMemory {
   void release(const void* p) {
     for (size_t i = 0; i < blocks_.size(); ++i)
       if (blocks_[i].ptr == p) {
-        const cudaError_t e = cudaFree(blocks_[i].ptr);
+        cudaError_t e = cudaSuccess;
+        if (blocks_[i].from != nullptr) blocks_[i].from->release(blocks_[i].ptr, blocks_[i].bytes);
+        else e = cudaFree(blocks_[i].ptr);
         total_ -= blocks_[i].bytes;
         blocks_.erase(blocks_.begin() + long(i));
         --detail::live_handles();
@@ -215,10 +250,12 @@ class DeviceMemory {
     void* ptr;
     size_t bytes;
     const char* what;
+    Allocator* from;  // null: cudaMalloc'ed here
   };
   void free_all() {
     for (const auto& b : blocks_) {
-      (void)cudaFree(b.ptr);
+      if (b.from != nullptr) b.from->release(b.ptr, b.bytes);
+      else (void)cudaFree(b.ptr);
       --detail::live_handles();
     }
     blocks_.clear();

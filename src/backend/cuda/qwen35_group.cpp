@@ -228,8 +228,11 @@ class CudaSequenceGroup final : public SequenceGroup {
     if (max_tokens > max_positions_)
       fail("a sequence of up to {} positions exceeds config.json's max_position_embeddings {}", max_tokens,
            max_positions_);
-    return std::make_unique<CudaQwen35>(weights_, max_tokens, kMaxRows, options_);
+    auto seq = std::make_unique<CudaQwen35>(weights_, max_tokens, kMaxRows, options_);
+    seq->share_allocator(allocator_);
+    return seq;
   }
+  void set_allocator(Allocator* allocator) override { *allocator_ = allocator; }
   void forward_together(std::span<ModelRuntime* const> sequences,
                         std::span<const std::span<const int32_t>> tokens) override;
   void head_argmax_together(std::span<const SequenceRows> rows, int32_t* out) override;
@@ -243,6 +246,7 @@ class CudaSequenceGroup final : public SequenceGroup {
 
   RuntimeOptions options_;  // every sequence's (the weights carry options_.act)
   std::shared_ptr<const CudaQwen35Weights> weights_;
+  std::shared_ptr<Allocator*> allocator_ = std::make_shared<Allocator*>(nullptr);  // set_allocator: every sequence's
   ModelInfo info_;
   int max_positions_;
 };
@@ -264,7 +268,8 @@ void CudaSequenceGroup::forward_together(std::span<ModelRuntime* const> sequence
   if (sequences.size() != tokens.size())
     fail("internal: forward_together of {} sequences and {} token lists", sequences.size(), tokens.size());
   const std::vector<CudaQwen35*> seqs = members(sequences, "forward_together");
-  for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->check_forward(tokens[i]);  // all before any sequence changes
+  // All checked, a prompt's workspace taken, before any sequence changes.
+  for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->reserve_step(tokens[i], 0);
   // In the order of the sequences' ids, whatever order the caller lists them
   // in (the server's threads arrive in any order): the same batch gets the
   // same lead and the same graph key every step. Each sequence's result does

@@ -15,7 +15,8 @@
 // kPrefillRows rows, the weight expansion scratch, the cuBLAS handle) lives
 // in prefill_mem_ only while a prompt needs it: a long forward allocates it,
 // the next forward that needs none (the first decode step), reset() or the
-// destructor releases it. Releasing it at the next forward rather than at the
+// destructor releases it; a step reserves it before its first launch
+// (reserve_step), from the group's allocator. Releasing it at the next forward rather than at the
 // end of the prompt leaves it in place for whoever samples device memory
 // after the prompt (bench decode's peak), and costs the first decode step a
 // device sync. The prefill does not run inside a graph, so no graph holds
@@ -58,21 +59,22 @@ void CudaQwen35::prefill_allocate() {
   const size_t P = kPrefillRows, as = size_t(act_size(act_));
   const int qd = c.num_attention_heads * c.head_dim;
   DeviceMemory& mem = prefill_mem_;
+  Allocator* const from = allocator_ ? *allocator_ : nullptr;  // null: cudaMalloc (the product)
   StepBuffers& b = prefill_buffers_;
-  b.x = mem.alloc<float>(P * H_ * 4, "prefill activations");
-  b.xn = mem.alloc(P * 2 * H_ * as, "prefill activations");
-  b.proj = mem.alloc<float>(P * size_t(proj_ld_) * 4, "prefill activations");
-  b.act = mem.alloc(P * size_t(act_ld_) * as, "prefill activations");
-  b.q = mem.alloc<float>(P * size_t(qd) * 4, "prefill activations");
-  d_prefill_tokens_ = mem.alloc<int32_t>(P * 4, "prefill tokens");
-  d_prefill_pos_ = mem.alloc<int>(size_t(prefill_slices(max_rows_)) * sizeof(int), "prefill positions");
+  b.x = mem.alloc<float>(P * H_ * 4, "prefill activations", from);
+  b.xn = mem.alloc(P * 2 * H_ * as, "prefill activations", from);
+  b.proj = mem.alloc<float>(P * size_t(proj_ld_) * 4, "prefill activations", from);
+  b.act = mem.alloc(P * size_t(act_ld_) * as, "prefill activations", from);
+  b.q = mem.alloc<float>(P * size_t(qd) * 4, "prefill activations", from);
+  d_prefill_tokens_ = mem.alloc<int32_t>(P * 4, "prefill tokens", from);
+  d_prefill_pos_ = mem.alloc<int>(size_t(prefill_slices(max_rows_)) * sizeof(int), "prefill positions", from);
   b.tokens = d_prefill_tokens_;
   b.prefill = true;
   prefill_gdn_host_ = gdn_host_;
   if (!gdn_host_.empty()) {
     const int gdn_ld = gdn_host_.front().proj_ld, cd = c.conv_dim();
-    auto* proj = mem.alloc<float>(P * size_t(gdn_ld) * 4, "prefill GDN projections");
-    auto* conv_out = mem.alloc<float>(P * size_t(cd) * 4, "prefill GDN conv outputs");
+    auto* proj = mem.alloc<float>(P * size_t(gdn_ld) * 4, "prefill GDN projections", from);
+    auto* conv_out = mem.alloc<float>(P * size_t(cd) * 4, "prefill GDN conv outputs", from);
     for (auto& t : prefill_gdn_host_) {
       t.proj = proj;
       t.conv_out = conv_out;
@@ -80,7 +82,7 @@ void CudaQwen35::prefill_allocate() {
     }
   }
   b.gdn_table = mem.alloc<GdnLayer>(std::max<size_t>(1, prefill_gdn_host_.size()) * sizeof(GdnLayer),
-                                    "prefill GDN table");
+                                    "prefill GDN table", from);
   if (!prefill_gdn_host_.empty())
     CUDA_CHECK(cudaMemcpy(b.gdn_table, prefill_gdn_host_.data(), prefill_gdn_host_.size() * sizeof(GdnLayer),
                           cudaMemcpyHostToDevice));
@@ -96,8 +98,24 @@ void CudaQwen35::prefill_allocate() {
     track(L.gdn_out);
     track(L.down);
   }
-  prefill_scratch_ = mem.alloc(size_t(std::max<int64_t>(scratch, 16)), "prefill weight expansion");
+  prefill_scratch_ = mem.alloc(size_t(std::max<int64_t>(scratch, 16)), "prefill weight expansion", from);
   prefill_gemm_ = std::make_unique<PrefillGemm>(stream_);
+}
+
+void CudaQwen35::reserve_step(std::span<const int32_t> tokens, int mtp_end) {
+  check_forward(tokens);
+  if (mtp_end > 0 && !w_->has_mtp)
+    fail("this checkpoint has no MTP head (mtp_num_hidden_layers is 0 and no mtp.layers.* tensors)");
+  if (mtp_end > max_tokens_) fail("MTP cache capacity {} exceeded ({} entries)", max_tokens_, mtp_end);
+  if (!prefill_applies(int(tokens.size()))) return;
+  try {
+    prefill_allocate();
+  } catch (const DeviceFault&) {
+    throw;
+  } catch (...) {
+    prefill_release();  // what it took before the refusal: the sequence leaves the step holding none
+    throw;
+  }
 }
 
 void CudaQwen35::prefill_project(const DevMatrix& W, const void* x, int T, int ldx, float* y, int ldy,

@@ -175,6 +175,10 @@ class CudaQwen35 final : public ModelRuntime {
   const char* backend_name() const override { return "cuda"; }
   int target_length() const override { return length_; }
   void target_forward(std::span<const int32_t> tokens) override;
+  // check_forward, the MTP capacity, and the prefill workspace of a long
+  // forward (the one allocation a forward, head or MTP call makes after
+  // construction), from the group's allocator (qwen35_prefill.cpp).
+  void reserve_step(std::span<const int32_t> tokens, int mtp_end) override;
   void target_rollback(int keep) override;
   void head_argmax(int first, int count, int width, int32_t* out) override;
   void head_argmax_fused(int first, int count, int32_t* out) override;
@@ -197,6 +201,9 @@ class CudaQwen35 final : public ModelRuntime {
   const CudaQwen35Weights* weights() const { return w_.get(); }
   int max_rows() const { return max_rows_; }
   uint64_t sequence_id() const { return id_; }
+  // The group's allocator slot (SequenceGroup::set_allocator, a test seam):
+  // what the prefill workspace is taken from; null or *null: cudaMalloc.
+  void share_allocator(std::shared_ptr<Allocator* const> source) { allocator_ = std::move(source); }
   // What target_forward checks before any change (token ids, capacity).
   void check_forward(std::span<const int32_t> tokens) const;
   // One trunk forward over the slices' rows (qwen35_group.cpp): this
@@ -300,6 +307,7 @@ class CudaQwen35 final : public ModelRuntime {
   // iteration costs about what launching a cancelled row does.
   WalkVariant walk_variant_ = WalkVariant::Flag;
   Fault fault_ = Fault::None;  // RuntimeOptions::fault
+  std::shared_ptr<Allocator* const> allocator_;  // share_allocator
   int H_ = 0, V_ = 0;
   cuda::AttnShape attn_shape_{};
   cuda::GdnShape gdn_shape_{};
