@@ -185,9 +185,12 @@ inline void check_errors_change_nothing(const RuntimeMaker& alone, SequenceGroup
 // (batched_head), every step makes one LM-head launch for all its sequences
 // (the rows fit one call here); where it batches the MTP head (batched_mtp),
 // each chained draft step one MTP launch. block_size 0: the default.
+// drafter: each sequence's own drafter (the Gemma 4 assistant), alone and
+// together, in place of `draft` (then DraftKind::None).
+using DrafterMaker = std::function<std::unique_ptr<Drafter>(ModelRuntime&)>;
 inline void check_stepped_generations(const RuntimeMaker& alone, SequenceGroup& group, const std::vector<int32_t>& prompt,
                                       DraftKind draft, int block_size = 0, bool batched_head = true,
-                                      bool batched_mtp = true) {
+                                      bool batched_mtp = true, const DrafterMaker& drafter = {}) {
   std::vector<std::vector<int32_t>> prompts;
   for (size_t len : {prompt.size(), size_t(1), size_t(3), prompt.size() / 2 + 1})
     prompts.emplace_back(prompt.begin(), prompt.begin() + long(std::min(len, prompt.size())));
@@ -200,7 +203,7 @@ inline void check_stepped_generations(const RuntimeMaker& alone, SequenceGroup& 
   for (size_t i = 0; i < prompts.size(); ++i) {
     o.max_new_tokens = 12 + 4 * int(i);
     auto rt = alone(cap);
-    solo.push_back(generate(*rt, prompts[i], o));
+    solo.push_back(drafter ? generate_with_drafter(*rt, drafter(*rt), prompts[i], o) : generate(*rt, prompts[i], o));
   }
   std::vector<std::unique_ptr<ModelRuntime>> seqs;
   for (size_t i = 0; i < prompts.size(); ++i) seqs.push_back(group.add_sequence(cap));
@@ -217,7 +220,7 @@ inline void check_stepped_generations(const RuntimeMaker& alone, SequenceGroup& 
     for (size_t i = 0; i < prompts.size(); ++i)
       if (ids[i] < 0 && (i < 2 || step == 2)) {
         o.max_new_tokens = 12 + 4 * int(i);
-        ids[i] = loop.add(*seqs[i], prompts[i], o);
+        ids[i] = loop.add(*seqs[i], prompts[i], o, drafter ? drafter(*seqs[i]) : nullptr);
       }
     loop.step();
   }
@@ -229,7 +232,7 @@ inline void check_stepped_generations(const RuntimeMaker& alone, SequenceGroup& 
   }
   int64_t rows_alone = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    const std::string what = std::string(draft_kind_name(draft)) + " K=" + std::to_string(o.block_size) +
+    const std::string what = std::string(drafter ? "drafter" : draft_kind_name(draft)) + " K=" + std::to_string(o.block_size) +
                              " prompt " + std::to_string(i);
     EXPECT_EQ(together[i].tokens, solo[i].tokens) << what;
     const VerifyCounters &x = together[i].stats.counters, &y = solo[i].stats.counters;

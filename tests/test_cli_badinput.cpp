@@ -131,6 +131,8 @@ const std::vector<Case> kCases = {
     {"draft-trace -m {M} --prompt-ids 1,2 --prompt-ids 3,4", "--prompt-ids"},
     {"draft-trace -m {M} --prompt-ids 1,2 --draft ''", "--draft"},
     {"draft-trace -m {M} --prompt-ids 1,2 --draft none", "--draft"},
+    {"draft-trace -m {M} --prompt-ids 1,2 --draft '{DIR}'", "cannot read config.json"},
+    {"draft-trace -m {M} --prompt-ids 1,2 --draft '{CFGFIFO}'", "cannot read config.json"},
     {"draft-trace -m {M} --prompt-ids 1,2 --backend ''", "--backend"},
     {"draft-trace -m {M} --prompt-ids 1,2 --backend tpu", "--backend"},
     {"draft-trace -m '' --prompt-ids 1,2 --backend tpu", "--backend"},

@@ -38,7 +38,7 @@ TEST_P(StepFailures, OverrunAndBadTokenFailOneSequenceAlone) {
 TEST_P(StepFailures, SerialGroupBadRowsFailOneSequenceAlone) {
   const auto ckpt = Qwen35Checkpoint::open(GetParam());
   const auto ref = test::load_reference(GetParam());
-  auto group = make_serial_sequence_group(ckpt, BackendKind::Cpu, 2);
+  auto group = make_serial_sequence_group(ckpt, BackendKind::Cpu, RuntimeOptions{.cpu_threads = 2});
   test::check_bad_rows_fail_alone([&](int cap) { return make_cpu_runtime(ckpt, cap, kOptions); }, *group, ref.prompt);
 }
 

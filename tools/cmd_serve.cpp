@@ -4,8 +4,8 @@
 // the API (server/openai_api.h) parses, queues and streams. The port is
 // bound first, so /health answers "loading" while the model loads; SIGTERM
 // and SIGINT drain. Qwen3.5 targets run on the backend's
-// sequence group (MTP drafts); Gemma 4 targets on a serial group over their
-// runtime factory, optionally with the assistant (--draft DIR) as drafter.
+// sequence group (MTP drafts); Gemma 4 targets on theirs (the CPU's shares
+// forwards, CUDA's is serial), optionally with the assistant (--draft DIR) as drafter.
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -42,7 +42,7 @@ struct ServeArgs {
   CLI::Option *block_opt = nullptr, *draft_vocab_opt = nullptr, *max_connections_opt = nullptr, *cost_opt = nullptr;
 };
 
-// The engine of a Gemma 4 target: a serial group over its runtime factory,
+// The engine of a Gemma 4 target: its backend's group (TargetModel::make_group),
 // and with an assistant directory as --draft, one drafter per job.
 std::unique_ptr<server::Engine> gemma4_engine(const std::string& dir, const ServeArgs& a, BackendKind kind,
                                               bool assistant_draft, server::EngineOptions eo,
@@ -53,7 +53,7 @@ std::unique_ptr<server::Engine> gemma4_engine(const std::string& dir, const Serv
     eo.make_drafter = [assistant](ModelRuntime& sequence) { return assistant->drafter(sequence); };
     if (eo.block_size == 0 && eo.block_policy == BlockPolicy::Fixed) eo.block_size = kAssistantBlockSize;
   }
-  return std::make_unique<server::Engine>(make_serial_sequence_group(target.factory, target.info, a.backend),
+  return std::make_unique<server::Engine>(target.make_group(),
                                           tokenizer, eo, metrics);
 }
 

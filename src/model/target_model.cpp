@@ -34,6 +34,10 @@ TargetModel open_target_model(const std::string& dir, BackendKind kind, const Ru
 #endif
       return make_cpu_gemma4_runtime(*ck, cap, cpu_options(options));
     };
+    m.make_group = [ck, kind, options, factory = m.factory, info = m.info]() -> std::unique_ptr<SequenceGroup> {
+      if (kind == BackendKind::Cuda) return make_serial_sequence_group(factory, info, "cuda");
+      return make_cpu_gemma4_group(*ck, cpu_options(options));
+    };
     return m;
   }
   auto ck = std::make_shared<const Qwen35Checkpoint>(Qwen35Checkpoint::open(dir));
@@ -41,6 +45,7 @@ TargetModel open_target_model(const std::string& dir, BackendKind kind, const Ru
   m.family = "qwen3_5";
   m.info = {c.vocab_size, c.hidden_size, c.max_position_embeddings, ck->mtp_layers(), c.eos_token_ids};
   m.factory = [ck, kind, options](int cap) { return make_runtime(*ck, kind, cap, options); };
+  m.make_group = [ck, kind, options] { return make_sequence_group(*ck, kind, options); };
   return m;
 }
 

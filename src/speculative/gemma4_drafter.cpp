@@ -81,6 +81,19 @@ std::unique_ptr<Drafter> AssistantModel::drafter(ModelRuntime& rt) {
   return std::make_unique<Gemma4AssistantDrafter>(rt, *assistant_);
 }
 
+std::vector<int32_t> assistant_draft_trace(ModelRuntime& rt, AssistantModel& assistant, std::span<const int32_t> ids) {
+  if (rt.target_length() != 0) fail("internal: assistant_draft_trace on a runtime that already holds tokens");
+  const std::unique_ptr<Drafter> drafter = assistant.drafter(rt);
+  std::vector<int32_t> out, one;
+  for (size_t p = 0; p + 1 < ids.size(); ++p) {
+    rt.target_forward(ids.subspan(p, 1));
+    drafter->begin(ids.first(p + 1), ids[p + 1]);  // ids[p+1] as the round's bonus
+    drafter->propose(1, one);
+    out.push_back(one.at(0));
+  }
+  return out;
+}
+
 bool is_drafter_checkpoint(const std::string& draft) {
   std::error_code ec;
   return std::filesystem::is_directory(draft, ec);

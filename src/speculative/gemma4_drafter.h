@@ -64,6 +64,15 @@ class AssistantModel {
   std::unique_ptr<CpuGemma4Assistant> assistant_;
 };
 
+// Teacher-forced first-step drafts (`nextn draft-trace --draft DIR`): out[p]
+// is the guess for ids[p+2] that a round's first draft makes with ids[p+1]
+// as its bonus after the target held ids[0..p] (its hidden row p, its K/V
+// of positions 0..p), for p in [0, ids.size() - 2]. `rt` is a fresh Gemma 4
+// runtime of at least ids.size() - 1 positions; it takes one one-token
+// forward per id (the assistant reads the last row only; the rows are batch
+// invariant, so they equal any forward's) and is left holding ids[0..n-2].
+std::vector<int32_t> assistant_draft_trace(ModelRuntime& rt, AssistantModel& assistant, std::span<const int32_t> ids);
+
 // Error (one line) unless `dir`'s config.json says gemma4_assistant.
 void check_assistant_dir(const std::string& dir);
 

@@ -8,105 +8,136 @@
 //
 // KV caches are ring buffers: full layers hold every position, sliding layers
 // sliding_window + 1 + kMaxRows slots. Forwards run in chunks of at most
-// kMaxRows rows, so a chunk's writes only overwrite positions older than
-// any query or rollback can reach (a rollback keeps at least one row of the
-// last forward and, for a forward of more than kMaxRows rows, all but
-// kMaxRows of them).
-#include "backend/cpu/gemma4.h"
-
+// kMaxRows rows per sequence, so a chunk's writes only overwrite positions
+// older than any query or rollback can reach (a rollback keeps at least one
+// row of the last forward and, for a forward of more than kMaxRows rows, all
+// but kMaxRows of them).
+//
+// A runtime is one sequence over a Gemma4Model; make_cpu_gemma4_runtime
+// gives it a model of its own, the group (gemma4_group.cpp) shares one.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "backend/cpu/gemma4_layer.h"
-#include "backend/cpu/head.h"
+#include "backend/cpu/gemma4_model.h"
 #include "backend/cpu/ops.h"
 #include "core/error.h"
-#include "core/thread_pool.h"
 #include "io/gemma4_checkpoint.h"
-#include "model/gemma4_runtime.h"
 
 namespace nextn {
-namespace {
+namespace cpu_gemma4 {
 
-using cpu::Gemma4Layer;
-using cpu::Matrix;
-using MatrixPtr = std::shared_ptr<Matrix>;
-
-constexpr int kMaxRows = 64;  // rows per forward chunk (the largest verify block)
-
-struct RingKv {
-  int slots = 0;
-  std::vector<float> k, v;  // [slots][kv_heads][head_dim], position p at slot p % slots
-};
-
-class CpuGemma4 final : public Gemma4Runtime {
- public:
-  CpuGemma4(const Gemma4Checkpoint& ck, int max_tokens, const CpuRuntimeOptions& options);
-
-  ModelInfo info() const override { return info_; }
-  const char* backend_name() const override { return "cpu"; }
-  void target_forward(std::span<const int32_t> tokens) override;
-  void target_rollback(int keep) override;
-  void head_argmax(int first, int count, int width, int32_t* out) override;
-  void head_argmax_fused(int first, int count, int32_t* out) override;
-  int head_walk(std::span<const int32_t> drafts, int32_t* out) override;
-  void head_logits(int row, float* out) override;
-  HeadWork head_work() const override { return head_work_; }
-  void reset() override;
-
-  // ---- Gemma4Target ----
-  const Gemma4TextConfig& gemma4_config() const override { return cfg_; }
-  void last_hidden(float* out) const override;
-  void scaled_embedding(int32_t token, float* out) const override;
-  const float* cached_key(int layer, int pos) const override { return cached(layer, pos, true); }
-  const float* cached_value(int layer, int pos) const override { return cached(layer, pos, false); }
-
- private:
-  const float* cached(int layer, int pos, bool key) const;
-  void forward_chunk(const int32_t* tokens, int pos, int T, float* hidden);
-  void attention(const Gemma4Layer& L, RingKv& kv, int pos, int T, const float* xn, float* out);
-  void matmul(const Matrix& w, const float* x, int T, float* y) {
-    cpu::matmul(w, x, T, y, 0, -1, &pool_, min_chunk_work_);
-  }
-  cpu::HeadThreads head_threads() { return {&pool_, min_chunk_work_}; }
-
-  Gemma4TextConfig cfg_;
-  ModelInfo info_;
-  ThreadPool pool_;
-  int64_t min_chunk_work_;
-  MatrixPtr embed_, lm_head_;
-  float embed_scale_ = 1.0f;
-  std::vector<float> final_norm_;
-  std::vector<Gemma4Layer> layers_;
-  std::vector<RingKv> kv_;
-  std::vector<float> hidden_;  // [last_T][H], post final norm
-  HeadWork head_work_;
-};
-
-CpuGemma4::CpuGemma4(const Gemma4Checkpoint& ck, int max_tokens, const CpuRuntimeOptions& options)
-    : Gemma4Runtime(max_tokens, kMaxRows),
-      cfg_(ck.config()),
-      pool_(options.threads > 0 ? options.threads : default_thread_count()),
-      min_chunk_work_(options.min_chunk_work) {
-  const int H = cfg_.hidden_size;
-  info_.vocab_size = cfg_.vocab_size;
-  info_.hidden_size = H;
-  info_.max_position_embeddings = cfg_.max_position_embeddings;
-  info_.eos_token_ids = cfg_.eos_token_ids;
-  embed_ = Matrix::load(ck.matrix("embed_tokens", cfg_.vocab_size, H));
+Gemma4Model::Gemma4Model(const Gemma4Checkpoint& ck, const CpuRuntimeOptions& options)
+    : dir(ck.dir()),
+      cfg(ck.config()),
+      pool(options.threads > 0 ? options.threads : default_thread_count()),
+      min_chunk_work(options.min_chunk_work) {
+  if (ck.is_assistant()) fail("{}: a gemma4_assistant checkpoint drafts for a target; it is not a target", ck.dir());
+  const int H = cfg.hidden_size;
+  info.vocab_size = cfg.vocab_size;
+  info.hidden_size = H;
+  info.max_position_embeddings = cfg.max_position_embeddings;
+  info.eos_token_ids = cfg.eos_token_ids;
+  embed = Matrix::load(ck.matrix("embed_tokens", cfg.vocab_size, H));
   const WeightRef head = ck.lm_head();
-  lm_head_ = head.name == ck.stored("embed_tokens") + ".weight" ? embed_ : Matrix::load(head);
-  embed_scale_ = ck.embed_scale();
-  final_norm_ = ck.vector(ck.stored("norm.weight"), H);
-  for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
-    Gemma4Layer L = cpu::load_gemma4_layer(ck, i, true);
-    const int hd = L.spec.head_dim, kvh = L.spec.kv_heads;
+  lm_head = head.name == ck.stored("embed_tokens") + ".weight" ? embed : Matrix::load(head);
+  embed_scale = ck.embed_scale();
+  final_norm = ck.vector(ck.stored("norm.weight"), H);
+  for (int i = 0; i < cfg.num_hidden_layers; ++i) layers.push_back(cpu::load_gemma4_layer(ck, i, true));
+}
+
+void Gemma4Model::check_capacity(int max_tokens) const {
+  // Gemma4Checkpoint::check_target_capacity's rule, for a group that no longer holds the checkpoint.
+  if (max_tokens <= 0) fail("runtime capacity {} tokens: expected at least 1", max_tokens);
+  if (max_tokens > cfg.max_position_embeddings)
+    fail(
+        "{}: this run needs up to {} positions (prompt + tokens to generate + verify block) but config.json's "
+        "max_position_embeddings is {}",
+        dir, max_tokens, cfg.max_position_embeddings);
+}
+
+void Gemma4Model::scaled_embedding(int32_t token, float* out) const {
+  embed->row(token, out);
+  for (int d = 0; d < cfg.hidden_size; ++d) out[d] *= embed_scale;
+}
+
+void Gemma4Model::layer(size_t i, std::span<const Segment> segs, int N, float* x) {
+  const Gemma4Layer& L = layers[i];
+  const int H = cfg.hidden_size;
+  std::vector<float> xn(size_t(N) * H), mix(size_t(N) * H);
+  for (int t = 0; t < N; ++t) cpu::rmsnorm(&x[size_t(t) * H], L.input_norm.data(), cfg.rms_norm_eps, H, &xn[size_t(t) * H]);
+  attention(L, segs, N, xn.data(), mix.data());
+  cpu::gemma4_layer_tail(L, cfg, N, mix.data(), x, &pool, min_chunk_work);
+}
+
+void Gemma4Model::attention(const Gemma4Layer& L, std::span<const Segment> segs, int N, const float* xn, float* out) {
+  const int Hq = cfg.num_attention_heads, kvh = L.spec.kv_heads, hd = L.spec.head_dim;
+  const float eps = cfg.rms_norm_eps;
+  const int kv_row = kvh * hd;
+  std::vector<float> q(size_t(N) * Hq * hd), k(size_t(N) * kv_row), v(size_t(N) * kv_row);
+  matmul(*L.q, xn, N, q.data());
+  matmul(*L.k, xn, N, k.data());
+  if (L.v)
+    matmul(*L.v, xn, N, v.data());
+  else
+    v = k;  // K = V: values are the raw key projection (before k_norm and RoPE)
+  const std::vector<float> ones(static_cast<size_t>(hd), 1.0f);
+  std::vector<float> cs(static_cast<size_t>(hd / 2)), sn(static_cast<size_t>(hd / 2)), tmp(static_cast<size_t>(hd));
+  int most_keys = 0;
+  for (const Segment& sg : segs) {
+    RingKv& kv = *sg.kv;
+    for (int t = 0; t < sg.T; ++t) {
+      const size_t r = size_t(sg.row0 + t);
+      cpu::gemma4_rope_table(L.spec, sg.pos + t, cs.data(), sn.data());
+      const size_t slot = size_t((sg.pos + t) % kv.slots) * kv_row;
+      for (int h = 0; h < kvh; ++h) {
+        cpu::rmsnorm(&k[r * kv_row + h * hd], L.k_norm.data(), eps, hd, &kv.k[slot + h * hd]);
+        cpu::rope(&kv.k[slot + h * hd], hd, cs.data(), sn.data());
+        cpu::rmsnorm(&v[r * kv_row + h * hd], ones.data(), eps, hd, &kv.v[slot + h * hd]);
+      }
+      for (int h = 0; h < Hq; ++h) {  // queries in place
+        float* qh = &q[r * Hq * hd + size_t(h) * hd];
+        cpu::rmsnorm(qh, L.q_norm.data(), eps, hd, tmp.data());
+        cpu::rope(tmp.data(), hd, cs.data(), sn.data());
+        std::copy(tmp.begin(), tmp.end(), qh);
+      }
+    }
+    most_keys = std::max(most_keys, L.spec.sliding ? std::min(cfg.sliding_window, sg.pos + sg.T) : sg.pos + sg.T);
+  }
+  const int group = Hq / kvh;
+  std::vector<float> attn(size_t(N) * Hq * hd);
+  pool.parallel_for(Hq, 1, [&](int64_t h0, int64_t h1) {  // query heads are independent
+    std::vector<float> scores(static_cast<size_t>(most_keys));
+    for (const Segment& sg : segs) {
+      const RingKv& kv = *sg.kv;
+      const int window = L.spec.sliding ? cfg.sliding_window : sg.pos + sg.T;
+      for (int t = 0; t < sg.T; ++t) {
+        const int p = sg.pos + t;
+        const size_t r = size_t(sg.row0 + t);
+        const int first = std::max(0, p - window + 1);  // keys first..p (attention scale 1.0)
+        for (int h = int(h0); h < int(h1); ++h) {
+          const int kh = h / group;
+          cpu::gemma4_attend(
+              &q[r * Hq * hd + size_t(h) * hd], hd, first, p,
+              [&](int j) { return &kv.k[size_t(j % kv.slots) * kv_row + kh * hd]; },
+              [&](int j) { return &kv.v[size_t(j % kv.slots) * kv_row + kh * hd]; }, scores.data(),
+              &attn[r * Hq * hd + size_t(h) * hd]);
+        }
+      }
+    }
+  });
+  matmul(*L.o, attn.data(), N, out);
+}
+
+CpuGemma4::CpuGemma4(std::shared_ptr<Gemma4Model> model, int max_tokens)
+    : Gemma4Runtime(max_tokens, kMaxRows), m_(std::move(model)) {
+  m_->check_capacity(max_tokens);
+  for (const Gemma4Layer& L : m_->layers) {
+    const size_t row = size_t(L.spec.kv_heads) * L.spec.head_dim;
     RingKv kv;
-    kv.slots = L.spec.sliding ? std::min(max_tokens, cfg_.sliding_window + 1 + kMaxRows) : max_tokens;
-    kv.k.assign(size_t(kv.slots) * kvh * hd, 0.0f);
-    kv.v.assign(size_t(kv.slots) * kvh * hd, 0.0f);
-    layers_.push_back(std::move(L));
+    kv.slots = L.spec.sliding ? std::min(max_tokens, m_->cfg.sliding_window + 1 + kMaxRows) : max_tokens;
+    kv.k.assign(size_t(kv.slots) * row, 0.0f);
+    kv.v.assign(size_t(kv.slots) * row, 0.0f);
     kv_.push_back(std::move(kv));
   }
 }
@@ -117,138 +148,140 @@ void CpuGemma4::reset() {
   head_work_ = HeadWork{};
 }
 
-void CpuGemma4::target_forward(std::span<const int32_t> tokens) {
-  const int T = int(tokens.size());
-  if (T <= 0) fail("target_forward: no tokens");
-  check_capacity(T);
+void CpuGemma4::check_forward(std::span<const int32_t> tokens) const {
+  if (tokens.empty()) fail("target_forward: no tokens");
+  check_capacity(int(tokens.size()));
   for (int32_t t : tokens)
-    if (t < 0 || t >= cfg_.vocab_size) fail("token id {} is outside the vocabulary [0, {})", t, cfg_.vocab_size);
-  const int H = cfg_.hidden_size;
-  hidden_.resize(size_t(T) * H);
-  for (int c = 0; c < T; c += kMaxRows) {
-    const int n = std::min(kMaxRows, T - c);
-    forward_chunk(tokens.data() + c, length_ + c, n, &hidden_[size_t(c) * H]);
+    if (t < 0 || t >= m_->cfg.vocab_size) fail("token id {} is outside the vocabulary [0, {})", t, m_->cfg.vocab_size);
+}
+
+void CpuGemma4::target_forward(std::span<const int32_t> tokens) {
+  CpuGemma4* self = this;
+  forward_together({&self, 1}, {&tokens, 1});
+}
+
+void CpuGemma4::forward_together(std::span<CpuGemma4* const> seqs, std::span<const std::span<const int32_t>> tokens) {
+  if (seqs.empty() || seqs.size() != tokens.size())
+    fail("internal: forward_together of {} sequences and {} token lists", seqs.size(), tokens.size());
+  Gemma4Model& m = *seqs[0]->m_;
+  size_t longest = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    if (seqs[s]->m_.get() != &m) fail("internal: forward_together over sequences of different models");
+    for (size_t r = 0; r < s; ++r)
+      if (seqs[r] == seqs[s]) fail("internal: forward_together lists one sequence twice");
+    seqs[s]->check_forward(tokens[s]);
+    longest = std::max(longest, tokens[s].size());
   }
-  record_forward(T);
+  const int H = m.cfg.hidden_size;
+  for (size_t s = 0; s < seqs.size(); ++s) seqs[s]->hidden_.resize(tokens[s].size() * H);
+  // Chunk c of every sequence that has one, in one forward: each sequence's
+  // rows are chunked exactly as alone (its ring needs that), the matmuls
+  // run over all of them.
+  for (size_t c = 0; c < longest; c += kMaxRows) {
+    std::vector<Segment> segs;
+    std::vector<size_t> who;
+    int N = 0;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      if (tokens[s].size() <= c) continue;
+      const int T = int(std::min<size_t>(kMaxRows, tokens[s].size() - c));
+      segs.push_back(Segment{nullptr, seqs[s]->length_ + int(c), N, T});
+      who.push_back(s);
+      N += T;
+    }
+    std::vector<float> x(size_t(N) * H);  // [N][H]
+    for (size_t g = 0; g < segs.size(); ++g)
+      for (int t = 0; t < segs[g].T; ++t)
+        m.scaled_embedding(tokens[who[g]][c + size_t(t)], &x[size_t(segs[g].row0 + t) * H]);
+    for (size_t i = 0; i < m.layers.size(); ++i) {
+      for (size_t g = 0; g < segs.size(); ++g) segs[g].kv = &seqs[who[g]]->kv_[i];
+      m.layer(i, segs, N, x.data());
+    }
+    for (size_t g = 0; g < segs.size(); ++g)
+      for (int t = 0; t < segs[g].T; ++t)
+        cpu::rmsnorm(&x[size_t(segs[g].row0 + t) * H], m.final_norm.data(), m.cfg.rms_norm_eps, H,
+                     &seqs[who[g]]->hidden_[(c + size_t(t)) * H]);
+  }
+  for (size_t s = 0; s < seqs.size(); ++s) seqs[s]->record_forward(int(tokens[s].size()));
 }
 
 void CpuGemma4::target_rollback(int keep) {
   record_rollback(keep);  // the rings need no change: positions past length_ are never read
 }
 
-void CpuGemma4::forward_chunk(const int32_t* tokens, int pos, int T, float* hidden) {
-  const int H = cfg_.hidden_size;
-  std::vector<float> x(size_t(T) * H), xn(size_t(T) * H), mix(size_t(T) * H);
-  for (int t = 0; t < T; ++t) scaled_embedding(tokens[t], &x[size_t(t) * H]);
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const Gemma4Layer& L = layers_[i];
-    for (int t = 0; t < T; ++t)
-      cpu::rmsnorm(&x[size_t(t) * H], L.input_norm.data(), cfg_.rms_norm_eps, H, &xn[size_t(t) * H]);
-    attention(L, kv_[i], pos, T, xn.data(), mix.data());
-    cpu::gemma4_layer_tail(L, cfg_, T, mix.data(), x.data(), &pool_, min_chunk_work_);
-  }
-  for (int t = 0; t < T; ++t)
-    cpu::rmsnorm(&x[size_t(t) * H], final_norm_.data(), cfg_.rms_norm_eps, H, hidden + size_t(t) * H);
-}
-
-void CpuGemma4::scaled_embedding(int32_t token, float* out) const {
-  embed_->row(token, out);
-  for (int d = 0; d < cfg_.hidden_size; ++d) out[d] *= embed_scale_;
-}
-
 void CpuGemma4::last_hidden(float* out) const {
   if (last_T_ == 0) fail("last_hidden: no target_forward yet");
-  const float* row = &hidden_[size_t(last_T_ - 1) * cfg_.hidden_size];
-  std::copy(row, row + cfg_.hidden_size, out);
+  const float* row = &hidden_[size_t(last_T_ - 1) * m_->cfg.hidden_size];
+  std::copy(row, row + m_->cfg.hidden_size, out);
 }
 
 const float* CpuGemma4::cached(int layer, int pos, bool key) const {
-  if (layer < 0 || layer >= int(layers_.size())) fail("cached K/V: layer {} outside [0, {})", layer, layers_.size());
+  if (layer < 0 || layer >= int(kv_.size())) fail("cached K/V: layer {} outside [0, {})", layer, kv_.size());
   const RingKv& kv = kv_[size_t(layer)];
   if (pos < 0 || pos >= length_ || pos < length_ - kv.slots)
     fail("cached K/V: position {} of layer {} is not held (length {}, {} slots)", pos, layer, length_, kv.slots);
-  const Gemma4LayerSpec& s = layers_[size_t(layer)].spec;
+  const Gemma4LayerSpec& s = m_->layers[size_t(layer)].spec;
   const size_t at = size_t(pos % kv.slots) * s.kv_heads * s.head_dim;
   return key ? &kv.k[at] : &kv.v[at];
 }
 
-void CpuGemma4::attention(const Gemma4Layer& L, RingKv& kv, int pos, int T, const float* xn, float* out) {
-  const int Hq = cfg_.num_attention_heads, kvh = L.spec.kv_heads, hd = L.spec.head_dim;
-  const float eps = cfg_.rms_norm_eps;
-  const int kv_row = kvh * hd;
-  std::vector<float> q(size_t(T) * Hq * hd), k(size_t(T) * kv_row), v(size_t(T) * kv_row);
-  matmul(*L.q, xn, T, q.data());
-  matmul(*L.k, xn, T, k.data());
-  if (L.v)
-    matmul(*L.v, xn, T, v.data());
-  else
-    v = k;  // K = V: values are the raw key projection (before k_norm and RoPE)
-  const std::vector<float> ones(static_cast<size_t>(hd), 1.0f);
-  std::vector<float> cs(static_cast<size_t>(hd / 2)), sn(static_cast<size_t>(hd / 2)), tmp(static_cast<size_t>(hd));
-  for (int t = 0; t < T; ++t) {
-    cpu::gemma4_rope_table(L.spec, pos + t, cs.data(), sn.data());
-    const size_t slot = size_t((pos + t) % kv.slots) * kv_row;
-    for (int h = 0; h < kvh; ++h) {
-      cpu::rmsnorm(&k[size_t(t) * kv_row + h * hd], L.k_norm.data(), eps, hd, &kv.k[slot + h * hd]);
-      cpu::rope(&kv.k[slot + h * hd], hd, cs.data(), sn.data());
-      cpu::rmsnorm(&v[size_t(t) * kv_row + h * hd], ones.data(), eps, hd, &kv.v[slot + h * hd]);
-    }
-    for (int h = 0; h < Hq; ++h) {  // queries in place
-      float* qh = &q[size_t(t) * Hq * hd + size_t(h) * hd];
-      cpu::rmsnorm(qh, L.q_norm.data(), eps, hd, tmp.data());
-      cpu::rope(tmp.data(), hd, cs.data(), sn.data());
-      std::copy(tmp.begin(), tmp.end(), qh);
-    }
-  }
-  const int group = Hq / kvh;
-  const int window = L.spec.sliding ? cfg_.sliding_window : pos + T;
-  std::vector<float> attn(size_t(T) * Hq * hd);
-  pool_.parallel_for(Hq, 1, [&](int64_t h0, int64_t h1) {  // query heads are independent
-    std::vector<float> scores(static_cast<size_t>(std::min(window, pos + T)));
-    for (int t = 0; t < T; ++t) {
-      const int p = pos + t;
-      const int first = std::max(0, p - window + 1);  // keys first..p (attention scale 1.0)
-      for (int h = int(h0); h < int(h1); ++h) {
-        const int kh = h / group;
-        cpu::gemma4_attend(
-            &q[size_t(t) * Hq * hd + size_t(h) * hd], hd, first, p,
-            [&](int j) { return &kv.k[size_t(j % kv.slots) * kv_row + kh * hd]; },
-            [&](int j) { return &kv.v[size_t(j % kv.slots) * kv_row + kh * hd]; }, scores.data(),
-            &attn[size_t(t) * Hq * hd + size_t(h) * hd]);
-      }
-    }
-  });
-  matmul(*L.o, attn.data(), T, out);
-}
-
 void CpuGemma4::head_argmax(int first, int count, int width, int32_t* out) {
   // The softcap is monotone: the argmax of the raw logits is the argmax.
-  cpu::head_argmax_of_rows(*lm_head_, hidden_.data(), last_T_, first, count, width, out, head_work_, head_threads());
+  cpu::head_argmax_of_rows(*m_->lm_head, hidden_.data(), last_T_, first, count, width, out, head_work_,
+                           m_->head_threads());
+}
+
+void CpuGemma4::head_argmax_together(std::span<CpuGemma4* const> seqs, std::span<const SequenceRows> rows,
+                                     int32_t* out) {
+  Gemma4Model& m = *seqs[0]->m_;
+  const int H = m.cfg.hidden_size;
+  int R = 0;
+  for (size_t s = 0; s < rows.size(); ++s) {
+    const SequenceRows& r = rows[s];
+    if (r.first < 0 || r.count < 1 || r.first + r.count > seqs[s]->last_T_)
+      fail("head_argmax: rows [{}, {}) outside the last forward's {} rows", r.first, r.first + r.count,
+           seqs[s]->last_T_);
+    R += r.count;
+  }
+  std::vector<float> x(size_t(R) * H);  // [R][H]: every listed row, in list order
+  for (size_t s = 0, row = 0; s < rows.size(); row += size_t(rows[s].count), ++s)
+    std::copy(&seqs[s]->hidden_[size_t(rows[s].first) * H],
+              &seqs[s]->hidden_[size_t(rows[s].first + rows[s].count) * H], &x[row * H]);
+  HeadWork call;  // what the one projection read and wrote, counted by the op
+  cpu::head_project_argmax(*m.lm_head, x.data(), R, R, out, call, m.head_threads());
+  for (size_t s = 0; s < rows.size(); ++s) {  // each sequence's share: its rows, the head read once for all
+    HeadWork& w = seqs[s]->head_work_;
+    w.rows_projected += rows[s].count;
+    w.head_bytes_read += call.head_bytes_read;
+    w.logits_bytes_written += call.logits_bytes_written / R * rows[s].count;
+    w.head_calls += 1;
+    w.last_path = HeadPath::Batched;
+  }
 }
 
 void CpuGemma4::head_argmax_fused(int first, int count, int32_t* out) {
   if (first < 0 || count < 0 || first + count > last_T_) fail("head_argmax_fused: rows outside the last forward");
-  cpu::head_fused_argmax(*lm_head_, &hidden_[size_t(first) * cfg_.hidden_size], count, out, head_work_, head_threads());
+  cpu::head_fused_argmax(*m_->lm_head, &hidden_[size_t(first) * m_->cfg.hidden_size], count, out, head_work_,
+                         m_->head_threads());
 }
 
 int CpuGemma4::head_walk(std::span<const int32_t> drafts, int32_t* out) {
   const int rows = std::min<int>(int(drafts.size()) + 1, last_T_);
-  return cpu::head_walk_rows(*lm_head_, hidden_.data(), rows, drafts, out, head_work_, head_threads());
+  return cpu::head_walk_rows(*m_->lm_head, hidden_.data(), rows, drafts, out, head_work_, m_->head_threads());
 }
 
 void CpuGemma4::head_logits(int row, float* out) {
   if (row < 0 || row >= last_T_) fail("head_logits: row {} outside the last forward's {} rows", row, last_T_);
-  matmul(*lm_head_, &hidden_[size_t(row) * cfg_.hidden_size], 1, out);
-  if (const float cap = cfg_.final_logit_softcapping; cap > 0.0f)
-    for (int i = 0; i < cfg_.vocab_size; ++i) out[i] = std::tanh(out[i] / cap) * cap;
+  m_->matmul(*m_->lm_head, &hidden_[size_t(row) * m_->cfg.hidden_size], 1, out);
+  if (const float cap = m_->cfg.final_logit_softcapping; cap > 0.0f)
+    for (int i = 0; i < m_->cfg.vocab_size; ++i) out[i] = std::tanh(out[i] / cap) * cap;
 }
 
-}  // namespace
+}  // namespace cpu_gemma4
 
 std::unique_ptr<ModelRuntime> make_cpu_gemma4_runtime(const Gemma4Checkpoint& ckpt, int max_tokens,
                                                       const CpuRuntimeOptions& options) {
   ckpt.check_target_capacity(max_tokens);
-  return std::make_unique<CpuGemma4>(ckpt, max_tokens, options);
+  return std::make_unique<cpu_gemma4::CpuGemma4>(std::make_shared<cpu_gemma4::Gemma4Model>(ckpt, options), max_tokens);
 }
 
 }  // namespace nextn

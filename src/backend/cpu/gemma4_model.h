@@ -1,0 +1,116 @@
+// Private to the CPU Gemma 4 runtime (gemma4.cpp: weights, trunk, head;
+// gemma4_group.cpp: the sequence group): the model every sequence of a group
+// shares and the one-sequence runtime over it, as for Qwen3.5
+// (qwen35_model.h).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/gemma4.h"
+#include "backend/cpu/gemma4_layer.h"
+#include "backend/cpu/head.h"
+#include "core/thread_pool.h"
+#include "model/batch_runtime.h"
+#include "model/gemma4_runtime.h"
+
+namespace nextn::cpu_gemma4 {
+
+using cpu::Gemma4Layer;
+using cpu::Matrix;
+using MatrixPtr = std::shared_ptr<Matrix>;
+
+// Rows of one sequence per forward chunk (the largest verify block). The
+// sliding rings hold kMaxRows slots past the window, so a chunk's writes
+// never overwrite a key that one of its queries, or a rollback, still needs.
+constexpr int kMaxRows = 64;
+
+struct RingKv {
+  int slots = 0;
+  std::vector<float> k, v;  // [slots][kv_heads][head_dim], position p at slot p % slots
+};
+
+// One sequence's rows inside a layer call over the rows of several
+// sequences: rows [row0, row0 + T) of the call, at positions pos.. of that
+// sequence, whose ring for this layer is kv.
+struct Segment {
+  RingKv* kv = nullptr;
+  int pos = 0, row0 = 0, T = 0;
+};
+
+// What every sequence of a group shares: the config, the weights, the
+// thread pool. Layer calls take the rows of one or more sequences: the
+// matrix products run over all rows at once (each output element is one
+// dot(), so a row's values do not depend on its neighbours), the norms and
+// RoPE per row, attention per sequence over its own ring.
+struct Gemma4Model {
+  Gemma4Model(const Gemma4Checkpoint& ck, const CpuRuntimeOptions& options);
+
+  // Error unless a sequence of max_tokens positions fits max_position_embeddings.
+  void check_capacity(int max_tokens) const;
+  void scaled_embedding(int32_t token, float* out) const;
+  // Layer i over N rows x [N][H] (in place) of the segments' sequences.
+  void layer(size_t i, std::span<const Segment> segs, int N, float* x);
+  void attention(const Gemma4Layer& L, std::span<const Segment> segs, int N, const float* xn, float* out);
+  void matmul(const Matrix& w, const float* x, int T, float* y) {
+    cpu::matmul(w, x, T, y, 0, -1, &pool, min_chunk_work);
+  }
+  cpu::HeadThreads head_threads() { return {&pool, min_chunk_work}; }
+
+  std::string dir;  // for messages
+  Gemma4TextConfig cfg;
+  ModelInfo info;
+  ThreadPool pool;
+  int64_t min_chunk_work;
+  MatrixPtr embed, lm_head;  // [vocab, H]; lm_head is embed when tied
+  float embed_scale = 1.0f;
+  std::vector<float> final_norm;  // [H]
+  std::vector<Gemma4Layer> layers;
+};
+
+// One sequence: its rings, hidden rows and head counters over a shared model.
+class CpuGemma4 final : public Gemma4Runtime {
+ public:
+  CpuGemma4(std::shared_ptr<Gemma4Model> model, int max_tokens);
+
+  ModelInfo info() const override { return m_->info; }
+  const char* backend_name() const override { return "cpu"; }
+  void target_forward(std::span<const int32_t> tokens) override;
+  void target_rollback(int keep) override;
+  void head_argmax(int first, int count, int width, int32_t* out) override;
+  void head_argmax_fused(int first, int count, int32_t* out) override;
+  int head_walk(std::span<const int32_t> drafts, int32_t* out) override;
+  void head_logits(int row, float* out) override;
+  HeadWork head_work() const override { return head_work_; }
+  void reset() override;
+
+  // ---- Gemma4Target ----
+  const Gemma4TextConfig& gemma4_config() const override { return m_->cfg; }
+  void last_hidden(float* out) const override;
+  void scaled_embedding(int32_t token, float* out) const override { m_->scaled_embedding(token, out); }
+  const float* cached_key(int layer, int pos) const override { return cached(layer, pos, true); }
+  const float* cached_value(int layer, int pos) const override { return cached(layer, pos, false); }
+
+  const Gemma4Model* model() const { return m_.get(); }
+  // target_forward(tokens[s]) on seqs[s]: one trunk forward per chunk of 64
+  // rows of each sequence over all of them; every sequence is checked
+  // (distinct, of one model, token ids, capacity) before any changes.
+  static void forward_together(std::span<CpuGemma4* const> seqs, std::span<const std::span<const int32_t>> tokens);
+  // head_argmax(r.first, r.count, r.count) of every listed row, one
+  // projection for all of them.
+  static void head_argmax_together(std::span<CpuGemma4* const> seqs, std::span<const SequenceRows> rows,
+                                   int32_t* out);
+
+ private:
+  void check_forward(std::span<const int32_t> tokens) const;
+  const float* cached(int layer, int pos, bool key) const;
+
+  std::shared_ptr<Gemma4Model> m_;
+  std::vector<RingKv> kv_;     // per layer
+  std::vector<float> hidden_;  // [last_T][H], post final norm
+  HeadWork head_work_;         // counted by the head ops (backend/cpu/head.h)
+};
+
+}  // namespace nextn::cpu_gemma4
