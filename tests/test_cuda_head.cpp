@@ -279,7 +279,7 @@ TEST_P(CudaHead, ResetEqualsFresh) {
               0);
     EXPECT_EQ(zero.last_path, HeadPath::None);
     EXPECT_EQ(used->target_length(), 0);
-    EXPECT_EQ(used->mtp_length(), 0);
+    EXPECT_EQ(mtp_of(*used).mtp_length(), 0);
     const auto got = generate_walk(*used, ref.prompt, o, &greedy);
     EXPECT_EQ(got.tokens, want.tokens);
     const HeadWork w = used->head_work();
@@ -303,8 +303,8 @@ TEST_P(CudaHead, ResetEqualsFresh) {
         const int32_t next = greedy[0];
         std::vector<int32_t> nt(ref.prompt.begin() + 1, ref.prompt.end());
         nt.push_back(next);
-        rt->mtp_forward(nt, 0);
-        rt->mtp_draft(4, rt == fresh.get() ? da.data() : db.data());
+        mtp_of(*rt).mtp_forward(nt, 0);
+        mtp_of(*rt).mtp_draft(4, rt == fresh.get() ? da.data() : db.data());
       }
       EXPECT_EQ(da, db);
     }

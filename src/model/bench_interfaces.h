@@ -77,5 +77,6 @@ RuntimeProbe* find_probe(ModelRuntime& rt);
 const RuntimeProbe* find_probe(const ModelRuntime& rt);
 // The runtime's probe, or Error naming its backend.
 RuntimeProbe& probe_of(ModelRuntime& rt);
+const RuntimeProbe& probe_of(const ModelRuntime& rt);
 
 }  // namespace nextn

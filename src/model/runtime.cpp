@@ -62,9 +62,13 @@ VerifyHeadArms& verify_arms_of(ModelRuntime& rt) {
 RuntimeProbe* find_probe(ModelRuntime& rt) { return dynamic_cast<RuntimeProbe*>(&rt); }
 const RuntimeProbe* find_probe(const ModelRuntime& rt) { return dynamic_cast<const RuntimeProbe*>(&rt); }
 
-RuntimeProbe& probe_of(ModelRuntime& rt) {
-  if (RuntimeProbe* probe = find_probe(rt)) return *probe;
+const RuntimeProbe& probe_of(const ModelRuntime& rt) {
+  if (const RuntimeProbe* probe = find_probe(rt)) return *probe;
   fail("the {} runtime has no profiling probe (op timings, kernels launched, device memory)", rt.backend_name());
+}
+
+RuntimeProbe& probe_of(ModelRuntime& rt) {
+  return const_cast<RuntimeProbe&>(probe_of(static_cast<const ModelRuntime&>(rt)));
 }
 
 int effective_draft_vocab(int n, int vocab) {
