@@ -74,7 +74,7 @@ inline void keep_rows(ModelRuntime& rt, int rows, BatchTrace& t) {
   for (int first = 0; first < rows; first += 64) {
     const int n = std::min(64, rows - first);
     t.argmax.resize(t.argmax.size() + size_t(n));
-    rt.head_argmax(first, n, n, &t.argmax[t.argmax.size() - size_t(n)]);
+    rt.head_argmax(first, n, &t.argmax[t.argmax.size() - size_t(n)]);
   }
 }
 

@@ -101,11 +101,11 @@ inline std::string gemma4_case_name(const std::string& dir) {
 inline std::vector<int32_t> decode_greedy(ModelRuntime& rt, std::span<const int32_t> prompt, int n) {
   rt.target_forward(prompt);
   int32_t tok = 0;
-  rt.head_argmax(int(prompt.size()) - 1, 1, 1, &tok);
+  rt.head_argmax(int(prompt.size()) - 1, 1, &tok);
   std::vector<int32_t> out{tok};
   while (int(out.size()) < n) {
     rt.target_forward(std::span<const int32_t>(&out.back(), 1));
-    rt.head_argmax(0, 1, 1, &tok);
+    rt.head_argmax(0, 1, &tok);
     out.push_back(tok);
   }
   return out;

@@ -59,10 +59,10 @@ inline void check_runtime_contract(const MakeRuntime& make, const std::vector<in
   std::vector<float> la(size_t(V), 0.0f), lb(size_t(V), 0.0f);
   expect_error([&] { a->head_logits(2, la.data()); }, "row 2 outside the last forward's 2 rows", "head_logits");
   int32_t toks[4] = {};
-  expect_error([&] { a->head_argmax(0, 3, 3, toks); }, "outside the last forward's 2 rows", "head_argmax");
+  expect_error([&] { a->head_argmax(0, 3, toks); }, "outside the last forward's 2 rows", "head_argmax");
   if (has_mtp) {
     const std::vector<int32_t> next = {block[1], block[2], block[3]};
-    expect_error([&] { a->mtp_forward(next, 0); }, "rows [0, 3) outside the last forward's 2 rows", "mtp_forward");
+    expect_error([&] { mtp_of(*a).mtp_forward(next, 0); }, "rows [0, 3) outside the last forward's 2 rows", "mtp_forward");
   }
   a->target_rollback(2);  // keeps what is there: allowed, a no-op
   EXPECT_EQ(a->target_length(), start + 2);
@@ -76,11 +76,11 @@ inline void check_runtime_contract(const MakeRuntime& make, const std::vector<in
   }
   if (has_mtp) {
     const std::vector<int32_t> next = {block[1], block[2]};
-    a->mtp_forward(next, 0);
-    b->mtp_forward(next, 0);
+    mtp_of(*a).mtp_forward(next, 0);
+    mtp_of(*b).mtp_forward(next, 0);
     int32_t da[2] = {}, db[2] = {};
-    a->mtp_argmax(2, da);
-    b->mtp_argmax(2, db);
+    mtp_of(*a).mtp_argmax(2, da);
+    mtp_of(*b).mtp_argmax(2, db);
     EXPECT_EQ(da[0], db[0]);
     EXPECT_EQ(da[1], db[1]);
   }

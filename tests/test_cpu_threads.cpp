@@ -15,6 +15,7 @@
 #include "bench/verify_arms.h"
 #include "fixture_util.h"
 #include "io/checkpoint.h"
+#include "model/bench_interfaces.h"
 #include "model/runtime.h"
 #include "engine/generate.h"
 
@@ -50,11 +51,11 @@ Outputs run_at(const Qwen35Checkpoint& ckpt, const test::Reference& ref, int thr
     rt->target_forward(ref.prompt);  // prefill: many rows
     keep_rows(*rt, n);
     out.fused.resize(size_t(n));
-    rt->head_argmax_fused(0, n, out.fused.data());
+    verify_arms_of(*rt).head_argmax_fused(0, n, out.fused.data());
     if (ckpt.mtp_layers() > 0) {
       std::vector<int32_t> drafts(size_t(n - 1));
-      rt->mtp_forward(std::span<const int32_t>(ref.prompt.data() + 1, size_t(n - 1)), 0);
-      rt->mtp_argmax(n - 1, drafts.data());
+      mtp_of(*rt).mtp_forward(std::span<const int32_t>(ref.prompt.data() + 1, size_t(n - 1)), 0);
+      mtp_of(*rt).mtp_argmax(n - 1, drafts.data());
       out.mtp.assign(drafts.begin(), drafts.end());
     }
     // A verify-like forward rolled back (the GDN replay runs), then one-row steps.

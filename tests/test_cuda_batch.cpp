@@ -193,7 +193,7 @@ TEST_P(CudaBatch, MtpTogetherEqualsEachAlone) {
           rows_span.emplace_back(rows[i]);
           next_span.emplace_back(next[i]);
           solo[i]->target_forward(rows[i]);
-          solo[i]->mtp_forward(next[i], 0);
+          mtp_of(*solo[i]).mtp_forward(next[i], 0);
         }
         group->forward_together(raw, rows_span);
         const StepWork before = group->step_work();
@@ -207,17 +207,17 @@ TEST_P(CudaBatch, MtpTogetherEqualsEachAlone) {
         size_t at = 0;
         for (size_t i = 0; i < prompts.size(); ++i) {
           std::vector<int32_t> want(size_t(n[i]));
-          solo[i]->mtp_draft(n[i], want.data());
+          mtp_of(*solo[i]).mtp_draft(n[i], want.data());
           const std::vector<int32_t> mine(got.begin() + long(at), got.begin() + long(at) + n[i]);
           at += size_t(n[i]);
           EXPECT_EQ(mine, want) << "pass " << pass << " round " << round << " sequence " << i;
-          EXPECT_EQ(seqs[i]->mtp_length(), solo[i]->mtp_length());
-          EXPECT_EQ(seqs[i]->mtp_work().entries, solo[i]->mtp_work().entries);
-          EXPECT_EQ(seqs[i]->mtp_work().argmax_rows, solo[i]->mtp_work().argmax_rows);
+          EXPECT_EQ(mtp_of(*seqs[i]).mtp_length(), mtp_of(*solo[i]).mtp_length());
+          EXPECT_EQ(mtp_of(*seqs[i]).mtp_work().entries, mtp_of(*solo[i]).mtp_work().entries);
+          EXPECT_EQ(mtp_of(*seqs[i]).mtp_work().argmax_rows, mtp_of(*solo[i]).mtp_work().argmax_rows);
           // Next round: the chain's entries rolled back, one committed token.
-          const int keep = solo[i]->mtp_length() - std::max(0, n[i] - 1);
-          solo[i]->mtp_rollback(keep);
-          seqs[i]->mtp_rollback(keep);
+          const int keep = mtp_of(*solo[i]).mtp_length() - std::max(0, n[i] - 1);
+          mtp_of(*solo[i]).mtp_rollback(keep);
+          mtp_of(*seqs[i]).mtp_rollback(keep);
           rows[i] = {want.empty() ? 2 : want[0]};
           last[i] = rows[i];
         }
@@ -382,7 +382,7 @@ TEST(CudaBench, DISABLED_GroupDecodeSteps) {
           const std::vector<int32_t> prompt = {int32_t(1 + i), int32_t(100 + 7 * i), 42, int32_t(9 + i)};
           rts.back()->target_forward(prompt);
           int32_t t = 0;
-          rts.back()->head_argmax(3, 1, 1, &t);
+          rts.back()->head_argmax(3, 1, &t);
           next[size_t(i)] = {t};
         }
         tokens_of[together] = next;
@@ -397,7 +397,7 @@ TEST(CudaBench, DISABLED_GroupDecodeSteps) {
             for (int i = 0; i < n; ++i) rts[size_t(i)]->target_forward(next[size_t(i)]);
           }
           for (int i = 0; i < n; ++i) {
-            rts[size_t(i)]->head_argmax(0, 1, 1, next[size_t(i)].data());
+            rts[size_t(i)]->head_argmax(0, 1, next[size_t(i)].data());
             tokens_of[together][size_t(i)].push_back(next[size_t(i)][0]);
             if (i == 0 && together && step >= kWarm)
               first_ms +=

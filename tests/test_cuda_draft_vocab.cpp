@@ -147,33 +147,33 @@ TEST(CudaDraftVocab, LogitsArgmaxAndTheDeviceChainHonourTheSubset) {
     rt->target_forward(m.prompt);
     const std::vector<int32_t> next(m.prompt.begin() + 1, m.prompt.end());
     auto reseed = [&] {  // the MTP state after the prompt, whatever ran since
-      rt->mtp_rollback(0);
-      rt->mtp_forward(next, 0);
+      mtp_of(*rt).mtp_rollback(0);
+      mtp_of(*rt).mtp_forward(next, 0);
     };
     reseed();
     std::vector<float> full(static_cast<size_t>(V)), sub(static_cast<size_t>(V));
-    rt->mtp_logits(full.data());
+    mtp_of(*rt).mtp_logits(full.data());
     constexpr int kChain = 6;
     for (int N : {1, 129, V / 8, V - 1}) {
       SCOPED_TRACE(::testing::Message() << test::fixture_name(m.dir) << " N=" << N);
-      rt->set_draft_vocab(N);
+      mtp_of(*rt).set_draft_vocab(N);
       reseed();
-      rt->mtp_logits(sub.data());
+      mtp_of(*rt).mtp_logits(sub.data());
       ASSERT_TRUE(std::equal(sub.begin(), sub.begin() + N, full.begin())) << "the prefix differs from the full row";
       for (int v = N; v < V; ++v) ASSERT_EQ(sub[size_t(v)], -INFINITY) << "id " << v;
       int32_t am = -1;
-      rt->mtp_argmax(1, &am);
+      mtp_of(*rt).mtp_argmax(1, &am);
       EXPECT_EQ(am, int32_t(std::max_element(full.begin(), full.begin() + N) - full.begin()));
       std::vector<int32_t> device(kChain), host(kChain);
-      rt->mtp_draft(kChain, device.data());
+      mtp_of(*rt).mtp_draft(kChain, device.data());
       reseed();
-      rt->ModelRuntime::mtp_draft(kChain, host.data());  // the base class's host loop
+      mtp_of(*rt).MtpHead::mtp_draft(kChain, host.data());  // the base class's host loop
       EXPECT_EQ(device, host);
       for (int32_t t : device) EXPECT_LT(t, N);
     }
-    rt->set_draft_vocab(0);
+    mtp_of(*rt).set_draft_vocab(0);
     reseed();
-    rt->mtp_logits(sub.data());
+    mtp_of(*rt).mtp_logits(sub.data());
     EXPECT_EQ(sub, full);
   }
   std::filesystem::remove_all(testing::TempDir() + tmp_name);
@@ -191,7 +191,7 @@ TEST(CudaDraftVocab, DraftsStayInsideTheSubsetWhereTheWholeVocabularyLeavesIt) {
     rt->reset();
     RecordingHead d;  // the drafts the engine step verified (draft mtp sets the runtime's draft vocabulary to n)
     const auto r = generate(*rt, prompt, test::mtp_options(32, 4, n), nullptr, &d);
-    EXPECT_EQ(rt->draft_vocab(), n == 0 ? rt->vocab() : n);
+    EXPECT_EQ(mtp_of(*rt).draft_vocab(), n == 0 ? rt->vocab() : n);
     EXPECT_EQ(int64_t(d.proposed.size()), r.stats.counters.drafted);
     ASSERT_FALSE(d.proposed.empty());
     const bool outside = std::any_of(d.proposed.begin(), d.proposed.end(), [](int32_t t) { return t >= N; });

@@ -31,6 +31,7 @@
 #include "gemma4_fixture_util.h"
 #include "gemma4_synthetic_util.h"
 #include "io/gemma4_checkpoint.h"
+#include "model/bench_interfaces.h"
 #include "model/gemma4_target.h"
 #include "bench/verify_arms.h"
 #include "engine/generate.h"
@@ -195,23 +196,23 @@ TEST_P(CudaGemma4, HeadArmsAgreeAndCountTheirWork) {
     SCOPED_TRACE(mode.name());
     auto rt = make_rt(ck, int(ref.sequence.size()) + 4, mode);
     EXPECT_EQ(rt->info().mtp_layers, 0);
-    EXPECT_EQ(rt->mtp_length(), 0);
-    EXPECT_THROW(rt->mtp_step(1), Error);
+    EXPECT_EQ(rt->mtp(), nullptr);  // no MTP head: Gemma 4 drafts with its assistant
+    EXPECT_THROW(rt->reserve_step(std::span<const int32_t>(ref.sequence), 1), Error);
     rt->target_forward(ref.sequence);
     const int L = int(ref.sequence.size());
     const int first = L - 8, count = 8;
     std::vector<int32_t> batched(count), padded(count), fused(count);
-    rt->head_argmax(first, count, count, batched.data());
+    rt->head_argmax(first, count, batched.data());
     HeadWork w = rt->head_work();
     EXPECT_EQ(w.rows_projected, count);
     EXPECT_EQ(w.head_calls, 1);
     EXPECT_EQ(w.last_path, HeadPath::Batched);
     EXPECT_EQ(w.logits_bytes_written, int64_t(count) * V * 4);
-    rt->head_argmax(first, count, count + 4, padded.data());
+    verify_arms_of(*rt).head_argmax_padded(first, count, count + 4, padded.data());
     w = rt->head_work();
     EXPECT_EQ(w.rows_projected, 2 * count + 4);
     EXPECT_EQ(w.last_path, HeadPath::Padded);
-    rt->head_argmax_fused(first, count, fused.data());
+    verify_arms_of(*rt).head_argmax_fused(first, count, fused.data());
     w = rt->head_work();
     EXPECT_EQ(w.rows_projected, 3 * count + 4);
     EXPECT_EQ(w.head_calls, 3);
@@ -233,11 +234,11 @@ TEST_P(CudaGemma4, HeadArmsAgreeAndCountTheirWork) {
     walk_rt->target_forward(std::span<const int32_t>(ref.sequence.data(), 4));
     walk_rt->target_forward(std::span<const int32_t>(ref.sequence.data() + 4, 6));
     std::vector<int32_t> all(6), drafts(5), out(6);
-    walk_rt->head_argmax(0, 6, 6, all.data());
+    walk_rt->head_argmax(0, 6, all.data());
     const HeadWork before = walk_rt->head_work();
     std::copy(all.begin(), all.begin() + 5, drafts.begin());
     drafts[3] = (all[3] + 1) % V;
-    const int taken = walk_rt->head_walk(drafts, out.data());
+    const int taken = verify_arms_of(*walk_rt).head_walk(drafts, out.data());
     EXPECT_EQ(taken, 4);
     EXPECT_EQ(std::vector<int32_t>(out.begin(), out.begin() + 4), std::vector<int32_t>(all.begin(), all.begin() + 4));
     const HeadWork after = walk_rt->head_work();

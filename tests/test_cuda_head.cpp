@@ -2,7 +2,7 @@
 // fixtures (tests/fixtures), skipped without a GPU:
 //  - every head entry point's counter deltas (read back from the device,
 //    where the kernels write them) match the identities of
-//    src/model/runtime.h: batched, padded, fused, the while walk and the flag
+//    src/model/runtime.h and model/bench_interfaces.h: batched, padded, fused, the while walk and the flag
 //    walk, and the planted runtime fault (RuntimeOptions::fault);
 //  - speculative == greedy with the walk arm in both variants, K in
 //    {2,3,4,8,16,32}, each walk checked: rows projected == rows taken ==
@@ -19,8 +19,9 @@
 #include "bench/verify_arms.h"
 #include "core/dtype.h"
 #include "fixture_util.h"
-#include "io/checkpoint.h"
 #include "engine/generate.h"
+#include "io/checkpoint.h"
+#include "model/bench_interfaces.h"
 #include "test_cuda_util.h"
 
 namespace nextn {
@@ -85,30 +86,37 @@ void expect_work(const HeadWork& d, int64_t rows, int64_t bytes, int64_t logits,
 
 // Forwards everything to a runtime and checks the counters' deltas around
 // every head call against the identity of the path that must have run.
-class HeadProbe final : public ModelRuntime {
+class HeadProbe final : public ModelRuntime, public VerifyHeadArms {
  public:
   HeadProbe(ModelRuntime& rt, int64_t head_bytes, HeadPath walk_path, bool fault)
-      : rt_(rt), B_(head_bytes), walk_path_(walk_path), fault_(fault) {}
+      : rt_(rt), arms_(verify_arms_of(rt)), B_(head_bytes), walk_path_(walk_path), fault_(fault) {}
   const Qwen35Config& config() const override { return rt_.config(); }
   const char* backend_name() const override { return rt_.backend_name(); }
   int target_length() const override { return rt_.target_length(); }
   void target_forward(std::span<const int32_t> t) override { rt_.target_forward(t); }
   void target_rollback(int keep) override { rt_.target_rollback(keep); }
-  void head_argmax(int first, int count, int width, int32_t* out) override {
+  void head_argmax(int first, int count, int32_t* out) override {
     const HeadWork before = rt_.head_work();
-    rt_.head_argmax(first, count, width, out);
+    rt_.head_argmax(first, count, out);
+    if (count == 0) return;
+    expect_work(diff(rt_.head_work(), before), count, B_, int64_t(count) * vocab() * 4, 0, HeadPath::Batched,
+                "head_argmax");
+  }
+  void head_argmax_padded(int first, int count, int width, int32_t* out) override {
+    const HeadWork before = rt_.head_work();
+    arms_.head_argmax_padded(first, count, width, out);
     if (count == 0) return;
     expect_work(diff(rt_.head_work(), before), width, B_, int64_t(width) * vocab() * 4, 0,
-                width > count ? HeadPath::Padded : HeadPath::Batched, "head_argmax");
+                width > count ? HeadPath::Padded : HeadPath::Batched, "head_argmax_padded");
   }
   void head_argmax_fused(int first, int count, int32_t* out) override {
     const HeadWork before = rt_.head_work();
-    rt_.head_argmax_fused(first, count, out);
+    arms_.head_argmax_fused(first, count, out);
     if (count > 0) expect_work(diff(rt_.head_work(), before), count, B_, 0, 0, HeadPath::Fused, "fused");
   }
   int head_walk(std::span<const int32_t> drafts, int32_t* out) override {
     const HeadWork before = rt_.head_work();
-    const int steps = rt_.head_walk(drafts, out);
+    const int steps = arms_.head_walk(drafts, out);
     const HeadWork d = diff(rt_.head_work(), before);
     const int W = int(drafts.size()) + 1;  // the verify forward's rows
     if (fault_)
@@ -124,19 +132,14 @@ class HeadProbe final : public ModelRuntime {
   }
   void head_logits(int row, float* out) override { rt_.head_logits(row, out); }
   HeadWork head_work() const override { return rt_.head_work(); }
-  MtpWork mtp_work() const override { return rt_.mtp_work(); }
   void reset() override { rt_.reset(); }
-  int mtp_length() const override { return rt_.mtp_length(); }
-  void mtp_forward(std::span<const int32_t> next, int first_row) override { rt_.mtp_forward(next, first_row); }
-  void mtp_step(int32_t token) override { rt_.mtp_step(token); }
-  void mtp_argmax(int count, int32_t* out) override { rt_.mtp_argmax(count, out); }
-  void mtp_rollback(int length) override { rt_.mtp_rollback(length); }
-  void mtp_draft(int n, int32_t* out) override { rt_.mtp_draft(n, out); }
+  MtpHead* mtp() override { return rt_.mtp(); }  // the runtime's own head, its device draft chain
 
   int walks = 0;
 
  private:
   ModelRuntime& rt_;
+  VerifyHeadArms& arms_;
   int64_t B_;
   HeadPath walk_path_;
   bool fault_;
@@ -168,9 +171,9 @@ TEST_P(CudaHead, EveryArmCountsWhatRan) {
         probe.target_forward(std::span<const int32_t>(ref.prompt.data(), size_t(W)));
         std::vector<int32_t> truth(static_cast<size_t>(W)), out(64);
         for (int rep = 0; rep < 2; ++rep) {
-          probe.head_argmax(0, W, W, truth.data());
-          probe.head_argmax(0, W - 2, W, out.data());
-          probe.head_argmax(1, W - 1, 16, out.data());
+          probe.head_argmax(0, W, truth.data());
+          probe.head_argmax_padded(0, W - 2, W, out.data());
+          probe.head_argmax_padded(1, W - 1, 16, out.data());
           EXPECT_EQ(out[0], truth[1]);
           probe.head_argmax_fused(0, W, out.data());
           EXPECT_EQ(std::vector<int32_t>(out.begin(), out.begin() + W), truth);
@@ -276,7 +279,7 @@ TEST_P(CudaHead, ResetEqualsFresh) {
               0);
     EXPECT_EQ(zero.last_path, HeadPath::None);
     EXPECT_EQ(used->target_length(), 0);
-    EXPECT_EQ(used->mtp_length(), 0);
+    if (mtp) EXPECT_EQ(mtp_of(*used).mtp_length(), 0);
     const auto got = generate_walk(*used, ref.prompt, o, &greedy);
     EXPECT_EQ(got.tokens, want.tokens);
     const HeadWork w = used->head_work();
@@ -300,8 +303,8 @@ TEST_P(CudaHead, ResetEqualsFresh) {
         const int32_t next = greedy[0];
         std::vector<int32_t> nt(ref.prompt.begin() + 1, ref.prompt.end());
         nt.push_back(next);
-        rt->mtp_forward(nt, 0);
-        rt->mtp_draft(4, rt == fresh.get() ? da.data() : db.data());
+        mtp_of(*rt).mtp_forward(nt, 0);
+        mtp_of(*rt).mtp_draft(4, rt == fresh.get() ? da.data() : db.data());
       }
       EXPECT_EQ(da, db);
     }

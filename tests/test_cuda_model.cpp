@@ -120,7 +120,7 @@ std::vector<int32_t> all_argmax(ModelRuntime& rt, int T) {
   std::vector<int32_t> out(static_cast<size_t>(T));
   for (int first = 0; first < T; first += 64) {
     const int n = std::min(64, T - first);
-    rt.head_argmax(first, n, n, &out[size_t(first)]);
+    rt.head_argmax(first, n, &out[size_t(first)]);
   }
   return out;
 }
@@ -184,8 +184,8 @@ TEST_P(CudaModel, TeacherForcedArgmaxMatchesReference) {
     for (int p0 = 0; p0 < L - 1; p0 += 64) {
       const int n = std::min(64, L - 1 - p0);
       std::vector<int32_t> next(ref.sequence.begin() + p0 + 1, ref.sequence.begin() + p0 + 1 + n), drafts(static_cast<size_t>(n));
-      rt->mtp_forward(next, p0);
-      rt->mtp_argmax(n, drafts.data());
+      mtp_of(*rt).mtp_forward(next, p0);
+      mtp_of(*rt).mtp_argmax(n, drafts.data());
       for (int i = 0; i < n; ++i) {
         const int p = p0 + i;
         const RowStats s = row_stats(&ref.mtp_logits[size_t(p) * V], V);

@@ -25,6 +25,7 @@
 #include "io/checkpoint.h"
 #include "io/synthetic.h"
 #include "engine/generate.h"
+#include "model/bench_interfaces.h"
 #include "test_cuda_util.h"
 
 namespace nextn {
@@ -166,11 +167,11 @@ TEST(CudaProfile, TimesEveryOperationItRan) {
   const auto prompt = long_prompt(8, c.vocab_size);
   auto plain = make_rt(ck, 64);
   const auto want = greedy_generate(*plain, prompt, 6, true).tokens;
-  EXPECT_TRUE(plain->op_timings().empty());
+  EXPECT_TRUE(probe_of(*plain).op_timings().empty());
   auto rt = make_rt(ck, 64, {.profile = true});
   EXPECT_EQ(greedy_generate(*rt, prompt, 6, true).tokens, want);
   std::map<std::string, OpTiming> t;
-  for (const auto& o : rt->op_timings()) t[o.op] = o;
+  for (const auto& o : probe_of(*rt).op_timings()) t[o.op] = o;
   int gdn = 0, full = 0;
   for (int i = 0; i < c.num_hidden_layers; ++i) (c.full_attention[size_t(i)] ? full : gdn) += 1;
   // 1 prompt forward + 5 single-token forwards; each runs every layer once.
@@ -179,9 +180,9 @@ TEST(CudaProfile, TimesEveryOperationItRan) {
   EXPECT_EQ(t["mlp.down"].count, 6 * (gdn + full));
   EXPECT_EQ(t["embed"].count, 6);
   for (const auto& [op, o] : t) EXPECT_GT(o.ms, 0.0) << op;
-  EXPECT_GT(rt->kernels_launched(), 6 * (gdn + full));
-  rt->clear_op_timings();
-  EXPECT_TRUE(rt->op_timings().empty());
+  EXPECT_GT(probe_of(*rt).kernels_launched(), 6 * (gdn + full));
+  probe_of(*rt).clear_op_timings();
+  EXPECT_TRUE(probe_of(*rt).op_timings().empty());
 }
 
 }  // namespace

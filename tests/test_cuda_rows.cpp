@@ -25,6 +25,7 @@
 #include "io/checkpoint.h"
 #include "io/synthetic.h"
 #include "engine/generate.h"
+#include "model/bench_interfaces.h"
 #include "test_cuda_util.h"
 
 namespace nextn {
@@ -43,12 +44,12 @@ std::vector<int32_t> prompt_of(int n, int vocab) {
 
 std::map<std::string, uint64_t> uses_of(const ModelRuntime& rt) {
   std::map<std::string, uint64_t> m;
-  for (const auto& u : rt.device_memory()) m[u.what] = u.bytes;
+  for (const auto& u : probe_of(rt).device_memory()) m[u.what] = u.bytes;
   return m;
 }
 
 bool has_prefill_workspace(const ModelRuntime& rt) {
-  for (const auto& u : rt.device_memory())
+  for (const auto& u : probe_of(rt).device_memory())
     if (u.what.starts_with("prefill")) return true;
   return false;
 }
@@ -63,7 +64,7 @@ std::vector<std::vector<float>> logits_run(ModelRuntime& rt, const std::vector<i
   for (int i = 0; i <= 6; ++i) {
     out.emplace_back(size_t(V));
     rt.head_logits(row, out.back().data());
-    rt.head_argmax(row, 1, 1, &t);
+    rt.head_argmax(row, 1, &t);
     rt.target_forward({&t, 1});
     row = 0;
   }
@@ -132,21 +133,21 @@ TEST(CudaRows, CallsOverTheBuiltRowsThrow) {
           << what << ": " << e.what();
     }
   };
-  expect_refused("head_argmax", [&] { rt->head_argmax(0, 5, 5, out.data()); });
-  expect_refused("head_argmax pad width", [&] { rt->head_argmax(0, 3, 5, out.data()); });
-  expect_refused("head_argmax_fused", [&] { rt->head_argmax_fused(0, 6, out.data()); });
+  expect_refused("head_argmax", [&] { rt->head_argmax(0, 5, out.data()); });
+  expect_refused("head_argmax_padded width", [&] { verify_arms_of(*rt).head_argmax_padded(0, 3, 5, out.data()); });
+  expect_refused("head_argmax_fused", [&] { verify_arms_of(*rt).head_argmax_fused(0, 6, out.data()); });
   const std::vector<int32_t> drafts(5, 1);
-  expect_refused("head_walk", [&] { (void)rt->head_walk(drafts, out.data()); });
-  rt->mtp_forward(std::span<const int32_t>(prompt).subspan(1, 9), 0);
-  ref->mtp_forward(std::span<const int32_t>(prompt).subspan(1, 9), 0);
-  expect_refused("mtp_argmax", [&] { rt->mtp_argmax(5, out.data()); });
-  expect_refused("mtp_draft", [&] { rt->mtp_draft(5, out.data()); });
+  expect_refused("head_walk", [&] { (void)verify_arms_of(*rt).head_walk(drafts, out.data()); });
+  mtp_of(*rt).mtp_forward(std::span<const int32_t>(prompt).subspan(1, 9), 0);
+  mtp_of(*ref).mtp_forward(std::span<const int32_t>(prompt).subspan(1, 9), 0);
+  expect_refused("mtp_argmax", [&] { mtp_of(*rt).mtp_argmax(5, out.data()); });
+  expect_refused("mtp_draft", [&] { mtp_of(*rt).mtp_draft(5, out.data()); });
   // Still usable, and still equal to the 64-row sequence.
-  rt->head_argmax(6, 4, 4, out.data());
-  ref->head_argmax(6, 4, 4, want.data());
+  rt->head_argmax(6, 4, out.data());
+  ref->head_argmax(6, 4, want.data());
   EXPECT_EQ(out, want);
-  rt->mtp_draft(4, out.data());
-  ref->mtp_draft(4, want.data());
+  mtp_of(*rt).mtp_draft(4, out.data());
+  mtp_of(*ref).mtp_draft(4, want.data());
   EXPECT_EQ(out, want);
 }
 
@@ -167,13 +168,13 @@ TEST(CudaRows, PrefillWorkspaceLivesFromPromptToNextForward) {
     run.emplace_back(size_t(V));
     rt->head_logits(int(prompt.size()) - 1, run.back().data());
     int32_t t = 0;
-    rt->head_argmax(int(prompt.size()) - 1, 1, 1, &t);
+    rt->head_argmax(int(prompt.size()) - 1, 1, &t);
     for (int i = 0; i < 4; ++i) {
       rt->target_forward({&t, 1});
       EXPECT_FALSE(has_prefill_workspace(*rt)) << "after decode step " << i;
       run.emplace_back(size_t(V));
       rt->head_logits(0, run.back().data());
-      rt->head_argmax(0, 1, 1, &t);
+      rt->head_argmax(0, 1, &t);
     }
     rt->reset();
     EXPECT_FALSE(has_prefill_workspace(*rt));

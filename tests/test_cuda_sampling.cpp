@@ -43,12 +43,12 @@ TEST(CudaMtpLogits, MatchTheCpuBackendAndTheArgmax) {
     std::vector<float> g(static_cast<size_t>(V)), c(static_cast<size_t>(V));
     for (size_t n = 1; n < ref.sequence.size(); n += 2) {
       const std::vector<int32_t> next(ref.sequence.begin() + 1, ref.sequence.begin() + long(n) + 1);
-      gpu->mtp_rollback(0);
-      cpu->mtp_rollback(0);
-      gpu->mtp_forward(next, 0);
-      cpu->mtp_forward(next, 0);
-      gpu->mtp_logits(g.data());
-      cpu->mtp_logits(c.data());
+      mtp_of(*gpu).mtp_rollback(0);
+      mtp_of(*cpu).mtp_rollback(0);
+      mtp_of(*gpu).mtp_forward(next, 0);
+      mtp_of(*cpu).mtp_forward(next, 0);
+      mtp_of(*gpu).mtp_logits(g.data());
+      mtp_of(*cpu).mtp_logits(c.data());
       double diff = 0, scale = 0;
       for (int v = 0; v < V; ++v) {
         diff = std::max(diff, double(std::fabs(g[size_t(v)] - c[size_t(v)])));
@@ -56,7 +56,7 @@ TEST(CudaMtpLogits, MatchTheCpuBackendAndTheArgmax) {
       }
       EXPECT_LE(diff / scale, 1e-3) << test::fixture_name(dir) << " entry " << n - 1;
       int32_t am = -1;
-      gpu->mtp_argmax(1, &am);
+      mtp_of(*gpu).mtp_argmax(1, &am);
       std::vector<float> sorted = g;
       std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
       if (sorted[0] - sorted[1] > 4 * diff + 1e-6) {

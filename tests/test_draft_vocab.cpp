@@ -1,4 +1,4 @@
-// The draft vocabulary (ModelRuntime::set_draft_vocab, --draft-vocab): the
+// The draft vocabulary (MtpHead::set_draft_vocab, --draft-vocab): the
 // MTP head drafts from token ids [0, N) only, the target's head stays whole.
 //  - speculative output with a subset equals plain greedy for K = 2..8 on
 //    every fixture with an MTP head and on the shipped model;
@@ -70,7 +70,7 @@ TEST(DraftVocab, SpeculativeWithASubsetEqualsPlainGreedyForEveryK) {
         SCOPED_TRACE(::testing::Message() << test::fixture_name(dir) << " N=" << N << " K=" << K);
         ASSERT_EQ(r.tokens, greedy);
         EXPECT_EQ(r.stats.draft_vocab, N);
-        EXPECT_EQ(rt->draft_vocab(), N);
+        EXPECT_EQ(mtp_of(*rt).draft_vocab(), N);
         EXPECT_GT(r.stats.counters.drafted, 0);
       }
     }
@@ -83,7 +83,7 @@ std::vector<int32_t> drafts_of(ModelRuntime& rt, const std::vector<int32_t>& pro
   rt.reset();
   RecordingHead d;
   const auto r = generate(rt, prompt, test::mtp_options(tokens, K, n), nullptr, &d);
-  EXPECT_EQ(rt.draft_vocab(), n == 0 ? rt.vocab() : n);  // generate set it from the options
+  EXPECT_EQ(mtp_of(rt).draft_vocab(), n == 0 ? rt.vocab() : n);  // generate set it from the options
   EXPECT_EQ(int64_t(d.proposed.size()), r.stats.counters.drafted);
   return d.proposed;
 }
@@ -113,21 +113,21 @@ TEST(DraftVocab, SubsetLogitsAreThePrefixAndTheArgmaxIsTheirs) {
     auto rt = make_runtime(ckpt, BackendKind::Cpu, int(prompt.size()) + 8);
     rt->target_forward(prompt);
     const std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
-    rt->mtp_forward(next, 0);
+    mtp_of(*rt).mtp_forward(next, 0);
     std::vector<float> full(static_cast<size_t>(V)), sub(static_cast<size_t>(V));
-    rt->mtp_logits(full.data());
+    mtp_of(*rt).mtp_logits(full.data());
     for (int N : {1, 7, V / 3, V - 1}) {
-      rt->set_draft_vocab(N);
-      rt->mtp_logits(sub.data());
+      mtp_of(*rt).set_draft_vocab(N);
+      mtp_of(*rt).mtp_logits(sub.data());
       SCOPED_TRACE(::testing::Message() << test::fixture_name(dir) << " N=" << N);
       ASSERT_TRUE(std::equal(sub.begin(), sub.begin() + N, full.begin())) << "the prefix differs from the full row";
       for (int v = N; v < V; ++v) ASSERT_EQ(sub[size_t(v)], -INFINITY) << "id " << v;
       int32_t am = -1;
-      rt->mtp_argmax(1, &am);
+      mtp_of(*rt).mtp_argmax(1, &am);
       EXPECT_EQ(am, int32_t(std::max_element(full.begin(), full.begin() + N) - full.begin()));
     }
-    rt->set_draft_vocab(0);
-    rt->mtp_logits(sub.data());
+    mtp_of(*rt).set_draft_vocab(0);
+    mtp_of(*rt).mtp_logits(sub.data());
     EXPECT_EQ(sub, full);
   }
 }
@@ -136,16 +136,16 @@ TEST(DraftVocab, SetDraftVocabValues) {
   const auto ckpt = Qwen35Checkpoint::open(kShippedModel);
   const int V = ckpt.config().vocab_size;
   auto rt = make_runtime(ckpt, BackendKind::Cpu, 16);
-  EXPECT_EQ(rt->draft_vocab(), V);  // the default: the whole vocabulary
-  rt->set_draft_vocab(100);
-  EXPECT_EQ(rt->draft_vocab(), 100);
+  EXPECT_EQ(mtp_of(*rt).draft_vocab(), V);  // the default: the whole vocabulary
+  mtp_of(*rt).set_draft_vocab(100);
+  EXPECT_EQ(mtp_of(*rt).draft_vocab(), 100);
   rt->reset();
-  EXPECT_EQ(rt->draft_vocab(), 100);  // a setting, not sequence state
-  rt->set_draft_vocab(V + 1000);
-  EXPECT_EQ(rt->draft_vocab(), V);  // clamped
-  rt->set_draft_vocab(0);
-  EXPECT_EQ(rt->draft_vocab(), V);
-  EXPECT_THROW(rt->set_draft_vocab(-1), Error);
+  EXPECT_EQ(mtp_of(*rt).draft_vocab(), 100);  // a setting, not sequence state
+  mtp_of(*rt).set_draft_vocab(V + 1000);
+  EXPECT_EQ(mtp_of(*rt).draft_vocab(), V);  // clamped
+  mtp_of(*rt).set_draft_vocab(0);
+  EXPECT_EQ(mtp_of(*rt).draft_vocab(), V);
+  EXPECT_THROW(mtp_of(*rt).set_draft_vocab(-1), Error);
   EXPECT_EQ(effective_draft_vocab(5, 10), 5);
   EXPECT_EQ(effective_draft_vocab(10, 10), 10);
   // Only MTP drafts can be restricted.

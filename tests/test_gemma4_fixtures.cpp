@@ -68,7 +68,7 @@ TEST_P(Gemma4Fixture, LongGreedyRunWrapsTheSlidingRingsAndMatchesTransformers) {
     EXPECT_LE(relative_row_error(logits.data(), &ref.long_logits[size_t(r) * ref.vocab], ref.vocab), 1e-4)
         << "row " << r;
     int32_t tok = 0;
-    rt->head_argmax(0, 1, 1, &tok);
+    rt->head_argmax(0, 1, &tok);
     got.push_back(tok);
   }
   EXPECT_EQ(got, ref.long_greedy);

@@ -49,7 +49,7 @@ TEST_P(Fixture, GreedyTokensMatchTransformers) {
   std::vector<float> logits(static_cast<size_t>(V));
   rt->target_forward(ref.prompt);
   int32_t tok = 0;
-  rt->head_argmax(int(ref.prompt.size()) - 1, 1, 1, &tok);
+  rt->head_argmax(int(ref.prompt.size()) - 1, 1, &tok);
   std::vector<int32_t> got{tok};
   while (got.size() < ref.greedy.size()) {
     rt->target_forward(std::span<const int32_t>(&got.back(), 1));
@@ -57,7 +57,7 @@ TEST_P(Fixture, GreedyTokensMatchTransformers) {
     rt->head_logits(0, logits.data());
     const size_t p = ref.prompt.size() + got.size() - 1;
     EXPECT_LE(rel_row_error(logits.data(), &ref.logits[p * V], V), 1e-4) << "decode position " << p;
-    rt->head_argmax(0, 1, 1, &tok);
+    rt->head_argmax(0, 1, &tok);
     got.push_back(tok);
   }
   EXPECT_EQ(got, ref.greedy);
@@ -70,9 +70,9 @@ TEST_P(Fixture, TeacherForcedDraftsMatchTransformers) {
   auto rt = make_runtime(ckpt, BackendKind::Cpu, int(ref.sequence.size()) + 4);
   rt->target_forward(ref.sequence);
   const std::vector<int32_t> next(ref.sequence.begin() + 1, ref.sequence.end());
-  rt->mtp_forward(next, 0);
+  mtp_of(*rt).mtp_forward(next, 0);
   std::vector<int32_t> drafts(next.size());
-  rt->mtp_argmax(int(drafts.size()), drafts.data());
+  mtp_of(*rt).mtp_argmax(int(drafts.size()), drafts.data());
   EXPECT_EQ(drafts, ref.drafts);
 }
 

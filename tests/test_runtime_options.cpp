@@ -14,6 +14,7 @@
 #include "core/options.h"
 #include "io/checkpoint.h"
 #include "model/batch_runtime.h"
+#include "model/bench_interfaces.h"
 #include "model/runtime.h"
 #include "model/target_model.h"
 
@@ -102,7 +103,7 @@ TEST(RuntimeOptions, TheRuntimeFaultReachesTheCpuRuntime) {
   for (Fault f : {Fault::None, Fault::RuntimeWalkAsBatched}) {
     auto rt = make_runtime(ck, BackendKind::Cpu, 16, {.fault = f});
     rt->target_forward(block);
-    (void)rt->head_walk(std::span(block).subspan(1), out.data());
+    (void)verify_arms_of(*rt).head_walk(std::span(block).subspan(1), out.data());
     EXPECT_EQ(rt->head_work().last_path, f == Fault::None ? HeadPath::Walk : HeadPath::Batched);
   }
 }

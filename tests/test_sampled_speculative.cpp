@@ -40,10 +40,10 @@ TEST(MtpLogits, MatchTransformersAndTheArgmax) {
     const int V = int(ref.vocab);
     std::vector<float> got(static_cast<size_t>(V));
     for (size_t n = 1; n < ref.sequence.size(); n += 3) {  // entries 0..n-1; the last one's logits
-      rt->mtp_rollback(0);
+      mtp_of(*rt).mtp_rollback(0);
       const std::vector<int32_t> next(ref.sequence.begin() + 1, ref.sequence.begin() + long(n) + 1);
-      rt->mtp_forward(next, 0);
-      rt->mtp_logits(got.data());
+      mtp_of(*rt).mtp_forward(next, 0);
+      mtp_of(*rt).mtp_logits(got.data());
       const float* want = &ref.mtp_logits[(n - 1) * size_t(V)];
       double diff = 0, scale = 0;
       for (int v = 0; v < V; ++v) {
@@ -52,7 +52,7 @@ TEST(MtpLogits, MatchTransformersAndTheArgmax) {
       }
       EXPECT_LE(diff / scale, 1e-4) << test::fixture_name(dir) << " entry " << n - 1;
       int32_t am = -1;
-      rt->mtp_argmax(1, &am);
+      mtp_of(*rt).mtp_argmax(1, &am);
       EXPECT_EQ(am, int32_t(std::max_element(got.begin(), got.end()) - got.begin()));
     }
   }
@@ -225,38 +225,39 @@ struct SubsetSeen {
 class SubsetCheckingDrafter final : public Drafter {
  public:
   SubsetCheckingDrafter(ModelRuntime& rt, int vocab, int subset, SubsetSeen& seen)
-      : rt_(rt), vocab_(vocab), subset_(subset), seen_(seen) {}
+      : rt_(rt), mtp_(mtp_of(rt)), vocab_(vocab), subset_(subset), seen_(seen) {}
   const char* name() const override { return "mtp"; }
   void begin(std::span<const int32_t> p, int32_t first) override {
-    ASSERT_EQ(rt_.mtp_length(), 0);
+    ASSERT_EQ(mtp_.mtp_length(), 0);
     ASSERT_EQ(rt_.target_length(), int(p.size()));
     buf_.assign(p.begin() + 1, p.end());
     buf_.push_back(first);
-    rt_.mtp_forward(buf_, 0);
+    mtp_.mtp_forward(buf_, 0);
     committed_ = int(p.size());
   }
   void propose(int n, std::vector<int32_t>& out) override {
     out.resize(size_t(n));
-    if (n > 0) rt_.mtp_draft(n, out.data());
+    if (n > 0) mtp_.mtp_draft(n, out.data());
   }
   void commit(std::span<const int32_t> drafts, int a, int32_t next) override {
     for (int32_t t : drafts) seen_.drafted_outside += t >= subset_;
     seen_.drafted += int64_t(drafts.size());
-    rt_.mtp_rollback(committed_);  // drop the chained entries, pair d_1..d_a, next with the verify rows 0..a
+    mtp_.mtp_rollback(committed_);  // drop the chained entries, pair d_1..d_a, next with the verify rows 0..a
     buf_.assign(drafts.begin(), drafts.begin() + a);
     buf_.push_back(next);
-    rt_.mtp_forward(buf_, 0);
+    mtp_.mtp_forward(buf_, 0);
     committed_ += a + 1;
     ASSERT_EQ(committed_, rt_.target_length());
   }
   void draft_logits(float* out) override {
-    rt_.mtp_logits(out);
+    mtp_.mtp_logits(out);
     for (int v = subset_; v < vocab_; ++v) seen_.finite_outside += std::isfinite(out[v]) ? 1 : 0;
   }
-  void draft_step(int32_t token) override { rt_.mtp_step(token); }
+  void draft_step(int32_t token) override { mtp_.mtp_step(token); }
 
  private:
   ModelRuntime& rt_;
+  MtpHead& mtp_;
   int vocab_, subset_;
   SubsetSeen& seen_;
   int committed_ = 0;
@@ -274,7 +275,7 @@ TEST(SampledSpeculative, SampledDraftsComeFromTheSubsetOnly) {
   o.ignore_eos = true;
   for (int subset : {V, kSubset}) {  // the whole vocabulary first: it must draft past kSubset
     rt->reset();
-    rt->set_draft_vocab(subset);
+    mtp_of(*rt).set_draft_vocab(subset);
     SubsetSeen d;
     const auto r = generate_with_drafter(*rt, std::make_unique<SubsetCheckingDrafter>(*rt, V, kSubset, d), kPrompt, o);
     EXPECT_EQ(int(r.tokens.size()), o.max_new_tokens);

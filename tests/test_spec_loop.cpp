@@ -267,7 +267,7 @@ TEST(SpecLoop, ResetGivesAFreshRuntime) {
   EXPECT_THROW(generate(*rt, kPrompt, o), Error);
   rt->reset();
   EXPECT_EQ(rt->head_work().rows_projected, 0);
-  EXPECT_EQ(rt->mtp_work().entries, 0);
+  EXPECT_EQ(mtp_of(*rt).mtp_work().entries, 0);
   const auto second = generate_verify_arm(*rt, kPrompt, o, walk);
   EXPECT_EQ(second.tokens, first.tokens);
   EXPECT_EQ(second.stats.counters.accepted_at, first.stats.counters.accepted_at);

@@ -16,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "io/config.h"
+#include "model/bench_interfaces.h"
 #include "model/runtime.h"
 
 namespace nextn::testing {
@@ -42,7 +44,7 @@ struct MockOptions {
   bool undercount_walk = false;
 };
 
-class MockRuntime final : public ModelRuntime {
+class MockRuntime final : public ModelRuntime, public MtpHead, public VerifyHeadArms {
  public:
   explicit MockRuntime(const MockOptions& o, int max_tokens) : o_(o), max_tokens_(max_tokens) {
     cfg_.model_type = "mock";
@@ -74,7 +76,8 @@ class MockRuntime final : public ModelRuntime {
     seq_.resize(size_t(last_start_ + keep));
     states_.resize(seq_.size());
   }
-  void head_argmax(int first, int count, int width, int32_t* out) override {
+  void head_argmax(int first, int count, int32_t* out) override { head_argmax_padded(first, count, count, out); }
+  void head_argmax_padded(int first, int count, int width, int32_t* out) override {
     need(first >= 0 && count >= 0 && width >= count && first + count <= last_T_, "head_argmax: rows");
     for (int r = 0; r < count; ++r) out[r] = int32_t(rows_[size_t(first + r)] % uint64_t(o_.vocab));
     count_projection(width, width == count ? HeadPath::Batched : HeadPath::Padded);
@@ -89,7 +92,7 @@ class MockRuntime final : public ModelRuntime {
   int head_walk(std::span<const int32_t> drafts, int32_t* out) override {
     const int rows = std::min<int>(int(drafts.size()) + 1, last_T_);
     if (o_.walk_as_batched) {
-      head_argmax(0, rows, rows, out);
+      head_argmax(0, rows, out);
       int a = 0;
       while (a < int(drafts.size()) && a + 1 < rows && out[a] == drafts[size_t(a)]) ++a;
       return a + 1;
@@ -110,7 +113,6 @@ class MockRuntime final : public ModelRuntime {
   }
   void head_logits(int, float*) override { throw std::logic_error("mock: head_logits"); }
   HeadWork head_work() const override { return work_; }
-  MtpWork mtp_work() const override { return mtp_work_; }
   void reset() override {
     seq_.clear();
     states_.clear();
@@ -123,6 +125,10 @@ class MockRuntime final : public ModelRuntime {
     ++resets;
   }
 
+  MtpHead* mtp() override { return o_.mtp_layers > 0 ? this : nullptr; }
+
+  // ---- MtpHead ----
+  MtpWork mtp_work() const override { return mtp_work_; }
   int mtp_length() const override { return int(mtp_.size()); }
   void mtp_forward(std::span<const int32_t> next_tokens, int first_row) override {
     need(o_.mtp_layers > 0, "mtp_forward: no MTP head");
@@ -165,6 +171,12 @@ class MockRuntime final : public ModelRuntime {
   void mtp_rollback(int length) override {
     need(length >= 0 && length <= int(mtp_.size()), "mtp_rollback: length");
     mtp_.resize(size_t(length));
+  }
+  // The toy head has no logits to sample from and drafts over the whole vocabulary.
+  void mtp_logits(float*) override { fail("the mock backend has no MTP logits (needed to sample drafts)"); }
+  int draft_vocab() const override { return o_.vocab; }
+  void set_draft_vocab(int n) override {
+    if (effective_draft_vocab(n, o_.vocab) != o_.vocab) fail("--draft-vocab {}: the mock runtime cannot restrict its drafts", n);
   }
 
   static constexpr int64_t kHeadBytes = 1000;  // the toy head's "size", per projection pass

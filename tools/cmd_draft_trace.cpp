@@ -28,9 +28,10 @@ std::vector<int32_t> mtp_trace(const std::string& dir, BackendKind kind, const R
   auto rt = make_runtime(ckpt, kind, int(ids.size()) + 1, runtime);
   rt->target_forward(ids);
   const std::vector<int32_t> next(ids.begin() + 1, ids.end());
-  rt->mtp_forward(next, 0);
+  MtpHead& mtp = mtp_of(*rt);
+  mtp.mtp_forward(next, 0);
   std::vector<int32_t> drafts(next.size());
-  rt->mtp_argmax(int(drafts.size()), drafts.data());
+  mtp.mtp_argmax(int(drafts.size()), drafts.data());
   return drafts;
 }
 

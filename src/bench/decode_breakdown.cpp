@@ -6,16 +6,24 @@
 #include <map>
 
 #include "core/error.h"
+#include "model/bench_interfaces.h"
 
 namespace nextn::bench {
 namespace {
 
 using Timings = std::map<std::string, std::pair<int64_t, double>>;
 
+// A runtime without a probe (the CPU) measures nothing: no timings, no kernels.
 Timings timings_of(const ModelRuntime& rt) {
   Timings t;
-  for (const auto& o : rt.op_timings()) t[o.op] = {o.count, o.ms};
+  if (const RuntimeProbe* probe = find_probe(rt))
+    for (const auto& o : probe->op_timings()) t[o.op] = {o.count, o.ms};
   return t;
+}
+
+int64_t kernels_of(const ModelRuntime& rt) {
+  const RuntimeProbe* probe = find_probe(rt);
+  return probe ? probe->kernels_launched() : 0;
 }
 
 // (after - before) / units, as rows sorted by time.
@@ -45,8 +53,8 @@ struct Run {
 
 Run run_once(ModelRuntime& rt, const std::vector<int32_t>& prompt, int n, const DecodeBenchOptions& o) {
   rt.reset();
-  rt.clear_op_timings();
-  const int64_t k0 = rt.kernels_launched();
+  if (RuntimeProbe* probe = find_probe(rt)) probe->clear_op_timings();
+  const int64_t k0 = kernels_of(rt);
   Run r;
   if (o.draft == DraftKind::None) {
     r.g = greedy_generate(rt, prompt, n, /*ignore_eos=*/true);
@@ -60,7 +68,7 @@ Run run_once(ModelRuntime& rt, const std::vector<int32_t>& prompt, int n, const 
     r.g = generate(rt, prompt, spec);
   }
   r.t = timings_of(rt);
-  r.kernels = rt.kernels_launched() - k0;
+  r.kernels = kernels_of(rt) - k0;
   return r;
 }
 

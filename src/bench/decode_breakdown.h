@@ -1,7 +1,7 @@
 // `nextn bench decode --breakdown`: where a decode step's device time goes,
 // by operation class, from the runtime's own timing events (CUDA:
 // RuntimeOptions::profile, events between the operations of every captured
-// graph; see ModelRuntime::op_timings). Per generated token for plain greedy,
+// graph; see RuntimeProbe::op_timings). Per generated token for plain greedy,
 // per round for MTP speculative decoding, per prompt for a long prefill. The
 // decode part is the difference of two runs on one runtime, N tokens and 1
 // token, so the prompt and the first head call cancel out.

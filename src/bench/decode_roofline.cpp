@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "io/checkpoint.h"
+#include "model/bench_interfaces.h"
 #ifdef NEXTN_HAVE_CUDA
 #include "backend/cuda/device_stats.h"
 #endif
@@ -27,10 +28,15 @@ uint64_t device_bytes(const TensorView& t) {
 }
 
 #ifdef NEXTN_HAVE_CUDA
-// Forwards every ModelRuntime method (a new virtual must be added here too); records device memory in use after creation,
-// after each forward of more than kMaxForwardRows tokens (a prompt: its prefill workspace is still held then; the
-// runtime releases it at the next forward) and before destruction.
-class MemoryProbe final : public ModelRuntime {
+// Forwards every ModelRuntime method but reserve_step (a new virtual must be
+// added here too; reserve_step keeps the base's token check, as it always
+// has here) and the bench interfaces (model/bench_interfaces.h) to the
+// wrapped CUDA runtime; the MTP head is the wrapped runtime's own (mtp()
+// hands it out, so its device draft chain runs as is). Records device
+// memory in use after creation, after each forward of more than
+// kMaxForwardRows tokens (a prompt: its prefill workspace is still held
+// then; the runtime releases it at the next forward) and before destruction.
+class MemoryProbe final : public ModelRuntime, public VerifyHeadArms, public RuntimeProbe {
  public:
   MemoryProbe(std::unique_ptr<ModelRuntime> rt, DeviceFigures* fig, int cap, int rows)
       : rt_(std::move(rt)), fig_(fig), cap_(cap), rows_(rows) {
@@ -51,28 +57,26 @@ class MemoryProbe final : public ModelRuntime {
     if (t.size() > size_t(kMaxForwardRows)) sample();
   }
   void target_rollback(int keep) override { rt_->target_rollback(keep); }
-  void head_argmax(int first, int count, int width, int32_t* out) override { rt_->head_argmax(first, count, width, out); }
-  void head_argmax_fused(int first, int count, int32_t* out) override { rt_->head_argmax_fused(first, count, out); }
-  int head_walk(std::span<const int32_t> drafts, int32_t* out) override { return rt_->head_walk(drafts, out); }
+  void head_argmax(int first, int count, int32_t* out) override { rt_->head_argmax(first, count, out); }
   void head_logits(int row, float* out) override { rt_->head_logits(row, out); }
   HeadWork head_work() const override { return rt_->head_work(); }
   void reset() override { rt_->reset(); }
-  int mtp_length() const override { return rt_->mtp_length(); }
-  void mtp_forward(std::span<const int32_t> next, int first_row) override { rt_->mtp_forward(next, first_row); }
-  void mtp_step(int32_t token) override { rt_->mtp_step(token); }
-  void mtp_argmax(int count, int32_t* out) override { rt_->mtp_argmax(count, out); }
-  void mtp_rollback(int length) override { rt_->mtp_rollback(length); }
-  MtpWork mtp_work() const override { return rt_->mtp_work(); }
-  int draft_vocab() const override { return rt_->draft_vocab(); }
-  void set_draft_vocab(int n) override { rt_->set_draft_vocab(n); }
-  // The backend's own draft chain (CUDA: one graph, one copy back), not the
-  // host loop of the base class.
-  void mtp_draft(int n, int32_t* out) override { rt_->mtp_draft(n, out); }
-  void mtp_logits(float* out) override { rt_->mtp_logits(out); }
-  std::vector<OpTiming> op_timings() const override { return rt_->op_timings(); }
-  void clear_op_timings() override { rt_->clear_op_timings(); }
-  int64_t kernels_launched() const override { return rt_->kernels_launched(); }
-  std::vector<MemoryUse> device_memory() const override { return rt_->device_memory(); }
+  MtpHead* mtp() override { return rt_->mtp(); }
+
+  void head_argmax_padded(int first, int count, int width, int32_t* out) override {
+    verify_arms_of(*rt_).head_argmax_padded(first, count, width, out);
+  }
+  void head_argmax_fused(int first, int count, int32_t* out) override {
+    verify_arms_of(*rt_).head_argmax_fused(first, count, out);
+  }
+  int head_walk(std::span<const int32_t> drafts, int32_t* out) override {
+    return verify_arms_of(*rt_).head_walk(drafts, out);
+  }
+
+  std::vector<OpTiming> op_timings() const override { return probe().op_timings(); }
+  void clear_op_timings() override { probe_of(*rt_).clear_op_timings(); }
+  int64_t kernels_launched() const override { return probe().kernels_launched(); }
+  std::vector<MemoryUse> device_memory() const override { return probe().device_memory(); }
 
  private:
   void sample() {
@@ -82,9 +86,10 @@ class MemoryProbe final : public ModelRuntime {
       fig_->peak_runtime = d;
       fig_->peak_capacity = cap_;
       fig_->runtime_rows = rows_;
-      fig_->peak_uses = rt_->device_memory();
+      fig_->peak_uses = probe().device_memory();
     }
   }
+  const RuntimeProbe& probe() const { return probe_of(*rt_); }
   std::unique_ptr<ModelRuntime> rt_;
   DeviceFigures* fig_;
   int cap_, rows_;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/generate.h"
+#include "model/bench_interfaces.h"
 
 namespace nextn {
 class Qwen35Checkpoint;
@@ -47,7 +48,7 @@ struct DeviceFigures {
   uint64_t peak_runtime = 0;    // max over runtimes of (used - baseline), probed after creation and before destruction
   int peak_capacity = 0;        // that runtime's max_tokens
   int runtime_rows = 0;         // rows per forward the peak's runtime was built for (make_runtime's max_rows; 0: not said)
-  std::vector<MemoryUse> peak_uses;  // that runtime's own allocations at the peak (ModelRuntime::device_memory)
+  std::vector<MemoryUse> peak_uses;  // that runtime's own allocations at the peak (RuntimeProbe::device_memory)
 };
 
 // Wraps a factory so every runtime it makes records device memory in use

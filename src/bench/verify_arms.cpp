@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "model/bench_interfaces.h"
 #include "model/runtime.h"
 
 namespace nextn {
@@ -81,7 +82,7 @@ VerifyOutcome Verifier::verify(ModelRuntime& rt, std::span<const int32_t> drafts
   if (call == VerifyArm::Walk && fault_ == Fault::WalkAsBatched) call = VerifyArm::Batched;  // the planted fault
   const HeadWork before = rt.head_work();
   if (call == VerifyArm::Walk) {
-    const int steps = rt.head_walk(drafts, out_.data());
+    const int steps = verify_arms_of(rt).head_walk(drafts, out_.data());
     if (steps < 1 || steps > W) fail("internal: head_walk projected {} rows of {}", steps, W);
     r.walk_steps = steps;
     r.accepted = steps - 1;
@@ -91,12 +92,12 @@ VerifyOutcome Verifier::verify(ModelRuntime& rt, std::span<const int32_t> drafts
       fail("internal: head_walk stopped at row {} without a mismatch", r.accepted);
   } else {
     if (call == VerifyArm::Batched) {
-      rt.head_argmax(0, W, W, out_.data());
+      rt.head_argmax(0, W, out_.data());  // the product's head
     } else if (call == VerifyArm::Pad) {
       if (pad_width_ < W) fail("internal: pad width {} below the verify width {}", pad_width_, W);
-      rt.head_argmax(0, W, pad_width_, out_.data());
+      verify_arms_of(rt).head_argmax_padded(0, W, pad_width_, out_.data());
     } else {
-      rt.head_argmax_fused(0, W, out_.data());
+      verify_arms_of(rt).head_argmax_fused(0, W, out_.data());
     }
     int a = 0;
     while (a < W - 1 && out_[size_t(a)] == drafts[size_t(a)]) ++a;
@@ -175,7 +176,7 @@ ArmHeadStage::ArmHeadStage(const ArmChoice& choice)
 void ArmHeadStage::pick(SequenceGroup&, std::span<const HeadPick> picks) {
   for (const HeadPick& p : picks) {
     if (!p.verify) {
-      p.sequence->head_argmax(p.first, p.count, p.count, p.out);
+      p.sequence->head_argmax(p.first, p.count, p.out);
       continue;
     }
     const VerifyOutcome v = verifier_.verify(*p.sequence, p.drafts);

@@ -6,14 +6,16 @@
 // the tests swap ArmHeadStage in at the engine step's head, so every arm is
 // measured through the production step with its counters checked per round.
 //
-//   arm      runtime call              head path     rows_projected  logits bytes   walk_rows
-//   batched  head_argmax(0, W, W)      Batched       W               W x V x 4      0
-//   walk     head_walk(drafts)         Walk/WalkFlag a+1             (as written)   a+1
-//   pad      head_argmax(0, W, P)      Padded        P               P x V x 4      0
-//   fused    head_argmax_fused(0, W)   Fused         W               0              0
+//   arm      runtime call                  head path     rows_projected  logits bytes   walk_rows
+//   batched  head_argmax(0, W)             Batched       W               W x V x 4      0
+//   walk     head_walk(drafts)             Walk/WalkFlag a+1             (as written)   a+1
+//   pad      head_argmax_padded(0, W, P)   Padded        P               P x V x 4      0
+//   fused    head_argmax_fused(0, W)       Fused         W               0              0
 //
 // W is the round's verify width (K, or fewer in a last round cut by the token
-// budget), `a` the number of drafts accepted and V the vocabulary.
+// budget), `a` the number of drafts accepted and V the vocabulary. Batched is
+// ModelRuntime's head; the others are the runtime's VerifyHeadArms
+// (model/bench_interfaces.h), which the verifier reaches with verify_arms_of.
 //
 // Every number in that table comes from the runtime: the verifier diffs
 // ModelRuntime::head_work() around its call and checks the row of the arm it

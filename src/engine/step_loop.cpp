@@ -25,7 +25,7 @@ struct StepLoop::Run {
   std::unique_ptr<Drafter> drafter;       // a drafter of its own (the Gemma 4 assistant)
   std::unique_ptr<OracleDrafter> oracle;  // draft oracle (its tokens; at MTP cost the MTP chain runs too)
   bool greedy = true;
-  bool mtp = false;          // the MTP head runs: draft mtp, or the oracle at MTP cost
+  MtpHead* mtp = nullptr;    // the MTP head, when it runs: draft mtp, or the oracle at MTP cost
   bool speculative = false;  // drafts are proposed
   int K = 1;                 // block size (1 without drafts); Auto: the widest
   bool auto_k = false;       // BlockPolicy::Auto: the chooser sets step_k every step
@@ -128,16 +128,16 @@ int StepLoop::add(ModelRuntime& slot, std::span<const int32_t> prompt, const Gen
   r.step_k = r.K;
   r.offered_at.assign(size_t(r.K - 1), 0);
   if (!r.drafter && options.draft == DraftKind::Mtp) {
-    slot.set_draft_vocab(options.draft_vocab);
-    r.mtp = true;
+    r.mtp = &mtp_of(slot);
+    r.mtp->set_draft_vocab(options.draft_vocab);
   }
   if (!r.drafter && options.draft == DraftKind::Oracle) {
     if (oracle_truth.empty() && options.max_new_tokens > 0)
       fail("internal: the oracle drafter needs the greedy output first");
     r.oracle = std::make_unique<OracleDrafter>(std::move(oracle_truth), options.oracle, info.vocab_size);
     if (options.draft_cost == DraftCost::Mtp) {
-      slot.set_draft_vocab(0);  // the cost of the whole head's chain, whatever the sequence was set to
-      r.mtp = true;
+      r.mtp = &mtp_of(slot);
+      r.mtp->set_draft_vocab(0);  // the cost of the whole head's chain, whatever the sequence was set to
     }
   }
   if (!options.ignore_eos) r.eos = info.eos_token_ids;
@@ -248,7 +248,7 @@ void StepLoop::step() {
       if (r.prefilled && r.decode_start == Clock::time_point{}) {  // prefilled in this step
         r.res.stats.prefill_ms = ms_between(r.prefill_start, t2);
         r.decode_start = t2;
-        r.mtp_before = r.rt->mtp_work();
+        if (r.mtp) r.mtp_before = r.mtp->mtp_work();
       } else {  // a round: its verify and rollback (its drafts were timed by the step before)
         r.res.stats.verify_ms += ms_between(t0, t1);
         r.res.stats.rollback_ms += ms_between(t1, t2);
@@ -375,7 +375,7 @@ void StepLoop::commit_round(Run& r, std::span<const int32_t> picks) {
   r.bonus = a.next;
   if (r.done || !r.speculative) return;
   if (r.mtp) {  // drop the chained entries, pair d_1..d_a, next with the verify rows 0..a
-    r.rt->mtp_rollback(r.mtp_committed);
+    r.mtp->mtp_rollback(r.mtp_committed);
     r.mtp_pairs = round;
   }
   if (r.oracle) r.oracle->commit(r.drafts, a.accepted, a.next);
@@ -447,11 +447,11 @@ void StepLoop::draft_next(std::span<Run* const> runs) {
       } else if (!r->greedy) {  // sampled drafting: q_i from the drafter's logits, d_i ~ q_i, then one chained step
         r->logits.resize(size_t(r->rt->vocab()));
         for (int i = 0; i < n; ++i) {
-          if (i > 0) r->drafter ? r->drafter->draft_step(r->drafts[size_t(i - 1)]) : r->rt->mtp_step(r->drafts[size_t(i - 1)]);
+          if (i > 0) r->drafter ? r->drafter->draft_step(r->drafts[size_t(i - 1)]) : r->mtp->mtp_step(r->drafts[size_t(i - 1)]);
           if (r->drafter)
             r->drafter->draft_logits(r->logits.data());
           else
-            r->rt->mtp_logits(r->logits.data());
+            r->mtp->mtp_logits(r->logits.data());
           sampling_distribution(r->logits, r->o.sampling, r->q[size_t(i)], r->scratch);
           r->drafts[size_t(i)] = sample_index(r->q[size_t(i)], *r->rng);
         }
@@ -467,11 +467,11 @@ void StepLoop::finish(Run& r) {
   s.generated = int(r.res.tokens.size());
   if (r.decode_start != Clock::time_point{}) s.decode_ms = ms_between(r.decode_start, Clock::now());
   if (r.mtp) {
-    const MtpWork now = r.rt->mtp_work();
+    const MtpWork now = r.mtp->mtp_work();
     s.mtp_work.entries = now.entries - r.mtp_before.entries;
     s.mtp_work.chained_steps = now.chained_steps - r.mtp_before.chained_steps;
     s.mtp_work.argmax_rows = now.argmax_rows - r.mtp_before.argmax_rows;
-    if (r.o.draft == DraftKind::Mtp) s.draft_vocab = r.rt->draft_vocab();
+    if (r.o.draft == DraftKind::Mtp) s.draft_vocab = r.mtp->draft_vocab();
   }
   if (r.greedy && !head_->records_rounds()) {  // the runtime's own counters, read once
     VerifyCounters& c = s.counters;

@@ -68,7 +68,7 @@ void check_lists(size_t sequences, size_t lists, const char* what) {
 
 void SequenceGroup::head_argmax_together(std::span<const SequenceRows> rows, int32_t* out) {
   for (const SequenceRows& r : rows) {
-    r.sequence->head_argmax(r.first, r.count, r.count, out);
+    r.sequence->head_argmax(r.first, r.count, out);
     out += r.count;
     ++step_work_.lm_head_launches;
   }
@@ -78,7 +78,7 @@ void SequenceGroup::mtp_forward_together(std::span<ModelRuntime* const> sequence
                                          std::span<const std::span<const int32_t>> next_tokens) {
   check_lists(sequences.size(), next_tokens.size(), "mtp_forward_together");
   for (size_t i = 0; i < sequences.size(); ++i) {
-    sequences[i]->mtp_forward(next_tokens[i], 0);
+    mtp_of(*sequences[i]).mtp_forward(next_tokens[i], 0);
     ++step_work_.mtp_forward_launches;
   }
 }
@@ -88,7 +88,7 @@ void SequenceGroup::mtp_draft_together(std::span<ModelRuntime* const> sequences,
   check_lists(sequences.size(), n.size(), "mtp_draft_together");
   for (size_t i = 0; i < sequences.size(); ++i) {
     if (n[i] <= 0) continue;
-    sequences[i]->mtp_draft(n[i], out);
+    mtp_of(*sequences[i]).mtp_draft(n[i], out);
     out += n[i];
     step_work_.mtp_draft_launches += n[i];  // one chain of its own: a step per draft
   }

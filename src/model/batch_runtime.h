@@ -74,14 +74,16 @@ class SequenceGroup {
 
   // The argmax of every listed row (distinct sequences, rows inside their
   // last forward) into out, concatenated in list order: what
-  // head_argmax(first, count, count, ...) on each sequence gives. The
+  // head_argmax(first, count, ...) on each sequence gives. The
   // default runs that per sequence.
   virtual void head_argmax_together(std::span<const SequenceRows> rows, int32_t* out);
-  // mtp_forward(next_tokens[i], 0) on sequences[i] for every i (distinct
-  // sequences, at least one token each). The default runs it per sequence.
+  // mtp_forward(next_tokens[i], 0) on the MTP head of sequences[i]
+  // (ModelRuntime::mtp()) for every i (distinct sequences with a head, at
+  // least one token each). The default runs it per sequence.
   virtual void mtp_forward_together(std::span<ModelRuntime* const> sequences,
                                     std::span<const std::span<const int32_t>> next_tokens);
-  // mtp_draft(n[i], out + sum of n[j < i]) on sequences[i] for every i:
+  // mtp_draft(n[i], out + sum of n[j < i]) on the MTP head of sequences[i]
+  // for every i:
   // draft step j runs once for every sequence with n[i] > j. The default
   // runs each sequence's chain on its own.
   virtual void mtp_draft_together(std::span<ModelRuntime* const> sequences, std::span<const int> n, int32_t* out);

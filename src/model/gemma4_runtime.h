@@ -1,6 +1,6 @@
 // What the CPU and CUDA Gemma 4 runtimes share: no MTP head (Gemma 4 drafts
-// with a separate assistant checkpoint), and the positions of the caches
-// that a rollback moves back (the backend restores the caches themselves).
+// with a separate assistant checkpoint, so mtp() stays nullptr), and the
+// positions of the caches that a rollback moves back (the backend restores the caches themselves).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -14,18 +14,10 @@ namespace nextn {
 class Gemma4Runtime : public ModelRuntime, public Gemma4Target {
  public:
   int target_length() const override { return length_; }
-  int mtp_length() const override { return 0; }
-  void mtp_forward(std::span<const int32_t>, int) override { no_mtp(); }
-  void mtp_step(int32_t) override { no_mtp(); }
-  void mtp_argmax(int, int32_t*) override { no_mtp(); }
-  void mtp_rollback(int length) override {
-    if (length != 0) no_mtp();
-  }
-  MtpWork mtp_work() const override { return {}; }
   // The step's reservation: token ids and capacity (its buffers are all made
   // with it; it has no MTP head).
   void reserve_step(std::span<const int32_t> tokens, int mtp_end) override {
-    if (mtp_end > 0) no_mtp();
+    if (mtp_end > 0) fail("Gemma 4 has no MTP head (draft with its assistant checkpoint)");
     check_capacity(int(tokens.size()));
     ModelRuntime::reserve_step(tokens, 0);
   }
@@ -58,9 +50,6 @@ class Gemma4Runtime : public ModelRuntime, public Gemma4Target {
   int length_ = 0;
   int forward_start_ = 0;  // length before the last target_forward
   int last_T_ = 0;         // rows of the last forward still kept
-
- private:
-  [[noreturn]] void no_mtp() const { fail("Gemma 4 has no MTP head (draft with its assistant checkpoint)"); }
 };
 
 }  // namespace nextn

@@ -5,6 +5,7 @@
 #include "backend/cpu/qwen35.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "model/bench_interfaces.h"
 #ifdef NEXTN_HAVE_CUDA
 #include "backend/cuda/qwen35.h"
 #endif
@@ -39,13 +40,35 @@ ModelInfo qwen35_info(const Qwen35Config& c) {
   return i;
 }
 
-void ModelRuntime::mtp_draft(int n, int32_t* out) {
+void MtpHead::mtp_draft(int n, int32_t* out) {
   if (n <= 0) return;
   mtp_argmax(1, &out[0]);
   for (int i = 1; i < n; ++i) {
     mtp_step(out[i - 1]);
     mtp_argmax(1, &out[i]);
   }
+}
+
+MtpHead& mtp_of(ModelRuntime& rt) {
+  if (MtpHead* head = rt.mtp()) return *head;
+  fail("internal: this {} runtime has no MTP head", rt.backend_name());
+}
+
+VerifyHeadArms& verify_arms_of(ModelRuntime& rt) {
+  if (auto* arms = dynamic_cast<VerifyHeadArms*>(&rt)) return *arms;
+  fail("the {} runtime has no verify head arms (padded, fused, walk: bench verify)", rt.backend_name());
+}
+
+RuntimeProbe* find_probe(ModelRuntime& rt) { return dynamic_cast<RuntimeProbe*>(&rt); }
+const RuntimeProbe* find_probe(const ModelRuntime& rt) { return dynamic_cast<const RuntimeProbe*>(&rt); }
+
+const RuntimeProbe& probe_of(const ModelRuntime& rt) {
+  if (const RuntimeProbe* probe = find_probe(rt)) return *probe;
+  fail("the {} runtime has no profiling probe (op timings, kernels launched, device memory)", rt.backend_name());
+}
+
+RuntimeProbe& probe_of(ModelRuntime& rt) {
+  return const_cast<RuntimeProbe&>(probe_of(static_cast<const ModelRuntime&>(rt)));
 }
 
 int effective_draft_vocab(int n, int vocab) {
@@ -58,13 +81,6 @@ void ModelRuntime::reserve_step(std::span<const int32_t> tokens, int) {
   for (int32_t t : tokens)
     if (t < 0 || t >= V) fail("token id {} is outside the vocabulary [0, {})", t, V);
 }
-
-void ModelRuntime::set_draft_vocab(int n) {
-  if (effective_draft_vocab(n, vocab()) != vocab())
-    fail("--draft-vocab {}: the {} runtime cannot restrict its drafts", n, backend_name());
-}
-
-void ModelRuntime::mtp_logits(float*) { fail("the {} backend has no MTP logits (needed to sample drafts)", backend_name()); }
 
 BackendKind parse_backend(const std::string& name) {
   if (name == "cpu") return BackendKind::Cpu;

@@ -1,8 +1,11 @@
-// The interface between the speculative loop and a backend: one sequence of
-// a Qwen3.5 target with its MTP head. Hidden states, caches and logits stay
-// inside the backend (on the GPU for CUDA); the loop sees token ids and
-// counters only. Several sequences over one copy of the weights, whose
-// target forwards run together: model/batch_runtime.h.
+// The interface between the engine and a backend: one sequence of a target
+// model (docs/engine.md "Interfaces"). Hidden states, caches and logits stay
+// inside the backend (on the GPU for CUDA); the engine sees token ids and
+// counters only. A Qwen3.5 sequence also carries an MTP head
+// (model/mtp_head.h, through mtp()); what only the benchmarks reach (the
+// verify experiment's head arms, profiling probes) is in
+// model/bench_interfaces.h. Several sequences over one copy of the weights,
+// whose target forwards run together: model/batch_runtime.h.
 //
 // Exactness contract: every method computes row j of a multi-row call
 // exactly (bit for bit) as a one-row call with the same prefix would. One
@@ -21,6 +24,7 @@
 
 #include "core/options.h"
 #include "io/config.h"
+#include "model/mtp_head.h"
 
 namespace nextn {
 
@@ -31,30 +35,7 @@ namespace nextn {
 // forwards in chunks of that many.
 inline constexpr int kMaxForwardRows = 64;
 
-// What the MTP head computed, counted where the work runs (beside the shared
-// issue-11 interface below): entries its decoder layer processed (mtp_forward
-// rows and chained mtp_step / mtp_draft steps) and the rows its LM-head argmax
-// projected. Cumulative since construction or reset().
-struct MtpWork {
-  int64_t entries = 0;        // MTP decoder-layer rows run (forward rows + chained steps)
-  int64_t chained_steps = 0;  // of those, chained draft steps (mtp_step or inside mtp_draft)
-  int64_t argmax_rows = 0;    // MTP logits rows projected for an argmax
-};
-
 class Qwen35Checkpoint;
-
-// One operation class's measured device time (ModelRuntime::op_timings).
-struct OpTiming {
-  std::string op;      // e.g. "gdn.rec", "mlp.down", "mtp.attn.qkv", "head_fused"
-  int64_t count = 0;   // intervals measured (one per launch of the class)
-  double ms = 0.0;     // their summed device time
-};
-
-// Device memory a runtime allocated for one use (ModelRuntime::device_memory).
-struct MemoryUse {
-  std::string what;  // e.g. "the KV cache", "logits", "prefill activations"
-  uint64_t bytes = 0;
-};
 
 // The kernel path of an LM-head call, as recorded by the code that ran it.
 enum class HeadPath : int32_t { None = 0, Batched = 1, Padded = 2, Fused = 3, Walk = 4, WalkFlag = 5 };
@@ -115,15 +96,10 @@ class ModelRuntime {
   virtual void target_rollback(int keep) = 0;
 
   // ---- LM head over rows of the last target_forward ----
-  // Projects rows [first, first + width) (rows past the forward's T are zero
-  // padding) and writes the argmax of the first `count` of them.
-  virtual void head_argmax(int first, int count, int width, int32_t* out) = 0;
-  // Projection with the argmax fused in: logits are never materialised.
-  virtual void head_argmax_fused(int first, int count, int32_t* out) = 0;
-  // Early-exit walk from row 0: project row j, take its argmax into out[j],
-  // stop after the first j with out[j] != drafts[j] (or after drafts.size()+1
-  // rows). Returns the number of rows projected.
-  virtual int head_walk(std::span<const int32_t> drafts, int32_t* out) = 0;
+  // Projects rows [first, first + count) and writes their argmax: exactly
+  // those rows (the verify experiment's padded, fused and walk arms lost,
+  // model/bench_interfaces.h).
+  virtual void head_argmax(int first, int count, int32_t* out) = 0;
   // Full logits of one row (tests, sampling).
   virtual void head_logits(int row, float* out) = 0;
 
@@ -133,64 +109,12 @@ class ModelRuntime {
   // counters cleared; weights (and their device copies) kept.
   virtual void reset() = 0;
 
-  // ---- MTP head (mtp_layers() > 0) ----
-  virtual int mtp_length() const = 0;
-  // Appends MTP entries p = mtp_length() ... for i in [0, n): entry p pairs
-  // next_tokens[i] (token p+1) with target hidden row first_row + i of the
-  // last target_forward.
-  virtual void mtp_forward(std::span<const int32_t> next_tokens, int first_row) = 0;
-  // One chained draft step: entry p pairs `token` with the MTP's own output
-  // hidden of the previous entry.
-  virtual void mtp_step(int32_t token) = 0;
-  // Argmax of the last `count` entries' logits (most recent call only).
-  virtual void mtp_argmax(int count, int32_t* out) = 0;
-  virtual void mtp_rollback(int length) = 0;
-  // n chained drafts: out[0] = argmax of the last entry of the most recent
-  // MTP call; out[i] = argmax after mtp_step(out[i-1]). Appends n-1 entries.
-  // The default runs that loop from the host; a backend may chain it on the
-  // device with one copy back.
-  virtual void mtp_draft(int n, int32_t* out);
-  // Full logits (vocab floats) of the last entry of the most recent MTP call,
-  // for drafting by sampling (engine/step_loop.h, speculative/acceptance.h). Uncounted: not
-  // argmax work. The default throws (a backend without it cannot sample drafts).
-  virtual void mtp_logits(float* out);
-  // Counters of the MTP head's work so far (see MtpWork); reset() clears them.
-  virtual MtpWork mtp_work() const = 0;
-
-  // ---- draft vocabulary (docs/speculative.md §10) ----
-  // The MTP head's own projections (mtp_argmax, mtp_draft, mtp_logits) cover
-  // token ids [0, draft_vocab()) only: drafts are argmaxes over that prefix,
-  // and mtp_logits writes -inf past it, so sampled drafts are drawn from
-  // exactly the distribution it hands out. The target's head (head_*) always
-  // covers the whole vocabulary: the output stays exact, only acceptance
-  // changes. Byte-level BPE ids follow merge order, so a prefix holds the
-  // frequent tokens and needs no gather table. Kept across reset().
-  virtual int draft_vocab() const { return vocab(); }
-  // n in [1, vocab): the prefix [0, n); 0 or n >= vocab: the whole vocabulary
-  // (a larger n is clamped, so one flag value fits models of any vocabulary).
-  // Error for n < 0. The default accepts the whole vocabulary only.
-  virtual void set_draft_vocab(int n);
-
-  // ---- where the time goes (bench decode --breakdown) ----
-  // Device time per operation class, summed since construction or
-  // clear_op_timings(): only when the backend measures it (CUDA with
-  // RuntimeOptions::profile places timing events between the operations of
-  // its graphs); otherwise empty.
-  virtual std::vector<OpTiming> op_timings() const { return {}; }
-  virtual void clear_op_timings() {}
-  // Kernels launched so far (CUDA: the kernel nodes of every graph replayed);
-  // 0 where the backend does not launch kernels.
-  virtual int64_t kernels_launched() const { return 0; }
-  // Device memory the runtime allocated itself, per use, largest first
-  // (CUDA); empty where the backend holds no device memory. What the driver
-  // and libraries take besides (CUDA graphs, kernel modules, cuBLAS) is not in it.
-  virtual std::vector<MemoryUse> device_memory() const { return {}; }
+  // ---- MTP head ----
+  // The sequence's MTP head (model/mtp_head.h), or nullptr when the
+  // checkpoint has none (ModelInfo::mtp_layers == 0). Its state is part of
+  // this sequence: reset() clears it; reserve_step covers its growth.
+  virtual MtpHead* mtp() { return nullptr; }
 };
-
-// The draft vocabulary set_draft_vocab(n) gives a model of `vocab` ids:
-// n in [1, vocab) stays, 0 or n >= vocab is vocab; Error naming --draft-vocab
-// for n < 0.
-int effective_draft_vocab(int n, int vocab);
 
 // Builds a runtime (one sequence) for a given cache capacity.
 using RuntimeFactory = std::function<std::unique_ptr<ModelRuntime>(int max_tokens)>;

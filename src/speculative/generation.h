@@ -92,7 +92,7 @@ struct GenerateOptions {
   OracleSpec oracle;  // draft == Oracle
   DraftCost draft_cost = DraftCost::Free;  // draft == Oracle
   // draft == Mtp: the MTP drafts cover token ids [0, draft_vocab) only
-  // (ModelRuntime::set_draft_vocab); 0: the whole vocabulary.
+  // (MtpHead::set_draft_vocab); 0: the whole vocabulary.
   int draft_vocab = 0;
   TokenSink sink;  // optional
 };

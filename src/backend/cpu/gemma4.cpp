@@ -224,7 +224,7 @@ const float* CpuGemma4::cached(int layer, int pos, bool key) const {
   return key ? &kv.k[at] : &kv.v[at];
 }
 
-void CpuGemma4::head_argmax(int first, int count, int width, int32_t* out) {
+void CpuGemma4::head_argmax_padded(int first, int count, int width, int32_t* out) {
   // The softcap is monotone: the argmax of the raw logits is the argmax.
   cpu::head_argmax_of_rows(*m_->lm_head, hidden_.data(), last_T_, first, count, width, out, head_work_,
                            m_->head_threads());

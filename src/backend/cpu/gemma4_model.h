@@ -14,6 +14,7 @@
 #include "backend/cpu/head.h"
 #include "core/thread_pool.h"
 #include "model/batch_runtime.h"
+#include "model/bench_interfaces.h"
 #include "model/gemma4_runtime.h"
 
 namespace nextn::cpu_gemma4 {
@@ -71,7 +72,7 @@ struct Gemma4Model {
 };
 
 // One sequence: its rings, hidden rows and head counters over a shared model.
-class CpuGemma4 final : public Gemma4Runtime {
+class CpuGemma4 final : public Gemma4Runtime, public VerifyHeadArms {
  public:
   CpuGemma4(std::shared_ptr<Gemma4Model> model, int max_tokens);
 
@@ -79,12 +80,16 @@ class CpuGemma4 final : public Gemma4Runtime {
   const char* backend_name() const override { return "cpu"; }
   void target_forward(std::span<const int32_t> tokens) override;
   void target_rollback(int keep) override;
-  void head_argmax(int first, int count, int width, int32_t* out) override;
-  void head_argmax_fused(int first, int count, int32_t* out) override;
-  int head_walk(std::span<const int32_t> drafts, int32_t* out) override;
+  // The product's head: exactly its rows (the padded arm at width count).
+  void head_argmax(int first, int count, int32_t* out) override { head_argmax_padded(first, count, count, out); }
   void head_logits(int row, float* out) override;
   HeadWork head_work() const override { return head_work_; }
   void reset() override;
+
+  // ---- VerifyHeadArms (model/bench_interfaces.h) ----
+  void head_argmax_padded(int first, int count, int width, int32_t* out) override;
+  void head_argmax_fused(int first, int count, int32_t* out) override;
+  int head_walk(std::span<const int32_t> drafts, int32_t* out) override;
 
   // ---- Gemma4Target ----
   const Gemma4TextConfig& gemma4_config() const override { return m_->cfg; }
@@ -98,7 +103,7 @@ class CpuGemma4 final : public Gemma4Runtime {
   // rows of each sequence over all of them; every sequence is checked
   // (distinct, of one model, token ids, capacity) before any changes.
   static void forward_together(std::span<CpuGemma4* const> seqs, std::span<const std::span<const int32_t>> tokens);
-  // head_argmax(r.first, r.count, r.count) of every listed row, one
+  // head_argmax(r.first, r.count) of every listed row, one
   // projection for all of them.
   static void head_argmax_together(std::span<CpuGemma4* const> seqs, std::span<const SequenceRows> rows,
                                    int32_t* out);

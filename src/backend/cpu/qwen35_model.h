@@ -16,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "io/config.h"
 #include "model/batch_runtime.h"
+#include "model/bench_interfaces.h"
 
 namespace nextn {
 class Qwen35Checkpoint;
@@ -138,7 +139,7 @@ struct CpuModel {
 };
 
 // One sequence: its caches, states and counters over a shared CpuModel.
-class CpuQwen35 final : public ModelRuntime {
+class CpuQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadArms {
  public:
   CpuQwen35(std::shared_ptr<CpuModel> model, int max_tokens);
 
@@ -148,12 +149,14 @@ class CpuQwen35 final : public ModelRuntime {
   void target_forward(std::span<const int32_t> tokens) override;
   void reserve_step(std::span<const int32_t> tokens, int mtp_end) override;
   void target_rollback(int keep) override;
-  void head_argmax(int first, int count, int width, int32_t* out) override;
-  void head_argmax_fused(int first, int count, int32_t* out) override;
-  int head_walk(std::span<const int32_t> drafts, int32_t* out) override;
+  // The product's head: exactly its rows (the padded arm at width count).
+  void head_argmax(int first, int count, int32_t* out) override { head_argmax_padded(first, count, count, out); }
   void head_logits(int row, float* out) override;
   HeadWork head_work() const override { return head_work_; }
   void reset() override;
+  MtpHead* mtp() override { return m_->has_mtp ? this : nullptr; }
+
+  // ---- MtpHead (model/mtp_head.h) ----
   MtpWork mtp_work() const override { return mtp_work_; }
   int mtp_length() const override { return mtp_length_; }
   void mtp_forward(std::span<const int32_t> next_tokens, int first_row) override;
@@ -163,6 +166,11 @@ class CpuQwen35 final : public ModelRuntime {
   void mtp_rollback(int length) override;
   int draft_vocab() const override { return draft_vocab_; }
   void set_draft_vocab(int n) override { draft_vocab_ = effective_draft_vocab(n, m_->cfg.vocab_size); }
+
+  // ---- VerifyHeadArms (model/bench_interfaces.h) ----
+  void head_argmax_padded(int first, int count, int width, int32_t* out) override;
+  void head_argmax_fused(int first, int count, int32_t* out) override;
+  int head_walk(std::span<const int32_t> drafts, int32_t* out) override;
 
   const CpuModel* model() const { return m_.get(); }
   // target_forward(tokens[i]) on seqs[i], one trunk forward over all rows;

@@ -14,7 +14,7 @@
 namespace nextn {
 namespace cpu_qwen35 {
 
-void CpuQwen35::head_argmax(int first, int count, int width, int32_t* out) {
+void CpuQwen35::head_argmax_padded(int first, int count, int width, int32_t* out) {
   cpu::head_argmax_of_rows(*m_->lm_head, hidden_.data(), last_T_, first, count, width, out, head_work_,
                            m_->head_threads());
 }

@@ -26,7 +26,7 @@ void CudaGemma4::gather_hidden(int first, int n_real, int width) {
   gather_rows(hidden_, H_, d_rows_, d_rows_ + 1, width, head_in_, act_, stream_);
 }
 
-void CudaGemma4::head_argmax(int first, int count, int width, int32_t* out) {
+void CudaGemma4::head_argmax_padded(int first, int count, int width, int32_t* out) {
   if (first < 0 || count < 0 || width < count || first + count > last_T_)
     fail("head_argmax: rows [{}, {}) of width {} outside the last forward's {} rows", first, first + count, width,
          last_T_);

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/gemma4_config.h"
+#include "model/bench_interfaces.h"
 #include "model/gemma4_runtime.h"
 #include "model/runtime.h"
 
@@ -46,7 +47,7 @@ struct KvMirror {
   std::vector<float> k, v;  // [rows][kv*hd], slot order (rows: min(slots, positions copied))
 };
 
-class CudaGemma4 final : public Gemma4Runtime {
+class CudaGemma4 final : public Gemma4Runtime, public VerifyHeadArms {
  public:
   CudaGemma4(const Gemma4Checkpoint& ck, int max_tokens, Activations act);
   ~CudaGemma4() override;
@@ -55,12 +56,16 @@ class CudaGemma4 final : public Gemma4Runtime {
   const char* backend_name() const override { return "cuda"; }
   void target_forward(std::span<const int32_t> tokens) override;
   void target_rollback(int keep) override;
-  void head_argmax(int first, int count, int width, int32_t* out) override;
-  void head_argmax_fused(int first, int count, int32_t* out) override;
-  int head_walk(std::span<const int32_t> drafts, int32_t* out) override;
+  // The product's head: exactly its rows (the padded arm at width count).
+  void head_argmax(int first, int count, int32_t* out) override { head_argmax_padded(first, count, count, out); }
   void head_logits(int row, float* out) override;
   HeadWork head_work() const override;
   void reset() override;
+
+  // ---- VerifyHeadArms (model/bench_interfaces.h) ----
+  void head_argmax_padded(int first, int count, int width, int32_t* out) override;
+  void head_argmax_fused(int first, int count, int32_t* out) override;
+  int head_walk(std::span<const int32_t> drafts, int32_t* out) override;
 
   // ---- Gemma4Target (copies from the device) ----
   const Gemma4TextConfig& gemma4_config() const override { return cfg_; }

@@ -29,7 +29,7 @@ void CudaQwen35::head_project(int width, const HeadTally& tally) {
   cuda::matmul(w_->head, head_in_, act_, width, H_, logits_, V_, false, nullptr, stream_, tally);
 }
 
-void CudaQwen35::head_argmax(int first, int count, int width, int32_t* out) {
+void CudaQwen35::head_argmax_padded(int first, int count, int width, int32_t* out) {
   if (first < 0 || count < 0 || width < count || first + count > last_T_)
     fail("head_argmax: rows [{}, {}) of width {} outside the last forward's {} rows", first, first + count, width,
          last_T_);
@@ -97,7 +97,7 @@ int CudaQwen35::head_walk(std::span<const int32_t> drafts, int32_t* out) {
 // tokens stay right; the counters, written by the batched kernels, say what
 // ran.
 int CudaQwen35::walk_as_batched(std::span<const int32_t> drafts, int rows, int32_t* out) {
-  head_argmax(0, rows, rows, out);
+  head_argmax(0, rows, out);
   int steps = 1;
   while (steps < rows && out[steps - 1] == drafts[size_t(steps - 1)]) ++steps;
   return steps;

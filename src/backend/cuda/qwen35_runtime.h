@@ -27,6 +27,7 @@
 #include "core/fault.h"
 #include "io/checkpoint.h"
 #include "model/batch_runtime.h"
+#include "model/bench_interfaces.h"
 
 namespace nextn::cuda {
 
@@ -157,7 +158,7 @@ enum class GraphKind : int {
 };
 const char* graph_kind_name(GraphKind kind);
 
-class CudaQwen35 final : public ModelRuntime {
+class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadArms, public RuntimeProbe {
  public:
   // A sequence over its own copy of the weights (make_cuda_runtime).
   // max_rows: the most rows one call works on at once (a forward chunk, head
@@ -180,10 +181,14 @@ class CudaQwen35 final : public ModelRuntime {
   // construction), from the group's allocator (qwen35_prefill.cpp).
   void reserve_step(std::span<const int32_t> tokens, int mtp_end) override;
   void target_rollback(int keep) override;
-  void head_argmax(int first, int count, int width, int32_t* out) override;
-  void head_argmax_fused(int first, int count, int32_t* out) override;
-  int head_walk(std::span<const int32_t> drafts, int32_t* out) override;
+  // The product's head: exactly its rows (the padded arm at width count).
+  void head_argmax(int first, int count, int32_t* out) override { head_argmax_padded(first, count, count, out); }
   void head_logits(int row, float* out) override;
+  HeadWork head_work() const override;
+  void reset() override;
+  MtpHead* mtp() override { return w_->has_mtp ? this : nullptr; }
+
+  // ---- MtpHead (model/mtp_head.h) ----
   int mtp_length() const override { return mtp_length_; }
   MtpWork mtp_work() const override { return mtp_work_; }
   void mtp_forward(std::span<const int32_t> next_tokens, int first_row) override;
@@ -194,8 +199,17 @@ class CudaQwen35 final : public ModelRuntime {
   void mtp_logits(float* out) override;
   int draft_vocab() const override { return draft_vocab_ > 0 ? draft_vocab_ : V_; }
   void set_draft_vocab(int n) override { draft_vocab_ = effective_draft_vocab(n, V_); }
-  HeadWork head_work() const override;
-  void reset() override;
+
+  // ---- VerifyHeadArms (model/bench_interfaces.h) ----
+  void head_argmax_padded(int first, int count, int width, int32_t* out) override;
+  void head_argmax_fused(int first, int count, int32_t* out) override;
+  int head_walk(std::span<const int32_t> drafts, int32_t* out) override;
+
+  // ---- RuntimeProbe (model/bench_interfaces.h) ----
+  std::vector<OpTiming> op_timings() const override;
+  void clear_op_timings() override { op_ms_.clear(); }
+  int64_t kernels_launched() const override { return kernels_launched_; }
+  std::vector<MemoryUse> device_memory() const override;
 
   WalkVariant walk_variant() const { return walk_variant_; }
   const CudaQwen35Weights* weights() const { return w_.get(); }
@@ -233,10 +247,6 @@ class CudaQwen35 final : public ModelRuntime {
   void check_mtp_forward(std::span<const int32_t> next_tokens, int first_row) const;
   void check_mtp_draft(int n) const;
   bool has_mtp() const { return w_->has_mtp; }
-  std::vector<OpTiming> op_timings() const override;
-  void clear_op_timings() override { op_ms_.clear(); }
-  int64_t kernels_launched() const override { return kernels_launched_; }
-  std::vector<MemoryUse> device_memory() const override;
 
  private:
   // steps (capturable: launches only)
