@@ -158,29 +158,29 @@ void expect_has(const std::string& msg, std::initializer_list<const char*> parts
 }
 
 TEST(QuantFormatsBadInput, WrongDtypeShapeMissingScaleNameTheTensor) {
-  const json gptq = find_case("gptq-4bit-g16-asym-desc_act");
+  const json gptq = find_case("gptq-4bit-g8-asym-desc_act");
   expect_has(error_of(gptq, [](json& c) { tensor_of(c, ".qweight")["dtype"] = "F32"; }),
              {"down_proj.qweight", "dtype F32", "I32"});
-  expect_has(error_of(gptq, [](json& c) { tensor_of(c, ".scales")["shape"] = {8, 16}; }),
-             {"down_proj.scales", "shape [8, 16], expected [4, 32]"});
+  expect_has(error_of(gptq, [](json& c) { tensor_of(c, ".scales")["shape"] = {8, 8}; }),
+             {"down_proj.scales", "shape [8, 8], expected [4, 16]"});
   expect_has(error_of(gptq, [](json& c) { erase_tensor(c, ".scales"); }), {"missing tensor", "down_proj.scales"});
   // g_idx pointing past the last group.
   expect_has(error_of(gptq,
                       [](json& c) {
-                        std::vector<int32_t> g(64, 4);
-                        const std::string b = base64(std::string(reinterpret_cast<const char*>(g.data()), 256));
+                        std::vector<int32_t> g(32, 4);
+                        const std::string b = base64(std::string(reinterpret_cast<const char*>(g.data()), 128));
                         tensor_of(c, ".g_idx")["b64"] = b;
                       }),
              {"down_proj.g_idx", "outside [0, 4)"});
-  // A group size that does not divide the input (64 % 24).
-  expect_has(error_of(gptq, [](json& c) { c["config"]["group_size"] = 24; }), {"group size 24", "64 input columns"});
+  // A group size that does not divide the input (32 % 24).
+  expect_has(error_of(gptq, [](json& c) { c["config"]["group_size"] = 24; }), {"group size 24", "32 input columns"});
 
   const json fp8 = find_case("fp8-block");
   expect_has(error_of(fp8, [](json& c) { erase_tensor(c, ".weight_scale_inv"); }),
              {"down_proj.weight", "F8_E4M3", "weight_scale_inv"});
   expect_has(error_of(fp8, [](json& c) { tensor_of(c, ".weight")["dtype"] = "U8"; }), {"down_proj.weight", "U8"});
   expect_has(error_of(fp8, [](json& c) { c["config"]["weight_block_size"] = {16, 32}; }),
-             {"down_proj.weight_scale_inv", "shape [3, 2], expected [2, 2]"});
+             {"down_proj.weight_scale_inv", "shape [2, 2], expected [1, 2]"});
   expect_has(error_of(fp8, [](json& c) { c["config"]["modules_to_not_convert"] = {"model.layers.0"}; }),
              {"down_proj.weight_scale_inv", "modules_to_not_convert"});
 
@@ -188,16 +188,16 @@ TEST(QuantFormatsBadInput, WrongDtypeShapeMissingScaleNameTheTensor) {
   expect_has(error_of(awq, [](json& c) { tensor_of(c, ".qzeros")["dtype"] = "F32"; }), {"down_proj.qzeros", "dtype F32"});
   expect_has(error_of(awq, [](json& c) { c["config"]["group_size"] = 128; }), {"group size 128"});
 
-  const json ct = find_case("ct-int4-g16-asym");
+  const json ct = find_case("ct-int4-g8-asym");
   expect_has(error_of(ct, [](json& c) { erase_tensor(c, ".weight_zero_point"); }),
              {"missing tensor", "down_proj.weight_zero_point"});
-  expect_has(error_of(ct, [](json& c) { c["config"]["config_groups"]["group_0"]["weights"]["group_size"] = 32; }),
-             {"down_proj.weight_scale", "shape [32, 4], expected [32, 2]"});
+  expect_has(error_of(ct, [](json& c) { c["config"]["config_groups"]["group_0"]["weights"]["group_size"] = 16; }),
+             {"down_proj.weight_scale", "shape [16, 4], expected [16, 2]"});
   expect_has(error_of(ct, [](json& c) { c["config"]["ignore"] = {"re:model\\.layers\\.0\\..*"}; }),
              {"down_proj", "no quantization_config.config_groups entry targets it"});
   const json ctf = find_case("ct-fp8-channel");
-  expect_has(error_of(ctf, [](json& c) { tensor_of(c, ".weight_scale")["shape"] = {8, 2}; }),
-             {"down_proj.weight_scale", "expected [16, 1]"});
+  expect_has(error_of(ctf, [](json& c) { tensor_of(c, ".weight_scale")["shape"] = {4, 2}; }),
+             {"down_proj.weight_scale", "expected [8, 1]"});
 }
 
 TEST(QuantFormatsBadInput, ConfigsNotRunAreRefusedByName) {
@@ -219,15 +219,15 @@ TEST(QuantFormatsBadInput, ConfigsNotRunAreRefusedByName) {
              {"quantization_config.version", "'gemv'"});
   expect_has(err({{"quant_method", "awq"}, {"bits", 4}, {"group_size", 128}, {"version", "marlin"}}),
              {"quantization_config.version", "'marlin'"});
-  json ct = find_case("ct-int4-g16-asym").at("config");
+  json ct = find_case("ct-int4-g8-asym").at("config");
   ct["format"] = "marlin-24";
   expect_has(err(ct), {"quantization_config.config_groups.group_0", "'marlin-24'"});
   ct["format"] = "nvfp4-pack-quantized";
   expect_has(err(ct), {"'nvfp4-pack-quantized'"});
-  ct = find_case("ct-int4-g16-asym").at("config");
+  ct = find_case("ct-int4-g8-asym").at("config");
   ct["config_groups"]["group_0"]["weights"]["num_bits"] = 2;
   expect_has(err(ct), {"quantization_config.config_groups.group_0.weights.num_bits", "2-bit"});
-  ct = find_case("ct-int4-g16-asym").at("config");
+  ct = find_case("ct-int4-g8-asym").at("config");
   ct["ignore"] = {"re:("};
   expect_has(err(ct), {"quantization_config.ignore[0]", "invalid regular expression"});
   expect_has(err({{"quant_method", "fp8"}, {"weight_block_size", {128}}}), {"quantization_config.weight_block_size"});
