@@ -33,7 +33,7 @@ TEST(DType, NamesAndSizes) {
   const Case cases[] = {{"F64", DType::F64, 8},  {"F32", DType::F32, 4}, {"F16", DType::F16, 2},  {"BF16", DType::BF16, 2},
                         {"I64", DType::I64, 8},  {"I32", DType::I32, 4}, {"I16", DType::I16, 2},  {"I8", DType::I8, 1},
                         {"U64", DType::U64, 8},  {"U32", DType::U32, 4}, {"U16", DType::U16, 2},  {"U8", DType::U8, 1},
-                        {"BOOL", DType::BOOL, 1}};
+                        {"BOOL", DType::BOOL, 1}, {"F8_E4M3", DType::F8_E4M3, 1}, {"F8_E5M2", DType::F8_E5M2, 1}};
   for (const auto& c : cases) {
     auto t = dtype_from_name(c.name);
     ASSERT_TRUE(t.has_value()) << c.name;
@@ -43,10 +43,26 @@ TEST(DType, NamesAndSizes) {
   }
   EXPECT_FALSE(dtype_from_name("bf16"));  // names are case-sensitive, as safetensors writes them
   EXPECT_FALSE(dtype_from_name(""));
-  EXPECT_FALSE(dtype_from_name("F8_E4M3"));
+  EXPECT_FALSE(dtype_from_name("F8_E4M3FN"));  // safetensors' name is F8_E4M3
   EXPECT_FALSE(dtype_from_name("F32 "));
   EXPECT_TRUE(is_float_dtype(DType::BF16));
   EXPECT_FALSE(is_float_dtype(DType::F64));
+  EXPECT_FALSE(is_float_dtype(DType::F8_E4M3));  // only through a scale (io/hf_quant)
+}
+
+// Every float8_e4m3fn code against its definition (torch.float8_e4m3fn).
+TEST(DType, Fp8E4m3DecodesEveryCode) {
+  for (int b = 0; b < 256; ++b) {
+    const int e = (b >> 3) & 15, m = b & 7;
+    const float v = fp8_e4m3_to_f32(uint8_t(b));
+    if (e == 15 && m == 7) {
+      EXPECT_TRUE(std::isnan(v)) << b;
+      continue;
+    }
+    const double mag = e == 0 ? std::ldexp(double(m), -9) : std::ldexp(1.0 + m / 8.0, e - 7);
+    EXPECT_EQ(double(v), (b & 0x80) ? -mag : mag) << b;
+  }
+  EXPECT_EQ(fp8_e4m3_to_f32(0x7e), 448.0f);  // the largest finite value
 }
 
 TEST(DType, Bf16KnownValues) {

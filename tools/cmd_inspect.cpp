@@ -109,12 +109,24 @@ void run_inspect(const std::string& path, bool as_json) {
     const TensorView* t;
     std::optional<QuantParams> q;
     bool affine = false;  // part of a quantized module (params may be unknown)
+    std::string hf;       // a transformers format's label ("gptq q4 g128"), when its module is stored so
   };
+  const bool hf = quant && quant->method != QuantMethod::None && quant->method != QuantMethod::MlxAffine;
   std::vector<Row> rows;
   uint64_t total = 0;
   for (const auto& n : names) {
     const TensorView& t = store.get(n);
-    Row r{&t, std::nullopt, false};
+    Row r{&t, std::nullopt, false, ""};
+    if (hf) {
+      for (const char* suffix : {".weight", ".qweight", ".qzeros", ".scales", ".g_idx", ".weight_scale_inv",
+                                 ".weight_packed", ".weight_scale", ".weight_zero_point", ".weight_shape"}) {
+        if (!n.ends_with(suffix) || !r.hf.empty()) continue;
+        r.hf = hf_module_label(store, quant->hf, n.substr(0, n.size() - std::strlen(suffix)));
+      }
+      total += t.nbytes;
+      rows.push_back(r);
+      continue;
+    }
     for (const char* suffix : {".weight", ".scales", ".biases"}) {
       if (!n.ends_with(suffix)) continue;
       const std::string mod = n.substr(0, n.size() - std::strlen(suffix));
@@ -149,7 +161,9 @@ void run_inspect(const std::string& path, bool as_json) {
       j["lm_head"] = ck->lm_head().name;
       j["mtp_layers"] = ck->mtp_layers();
     }
-    if (quant && quant->present) {
+    if (hf) {
+      j["quantization"] = {{"method", quant_method_name(quant->method)}, {"summary", quant->hf.summary()}};
+    } else if (quant && quant->present) {
       j["quantization"] = {{"bits", quant->defaults.bits},
                            {"group_size", quant->defaults.group_size},
                            {"mode", "affine"},
@@ -164,7 +178,9 @@ void run_inspect(const std::string& path, bool as_json) {
       t["dtype"] = std::string(dtype_name(r.t->dtype));
       t["shape"] = r.t->shape;
       t["bytes"] = r.t->nbytes;
-      if (r.q) {
+      if (!r.hf.empty()) {
+        t["quant"] = r.hf;
+      } else if (r.q) {
         t["quant"] = {{"bits", r.q->bits}, {"group_size", r.q->group_size}};
       } else if (r.affine) {
         t["quant"] = "affine";
@@ -199,7 +215,9 @@ void run_inspect(const std::string& path, bool as_json) {
                                    ? fmt::format("{} layer(s) under {}", ck->mtp_layers(), ck->mtp_prefix()).c_str()
                                    : "none");
     }
-    if (quant && quant->present) {
+    if (hf) {
+      std::printf("quantization: %s\n", quant->hf.summary().c_str());
+    } else if (quant && quant->present) {
       std::printf("quantization: affine %d-bit, group %d, %zu per-module override(s)\n", quant->defaults.bits,
                   quant->defaults.group_size, quant->overrides.size());
     } else {
@@ -212,7 +230,9 @@ void run_inspect(const std::string& path, bool as_json) {
     std::printf("%-*s  %-5s  %-20s  %12s  %s\n", int(w), "name", "dtype", "shape", "bytes", "quant");
     for (const auto& r : rows) {
       std::string q = "-";
-      if (r.q) {
+      if (!r.hf.empty()) {
+        q = r.hf;
+      } else if (r.q) {
         q = fmt::format("q{} g{}", r.q->bits, r.q->group_size);
       } else if (r.affine) {
         q = "affine";

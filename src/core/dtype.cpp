@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 namespace nextn {
@@ -12,11 +13,11 @@ struct DTypeInfo {
   std::string_view name;
   size_t size;
 };
-constexpr std::array<DTypeInfo, 13> kInfo{{
+constexpr std::array<DTypeInfo, 15> kInfo{{
     {DType::F64, "F64", 8},  {DType::F32, "F32", 4},   {DType::F16, "F16", 2}, {DType::BF16, "BF16", 2},
     {DType::I64, "I64", 8},  {DType::I32, "I32", 4},   {DType::I16, "I16", 2}, {DType::I8, "I8", 1},
     {DType::U64, "U64", 8},  {DType::U32, "U32", 4},   {DType::U16, "U16", 2}, {DType::U8, "U8", 1},
-    {DType::BOOL, "BOOL", 1},
+    {DType::BOOL, "BOOL", 1}, {DType::F8_E4M3, "F8_E4M3", 1}, {DType::F8_E5M2, "F8_E5M2", 1},
 }};
 }  // namespace
 
@@ -62,6 +63,20 @@ float f16_to_f32(uint16_t h) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+}
+
+float fp8_e4m3_to_f32(uint8_t b) {
+  const uint32_t sign = uint32_t(b & 0x80u) << 24;
+  const uint32_t exp = (b >> 3) & 0xfu, man = b & 0x7u;
+  if (exp == 0xfu && man == 0x7u) return std::nanf("");
+  float v;
+  if (exp == 0) {
+    v = std::ldexp(float(man), -9);  // subnormal: man * 2^-6 * 2^-3
+  } else {
+    const uint32_t u = (exp + 127 - 7) << 23 | man << 20;
+    std::memcpy(&v, &u, 4);
+  }
+  return sign ? -v : v;
 }
 
 uint16_t f32_to_f16(float f) {

@@ -10,7 +10,9 @@
 
 namespace nextn {
 
-enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL };
+// F8_E4M3 / F8_E5M2 are safetensors' names for torch.float8_e4m3fn / float8_e5m2
+// (FP8 checkpoints); only E4M3 is decoded (fp8_e4m3_to_f32).
+enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL, F8_E4M3, F8_E5M2 };
 
 std::optional<DType> dtype_from_name(std::string_view name);  // "BF16" -> BF16
 std::string_view dtype_name(DType t);
@@ -33,6 +35,9 @@ inline uint16_t f32_to_bf16(float f) {
 }
 
 float f16_to_f32(uint16_t h);
+// float8_e4m3fn (1 sign, 4 exponent bits biased 7, 3 mantissa bits, no
+// infinities, 0x7f/0xff NaN): exact in fp32.
+float fp8_e4m3_to_f32(uint8_t b);
 uint16_t f32_to_f16(float f);
 
 template <typename T>

@@ -145,7 +145,7 @@ void Qwen35Checkpoint::check_tied_head() const {
   const std::string head = stored_name("lm_head") + ".weight";
   const TensorView* h = store_.find(head);
   if (!config_.tie_word_embeddings) {
-    if (!h)
+    if (!module_stored(store_, stored_name("lm_head")))
       fail("{}: config.json: field 'tie_word_embeddings' is false but no '{}' is stored (an untied model needs its "
            "own LM head)",
            dir_, head);
@@ -190,16 +190,52 @@ std::optional<std::string> Qwen35Checkpoint::logical_name(const std::string& sto
 
 bool Qwen35Checkpoint::has(const std::string& logical) const {
   const std::string s = stored_name(logical);
-  return store_.find(s + ".weight") != nullptr || store_.find(s) != nullptr;
+  return module_stored(store_, s) || store_.find(s) != nullptr;
+}
+
+bool module_stored(const TensorStore& store, const std::string& mod) {
+  return store.find(mod + ".weight") || store.find(mod + ".qweight") || store.find(mod + ".weight_packed");
 }
 
 WeightRef checkpoint_matrix(const TensorStore& store, const QuantConfig& quant, const std::string& dir,
-                            const std::string& mod, int64_t rows, int64_t cols) {
+                            const std::string& mod, int64_t rows, int64_t cols, bool decode) {
   WeightRef w;
   w.name = mod + ".weight";
   w.rows = rows;
   w.cols = cols;
   if (rows <= 0 || cols <= 0) fail("{}: tensor '{}': requested shape [{}, {}] is not positive", dir, w.name, rows, cols);
+  if (quant.method != QuantMethod::None && quant.method != QuantMethod::MlxAffine) {
+    // transformers' formats: the stored tensors decide whether the module is
+    // quantized (their `.scales` is not MLX's, so the affine path is skipped).
+    if (hf_module_quantized(store, quant.hf, mod)) {
+      const bool linear = !mod.ends_with("embed_tokens");
+      w.decoded = hf_decode(store, quant.hf, dir, mod, rows, cols, linear, decode);
+      if (w.decoded) {
+        w.weight = &w.decoded->view;
+      } else {  // checked only: point at a stored tensor of the module
+        for (const char* suffix : {".weight", ".qweight", ".weight_packed"})
+          if (!w.weight) w.weight = store.find(mod + suffix);
+      }
+      return w;
+    }
+    w.weight = store.find(w.name);
+    if (!w.weight) {
+      if (store.find(mod + ".qweight") || store.find(mod + ".weight_packed"))
+        fail("{}: module '{}' is stored packed but not in the config's '{}' layout", dir, mod,
+             quant_method_name(quant.method));
+      fail("{}: missing tensor '{}'", dir, w.name);
+    }
+    if (w.weight->dtype == DType::F8_E4M3)
+      fail("{}: tensor '{}': dtype F8_E4M3 but no '{}.{}' scale is stored", dir, w.name, mod,
+           quant.method == QuantMethod::Fp8 ? "weight_scale_inv" : "weight_scale");
+    if (!is_float_dtype(w.weight->dtype))
+      fail("{}: tensor '{}': dtype {}, expected F32, BF16 or F16 (a module not stored in the '{}' format)", dir,
+           w.name, dtype_name(w.weight->dtype), quant_method_name(quant.method));
+    const std::vector<int64_t> want{rows, cols};
+    if (w.weight->shape != want)
+      fail("{}: tensor '{}': shape {}, expected {}", dir, w.name, shape_str(w.weight->shape), shape_str(want));
+    return w;
+  }
   w.weight = store.find(w.name);
   if (!w.weight) fail("{}: missing tensor '{}'", dir, w.name);
   const TensorView* scales = store.find(mod + ".scales");
@@ -245,13 +281,13 @@ WeightRef checkpoint_matrix(const TensorStore& store, const QuantConfig& quant, 
   return w;
 }
 
-WeightRef Qwen35Checkpoint::matrix(const std::string& logical, int64_t rows, int64_t cols) const {
-  return checkpoint_matrix(store_, config_.quant, dir_, stored_name(logical), rows, cols);
+WeightRef Qwen35Checkpoint::matrix(const std::string& logical, int64_t rows, int64_t cols, bool decode) const {
+  return checkpoint_matrix(store_, config_.quant, dir_, stored_name(logical), rows, cols, decode);
 }
 
 WeightRef Qwen35Checkpoint::lm_head() const {
   const int64_t V = config_.vocab_size, H = config_.hidden_size;
-  if (store_.find(stored_name("lm_head") + ".weight")) return matrix("lm_head", V, H);
+  if (module_stored(store_, stored_name("lm_head"))) return matrix("lm_head", V, H);
   return matrix("embed_tokens", V, H);
 }
 
@@ -301,6 +337,8 @@ std::vector<float> Qwen35Checkpoint::conv1d(const std::string& logical, int64_t 
 
 void Qwen35Checkpoint::validate() const {
   const Qwen35Config& c = config_;
+  // Shapes and dtypes only: a transformers-format module is not dequantized here.
+  auto matrix = [this](const std::string& l, int64_t r, int64_t cols) { this->matrix(l, r, cols, /*decode=*/false); };
   const int64_t H = c.hidden_size, I = c.intermediate_size, hd = c.head_dim;
   const int64_t Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, Hv = c.linear_num_value_heads;
   auto full_attention = [&](const std::string& p) {
@@ -335,7 +373,7 @@ void Qwen35Checkpoint::validate() const {
   matrix("embed_tokens", c.vocab_size, H);
   for (int i = 0; i < c.num_hidden_layers; ++i) layer("layers." + std::to_string(i), c.full_attention[size_t(i)]);
   norm("norm", H, true);
-  lm_head();
+  if (module_stored(store_, stored_name("lm_head"))) matrix("lm_head", c.vocab_size, H);
   if (mtp_layers_ > 0) {
     matrix("mtp.fc", H, 2 * H);
     norm("mtp.pre_fc_norm_embedding", H, true);

@@ -6,6 +6,7 @@
 // "layers.3.self_attn.q_proj", "norm", "lm_head", and "mtp.fc",
 // "mtp.layers.0.self_attn.q_proj", "mtp.norm" for the MTP head.
 #pragma once
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,7 +36,9 @@ const char* layout_head(Layout l);
 bool is_one_plus_norm(const std::string& logical);
 
 // A matrix [rows, cols] (out, in) as stored: dense (F32/F16/BF16), or MLX
-// affine-quantized (U32 packed + scales + biases, any float dtype each).
+// affine-quantized (U32 packed + scales + biases, any float dtype each). A
+// module in one of transformers' formats (fp8, gptq, awq, compressed-tensors)
+// arrives dequantized: `weight` is then a dense F32 view owned by `decoded`.
 struct WeightRef {
   std::string name;  // stored name of `.weight`
   const TensorView* weight = nullptr;
@@ -43,6 +46,7 @@ struct WeightRef {
   const TensorView* biases = nullptr;
   QuantParams quant;  // bits == 0 when dense
   int64_t rows = 0, cols = 0;
+  std::shared_ptr<const DecodedMatrix> decoded;  // keeps a dequantized `weight` alive
   bool quantized() const { return scales != nullptr; }
 };
 
@@ -51,8 +55,13 @@ struct WeightRef {
 // checked against [rows, cols] (a quantized one: packed [rows, cols*bits/32],
 // scales/biases [rows, cols/group]); `dir` names the checkpoint in errors.
 // Both families' loaders (Qwen3.5 here, Gemma 4) read their matrices so.
+// `decode` false checks a transformers-format module's tensors without
+// dequantizing it (then `weight` is its stored packed tensor: not for reading).
 WeightRef checkpoint_matrix(const TensorStore& store, const QuantConfig& quant, const std::string& dir,
-                            const std::string& mod, int64_t rows, int64_t cols);
+                            const std::string& mod, int64_t rows, int64_t cols, bool decode = true);
+// True when module `mod` is stored: `<mod>.weight`, or a transformers format's
+// packed weight (`.qweight`, `.weight_packed`).
+bool module_stored(const TensorStore& store, const std::string& mod);
 
 class Qwen35Checkpoint {
  public:
@@ -76,7 +85,7 @@ class Qwen35Checkpoint {
   bool has(const std::string& logical) const;  // "<logical>.weight" (or bare name) stored
   // A linear/embedding weight; shape checked against [rows, cols] (for a
   // quantized one: packed [rows, cols*bits/32], scales/biases [rows, cols/group]).
-  WeightRef matrix(const std::string& logical, int64_t rows, int64_t cols) const;
+  WeightRef matrix(const std::string& logical, int64_t rows, int64_t cols, bool decode = true) const;
   // The LM head: lm_head if stored, else the (tied) embedding.
   WeightRef lm_head() const;
   // A norm weight as the real multiplicative gamma: for a (1+w) norm

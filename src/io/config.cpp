@@ -192,7 +192,7 @@ Qwen35Config parse_qwen35_config(const std::string& config_json, const std::stri
     }
 
     // ---- quantization ----
-    c.quant = parse_quant_config(config_file, root);
+    c.quant = parse_quant_config(config_file, root, /*allow_hf=*/true);
     return c;
   } catch (const Error&) {
     throw;

@@ -36,7 +36,7 @@ QuantParams parse_quant_params(const std::string& file, const json& obj, const s
 
 }  // namespace
 
-QuantConfig parse_quant_config(const std::string& file, const json& root) {
+QuantConfig parse_quant_config(const std::string& file, const json& root, bool allow_hf) {
   QuantConfig qc;
   std::string key = "quantization";
   auto it = root.find(key);
@@ -57,12 +57,31 @@ QuantConfig parse_quant_config(const std::string& file, const json& root) {
     auto m = blk->find("quant_method");
     if (m == blk->end()) continue;
     const std::string method = m->is_string() ? printable(m->get<std::string>()) : std::string(type_word(*m));
+    if (allow_hf && method != "bitsandbytes") {
+      // transformers reads `quantization_config`; a second MLX block beside
+      // it would be contradictory.
+      if (std::string(k) != "quantization_config")
+        fail("{}: field '{}.quant_method': transformers reads quantization_config, not {}", file, k, k);
+      if (auto mlx = root.find("quantization"); mlx != root.end() && !mlx->is_null())
+        fail("{}: field 'quantization': an MLX block beside quantization_config.quant_method '{}' (one checkpoint "
+             "has one format)",
+             file, method);
+      qc.method = QuantMethod::None;
+      qc.hf = parse_hf_quant(file, *blk, k);
+      qc.method = qc.hf.method;
+      return qc;
+    }
+    if (allow_hf)
+      fail("{}: field '{}.quant_method': 'bitsandbytes' quantization is not supported (supported: fp8, gptq, awq, "
+           "compressed-tensors, MLX affine)",
+           file, k);
     fail("{}: field '{}.quant_method': '{}' quantization is not supported (nextn reads MLX affine quantization: "
          "{{\"bits\": 4 or 8, \"group_size\": 32, 64 or 128, \"mode\": \"affine\"}}; quantize the unquantized "
          "checkpoint with `nextn quantize`)",
          file, k, method);
   }
   qc.present = true;
+  qc.method = QuantMethod::MlxAffine;
   qc.defaults = parse_quant_params(file, q, key, nullptr);
   for (auto e = q.begin(); e != q.end(); ++e) {
     const std::string& k = e.key();

@@ -4,14 +4,18 @@
 // The block: top-level `quantization`, else `quantization_config`; only MLX
 // affine (mode "affine", bits 4 or 8, group_size 32, 64 or 128); per-module
 // overrides keyed by module path (an object of params, or `false`: not
-// quantized). A block with `quant_method` (GPTQ, AWQ, bitsandbytes,
-// compressed-tensors, FP8, ...) is an error naming the method.
+// quantized). A block with `quant_method` is one of transformers' formats:
+// for Qwen3.5 (allow_hf) fp8, gptq, awq and compressed-tensors are parsed into
+// `hf` (io/hf_quant.h), every other method is an error naming it; Gemma 4
+// refuses them all.
 #pragma once
 #include <nlohmann/json.hpp>
 
 #include <map>
 #include <optional>
 #include <string>
+
+#include "io/hf_quant.h"
 
 namespace nextn {
 
@@ -21,7 +25,9 @@ struct QuantParams {
 };
 
 struct QuantConfig {
-  bool present = false;
+  bool present = false;  // an MLX affine block (method MlxAffine)
+  QuantMethod method = QuantMethod::None;
+  HfQuant hf;  // method Fp8, Gptq, Awq or CompressedTensors
   QuantParams defaults;
   // Module path (as written in config.json, e.g. "language_model.model.layers.0.mlp.gate_proj")
   // -> params, or nullopt when the override says `false` (not quantized).
@@ -34,6 +40,6 @@ struct QuantConfig {
 
 // The quantization block of a parsed config.json root (`file` for messages);
 // present == false when there is none. Throws Error.
-QuantConfig parse_quant_config(const std::string& file, const nlohmann::json& root);
+QuantConfig parse_quant_config(const std::string& file, const nlohmann::json& root, bool allow_hf = false);
 
 }  // namespace nextn

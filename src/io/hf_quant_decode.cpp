@@ -1,0 +1,314 @@
+// Checking and dequantizing one module stored in a transformers quantized
+// format (hf_quant.h; layouts in docs/formats.md). Each value is the format's
+// formula in fp32 from the stored operands: the integer difference q - zero is
+// exact in fp32, so every element is rounded once, at the multiply by its
+// scale, which is what the reference libraries compute when handed fp32 scales.
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "io/hf_quant.h"
+
+namespace nextn {
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The module's tensors, every check naming the checkpoint and the tensor.
+struct Module {
+  const TensorStore& store;
+  const std::string& dir;
+  const std::string& mod;
+  std::string what;  // "gptq", for messages
+
+  const TensorView& need(const std::string& suffix) const {
+    const TensorView* t = store.find(mod + suffix);
+    if (!t) fail("{}: missing tensor '{}{}' ({} module '{}')", dir, mod, suffix, what, mod);
+    return *t;
+  }
+  [[noreturn]] void bad(const TensorView& t, const std::string& why) const {
+    fail("{}: tensor '{}': {}", dir, t.name, why);
+  }
+  void dtype(const TensorView& t, std::initializer_list<DType> ok, const char* expected) const {
+    for (DType d : ok)
+      if (t.dtype == d) return;
+    bad(t, fmt::format("dtype {}, expected {} ({})", dtype_name(t.dtype), expected, what));
+  }
+  void shape(const TensorView& t, const std::vector<int64_t>& want, const std::string& why) const {
+    if (t.shape != want) bad(t, fmt::format("shape {}, expected {} ({})", shape_str(t.shape), shape_str(want), why));
+  }
+  void float_dtype(const TensorView& t) const { dtype(t, {DType::F32, DType::F16, DType::BF16}, "F32, F16 or BF16"); }
+  // The group size must tile the input exactly (a partial group has no
+  // agreed meaning across these formats).
+  int64_t groups(int64_t cols, int64_t g) const {
+    if (g < 1 || cols % g != 0)
+      fail("{}: {} module '{}': group size {} does not divide its {} input columns", dir, what, mod, g, cols);
+    return cols / g;
+  }
+};
+
+uint32_t word_at(const TensorView& t, size_t i) { return load_unaligned<uint32_t>(t.data + 4 * i); }
+
+float fp8_at(const Module& m, const TensorView& t, size_t i) {
+  const float v = fp8_e4m3_to_f32(t.data[i]);
+  if (std::isnan(v)) m.bad(t, fmt::format("element {} is a NaN code", i));
+  return v;
+}
+
+std::shared_ptr<DecodedMatrix> make(int64_t rows, int64_t cols, bool decode) {
+  if (!decode) return nullptr;
+  auto d = std::make_shared<DecodedMatrix>();
+  d->values.resize(size_t(rows) * size_t(cols));
+  return d;
+}
+
+// fp8: weight F8_E4M3 [out, in], weight_scale_inv [ceil(out/bo), ceil(in/bi)];
+// w = fp8 * scale_inv of the element's block (transformers' finegrained_fp8).
+std::shared_ptr<DecodedMatrix> fp8(const Module& m, const HfQuant& q, int64_t rows, int64_t cols, bool decode) {
+  const TensorView& w = m.need(".weight");
+  const TensorView& s = m.need(".weight_scale_inv");
+  if (q.not_converted(m.mod))
+    m.bad(s, "stored, but quantization_config.modules_to_not_convert names the module (transformers would load "
+             "it unquantized)");
+  m.dtype(w, {DType::F8_E4M3}, "F8_E4M3");
+  m.shape(w, {rows, cols}, "the module's [out, in]");
+  m.float_dtype(s);
+  const int64_t bo = q.block_out ? q.block_out : rows, bi = q.block_in ? q.block_in : cols;  // 0: per tensor
+  if (q.block_out || s.numel() != 1)
+    m.shape(s, {ceil_div(rows, bo), ceil_div(cols, bi)},
+            fmt::format("one scale per {}x{} block of [{}, {}]", bo, bi, rows, cols));
+  auto d = make(rows, cols, decode);
+  if (!d) return d;
+  const int64_t sc = ceil_div(cols, bi);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const float scale = load_float(s.dtype, s.data, size_t((r / bo) * sc + c / bi));
+      d->values[size_t(r * cols + c)] = fp8_at(m, w, size_t(r * cols + c)) * scale;
+    }
+  d->label = q.block_out ? fmt::format("fp8 b{}x{}", bo, bi) : std::string("fp8 per-tensor");
+  return d;
+}
+
+// gptq (v1): qweight [in*bits/32, out] packs along the input, first element
+// in the low bits; qzeros [groups, out*bits/32] packs along the output and
+// stores zero - 1; scales [groups, out]; g_idx [in] the group of each input.
+std::shared_ptr<DecodedMatrix> gptq(const Module& m, const HfQuant& q, int64_t rows, int64_t cols, bool decode) {
+  const int bits = q.bits, per = 32 / bits;
+  const uint32_t mask = (1u << bits) - 1u;
+  const TensorView& qw = m.need(".qweight");
+  const TensorView& qz = m.need(".qzeros");
+  const TensorView& sc = m.need(".scales");
+  const TensorView* gi = m.store.find(m.mod + ".g_idx");
+  const int64_t g = q.group_size == -1 ? cols : q.group_size;
+  const int64_t ng = m.groups(cols, g);
+  if (cols % per != 0 || rows % per != 0)
+    m.bad(qw, fmt::format("[out, in] = [{}, {}] cannot be packed {} per int32 ({}-bit)", rows, cols, per, bits));
+  m.dtype(qw, {DType::I32, DType::U32}, "I32");
+  m.shape(qw, {cols / per, rows}, fmt::format("{}-bit packing of [in, out] = [{}, {}]", bits, cols, rows));
+  m.dtype(qz, {DType::I32, DType::U32}, "I32");
+  m.shape(qz, {ng, rows / per}, fmt::format("{} groups x {}-bit packed out {}", ng, bits, rows));
+  m.float_dtype(sc);
+  m.shape(sc, {ng, rows}, fmt::format("{} groups of {} x out {}", ng, g, rows));
+  std::vector<int64_t> group(static_cast<size_t>(cols));
+  for (int64_t i = 0; i < cols; ++i) group[size_t(i)] = i / g;
+  if (gi) {
+    m.dtype(*gi, {DType::I32, DType::I64}, "I32");
+    m.shape(*gi, {cols}, "one group index per input column");
+    for (int64_t i = 0; i < cols; ++i) {
+      const int64_t v = gi->dtype == DType::I32 ? load_unaligned<int32_t>(gi->data + 4 * i)
+                                                : load_unaligned<int64_t>(gi->data + 8 * i);
+      if (v < 0 || v >= ng) m.bad(*gi, fmt::format("element {} is {}, outside [0, {})", i, v, ng));
+      group[size_t(i)] = v;
+    }
+  }
+  auto d = make(rows, cols, decode);
+  if (!d) return d;
+  for (int64_t i = 0; i < cols; ++i) {
+    const int64_t gr = group[size_t(i)];
+    for (int64_t o = 0; o < rows; ++o) {
+      const uint32_t qv = (word_at(qw, size_t((i / per) * rows + o)) >> ((i % per) * bits)) & mask;
+      const uint32_t zv = (word_at(qz, size_t(gr * (rows / per) + o / per)) >> ((o % per) * bits)) & mask;
+      const float scale = load_float(sc.dtype, sc.data, size_t(gr * rows + o));
+      d->values[size_t(o * cols + i)] = scale * float(int32_t(qv) - (int32_t(zv) + 1));
+    }
+  }
+  d->label = fmt::format("gptq q{} g{}", bits, g);
+  return d;
+}
+
+// awq gemm: qweight [in, out/8] and qzeros [groups, out/8] pack along the
+// output, column j of each 8 in nibble kAwqNibble[j] (AutoAWQ's order
+// 0,2,4,6,1,3,5,7); scales [groups, out]; w = scale * (q - zero).
+constexpr int kAwqNibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+
+std::shared_ptr<DecodedMatrix> awq(const Module& m, const HfQuant& q, int64_t rows, int64_t cols, bool decode) {
+  const TensorView& qw = m.need(".qweight");
+  const TensorView& qz = m.need(".qzeros");
+  const TensorView& sc = m.need(".scales");
+  const int64_t g = q.group_size, ng = m.groups(cols, g);
+  if (rows % 8 != 0) m.bad(qw, fmt::format("{} output rows cannot be packed 8 per int32", rows));
+  m.dtype(qw, {DType::I32, DType::U32}, "I32");
+  m.shape(qw, {cols, rows / 8}, fmt::format("[in, out/8] for [out, in] = [{}, {}]", rows, cols));
+  m.dtype(qz, {DType::I32, DType::U32}, "I32");
+  m.shape(qz, {ng, rows / 8}, fmt::format("{} groups x out/8", ng));
+  m.float_dtype(sc);
+  m.shape(sc, {ng, rows}, fmt::format("{} groups of {} x out {}", ng, g, rows));
+  auto d = make(rows, cols, decode);
+  if (!d) return d;
+  for (int64_t i = 0; i < cols; ++i) {
+    const int64_t gr = i / g;
+    for (int64_t o = 0; o < rows; ++o) {
+      const int shift = 4 * kAwqNibble[o % 8];
+      const uint32_t qv = (word_at(qw, size_t(i * (rows / 8) + o / 8)) >> shift) & 15u;
+      const uint32_t zv = (word_at(qz, size_t(gr * (rows / 8) + o / 8)) >> shift) & 15u;
+      const float scale = load_float(sc.dtype, sc.data, size_t(gr * rows + o));
+      d->values[size_t(o * cols + i)] = scale * float(int32_t(qv) - int32_t(zv));
+    }
+  }
+  d->label = fmt::format("awq q4 g{}", g);
+  return d;
+}
+
+// compressed-tensors scale shape per strategy: [1] (tensor), [out, 1]
+// (channel), [out, in/g] (group), [ceil(out/bo), ceil(in/bi)] (block); the
+// scale of element (r, c) is at (r / ro, c / co) of that grid.
+struct Grid {
+  int64_t ro, co, gr, gc;  // rows / cols per scale; grid shape
+};
+
+Grid ct_grid(const Module& m, const CtScheme& s, int64_t rows, int64_t cols) {
+  if (s.strategy == "tensor") return {rows, cols, 1, 1};
+  if (s.strategy == "channel") return {1, cols, rows, 1};
+  if (s.strategy == "group") return {1, s.group_size, rows, m.groups(cols, s.group_size)};
+  return {s.block_out, s.block_in, ceil_div(rows, s.block_out), ceil_div(cols, s.block_in)};
+}
+
+void ct_scale_shape(const Module& m, const TensorView& sc, const CtScheme& s, const Grid& gd) {
+  m.float_dtype(sc);
+  const bool tensor_ok = s.strategy == "tensor" && sc.numel() == 1 && sc.shape.size() <= 1;
+  if (!tensor_ok) m.shape(sc, {gd.gr, gd.gc}, fmt::format("strategy {} of scheme {}", s.strategy, s.name));
+}
+
+std::shared_ptr<DecodedMatrix> ct_int(const Module& m, const CtScheme& s, int64_t rows, int64_t cols, bool decode) {
+  const int bits = s.bits, per = 32 / bits, offset = 1 << (bits - 1);
+  const uint32_t mask = (1u << bits) - 1u;
+  const TensorView& wp = m.need(".weight_packed");
+  const TensorView& sc = m.need(".weight_scale");
+  if (s.strategy == "block" || (s.strategy == "tensor" && !s.symmetric))
+    m.bad(wp, fmt::format("pack-quantized with strategy {}{} is not supported", s.strategy,
+                          s.symmetric ? "" : " (asymmetric)"));
+  const Grid gd = ct_grid(m, s, rows, cols);
+  m.dtype(wp, {DType::I32, DType::U32}, "I32");
+  m.shape(wp, {rows, ceil_div(cols, per)}, fmt::format("{}-bit packing of [out, in] = [{}, {}]", bits, rows, cols));
+  if (const TensorView* ws = m.store.find(m.mod + ".weight_shape")) {
+    m.dtype(*ws, {DType::I64, DType::I32}, "I64");
+    const bool i64 = ws->dtype == DType::I64;
+    auto at = [&](size_t k) { return i64 ? load_unaligned<int64_t>(ws->data + 8 * k) : load_unaligned<int32_t>(ws->data + 4 * k); };
+    if (ws->numel() != 2 || at(0) != rows || at(1) != cols)
+      m.bad(*ws, fmt::format("does not hold [{}, {}], the module's [out, in]", rows, cols));
+  }
+  if (const TensorView* gi = m.store.find(m.mod + ".weight_g_idx"))
+    m.bad(*gi, "activation-ordered groups (weight_g_idx) are not supported");
+  ct_scale_shape(m, sc, s, gd);
+  const TensorView* zp = nullptr;
+  if (!s.symmetric) {
+    // Asymmetric zero points are packed like the weight, but along the output
+    // (dim 0): [ceil(out/per), groups].
+    zp = &m.need(".weight_zero_point");
+    m.dtype(*zp, {DType::I32, DType::U32}, "I32");
+    m.shape(*zp, {ceil_div(rows, per), gd.gc}, fmt::format("{}-bit zero points packed along out {}", bits, rows));
+  }
+  auto d = make(rows, cols, decode);
+  if (!d) return d;
+  const size_t wpr = size_t(ceil_div(cols, per));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const int32_t qv = int32_t((word_at(wp, size_t(r) * wpr + size_t(c / per)) >> ((c % per) * bits)) & mask) - offset;
+      const int64_t gi = (r / gd.ro) * gd.gc + c / gd.co;
+      int32_t zv = 0;
+      if (zp) {
+        const uint32_t word = word_at(*zp, size_t((r / per) * gd.gc + c / gd.co));
+        zv = int32_t((word >> ((r % per) * bits)) & mask) - offset;
+      }
+      const float scale = load_float(sc.dtype, sc.data, size_t(gi));
+      d->values[size_t(r * cols + c)] = (float(qv) - float(zv)) * scale;
+    }
+  d->label = fmt::format("ct int{} {}", bits, s.strategy == "group" ? fmt::format("g{}", s.group_size) : s.strategy);
+  return d;
+}
+
+std::shared_ptr<DecodedMatrix> ct_float(const Module& m, const CtScheme& s, int64_t rows, int64_t cols, bool decode) {
+  const TensorView& w = m.need(".weight");
+  const TensorView& sc = m.need(".weight_scale");
+  m.dtype(w, {DType::F8_E4M3}, "F8_E4M3");
+  m.shape(w, {rows, cols}, "the module's [out, in]");
+  const Grid gd = ct_grid(m, s, rows, cols);
+  ct_scale_shape(m, sc, s, gd);
+  auto d = make(rows, cols, decode);
+  if (!d) return d;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const float scale = load_float(sc.dtype, sc.data, size_t((r / gd.ro) * gd.gc + c / gd.co));
+      d->values[size_t(r * cols + c)] = fp8_at(m, w, size_t(r * cols + c)) * scale;
+    }
+  d->label = fmt::format("ct fp8 {}", s.strategy == "group" ? fmt::format("g{}", s.group_size) : s.strategy);
+  return d;
+}
+
+}  // namespace
+
+bool hf_module_quantized(const TensorStore& store, const HfQuant& q, const std::string& mod) {
+  switch (q.method) {
+    case QuantMethod::Fp8: return store.find(mod + ".weight_scale_inv") != nullptr;
+    case QuantMethod::Gptq:
+    case QuantMethod::Awq: return store.find(mod + ".qweight") != nullptr;
+    case QuantMethod::CompressedTensors: {
+      if (store.find(mod + ".weight_packed")) return true;
+      const TensorView* w = store.find(mod + ".weight");
+      return w && w->dtype == DType::F8_E4M3 && store.find(mod + ".weight_scale");
+    }
+    default: return false;
+  }
+}
+
+std::shared_ptr<const DecodedMatrix> hf_decode(const TensorStore& store, const HfQuant& q, const std::string& dir,
+                                               const std::string& mod, int64_t rows, int64_t cols, bool linear,
+                                               bool decode) {
+  const Module m{store, dir, mod, quant_method_name(q.method)};
+  std::shared_ptr<DecodedMatrix> d;
+  switch (q.method) {
+    case QuantMethod::Fp8: d = fp8(m, q, rows, cols, decode); break;
+    case QuantMethod::Gptq: d = gptq(m, q, rows, cols, decode); break;
+    case QuantMethod::Awq: d = awq(m, q, rows, cols, decode); break;
+    case QuantMethod::CompressedTensors: {
+      const CtScheme* s = q.scheme_for(mod, linear);
+      if (!s)
+        fail("{}: module '{}' is stored quantized but no quantization_config.config_groups entry targets it (or "
+             "'ignore' lists it)",
+             dir, mod);
+      const bool packed = store.find(mod + ".weight_packed") != nullptr;
+      if (packed != (s->format == "pack-quantized"))
+        fail("{}: module '{}' is stored {} but its config group '{}' says format {}", dir, mod,
+             packed ? "pack-quantized (weight_packed)" : "float-quantized (F8_E4M3 weight)", s->name, s->format);
+      d = packed ? ct_int(m, *s, rows, cols, decode) : ct_float(m, *s, rows, cols, decode);
+      break;
+    }
+    default: fail("{}: module '{}': no transformers quantization format to decode", dir, mod);
+  }
+  if (!d) return d;
+  d->view.name = mod + ".weight";
+  d->view.dtype = DType::F32;
+  d->view.shape = {rows, cols};
+  d->view.data = reinterpret_cast<const uint8_t*>(d->values.data());
+  d->view.nbytes = d->values.size() * sizeof(float);
+  return d;
+}
+
+}  // namespace nextn
