@@ -10,6 +10,8 @@
 // `--draft mtp` in one line.
 #include <gtest/gtest.h>
 
+#include "model/mtp_head.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -279,11 +281,11 @@ Outputs run(const std::string& dir) {
   r.logits.resize(size_t(V) * prompt.size());
   for (size_t p = 0; p < prompt.size(); ++p) rt->head_logits(int(p), r.logits.data() + p * size_t(V));
   int32_t tok = 0;
-  rt->head_argmax(int(prompt.size()) - 1, 1, 1, &tok);
+  rt->head_argmax(int(prompt.size()) - 1, 1, &tok);
   r.greedy.push_back(tok);
   while (r.greedy.size() < 16) {
     rt->target_forward(std::span<const int32_t>(&r.greedy.back(), 1));
-    rt->head_argmax(0, 1, 1, &tok);
+    rt->head_argmax(0, 1, &tok);
     r.greedy.push_back(tok);
   }
   if (ck.mtp_layers() > 0) {  // teacher-forced drafts over prompt + greedy
@@ -292,9 +294,9 @@ Outputs run(const std::string& dir) {
     auto rt2 = make_runtime(ck, BackendKind::Cpu, 64);
     rt2->target_forward(seq);
     const std::vector<int32_t> next(seq.begin() + 1, seq.end());
-    rt2->mtp_forward(next, 0);
+    mtp_of(*rt2).mtp_forward(next, 0);
     r.drafts.resize(next.size());
-    rt2->mtp_argmax(int(r.drafts.size()), r.drafts.data());
+    mtp_of(*rt2).mtp_argmax(int(r.drafts.size()), r.drafts.data());
   }
   return r;
 }
