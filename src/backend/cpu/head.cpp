@@ -106,4 +106,31 @@ void head_argmax_of_rows(const Matrix& head, const float* hidden, int rows, int 
   head_project_argmax(head, x.data(), width, count, out, work, threads);
 }
 
+void head_argmax_together(const Matrix& head, std::span<const SequenceHeadRows> rows, int32_t* out,
+                          const HeadThreads& threads) {
+  const size_t H = size_t(head.cols());
+  int R = 0;
+  for (const SequenceHeadRows& r : rows) {
+    if (r.first < 0 || r.count < 1 || r.first + r.count > r.last_T)
+      fail("head_argmax: rows [{}, {}) outside the last forward's {} rows", r.first, r.first + r.count, r.last_T);
+    R += r.count;
+  }
+  std::vector<float> x(size_t(R) * H);  // [R][H]: every listed row, in list order
+  size_t row = 0;
+  for (const SequenceHeadRows& r : rows) {
+    std::copy(r.hidden + size_t(r.first) * H, r.hidden + size_t(r.first + r.count) * H, &x[row * H]);
+    row += size_t(r.count);
+  }
+  HeadWork call;  // what the one projection read and wrote, counted by the op
+  head_project_argmax(head, x.data(), R, R, out, call, threads);
+  for (const SequenceHeadRows& r : rows) {  // each sequence's share: its rows, the head read once for all
+    HeadWork& w = *r.work;
+    w.rows_projected += r.count;
+    w.head_bytes_read += call.head_bytes_read;
+    w.logits_bytes_written += call.logits_bytes_written / R * r.count;
+    w.head_calls += 1;
+    w.last_path = HeadPath::Batched;
+  }
+}
+
 }  // namespace nextn::cpu

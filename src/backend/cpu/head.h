@@ -30,6 +30,24 @@ void head_project_argmax(const Matrix& head, const float* x, int width, int coun
 void head_argmax_of_rows(const Matrix& head, const float* hidden, int rows, int first, int count, int width,
                          int32_t* out, HeadWork& work, const HeadThreads& threads);
 
+// One sequence's rows in head_argmax_together: rows [first, first + count)
+// of its hidden rows ([last_T][cols]); its counters get its share.
+struct SequenceHeadRows {
+  const float* hidden = nullptr;
+  int last_T = 0;
+  int first = 0;
+  int count = 0;
+  HeadWork* work = nullptr;
+};
+
+// The argmax of every listed row in one projection (the engine step's
+// LM head over several sequences: the backends' groups), concatenated in
+// list order into out. Each sequence's counters get its own rows and
+// logits, the head read once, one call. Throws Error (nothing projected)
+// for rows outside a sequence's last forward.
+void head_argmax_together(const Matrix& head, std::span<const SequenceHeadRows> rows, int32_t* out,
+                          const HeadThreads& threads);
+
 // One pass over the head with a running (max, index) per row; no logits are
 // written. x: [count][cols]. Path Fused.
 void head_fused_argmax(const Matrix& head, const float* x, int count, int32_t* out, HeadWork& work,

@@ -159,30 +159,10 @@ void CpuQwen35::mtp_draft_together(std::span<CpuQwen35* const> seqs, std::span<c
 
 void CpuQwen35::head_argmax_together(std::span<CpuQwen35* const> seqs, std::span<const SequenceRows> rows,
                                      int32_t* out) {
-  CpuModel& m = *seqs[0]->m_;
-  const int H = m.cfg.hidden_size;
-  int R = 0;
-  for (size_t s = 0; s < rows.size(); ++s) {
-    const SequenceRows& r = rows[s];
-    if (r.first < 0 || r.count < 1 || r.first + r.count > seqs[s]->last_T_)
-      fail("head_argmax: rows [{}, {}) outside the last forward's {} rows", r.first, r.first + r.count,
-           seqs[s]->last_T_);
-    R += r.count;
-  }
-  std::vector<float> x(size_t(R) * H);
-  for (size_t s = 0, row = 0; s < rows.size(); row += size_t(rows[s].count), ++s)
-    std::copy(&seqs[s]->hidden_[size_t(rows[s].first) * H], &seqs[s]->hidden_[size_t(rows[s].first + rows[s].count) * H],
-              &x[row * H]);
-  HeadWork call;  // what the one projection read and wrote, counted by the op
-  cpu::head_project_argmax(*m.lm_head, x.data(), R, R, out, call, m.head_threads());
-  for (size_t s = 0; s < rows.size(); ++s) {  // each sequence's share: its rows, the head read once for all
-    HeadWork& w = seqs[s]->head_work_;
-    w.rows_projected += rows[s].count;
-    w.head_bytes_read += call.head_bytes_read;
-    w.logits_bytes_written += call.logits_bytes_written / R * rows[s].count;
-    w.head_calls += 1;
-    w.last_path = HeadPath::Batched;
-  }
+  std::vector<cpu::SequenceHeadRows> parts;
+  for (size_t s = 0; s < rows.size(); ++s)
+    parts.push_back({seqs[s]->hidden_.data(), seqs[s]->last_T_, rows[s].first, rows[s].count, &seqs[s]->head_work_});
+  cpu::head_argmax_together(*seqs[0]->m_->lm_head, parts, out, seqs[0]->m_->head_threads());
 }
 
 void CpuQwen35::mtp_forward(std::span<const int32_t> next_tokens, int first_row) {

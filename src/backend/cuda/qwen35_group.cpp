@@ -263,30 +263,25 @@ std::vector<CudaQwen35*> CudaSequenceGroup::members(std::span<ModelRuntime* cons
   return seqs;
 }
 
-void CudaSequenceGroup::forward_together(std::span<ModelRuntime* const> sequences,
-                                         std::span<const std::span<const int32_t>> tokens) {
-  if (sequences.size() != tokens.size())
-    fail("internal: forward_together of {} sequences and {} token lists", sequences.size(), tokens.size());
-  const std::vector<CudaQwen35*> seqs = members(sequences, "forward_together");
-  // All checked, a prompt's workspace taken, before any sequence changes.
-  for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->reserve_step(tokens[i], 0);
-  // In the order of the sequences' ids, whatever order the caller lists them
-  // in (the server's threads arrive in any order): the same batch gets the
-  // same lead and the same graph key every step. Each sequence's result does
-  // not depend on its place in the batch.
+// The sequences' rows in chunks of at most kMaxRows rows, each sequence
+// whole, in the order of the sequences' ids whatever order the caller lists
+// them in (the server's threads arrive in any order): the same batch gets
+// the same lead and the same graph key every step, and no sequence's result
+// depends on its place. `solo` runs a sequence of more rows than a chunk
+// holds, or a chunk of one; `group` a chunk of several (its lead first).
+template <typename Solo, typename Group>
+void in_row_chunks(std::span<CudaQwen35* const> seqs, std::span<const std::span<const int32_t>> tokens, Solo&& solo,
+                   Group&& group) {
   std::vector<size_t> order(seqs.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(),
             [&](size_t a, size_t b) { return seqs[a]->sequence_id() < seqs[b]->sequence_id(); });
-  // Chunks of at most kMaxRows rows, each sequence whole, in order. A
-  // sequence longer than that (a prompt) runs its own target_forward (the
-  // prefill GEMMs, then the graphs), and so does a chunk of one sequence.
   std::vector<GroupSlice> chunk;
   std::vector<std::span<const int32_t>> chunk_tokens;
   int rows = 0;
   auto flush = [&] {
-    if (chunk.size() == 1) chunk[0].seq->target_forward(chunk_tokens[0]);
-    else if (!chunk.empty()) chunk[0].seq->forward_group(chunk, chunk_tokens);
+    if (chunk.size() == 1) solo(*chunk[0].seq, chunk_tokens[0]);
+    else if (!chunk.empty()) group(std::span<const GroupSlice>(chunk), std::span(std::as_const(chunk_tokens)));
     chunk.clear();
     chunk_tokens.clear();
     rows = 0;
@@ -294,7 +289,7 @@ void CudaSequenceGroup::forward_together(std::span<ModelRuntime* const> sequence
   for (const size_t i : order) {
     const int T = int(tokens[i].size());
     if (T > kMaxRows) {
-      seqs[i]->target_forward(tokens[i]);
+      solo(*seqs[i], tokens[i]);
       continue;
     }
     if (rows + T > kMaxRows) flush();
@@ -305,43 +300,37 @@ void CudaSequenceGroup::forward_together(std::span<ModelRuntime* const> sequence
   flush();
 }
 
+void CudaSequenceGroup::forward_together(std::span<ModelRuntime* const> sequences,
+                                         std::span<const std::span<const int32_t>> tokens) {
+  if (sequences.size() != tokens.size())
+    fail("internal: forward_together of {} sequences and {} token lists", sequences.size(), tokens.size());
+  const std::vector<CudaQwen35*> seqs = members(sequences, "forward_together");
+  // All checked, a prompt's workspace taken, before any sequence changes.
+  for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->reserve_step(tokens[i], 0);
+  // A sequence longer than one chunk (a prompt) runs its own target_forward
+  // (the prefill GEMMs, then the graphs), and so does a chunk of one.
+  in_row_chunks(seqs, tokens, [](CudaQwen35& q, std::span<const int32_t> t) { q.target_forward(t); },
+                [](std::span<const GroupSlice> chunk, std::span<const std::span<const int32_t>> t) {
+                  chunk[0].seq->forward_group(chunk, t);
+                });
+}
+
 void CudaSequenceGroup::mtp_forward_together(std::span<ModelRuntime* const> sequences,
                                              std::span<const std::span<const int32_t>> next_tokens) {
   if (sequences.size() != next_tokens.size())
     fail("internal: mtp_forward_together of {} sequences and {} token lists", sequences.size(), next_tokens.size());
   const std::vector<CudaQwen35*> seqs = members(sequences, "mtp_forward_together");
   for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->check_mtp_forward(next_tokens[i], 0);  // all before any change
-  // As forward_together: in id order, chunks of whole sequences of at most
-  // kMaxRows rows; a longer pairing (after a prompt) and a chunk of one run
-  // the sequence's own mtp_forward.
-  std::vector<size_t> order(seqs.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return seqs[a]->sequence_id() < seqs[b]->sequence_id(); });
-  std::vector<GroupSlice> chunk;
-  std::vector<std::span<const int32_t>> chunk_tokens;
-  int rows = 0;
-  auto flush = [&] {
-    if (chunk.size() == 1) chunk[0].seq->mtp_forward(chunk_tokens[0], 0);
-    else if (!chunk.empty()) chunk[0].seq->mtp_forward_group(chunk, chunk_tokens);
-    if (!chunk.empty()) ++step_work_.mtp_forward_launches;
-    chunk.clear();
-    chunk_tokens.clear();
-    rows = 0;
-  };
-  for (const size_t i : order) {
-    const int T = int(next_tokens[i].size());
-    if (T > kMaxRows) {
-      seqs[i]->mtp_forward(next_tokens[i], 0);
-      ++step_work_.mtp_forward_launches;
-      continue;
-    }
-    if (rows + T > kMaxRows) flush();
-    chunk.push_back({seqs[i], rows, T});
-    chunk_tokens.push_back(next_tokens[i]);
-    rows += T;
-  }
-  flush();
+  // A longer pairing (after a prompt chunk) and a chunk of one run the sequence's own mtp_forward.
+  in_row_chunks(seqs, next_tokens,
+                [&](CudaQwen35& q, std::span<const int32_t> t) {
+                  q.mtp_forward(t, 0);
+                  ++step_work_.mtp_forward_launches;
+                },
+                [&](std::span<const GroupSlice> chunk, std::span<const std::span<const int32_t>> t) {
+                  chunk[0].seq->mtp_forward_group(chunk, t);
+                  ++step_work_.mtp_forward_launches;
+                });
 }
 
 void CudaSequenceGroup::mtp_draft_together(std::span<ModelRuntime* const> sequences, std::span<const int> n,
