@@ -2,7 +2,9 @@
 # Development-machine half of the device run (see run.sh): builds nextn and
 # nextn_tests with the CUDA backend into build-cuda/ with libstdc++/libgcc
 # linked statically, copies the shared libraries the GPU image lacks
-# (libfmt, libhwy, libpcre2, libicuuc, libbrotli, and a stand-in for ICU data) beside them, strips the binaries and records the commit.
+# (libfmt, libhwy, libpcre2, libicuuc, libbrotli, and a stand-in for ICU data)
+# beside them, strips the binaries, records the commit and packs it all in
+# one archive, $BUILD.tar.xz, the one path a device call carries.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${NEXTN_BUILD:-build-cuda}
@@ -21,5 +23,9 @@ echo 'const char icudt72_dat[64] = {0};' >"$BUILD/icudata_standin.c"
 cc -shared -fPIC -Wl,-soname,libicudata.so.72 -o "$BUILD/lib/libicudata.so.72" "$BUILD/icudata_standin.c"
 strip "$BUILD/nextn" "$BUILD/nextn_tests"
 { git rev-parse HEAD; git status --porcelain -- src tests scripts CMakeLists.txt | sed 's/^/dirty: /'; } >"$BUILD/COMMIT"
-du -sh "$BUILD/nextn" "$BUILD/nextn_tests" "$BUILD/lib"
-echo "carry: $BUILD/nextn $BUILD/nextn_tests $BUILD/lib $BUILD/COMMIT"
+# A call carries 64 MiB with the tracked tree (near 56 MiB): the binaries go
+# as one xz archive (about 7 MB; the fatbins compress well), unpacked by
+# lib.sh's unpack_carry. The archive sits beside the build folder, in .gitignore.
+tar cf - "$BUILD/nextn" "$BUILD/nextn_tests" "$BUILD/lib" "$BUILD/COMMIT" | xz -9e -T2 >"$BUILD.tar.xz"
+du -sh "$BUILD/nextn" "$BUILD/nextn_tests" "$BUILD/lib" "$BUILD.tar.xz"
+echo "carry: $BUILD.tar.xz"

@@ -7,7 +7,7 @@
 # development machine and carried (scripts/device/prepare.sh does that):
 #
 #   scripts/device/prepare.sh            # builds build-cuda/, writes build-cuda/COMMIT
-#   device run, carry [build-cuda/nextn, build-cuda/nextn_tests, build-cuda/lib, build-cuda/COMMIT]:
+#   device run, carry [build-cuda.tar.xz]:
 #     bash scripts/device/run.sh
 #
 # Environment: NEXTN_BUILD (default build-cuda); NEXTN_DEVICE_BENCH=1 also

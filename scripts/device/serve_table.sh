@@ -7,7 +7,7 @@
 # launches per engine step.
 #
 #   scripts/device/prepare.sh     # here: builds build-cuda/
-#   device run, carry build-cuda/nextn and build-cuda/lib: bash scripts/device/serve_table.sh
+#   device run, carry build-cuda.tar.xz: bash scripts/device/serve_table.sh
 #
 # Environment: NEXTN_BUILD (build-cuda), NEXTN_SERVE_PRESET (qwen3.5-27b),
 # NEXTN_SERVE_STREAMS (1,4,16,32), NEXTN_SERVE_DRAFTS (none,mtp; also oracle, which
