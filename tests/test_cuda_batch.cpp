@@ -86,10 +86,10 @@ TEST_P(CudaBatch, ForwardsTogetherEqualEachAlone) {
   }
 }
 
-// More (sequences, rows) shapes than a lead keeps group graphs for (64):
-// 80 forwards of two sequences with distinct row counts, each rolled back to
-// one token; after the lead drops its graphs and captures new ones, every
-// row still equals the sequence's solo row.
+// Many row counts: 80 forwards of two sequences, the second 1..40 rows,
+// each rolled back to one token; whatever padded shape (GroupPassShape) a
+// step lands on, and whether its graph is new or replayed, every row still
+// equals the sequence's solo row.
 TEST_P(CudaBatch, ManyForwardShapesEqualEachAlone) {
   NEXTN_REQUIRE_GPU();
   const auto ck = Qwen35Checkpoint::open(GetParam());
@@ -128,6 +128,53 @@ TEST_P(CudaBatch, ManyForwardShapesEqualEachAlone) {
     }
   }
   for (int seq = 0; seq < 2; ++seq) test::expect_same_trace(together[seq], alone[seq], "sequence " + std::to_string(seq));
+}
+
+// The group graphs are keyed by a pass's shape, not by its sequences: the
+// lead with a different partner every step (one shape, three partners, the
+// partners' positions all different) replays one graph over tables of other
+// sequences, and every row equals its sequence's solo row.
+TEST_P(CudaBatch, OneGraphOverChangingSequencesEqualsEachAlone) {
+  NEXTN_REQUIRE_GPU();
+  const auto ck = Qwen35Checkpoint::open(GetParam());
+  const auto ref = test::load_reference(GetParam());
+  const auto& p = ref.prompt;
+  const int steps = 12, cap = 64;
+  // Step k forwards the lead (sequence 0) and partner 1 + k % 3, two tokens each.
+  auto tokens_of = [&](int seq, int k) {
+    return std::vector<int32_t>{p[size_t(5 * seq + k) % p.size()], p[size_t(5 * seq + k + 1) % p.size()]};
+  };
+  auto runs_in = [](int seq, int k) { return seq == 0 || seq == 1 + k % 3; };
+  test::BatchTrace alone[4], together[4];
+  for (int seq = 0; seq < 4; ++seq) {
+    auto rt = cuda_alone(ck, false)(cap);
+    for (int k = 0; k < steps; ++k) {
+      if (!runs_in(seq, k)) continue;
+      const auto t = tokens_of(seq, k);
+      rt->target_forward(t);
+      test::keep_rows(*rt, int(t.size()), alone[seq]);
+      rt->target_rollback(1);
+      alone[seq].lengths.push_back(rt->target_length());
+    }
+  }
+  auto group = make_group(ck, false);
+  std::vector<std::unique_ptr<ModelRuntime>> seqs;
+  for (int seq = 0; seq < 4; ++seq) seqs.push_back(group->add_sequence(cap));
+  for (int k = 0; k < steps; ++k) {
+    const int partner = 1 + k % 3;
+    ModelRuntime* both[] = {seqs[0].get(), seqs[size_t(partner)].get()};
+    const std::vector<int32_t> t[] = {tokens_of(0, k), tokens_of(partner, k)};
+    const std::span<const int32_t> spans[] = {t[0], t[1]};
+    group->forward_together(both, spans);
+    const int ids[] = {0, partner};
+    for (int i = 0; i < 2; ++i) {
+      test::keep_rows(*both[i], 2, together[ids[i]]);
+      both[i]->target_rollback(1);
+      together[ids[i]].lengths.push_back(both[i]->target_length());
+    }
+  }
+  for (int seq = 0; seq < 4; ++seq)
+    test::expect_same_trace(together[seq], alone[seq], "sequence " + std::to_string(seq));
 }
 
 TEST_P(CudaBatch, AnErrorInOneSequenceChangesNone) {

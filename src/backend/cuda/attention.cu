@@ -16,17 +16,17 @@ namespace {
 
 constexpr int kMaxHeadDim = 256;
 constexpr int kAttnThreads = 128;
+constexpr unsigned kGroupAttnSlots = 16;  // split slots per (head, token) in a group pass (the solo cap)
 
+// Head h of token t: rows of proj and qout from the slice's first row on.
 template <typename TX>
-__global__ void __launch_bounds__(kMaxHeadDim) attn_prepare_kernel(AttnShape a, const float* proj, int ld,
-                                                                   const float* q_norm, const float* k_norm,
-                                                                   const float* inv_freq, const int* pos0,
-                                                                   float* qout, TX* kc, TX* vc) {
-  pdl_prologue();
+__device__ void attn_prepare_at(const AttnShape& a, const float* proj, int ld, const float* q_norm,
+                                const float* k_norm, const float* inv_freq, int pos0, float* qout, TX* kc, TX* vc,
+                                int h, int t) {
   __shared__ float scratch[32];
   __shared__ float xn[kMaxHeadDim];
-  const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x, hd = a.hd;
-  const int pos = *pos0 + t;
+  const int d = threadIdx.x, hd = a.hd;
+  const int pos = pos0 + t;
   const bool is_q = h < a.Hq;
   const float* row = proj + size_t(t) * ld;
   const float* src = is_q ? row + size_t(h) * 2 * hd : row + size_t(a.Hq) * 2 * hd + size_t(h - a.Hq) * hd;
@@ -54,25 +54,43 @@ __global__ void __launch_bounds__(kMaxHeadDim) attn_prepare_kernel(AttnShape a, 
   }
 }
 
-// Block (slot, head, token) handles splits slot, slot + gridDim.x, ... of
-// that query's keys [0, pos + t]. Partial layout: [T][Hq][max_splits][hd + 2]
-// = (max, sum, acc[hd]).
 template <typename TX>
-__global__ void __launch_bounds__(kAttnThreads) attn_split_kernel(AttnShape a, const float* q, const TX* kc,
-                                                                  const TX* vc, const int* pos0, int max_splits,
-                                                                  float scale, float* partial) {
+__global__ void __launch_bounds__(kMaxHeadDim) attn_prepare_kernel(AttnShape a, const float* proj, int ld,
+                                                                   const float* q_norm, const float* k_norm,
+                                                                   const float* inv_freq, const int* pos0,
+                                                                   float* qout, TX* kc, TX* vc) {
   pdl_prologue();
+  attn_prepare_at(a, proj, ld, q_norm, k_norm, inv_freq, *pos0, qout, kc, vc, blockIdx.x, blockIdx.y);
+}
+
+// The group pass: block (head, token, entry), each entry its own cache and position.
+template <typename TX>
+__global__ void __launch_bounds__(kMaxHeadDim) attn_prepare_group_kernel(AttnShape a, const GroupEntry* entries,
+                                                                         int kv_layer, const float* proj, int ld,
+                                                                         const float* q_norm, const float* k_norm,
+                                                                         const float* inv_freq, float* qout) {
+  pdl_prologue();
+  const GroupEntry& e = entries[blockIdx.z];
+  if (int(blockIdx.y) >= e.T) return;
+  attn_prepare_at(a, proj + size_t(e.row) * ld, ld, q_norm, k_norm, inv_freq, *e.pos,
+                  qout + size_t(e.row) * a.Hq * a.hd, static_cast<TX*>(e.kv[2 * kv_layer]),
+                  static_cast<TX*>(e.kv[2 * kv_layer + 1]), blockIdx.x, blockIdx.y);
+}
+
+template <typename TX>
+__device__ void attn_split_at(const AttnShape& a, const float* q, const TX* kc, const TX* vc, int pos0,
+                              int max_splits, float scale, float* partial, int slot, int slots, int h, int t) {
   __shared__ float qs[kMaxHeadDim];
   __shared__ float sc[kAttnSplit];
   __shared__ float scratch[32];
-  const int h = blockIdx.y, t = blockIdx.z, hd = a.hd;
+  const int hd = a.hd;
   const int kvh = h / (a.Hq / a.Hkv);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = kAttnThreads / 32;
-  const int nk = *pos0 + t + 1;
+  const int nk = pos0 + t + 1;
   const int nsplit = (nk + kAttnSplit - 1) / kAttnSplit;
-  if (int(blockIdx.x) >= nsplit) return;
+  if (slot >= nsplit) return;
   for (int d = threadIdx.x; d < hd; d += kAttnThreads) qs[d] = q[(size_t(t) * a.Hq + h) * hd + d];
-  for (int s = blockIdx.x; s < nsplit; s += gridDim.x) {
+  for (int s = slot; s < nsplit; s += slots) {
     const int k0 = s * kAttnSplit, n = min(kAttnSplit, nk - k0);
     __syncthreads();  // qs loaded; sc free from the previous split
     for (int j = warp; j < n; j += nwarps) {
@@ -107,14 +125,39 @@ __global__ void __launch_bounds__(kAttnThreads) attn_split_kernel(AttnShape a, c
   }
 }
 
-// Block (head, token): combine the splits in split order, divide, gate.
+// Block (slot, head, token) handles splits slot, slot + gridDim.x, ... of
+// that query's keys [0, pos + t]; each split is computed whole by one block,
+// so the number of slots changes no bits. Partial layout:
+// [T][Hq][max_splits][hd + 2] = (max, sum, acc[hd]).
 template <typename TX>
-__global__ void __launch_bounds__(kMaxHeadDim) attn_combine_kernel(AttnShape a, const float* partial, int max_splits,
-                                                                   const float* proj, int ld, const int* pos0,
-                                                                   TX* out) {
+__global__ void __launch_bounds__(kAttnThreads) attn_split_kernel(AttnShape a, const float* q, const TX* kc,
+                                                                  const TX* vc, const int* pos0, int max_splits,
+                                                                  float scale, float* partial) {
   pdl_prologue();
-  const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x, hd = a.hd;
-  const int nk = *pos0 + t + 1;
+  attn_split_at(a, q, kc, vc, *pos0, max_splits, scale, partial, blockIdx.x, gridDim.x, blockIdx.y, blockIdx.z);
+}
+
+// The group pass: z = entry * max_T + token; each entry its own cache,
+// position and partial buffer.
+template <typename TX>
+__global__ void __launch_bounds__(kAttnThreads) attn_split_group_kernel(AttnShape a, const GroupEntry* entries,
+                                                                        int max_T, int kv_layer, const float* q,
+                                                                        float scale) {
+  pdl_prologue();
+  const GroupEntry& e = entries[blockIdx.z / max_T];
+  const int t = blockIdx.z % max_T;
+  if (t >= e.T) return;
+  attn_split_at(a, q + size_t(e.row) * a.Hq * a.hd, static_cast<const TX*>(e.kv[2 * kv_layer]),
+                static_cast<const TX*>(e.kv[2 * kv_layer + 1]), *e.pos, e.max_splits, scale, e.attn_partial,
+                blockIdx.x, gridDim.x, blockIdx.y, t);
+}
+
+// Head h of token t: combine the splits in split order, divide, gate.
+template <typename TX>
+__device__ void attn_combine_at(const AttnShape& a, const float* partial, int max_splits, const float* proj, int ld,
+                                int pos0, TX* out, int h, int t) {
+  const int d = threadIdx.x, hd = a.hd;
+  const int nk = pos0 + t + 1;
   const int nsplit = (nk + kAttnSplit - 1) / kAttnSplit;
   const float* base = partial + (size_t(t) * a.Hq + h) * max_splits * (hd + 2);
   float M = -INFINITY;
@@ -128,6 +171,27 @@ __global__ void __launch_bounds__(kMaxHeadDim) attn_combine_kernel(AttnShape a, 
   }
   const float gate = proj[size_t(t) * ld + size_t(h) * 2 * hd + hd + d];
   out[size_t(t) * a.Hq * hd + size_t(h) * hd + d] = from_f32<TX>(mul_rn(__fdiv_rn(O, L), sigmoid(gate)));
+}
+
+template <typename TX>
+__global__ void __launch_bounds__(kMaxHeadDim) attn_combine_kernel(AttnShape a, const float* partial, int max_splits,
+                                                                   const float* proj, int ld, const int* pos0,
+                                                                   TX* out) {
+  pdl_prologue();
+  attn_combine_at(a, partial, max_splits, proj, ld, *pos0, out, blockIdx.x, blockIdx.y);
+}
+
+// The group pass: block (head, entry * max_T + token).
+template <typename TX>
+__global__ void __launch_bounds__(kMaxHeadDim) attn_combine_group_kernel(AttnShape a, const GroupEntry* entries,
+                                                                         int max_T, const float* proj, int ld,
+                                                                         TX* out) {
+  pdl_prologue();
+  const GroupEntry& e = entries[blockIdx.y / max_T];
+  const int t = blockIdx.y % max_T;
+  if (t >= e.T) return;
+  attn_combine_at(a, e.attn_partial, e.max_splits, proj + size_t(e.row) * ld, ld, *e.pos,
+                  out + size_t(e.row) * a.Hq * a.hd, blockIdx.x, t);
 }
 
 int max_splits_for(int max_tokens) { return ceil_div(max_tokens, kAttnSplit); }
@@ -174,6 +238,32 @@ void attention(const AttnShape& a, const float* q, const void* kcache, const voi
     CUDA_CHECK(launch_kernel(attn_combine_kernel<float>, grid2, a.hd, 0, s, a, partial, max_splits, proj, ld, pos,
                                                       static_cast<float*>(out)));
   CUDA_CHECK_LAUNCH("attn_combine_kernel");
+}
+
+void attention_group(const AttnShape& a, const GroupEntry* entries, int n_entries, int max_T, int kv_layer,
+                     const float* proj, int ld, const float* q_norm, const float* k_norm, const float* inv_freq,
+                     float* q, void* out, Act act, cudaStream_t s) {
+  const unsigned n = unsigned(n_entries), mt = unsigned(max_T);
+  const dim3 prep(unsigned(a.Hq + a.Hkv), mt, n);
+  const dim3 split(kGroupAttnSlots, unsigned(a.Hq), n * mt);
+  const dim3 combine(unsigned(a.Hq), n * mt);
+  const float scale = 1.0f / sqrtf(float(a.hd));
+  if (act == Act::BF16) {
+    CUDA_CHECK(launch_kernel(attn_prepare_group_kernel<bf16>, prep, a.hd, 0, s, a, entries, kv_layer, proj, ld, q_norm,
+                             k_norm, inv_freq, q));
+    CUDA_CHECK(launch_kernel(attn_split_group_kernel<bf16>, split, kAttnThreads, 0, s, a, entries, max_T, kv_layer,
+                             static_cast<const float*>(q), scale));
+    CUDA_CHECK(launch_kernel(attn_combine_group_kernel<bf16>, combine, a.hd, 0, s, a, entries, max_T, proj, ld,
+                             static_cast<bf16*>(out)));
+  } else {
+    CUDA_CHECK(launch_kernel(attn_prepare_group_kernel<float>, prep, a.hd, 0, s, a, entries, kv_layer, proj, ld,
+                             q_norm, k_norm, inv_freq, q));
+    CUDA_CHECK(launch_kernel(attn_split_group_kernel<float>, split, kAttnThreads, 0, s, a, entries, max_T, kv_layer,
+                             static_cast<const float*>(q), scale));
+    CUDA_CHECK(launch_kernel(attn_combine_group_kernel<float>, combine, a.hd, 0, s, a, entries, max_T, proj, ld,
+                             static_cast<float*>(out)));
+  }
+  CUDA_CHECK_LAUNCH("attention_group");
 }
 
 }  // namespace nextn::cuda

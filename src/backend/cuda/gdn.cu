@@ -24,16 +24,12 @@ constexpr int kGdnThreads = 128;  // >= dk and >= dv: conv segments, state colum
 // Block (segment, y, layer): segments are the Hk q heads, the Hk k heads,
 // then v in chunks of 128 channels; y < T is token y, y == T writes the new
 // conv state.
-__global__ void __launch_bounds__(kGdnThreads) gdn_conv_kernel(GdnShape g, const GdnLayer* table, int layer0, int T,
-                                                               const int* parity, int invert, int skip_out) {
-  pdl_prologue();
+__device__ void gdn_conv_at(const GdnShape& g, const GdnLayer& L, int T, int parity, int skip_out, int seg, int y) {
   __shared__ float scratch[32];
-  const GdnLayer L = table[layer0 + blockIdx.z];
   const int cd = g.conv_dim(), kd = g.Hk * g.dk, K = g.K;
-  const int p = (*parity ^ invert) & 1;
+  const int p = parity & 1;
   const float* st = L.conv_state + size_t(p) * (K - 1) * cd;
   float* nst = L.conv_state + size_t(1 - p) * (K - 1) * cd;
-  const int seg = blockIdx.x;
   int ch0, nch, kind;  // kind 0: q, 1: k, 2: v
   if (seg < g.Hk) {
     ch0 = seg * g.dk, nch = g.dk, kind = 0;
@@ -47,13 +43,13 @@ __global__ void __launch_bounds__(kGdnThreads) gdn_conv_kernel(GdnShape g, const
   auto hist = [&](int j) {  // row j of [state (K-1 rows) ; pre-conv rows of this step]
     return j < K - 1 ? st[size_t(j) * cd + ch] : L.proj[size_t(j - (K - 1)) * L.proj_ld + ch];
   };
-  if (int(blockIdx.y) == T) {
+  if (y == T) {
     if (active)
       for (int r = 0; r < K - 1; ++r) nst[size_t(r) * cd + ch] = hist(T + r);
     return;
   }
   if (skip_out) return;
-  const int t = blockIdx.y;
+  const int t = y;
   float c = 0.0f;
   if (active) {
     const float* w = L.conv_w + size_t(ch) * K;
@@ -69,6 +65,24 @@ __global__ void __launch_bounds__(kGdnThreads) gdn_conv_kernel(GdnShape g, const
   if (active) L.conv_out[size_t(t) * cd + ch] = c;
 }
 
+__global__ void __launch_bounds__(kGdnThreads) gdn_conv_kernel(GdnShape g, const GdnLayer* table, int layer0, int T,
+                                                               const int* parity, int invert, int skip_out) {
+  pdl_prologue();
+  const GdnLayer L = table[layer0 + blockIdx.z];  // the pointers in registers
+  gdn_conv_at(g, L, T, *parity ^ invert, skip_out, blockIdx.x, blockIdx.y);
+}
+
+// The group pass: block (segment, y, entry), each entry its own table and
+// parity; its GDN in-projection rows already in its own proj rows.
+__global__ void __launch_bounds__(kGdnThreads) gdn_conv_group_kernel(GdnShape g, const GroupEntry* entries,
+                                                                     int layer) {
+  pdl_prologue();
+  const GroupEntry& e = entries[blockIdx.z];
+  if (e.T == 0 || int(blockIdx.y) > e.T) return;
+  const GdnLayer L = e.gdn[layer];
+  gdn_conv_at(g, L, e.T, *e.parity, 0, blockIdx.x, blockIdx.y);
+}
+
 // Block (value head, layer); thread (part, j) owns rows [64 part, 64 part + 64)
 // of column j of S = [dk][dv] in registers (two threads per column keep the
 // register count under the limit):
@@ -78,20 +92,18 @@ __global__ void __launch_bounds__(kGdnThreads) gdn_conv_kernel(GdnShape g, const
 constexpr int kRecThreads = 256;
 constexpr int kRowsPerPart = kMaxDk / 2;
 
+// y_rows: where token t's gated-norm output goes (row t, [rows][Hv*dv]).
 template <typename TX>
-__global__ void __launch_bounds__(kRecThreads, 1) gdn_recurrence_kernel(GdnShape g, const GdnLayer* table,
-                                                                        int layer0, int T, const int* parity,
-                                                                        int invert, int replay) {
-  pdl_prologue();
+__device__ void gdn_recurrence_at(const GdnShape& g, const GdnLayer& L, int T, int parity, int replay, TX* y_rows,
+                                  int h) {
   __shared__ float qs[kMaxDk], ks[kMaxDk];
   __shared__ float red_mem[2][kGdnThreads], red_o[2][kGdnThreads];
   __shared__ float scratch[32];
-  const GdnLayer L = table[layer0 + blockIdx.y];
   const int cd = g.conv_dim(), kd = g.Hk * g.dk, vd = g.Hv * g.dv, dk = g.dk, dv = g.dv;
-  const int h = blockIdx.x, hk = h / (g.Hv / g.Hk);
+  const int hk = h / (g.Hv / g.Hk);
   const int j = threadIdx.x % kGdnThreads, part = threadIdx.x / kGdnThreads, i0 = part * kRowsPerPart;
   const bool active = j < dv;
-  const int p = (*parity ^ invert) & 1;
+  const int p = parity & 1;
   const size_t state = size_t(g.Hv) * dk * dv;
   const float* src = L.S + size_t(p) * state + size_t(h) * dk * dv;
   float* dst = L.S + size_t(1 - p) * state + size_t(h) * dk * dv;
@@ -160,7 +172,7 @@ __global__ void __launch_bounds__(kRecThreads, 1) gdn_recurrence_kernel(GdnShape
     const float inv = __fdiv_rn(1.0f, __fsqrt_rn(add_rn(__fdiv_rn(ss, float(dv)), g.eps)));
     if (writer) {
       const float y = mul_rn(mul_rn(mul_rn(o, inv), L.norm_w[j]), silu(z));
-      static_cast<TX*>(L.y)[size_t(t) * vd + h * dv + j] = from_f32<TX>(y);
+      y_rows[size_t(t) * vd + h * dv + j] = from_f32<TX>(y);
     }
   }
   if (active) {
@@ -168,6 +180,43 @@ __global__ void __launch_bounds__(kRecThreads, 1) gdn_recurrence_kernel(GdnShape
     for (int ii = 0; ii < kRowsPerPart; ++ii)
       if (i0 + ii < dk) dst[size_t(i0 + ii) * dv + j] = s[ii];
   }
+}
+
+
+template <typename TX>
+__global__ void __launch_bounds__(kRecThreads, 1) gdn_recurrence_kernel(GdnShape g, const GdnLayer* table,
+                                                                        int layer0, int T, const int* parity,
+                                                                        int invert, int replay) {
+  pdl_prologue();
+  const GdnLayer L = table[layer0 + blockIdx.y];  // the pointers in registers
+  gdn_recurrence_at(g, L, T, *parity ^ invert, replay, static_cast<TX*>(L.y), blockIdx.x);
+}
+
+// The group pass: block (value head, entry); y rows beside the other
+// entries' in the pass's shared activation rows.
+template <typename TX>
+__global__ void __launch_bounds__(kRecThreads, 1) gdn_recurrence_group_kernel(GdnShape g, const GroupEntry* entries,
+                                                                              int layer, TX* y) {
+  pdl_prologue();
+  const GroupEntry& e = entries[blockIdx.y];
+  if (e.T == 0) return;
+  const GdnLayer L = e.gdn[layer];
+  gdn_recurrence_at(g, L, e.T, *e.parity, 0, y + size_t(e.row) * g.Hv * g.dv, blockIdx.x);
+}
+
+// The group pass's GDN in-projection rows of each entry into its own proj
+// rows (its conv reads them there; a later rollback replays from them).
+// Block (row, entry); the lead's rows are already in place.
+__global__ void gdn_scatter_proj_kernel(const GroupEntry* entries, int layer, const float* proj) {
+  pdl_prologue();
+  const GroupEntry& e = entries[blockIdx.y];
+  const int t = blockIdx.x;
+  if (t >= e.T) return;
+  const GdnLayer& L = e.gdn[layer];
+  const float* src = proj + size_t(e.row + t) * L.proj_ld;
+  float* dst = const_cast<float*>(L.proj) + size_t(t) * L.proj_ld;
+  if (src == dst) return;
+  for (int i = threadIdx.x; i < L.proj_ld; i += blockDim.x) dst[i] = src[i];
 }
 
 }  // namespace
@@ -190,6 +239,24 @@ void gdn_recurrence(const GdnShape& g, const GdnLayer* table, int layer, int n_l
   else
     CUDA_CHECK(launch_kernel(gdn_recurrence_kernel<float>, grid, kRecThreads, 0, s, g, table, layer, T, parity, invert, replay ? 1 : 0));
   CUDA_CHECK_LAUNCH("gdn_recurrence_kernel");
+}
+
+void gdn_group(const GdnShape& g, const GroupEntry* entries, int n_entries, int max_T, int layer, const float* proj,
+               void* y, Act act, cudaStream_t s) {
+  if (g.dk > kMaxDk || g.dv > kGdnThreads) fail("gdn: head dims {}x{} above {}", g.dk, g.dv, kMaxDk);
+  const unsigned n = unsigned(n_entries);
+  CUDA_CHECK(launch_kernel(gdn_scatter_proj_kernel, dim3(unsigned(max_T), n), 256, 0, s, entries, layer, proj));
+  const int segs = 2 * g.Hk + ceil_div(g.Hv * g.dv, kGdnThreads);
+  CUDA_CHECK(launch_kernel(gdn_conv_group_kernel, dim3(unsigned(segs), unsigned(max_T + 1), n), kGdnThreads, 0, s, g,
+                           entries, layer));
+  const dim3 grid(unsigned(g.Hv), n);
+  if (act == Act::BF16)
+    CUDA_CHECK(launch_kernel(gdn_recurrence_group_kernel<bf16>, grid, kRecThreads, 0, s, g, entries, layer,
+                             static_cast<bf16*>(y)));
+  else
+    CUDA_CHECK(launch_kernel(gdn_recurrence_group_kernel<float>, grid, kRecThreads, 0, s, g, entries, layer,
+                             static_cast<float*>(y)));
+  CUDA_CHECK_LAUNCH("gdn_group");
 }
 
 }  // namespace nextn::cuda

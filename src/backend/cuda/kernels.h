@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/group_entry.h"
+
 namespace nextn::cuda {
 
 enum class Act : int { BF16 = 0, F32 = 1 };
@@ -238,6 +240,31 @@ void gdn_prefill_recurrence(const GdnShape& g, const GdnLayer* table, int layer,
 // dst[r][:] = r < *n_real ? src[*first + r][:] : 0 for r < width, elements of `act`.
 void gather_rows(const void* src, int n, const int* first, const int* n_real, int width, void* dst, Act act,
                  cudaStream_t s);
+
+// ---- group passes (docs/cuda-backend.md, "Several sequences") ----
+// Several sequences' rows in one pass: the row-wise ops run over all rows,
+// these over each entry of a device table (group_entry.h) of n_entries
+// entries, max_T at least every entry's T; each entry's rows get exactly the
+// bits the one-sequence kernels above give them.
+//
+// attn_prepare + attention for every entry: proj, q and out rows at the
+// entry's rows of the pass; its own caches (layer kv_layer), position and
+// partials.
+void attention_group(const AttnShape& a, const GroupEntry* entries, int n_entries, int max_T, int kv_layer,
+                     const float* proj, int ld, const float* q_norm, const float* k_norm, const float* inv_freq,
+                     float* q, void* out, Act act, cudaStream_t s);
+// GDN layer `layer` for every entry: its rows of the in-projection `proj`
+// (ld: its table's proj_ld) into its own proj rows, then gdn_conv and
+// gdn_recurrence on its own state and parity, y into its rows of `y`.
+void gdn_group(const GdnShape& g, const GroupEntry* entries, int n_entries, int max_T, int layer, const float* proj,
+               void* y, Act act, cudaStream_t s);
+// dst rows [row, row + T) of each entry = its `in` rows from *first_row
+// (zeros past *n_real), as gather_rows; and the reverse, src rows into its
+// `out` rows from *out_row. Rows of n elements of `act`.
+void gather_rows_group(const GroupEntry* entries, int n_entries, int max_T, int n, void* dst, Act act,
+                       cudaStream_t s);
+void scatter_rows_group(const GroupEntry* entries, int n_entries, int max_T, int n, const void* src, Act act,
+                        cudaStream_t s);
 
 // Device properties the kernels need (multiprocessor count, shared memory
 // opt-in); call once per process, before capturing graphs.

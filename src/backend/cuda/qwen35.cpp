@@ -115,7 +115,7 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
   stream_ = make_stream();
   body_stream_ = make_stream();
   group_event_ = make_event(cudaEventDisableTiming);
-  fork_event_ = make_event(cudaEventDisableTiming);
+  group_tables_event_ = make_event(cudaEventDisableTiming);
   static std::atomic<uint64_t> next_id{1};
   id_ = next_id++;
   const auto& c = cfg_;
@@ -136,6 +136,13 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
     kv.v = mem_.alloc(kv_bytes, "the KV cache");
     CUDA_CHECK(cudaMemset(kv.k, 0, kv_bytes));
     CUDA_CHECK(cudaMemset(kv.v, 0, kv_bytes));
+  }
+  {  // the caches' pointers on the device, for the group passes (GroupEntry::kv)
+    std::vector<void*> table;
+    for (const auto& kv : kv_) table.push_back(kv.k), table.push_back(kv.v);
+    d_kv_table_ = mem_.alloc<void*>(std::max<size_t>(1, table.size()) * sizeof(void*), "the KV cache table");
+    if (!table.empty())
+      CUDA_CHECK(cudaMemcpy(d_kv_table_, table.data(), table.size() * sizeof(void*), cudaMemcpyHostToDevice));
   }
   const int cd = c.conv_dim(), Hv = c.linear_num_value_heads;
   const int gdn_ld = dims.gdn_ld;
@@ -183,6 +190,9 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
   argmax_scratch_ = mem_.alloc(size_t(cuda::argmax_scratch_bytes(V_)) * R, "argmax");
   d_out_ = mem_.alloc<int32_t>(size_t(R + 2) * 4, "tokens");
   d_group_drafts_ = mem_.alloc<int32_t>(size_t(R) * kMaxGroupSequences * 4, "group drafts");
+  const size_t group_entries = size_t(kGroupTables) * kMaxGroupSequences;
+  d_group_tables_ = mem_.alloc<cuda::GroupEntry>(group_entries * sizeof(cuda::GroupEntry), "group tables");
+  h_group_tables_ = make_pinned<cuda::GroupEntry>(group_entries);
   d_walk_ = mem_.alloc<int>(2 * sizeof(int), "walk counters");
   d_head_ = mem_.alloc<HeadCounters>(sizeof(HeadCounters), "head counters");
   CUDA_CHECK(cudaMemset(d_head_, 0, sizeof(HeadCounters)));
@@ -384,8 +394,10 @@ void CudaQwen35::decoder_layer(const LayerWeights& L, int T, const StepBuffers& 
     const int qd = c.num_attention_heads * c.head_dim;
     mark("attn.qkv");
     run_linear(L.attn.qkv, b.xn, T, H_, b.proj, proj_ld_, b);
-    if (!b.group.empty()) {
-      group_attention(L, b);
+    if (b.group != nullptr) {
+      mark("attn.core");
+      cuda::attention_group(attn_shape_, b.group->entries, b.group->n, b.group->max_T, L.kv_index, b.proj, proj_ld_,
+                            L.attn.q_norm, L.attn.k_norm, w_->inv_freq, b.q, b.act, act_, stream_);
     } else {
       const KvCache& kv = kv_[size_t(L.kv_index)];
       mark("attn.prepare");
@@ -403,8 +415,10 @@ void CudaQwen35::decoder_layer(const LayerWeights& L, int T, const StepBuffers& 
     const cuda::GdnLayer& g = (*b.gdn_host)[size_t(L.gdn_index)];
     mark("gdn.in");
     run_linear(L.gdn_in, b.xn, T, H_, const_cast<float*>(g.proj), g.proj_ld, b);
-    if (!b.group.empty()) {
-      group_gdn(L, b);
+    if (b.group != nullptr) {
+      mark("gdn.rec");
+      cuda::gdn_group(gdn_shape_, b.group->entries, b.group->n, b.group->max_T, L.gdn_index, g.proj, b.act, act_,
+                      stream_);
     } else {
       mark("gdn.conv");
       cuda::gdn_conv(gdn_shape_, b.gdn_table, L.gdn_index, 1, T, &d_args_->parity, 0, false, stream_);

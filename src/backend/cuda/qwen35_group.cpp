@@ -6,21 +6,24 @@
 // of its first sequence, the lead, over the concatenated rows of its slices:
 // embedding, RMSNorms, every matmul (q/k/v, o, the GDN in- and
 // out-projections, the MLP) and the residuals once over all the rows;
-// attention and the GDN conv and recurrence per sequence, over its rows, on
-// its own caches, state and step arguments (position, parity), with the
-// same row count its own target_forward would give them; the final norm per
-// sequence into its own hidden rows. The matmuls are batch-invariant (row j
-// of a many-row product is the one-row product, whatever kernel instance
-// the row count picks: docs/cuda-backend.md), the other row-wise ops are one
-// block per row, and the per-sequence ops see exactly their solo inputs, so
-// every sequence ends bit for bit as its own target_forward would leave it.
+// attention and the GDN conv and recurrence in one launch each over a device
+// table of the sequences (group_entry.h: each entry its rows, its caches,
+// state and step arguments), each entry with the same row count its own
+// target_forward would give it; the final norm over all rows, then each
+// sequence's rows into its own hidden rows. The matmuls are batch-invariant
+// (row j of a many-row product is the one-row product, whatever kernel
+// instance the row count picks: docs/cuda-backend.md), the other row-wise
+// ops are one block per row, and the per-entry kernels run the one-sequence
+// kernels' code on exactly their solo inputs, so every sequence ends bit for
+// bit as its own target_forward would leave it.
 //
 // A sequence's GDN in-projection rows are copied from the lead's buffer into
 // its own (its conv reads them there, and a later target_rollback replays
-// from them), and its GDN outputs back beside the others' for out_proj.
-// Each sequence's stream and the lead's are ordered by events (no host
-// sync). The forward is a graph per (sequences, rows of each), as the solo
-// steps are graphs per row count.
+// from them); its GDN outputs land beside the others' for out_proj. Each
+// sequence's stream and the lead's are ordered by events (no host sync).
+// The table is copied before the pass, so a pass's graph depends only on its
+// shape (entries, rows, widest slice: GroupPassShape), not on which
+// sequences run: the graphs are reused while the batch changes.
 #ifdef NEXTN_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -43,9 +46,62 @@
 namespace nextn {
 namespace cuda {
 
+namespace {
+int round_up(int n, int m) { return (n + m - 1) / m * m; }
+int pow2_at_least(int n) {
+  int p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+}  // namespace
+
+GroupPassShape group_pass_shape(std::span<const GroupSlice> slices, int max_rows) {
+  GroupPassShape shape;
+  int max_T = 1;
+  for (const GroupSlice& s : slices) shape.rows += s.T, max_T = std::max(max_T, s.T);
+  shape.entries = std::min(round_up(int(slices.size()), kGroupEntryStep), kMaxGroupSequences);
+  shape.padded_rows = std::min(round_up(shape.rows, kGroupRowStep), max_rows);
+  shape.max_T = std::min(pow2_at_least(max_T), max_rows);
+  return shape;
+}
+
+cuda::GroupEntry CudaQwen35::group_entry(int row, int T, const StepArgs* args) const {
+  cuda::GroupEntry e;
+  e.row = row;
+  e.T = T;
+  e.pos = &args->pos;
+  e.parity = &args->parity;
+  e.gdn = gdn_table_;
+  e.kv = d_kv_table_;
+  e.attn_partial = attn_partial_;
+  e.max_splits = (max_tokens_ + cuda::kAttnSplit - 1) / cuda::kAttnSplit;
+  e.first_row = &args->first_row;
+  e.n_real = &args->n_real;
+  e.out_row = &args->out_row;
+  return e;
+}
+
+cuda::GroupEntry* CudaQwen35::staged_group_table(int index) {
+  if (index == 0) CUDA_CHECK(cudaEventSynchronize(group_tables_event_));  // the last copy has read the staging
+  return h_group_tables_.get() + size_t(index) * kMaxGroupSequences;
+}
+
+const cuda::GroupEntry* CudaQwen35::group_table(int index) const {
+  return d_group_tables_ + size_t(index) * kMaxGroupSequences;
+}
+
+void CudaQwen35::upload_group_tables(int n) {
+  CUDA_CHECK(cudaMemcpyAsync(d_group_tables_, h_group_tables_.get(),
+                             size_t(n) * kMaxGroupSequences * sizeof(cuda::GroupEntry), cudaMemcpyHostToDevice,
+                             stream_));
+  CUDA_CHECK(cudaEventRecord(group_tables_event_, stream_));
+}
+
 void CudaQwen35::forward_group(std::span<const GroupSlice> slices, std::span<const std::span<const int32_t>> tokens) {
   if (slices.empty() || slices.size() != tokens.size() || slices[0].seq != this || slices[0].row != 0)
     fail("internal: forward_group must be called on the sequence of its first slice");
+  if (slices.size() > size_t(kMaxGroupSequences))
+    fail("internal: forward_group of {} sequences above {}", slices.size(), kMaxGroupSequences);
   int rows = 0;
   for (size_t i = 0; i < slices.size(); ++i) {
     if (slices[i].row != rows || slices[i].T != int(tokens[i].size()) || slices[i].seq->w_ != w_)
@@ -54,28 +110,34 @@ void CudaQwen35::forward_group(std::span<const GroupSlice> slices, std::span<con
     rows += slices[i].T;
   }
   if (rows > max_rows_) fail("internal: forward_group of {} rows above {}", rows, max_rows_);
+  const GroupPassShape shape = group_pass_shape(slices, max_rows_);
+  cuda::GroupEntry* table = staged_group_table(0);
   for (size_t i = 0; i < slices.size(); ++i) {
     CudaQwen35& q = *slices[i].seq;
     q.prefill_release();  // as its own target_forward would: decoding has begun
     // Every sequence's own position and parity (its attention and GDN
-    // kernels read them); the lead's arguments also carry every row's token.
+    // kernels read them); the lead's arguments also carry every row's token
+    // (the padding rows' token 0).
     StepArgs a = q.args();
     a.pos = q.length_;
     a.out_row = 0;
-    if (i == 0)
+    if (i == 0) {
       for (size_t j = 0; j < slices.size(); ++j)
         std::copy(tokens[j].begin(), tokens[j].end(), a.tokens + slices[j].row);
+      std::fill(a.tokens + rows, a.tokens + shape.padded_rows, 0);
+    }
     q.upload(a);
     if (&q != this) {  // its earlier work and its upload before the forward
       CUDA_CHECK(cudaEventRecord(q.group_event_, q.stream_));
       CUDA_CHECK(cudaStreamWaitEvent(stream_, q.group_event_, 0));
     }
+    table[i] = q.group_entry(slices[i].row, slices[i].T, q.d_args_);
+    table[i].out = q.hidden_;
   }
-
-  // One graph per (sequences, rows of each): group_replay (qwen35_runtime.h).
-  std::vector<std::pair<uint64_t, int>> key;
-  for (const GroupSlice& s : slices) key.emplace_back(s.seq->id_, s.T);
-  group_replay(GraphKind::GroupForward, std::move(key), [&] { group_chunk(slices, rows); });
+  std::fill(table + slices.size(), table + shape.entries, cuda::GroupEntry{});
+  upload_group_tables(1);
+  const GroupPass pass{group_table(0), shape.entries, shape.max_T};
+  group_replay(GraphKind::GroupForward, shape.key(), [&] { group_chunk(pass, shape.padded_rows); });
   CUDA_CHECK(cudaEventRecord(group_event_, stream_));
   for (const GroupSlice& s : slices) {
     CudaQwen35& q = *s.seq;
@@ -89,70 +151,16 @@ void CudaQwen35::forward_group(std::span<const GroupSlice> slices, std::span<con
   }
 }
 
-void CudaQwen35::group_chunk(std::span<const GroupSlice> slices, int rows) {
+void CudaQwen35::group_chunk(const GroupPass& pass, int rows) {
   cuda::embed_rows(w_->embed, d_args_->tokens, rows, x_, H_, stream_);
   StepBuffers b = decode_buffers();
-  b.group = slices;
+  b.group = &pass;
   for (const auto& L : w_->layers) decoder_layer(L, rows, b);
   mark("norm");
-  for (const GroupSlice& s : slices)
-    cuda::rmsnorm(x_ + size_t(s.row) * H_, Act::F32, H_, w_->final_norm, cfg_.rms_norm_eps, s.T, H_, s.seq->hidden_,
-                  act_, H_, &s.seq->d_args_->out_row, stream_);
-}
-
-// The per-sequence parts run on the sequences' own streams, branching off
-// the lead's and joining it again, so that the GPU overlaps the sequences'
-// small kernels (a captured group graph gets one branch per sequence).
-// Every branch reads and writes only its own slice of the shared rows and
-// its own caches and state, so the order between branches does not matter.
-template <typename F>
-void CudaQwen35::on_sequence_streams(std::span<const GroupSlice> slices, F&& per) {
-  CUDA_CHECK(cudaEventRecord(fork_event_, stream_));
-  for (const GroupSlice& s : slices) {
-    if (s.seq == this) {
-      per(s, static_cast<cudaStream_t>(stream_));
-      continue;
-    }
-    cudaStream_t branch = s.seq->stream_;
-    CUDA_CHECK(cudaStreamWaitEvent(branch, fork_event_, 0));
-    per(s, branch);
-    CUDA_CHECK(cudaEventRecord(s.seq->group_event_, branch));
-    CUDA_CHECK(cudaStreamWaitEvent(stream_, s.seq->group_event_, 0));
-  }
-}
-
-void CudaQwen35::group_attention(const LayerWeights& L, const StepBuffers& b) {
-  const int qd = cfg_.num_attention_heads * cfg_.head_dim;
-  const size_t as = size_t(act_size(act_));
-  on_sequence_streams(b.group, [&](const GroupSlice& s, cudaStream_t st) {
-    const CudaQwen35& q = *s.seq;
-    const KvCache& kv = q.kv_[size_t(L.kv_index)];
-    const int* pos = &(s.args != nullptr ? s.args : q.d_args_)->pos;
-    float* proj = b.proj + size_t(s.row) * size_t(proj_ld_);
-    float* qrows = b.q + size_t(s.row) * size_t(qd);
-    cuda::attn_prepare(attn_shape_, proj, proj_ld_, s.T, L.attn.q_norm, L.attn.k_norm, w_->inv_freq, pos, qrows, kv.k,
-                       kv.v, act_, st);
-    cuda::attention(attn_shape_, qrows, kv.k, kv.v, act_, proj, proj_ld_, s.T, pos, q.max_tokens_, q.attn_partial_,
-                    static_cast<char*>(b.act) + size_t(s.row) * size_t(qd) * as, st);
-  });
-}
-
-void CudaQwen35::group_gdn(const LayerWeights& L, const StepBuffers& b) {
-  const size_t idx = size_t(L.gdn_index);
-  const GdnLayer& lead = (*b.gdn_host)[idx];
-  const size_t ld = size_t(lead.proj_ld), as = size_t(act_size(act_)), vd = size_t(cfg_.value_dim());
-  on_sequence_streams(b.group, [&](const GroupSlice& s, cudaStream_t st) {
-    const CudaQwen35& q = *s.seq;
-    const GdnLayer& g = q.gdn_host_[idx];
-    if (&q != this)
-      CUDA_CHECK(cudaMemcpyAsync(const_cast<float*>(g.proj), lead.proj + size_t(s.row) * ld,
-                                 size_t(s.T) * ld * sizeof(float), cudaMemcpyDeviceToDevice, st));
-    cuda::gdn_conv(gdn_shape_, q.gdn_table_, L.gdn_index, 1, s.T, &q.d_args_->parity, 0, false, st);
-    cuda::gdn_recurrence(gdn_shape_, q.gdn_table_, L.gdn_index, 1, s.T, &q.d_args_->parity, 0, false, act_, st);
-    if (&q != this)
-      CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(b.act) + size_t(s.row) * vd * as, q.act_buf_,
-                                 size_t(s.T) * vd * as, cudaMemcpyDeviceToDevice, st));
-  });
+  // The final norm of every row into mtp_src_ (free until an MTP pass), then
+  // each sequence's rows into its own hidden rows.
+  cuda::rmsnorm(x_, Act::F32, H_, w_->final_norm, cfg_.rms_norm_eps, rows, H_, mtp_src_, act_, H_, nullptr, stream_);
+  cuda::scatter_rows_group(pass.entries, pass.n, pass.max_T, H_, mtp_src_, act_, stream_);
 }
 
 void CudaQwen35::head_argmax_group(std::span<CudaQwen35* const> seqs, std::span<const SequenceRows> rows,

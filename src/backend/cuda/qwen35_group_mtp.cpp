@@ -5,12 +5,13 @@
 // Like the group trunk forward (qwen35_group.cpp), a pass runs on the lead's
 // stream and decode workspace over the concatenated rows of its slices: the
 // embedding, the MTP norms, its fc, the MTP layer's matmuls and the MTP head
-// projection once over all the rows; the layer's attention per sequence on
-// its own KV cache at its own position (on its own stream), and the final
-// norm per sequence into its own mtp_hidden_ rows. The matmuls (the fused
-// head argmax included) are batch-invariant and every other op is per row or
-// per sequence, so each sequence ends bit for bit as its own mtp_forward /
-// mtp_draft would leave it, and drafts the same tokens.
+// projection once over all the rows; the layer's attention over the pass's
+// table (each sequence its own KV cache at its own position), and the final
+// norm over all rows, then each sequence's rows into its own mtp_hidden_.
+// The matmuls (the fused head argmax included) are batch-invariant and
+// every other op is per row or per entry, so each sequence ends bit for bit
+// as its own mtp_forward / mtp_draft would leave it, and drafts the same
+// tokens.
 //
 // The chain: draft 0 of every sequence is the argmax of its latest entry;
 // chained step j runs the MTP layer for every sequence with more than j
@@ -33,21 +34,12 @@
 
 namespace nextn::cuda {
 
-namespace {
-const StepArgs* slice_args(const GroupSlice& s, const StepArgs* own) { return s.args != nullptr ? s.args : own; }
-}  // namespace
-
-void CudaQwen35::group_mtp_chunk(std::span<const GroupSlice> slices, int rows, const int32_t* tokens,
-                                 bool from_target) {
+void CudaQwen35::group_mtp_chunk(const GroupPass& pass, int rows, const int32_t* tokens) {
   const float eps = cfg_.rms_norm_eps;
   const size_t row_bytes = size_t(H_) * size_t(act_size(act_));
   prof_prefix_ = "mtp.";
   mark("inputs");
-  for (const GroupSlice& s : slices) {
-    const StepArgs* a = slice_args(s, s.seq->d_args_);
-    cuda::gather_rows(from_target ? s.seq->hidden_ : s.seq->mtp_hidden_, H_, &a->first_row, &a->n_real, s.T,
-                      static_cast<char*>(mtp_src_) + size_t(s.row) * row_bytes, act_, stream_);
-  }
+  cuda::gather_rows_group(pass.entries, pass.n, pass.max_T, H_, mtp_src_, act_, stream_);
   cuda::embed_rows(w_->embed, tokens, rows, x_, H_, stream_);
   char* xn = static_cast<char*>(xn_);
   cuda::rmsnorm(x_, Act::F32, H_, w_->mtp_norm_emb, eps, rows, H_, xn, act_, 2 * H_, nullptr, stream_);
@@ -55,14 +47,12 @@ void CudaQwen35::group_mtp_chunk(std::span<const GroupSlice> slices, int rows, c
   mark("fc");
   cuda::matmul(w_->mtp_fc, xn_, act_, rows, 2 * H_, x_, H_, false, splitk_, stream_);
   StepBuffers b = decode_buffers();
-  b.group = slices;
+  b.group = &pass;
   decoder_layer(w_->mtp_layer, rows, b);
   mark("norm");
-  for (const GroupSlice& s : slices) {
-    const StepArgs* a = slice_args(s, s.seq->d_args_);
-    cuda::rmsnorm(x_ + size_t(s.row) * H_, Act::F32, H_, w_->mtp_norm, eps, s.T, H_, s.seq->mtp_hidden_, act_, H_,
-                  &a->out_row, stream_);
-  }
+  // mtp_src_ is read: the norm of every row there, then each entry's rows out.
+  cuda::rmsnorm(x_, Act::F32, H_, w_->mtp_norm, eps, rows, H_, mtp_src_, act_, H_, nullptr, stream_);
+  cuda::scatter_rows_group(pass.entries, pass.n, pass.max_T, H_, mtp_src_, act_, stream_);
   prof_prefix_.clear();
 }
 
@@ -70,6 +60,8 @@ void CudaQwen35::mtp_forward_group(std::span<const GroupSlice> slices,
                                    std::span<const std::span<const int32_t>> next_tokens) {
   if (slices.empty() || slices.size() != next_tokens.size() || slices[0].seq != this || slices[0].row != 0)
     fail("internal: mtp_forward_group must be called on the sequence of its first slice");
+  if (slices.size() > size_t(kMaxGroupSequences))
+    fail("internal: mtp_forward_group of {} sequences above {}", slices.size(), kMaxGroupSequences);
   int rows = 0;
   for (size_t i = 0; i < slices.size(); ++i) {
     if (slices[i].row != rows || slices[i].T != int(next_tokens[i].size()) || slices[i].seq->w_ != w_ ||
@@ -78,28 +70,36 @@ void CudaQwen35::mtp_forward_group(std::span<const GroupSlice> slices,
     rows += slices[i].T;
   }
   if (rows > max_rows_) fail("internal: mtp_forward_group of {} rows above {}", rows, max_rows_);
+  const GroupPassShape shape = group_pass_shape(slices, max_rows_);
+  cuda::GroupEntry* table = staged_group_table(0);
   for (size_t i = 0; i < slices.size(); ++i) {
     CudaQwen35& q = *slices[i].seq;
     // What its own mtp_forward(next_tokens, 0) uploads for one chunk; the
-    // lead's arguments also carry every row's token.
+    // lead's arguments also carry every row's token (the padding rows' 0).
     StepArgs a = q.args();
     a.pos = q.mtp_length_;
     a.out_row = 0;
     a.first_row = 0;
     a.n_real = slices[i].T;
-    if (i == 0)
+    if (i == 0) {
       for (size_t j = 0; j < slices.size(); ++j)
         std::copy(next_tokens[j].begin(), next_tokens[j].end(), a.tokens + slices[j].row);
+      std::fill(a.tokens + rows, a.tokens + shape.padded_rows, 0);
+    }
     q.upload(a);
     if (&q != this) {  // its target rows and its upload before the pass
       CUDA_CHECK(cudaEventRecord(q.group_event_, q.stream_));
       CUDA_CHECK(cudaStreamWaitEvent(stream_, q.group_event_, 0));
     }
+    table[i] = q.group_entry(slices[i].row, slices[i].T, q.d_args_);
+    table[i].in = q.hidden_;
+    table[i].out = q.mtp_hidden_;
   }
-  std::vector<std::pair<uint64_t, int>> key;
-  for (const GroupSlice& s : slices) key.emplace_back(s.seq->id_, s.T);
-  group_replay(GraphKind::GroupMtpForward, std::move(key),
-               [&] { group_mtp_chunk(slices, rows, d_args_->tokens, true); });
+  std::fill(table + slices.size(), table + shape.entries, cuda::GroupEntry{});
+  upload_group_tables(1);
+  const GroupPass pass{group_table(0), shape.entries, shape.max_T};
+  group_replay(GraphKind::GroupMtpForward, shape.key(),
+               [&] { group_mtp_chunk(pass, shape.padded_rows, d_args_->tokens); });
   CUDA_CHECK(cudaEventRecord(group_event_, stream_));
   for (const GroupSlice& s : slices) {
     CudaQwen35& q = *s.seq;
@@ -154,32 +154,44 @@ void CudaQwen35::mtp_draft_group(std::span<CudaQwen35* const> seqs, std::span<co
     }
   }
 
+  // The chain's tables: [0] the heads' gather of draft 0; per step j >= 1,
+  // [2j-1] the MTP layer of the sequences still drafting, [2j] their head
+  // gather (each sequence at row t, one row, its staged arguments).
+  auto active_at = [&](int j) {
+    int active = 0;
+    while (active < S && n[size_t(active)] > j) ++active;
+    return active;
+  };
+  for (int k = 0; k < 2 * steps - 1; ++k) {
+    cuda::GroupEntry* table = staged_group_table(k);
+    const int active = active_at((k + 1) / 2);
+    for (int t = 0; t < active; ++t) {
+      CudaQwen35& q = *seqs[size_t(t)];
+      table[t] = q.group_entry(t, 1, q.d_chain_args_ + k);
+      table[t].in = q.mtp_hidden_;
+      table[t].out = q.mtp_hidden_;
+    }
+  }
+  upload_group_tables(2 * steps - 1);
+
   const DevMatrix drafting_head = draft_head();  // drafts over ids [0, draft_vocab())
-  const size_t row_bytes = size_t(H_) * size_t(act_size(act_));
   // Draft j of the first `active` sequences: each one's row 0 (or, for
   // j = 0, its latest entry) into the head input, one fused projection.
   auto argmax_into = [&](int j, int active) {
-    for (int t = 0; t < active; ++t) {
-      const StepArgs* a = seqs[size_t(t)]->d_chain_args_ + (j == 0 ? 0 : 2 * j);
-      cuda::gather_rows(seqs[size_t(t)]->mtp_hidden_, H_, &a->first_row, &a->n_real, 1,
-                        static_cast<char*>(head_in_) + size_t(t) * row_bytes, act_, stream_);
-    }
+    cuda::gather_rows_group(group_table(2 * j), active, 1, H_, head_in_, act_, stream_);
     cuda::matmul_argmax(drafting_head, head_in_, act_, active, H_, pairs_,
                         d_group_drafts_ + size_t(j) * kMaxGroupSequences, nullptr, stream_);
   };
-  std::vector<GroupSlice> slices;
+  // Keyed by the chain lengths, not by the sequences: the tables say whose.
   std::vector<std::pair<uint64_t, int>> key;
-  for (int i = 0; i < S; ++i) key.emplace_back(seqs[size_t(i)]->id_, n[size_t(i)]);
+  for (int i = 0; i < S; ++i) key.emplace_back(0, n[size_t(i)]);
   key.emplace_back(~uint64_t(0) - 1, drafting_head.rows);
   group_replay(GraphKind::GroupMtpDraft, std::move(key), [&] {
     argmax_into(0, S);
     for (int j = 1; j < steps; ++j) {
-      int active = 0;
-      while (active < S && n[size_t(active)] > j) ++active;
-      slices.clear();
-      for (int t = 0; t < active; ++t)
-        slices.push_back({seqs[size_t(t)], t, 1, seqs[size_t(t)]->d_chain_args_ + (2 * j - 1)});
-      group_mtp_chunk(slices, active, d_group_drafts_ + size_t(j - 1) * kMaxGroupSequences, false);
+      const int active = active_at(j);
+      const GroupPass pass{group_table(2 * j - 1), active, 1};
+      group_mtp_chunk(pass, active, d_group_drafts_ + size_t(j - 1) * kMaxGroupSequences);
       argmax_into(j, active);
     }
   });

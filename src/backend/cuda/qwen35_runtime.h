@@ -134,6 +134,37 @@ struct GroupSlice {
   const StepArgs* args = nullptr;
 };
 
+// Tables a group's lead stages per call (group_entry.h): one per pass of the
+// call (a chained MTP draft: a step's layer and its head gather, per step).
+constexpr int kGroupTables = 2 * kMaxRows;
+
+// A group pass's shape, what its graphs are keyed by: its entries padded to
+// a multiple of kGroupEntryStep (padding entries have T = 0), its rows to a
+// multiple of kGroupRowStep (padding rows embed token 0; nothing reads their
+// results, and no real row's bits depend on them: every row-wise op is per
+// row and the matmuls are batch-invariant), the widest slice to a power of
+// two. A server whose batch mix changes every step meets few shapes.
+constexpr int kGroupEntryStep = 4;
+constexpr int kGroupRowStep = 8;
+struct GroupPassShape {
+  int rows = 0;         // real rows
+  int padded_rows = 0;  // rows the pass runs
+  int entries = 0;      // table entries
+  int max_T = 1;        // at least every slice's T
+  std::vector<std::pair<uint64_t, int>> key() const { return {{uint64_t(entries), padded_rows}, {uint64_t(max_T), 0}}; }
+};
+GroupPassShape group_pass_shape(std::span<const GroupSlice> slices, int max_rows);
+
+// A group pass's device table (group_entry.h): what decoder_layer's
+// attention and GDN read instead of one sequence's arguments. The graphs of
+// a pass are keyed by (entries, rows, max_T), never by which sequences fill
+// the table.
+struct GroupPass {
+  const cuda::GroupEntry* entries = nullptr;
+  int n = 0;      // entries, padding ones (T = 0) included
+  int max_T = 0;  // at least every entry's T
+};
+
 // The buffers a forward step reads and writes: the decode workspace
 // (max_rows_ rows, the one the captured graphs use) or the prefill workspace
 // (kPrefillRows rows, run without graphs).
@@ -147,9 +178,9 @@ struct StepBuffers {
   const std::vector<cuda::GdnLayer>* gdn_host;  // its host copy
   const int32_t* tokens;  // [rows] device token ids
   bool prefill;           // matmuls through PrefillGemm, attention in max_rows_ slices
-  // A group forward (qwen35_group.cpp): the rows are several sequences'; the
-  // row-wise ops run over all of them, attention and GDN per sequence.
-  std::span<const GroupSlice> group = {};
+  // A group pass (qwen35_group.cpp): the rows are several sequences'; the
+  // row-wise ops run over all of them, attention and GDN over the table.
+  const GroupPass* group = nullptr;
 };
 
 enum class GraphKind : int {
@@ -252,15 +283,22 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
   // steps (capturable: launches only)
   void forward_chunk(int T);
   void decoder_layer(const LayerWeights& L, int T, const StepBuffers& b);
-  // The group forward (qwen35_group.cpp): what its graph runs, and the
-  // per-sequence parts of a layer.
-  void group_chunk(std::span<const GroupSlice> slices, int rows);
-  void group_attention(const LayerWeights& L, const StepBuffers& b);
-  void group_gdn(const LayerWeights& L, const StepBuffers& b);
+  // The group forward (qwen35_group.cpp): what its graph runs over `rows`
+  // rows (padded) and the pass's table.
+  void group_chunk(const GroupPass& pass, int rows);
   // The group MTP passes (qwen35_group_mtp.cpp): the MTP layer over the
-  // slices' rows, inputs gathered from each slice's `src` rows and embedded
-  // from `tokens` (device, one per row); outputs into each slice's mtp_hidden_.
-  void group_mtp_chunk(std::span<const GroupSlice> slices, int rows, const int32_t* tokens, bool from_target);
+  // pass's rows, inputs gathered from each entry's `in` rows and embedded
+  // from `tokens` (device, one per row); outputs into each entry's `out` rows.
+  void group_mtp_chunk(const GroupPass& pass, int rows, const int32_t* tokens);
+  // This sequence's entry in a group pass (its rows there, its caches and
+  // state); `args` gives its position and its gather and scatter rows.
+  cuda::GroupEntry group_entry(int row, int T, const StepArgs* args) const;
+  // As a group's lead: host table `index` of kMaxGroupSequences entries
+  // (waits until the previous call's copy has read the staging), its device
+  // twin, and the copy of tables [0, n) to the device on the lead's stream.
+  cuda::GroupEntry* staged_group_table(int index);
+  const cuda::GroupEntry* group_table(int index) const;
+  void upload_group_tables(int n);
   // Replays the group graph of `kind` for `key`, capturing `record` at the
   // key's second use (its first launches directly: a batch may never come
   // again); the lead keeps at most kMaxGroupGraphs of them.
@@ -365,17 +403,16 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
     void *k = nullptr, *v = nullptr;  // [max_tokens][Hkv][hd] act
   };
   std::vector<KvCache> kv_;
+  void** d_kv_table_ = nullptr;  // [2 x kv_ layers]: the caches' pointers, keys then values (GroupEntry::kv)
   Event group_event_;  // orders this sequence's stream around a group forward
-  Event fork_event_;   // as a group's lead: where the sequences' streams branch off (on_sequence_streams)
-  // As a group's lead: per(slice, stream) for every slice, each on its
-  // sequence's own stream, all after the work on the lead's stream so far;
-  // the lead's stream then waits for all of them (qwen35_group.cpp).
-  template <typename F>
-  void on_sequence_streams(std::span<const GroupSlice> slices, F&& per);
-  uint64_t id_ = 0;    // unique among the process's sequences (a group graph's key names its sequences by it)
-  // The group forwards this sequence led: (sequence id, rows) of each slice
-  // -> the `a` of its GraphKind::GroupForward graph and how often the key
-  // came. Bounded (qwen35_group.cpp).
+  uint64_t id_ = 0;    // unique among the process's sequences (orders a group's sequences)
+  // As a group's lead: the tables of its passes (kGroupTables of
+  // kMaxGroupSequences entries), staged on the host, copied once per call.
+  cuda::GroupEntry* d_group_tables_ = nullptr;
+  PinnedBuffer<cuda::GroupEntry> h_group_tables_;
+  Event group_tables_event_;  // the last copy of the staged tables
+  // The group passes this sequence led: their shape key -> the `a` of the
+  // graph and how often the key came. Bounded (group_replay).
   struct GroupGraphKey {
     GraphKind kind = GraphKind::GroupForward;
     int id = 0;
@@ -497,7 +534,7 @@ inline void CudaQwen35::replay(GraphKind kind, int a, int b, F&& record) {
 }
 
 // Group graphs one lead keeps (each is one captured group pass).
-constexpr int kMaxGroupGraphs = 64;
+constexpr int kMaxGroupGraphs = 128;
 
 // The server's batches change as requests come and go and as their blocks
 // differ, and capturing a graph of thousands of nodes for a batch that never
