@@ -3,9 +3,11 @@
 
 Starts `nextn serve --max-batch S+1 --prefill-chunk C` for each C in --chunks,
 runs S greedy streams of -n tokens (ignore_eos, token ids as the prompt), and,
-once every stream has received --lead tokens, sends one request whose prompt
-is --long-prompt token ids. Every streamed event of the S streams is
-timestamped; a gap is the time between two consecutive events of one stream.
+once the streams have received --lead text events each on average, sends one
+request whose prompt is --long-prompt token ids. Every streamed text event of
+the S streams is timestamped; a gap is the time between two consecutive
+events of one stream (a token whose text is held back, part of a UTF-8
+sequence, arrives with the next one: that gap spans both, an upper bound).
 Prints per chunk size: the median gap before the long prompt was sent, the
 median, p99 and largest gap from its send to its first token (the window in
 which its chunks share the steps), p99 / median, and the long prompt's time to
@@ -20,6 +22,7 @@ import json
 import re
 import statistics
 import subprocess
+import sys
 import threading
 import time
 
@@ -32,8 +35,18 @@ def percentile(xs, q):
     return xs[k]
 
 
-def stream(port, prompt, n, stamps, first_at=None):
-    """One greedy stream; appends the time of every event that carries text to `stamps`."""
+def stream(port, prompt, n, stamps, first_at=None, errors=None):
+    """One greedy stream; appends the time of every event that carries text to `stamps`.
+    With `errors`, an exception is appended there instead of raised (a thread's)."""
+    try:
+        stream_events(port, prompt, n, stamps, first_at)
+    except Exception as e:  # noqa: BLE001 - reported by the caller
+        if errors is None:
+            raise
+        errors.append(repr(e))
+
+
+def stream_events(port, prompt, n, stamps, first_at):
     body = json.dumps({"model": "default", "prompt": prompt, "max_tokens": n, "temperature": 0, "stream": True,
                        "ignore_eos": True})
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=3600)
@@ -59,29 +72,46 @@ def stream(port, prompt, n, stamps, first_at=None):
 
 def run(args, chunk):
     cmd = [args.nextn, "serve", "--port", "0", "--draft", "none", "--max-batch", str(args.streams + 1),
+           "--max-tokens", str(args.n),
            "--queue-depth", str(args.streams + 4), "--prefill-chunk", str(chunk), "--backend", args.backend,
            "--max-prompt-tokens", str(max(2048, args.long_prompt))]
     if args.model:
         cmd += ["--model", args.model, "--served-model-name", "default"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     try:
-        port = int(re.search(r":(\d+)$", proc.stderr.readline().strip()).group(1))
+        first_line = proc.stderr.readline().strip()
+        found = re.search(r":(\d+)$", first_line)
+        if not found:
+            raise RuntimeError(f"nextn serve did not start: {first_line}")
+        port = int(found.group(1))
+        # The server's later lines (errors, if any) go to this script's stderr.
+        threading.Thread(target=lambda: [print(l, end="", file=sys.stderr) for l in proc.stderr], daemon=True).start()
         short = [11 + i for i in range(16)]
         long_prompt = [11 + (i * 7919) % 8000 for i in range(args.long_prompt)]
         stream(port, short, 8, [])  # warm-up: graphs for one sequence
         stream(port, long_prompt, 2, [])  # and the prefill path once (its workspace, kernels)
         stamps = [[] for _ in range(args.streams)]
+        errors = []
         threads = [threading.Thread(target=stream, args=(port, [11 + (s * 31 + i) % 8000 for i in range(16)], args.n,
-                                                          stamps[s])) for s in range(args.streams)]
+                                                          stamps[s], None, errors)) for s in range(args.streams)]
         for t in threads:
             t.start()
-        while min(len(s) for s in stamps) < args.lead:
+        deadline = time.time() + args.timeout
+        # Text events, not tokens: a token whose text is held back (part of a
+        # UTF-8 sequence) arrives with the next, so a stream may show fewer
+        # events than tokens and its gap then spans both (an upper bound).
+        while sum(len(s) for s in stamps) < args.lead * args.streams:
+            if errors or time.time() > deadline:
+                raise RuntimeError(f"the streams did not reach {args.lead} events each on average: "
+                                   f"{errors or 'timed out'} (events so far: {[len(s) for s in stamps]})")
             time.sleep(0.002)
         first = []
         sent = time.time()
         stream(port, long_prompt, 4, [], first)
         for t in threads:
-            t.join()
+            t.join(max(1.0, deadline - time.time()))
+        if errors or any(t.is_alive() for t in threads):
+            raise RuntimeError(f"a stream failed or did not finish: {errors or 'timed out'}")
         ttft = first[0] - sent if first else 0.0
         end = first[0] if first else sent
         before, during = [], []
@@ -119,6 +149,7 @@ def main():
     ap.add_argument("--long-prompt", type=int, default=4096)
     ap.add_argument("-n", type=int, default=192)
     ap.add_argument("--lead", type=int, default=24, help="tokens every stream has before the long prompt is sent")
+    ap.add_argument("--timeout", type=float, default=120, help="seconds the streams may take per chunk size")
     ap.add_argument("--json")
     args = ap.parse_args()
     rows = [run(args, int(c)) for c in args.chunks.split(",")]
