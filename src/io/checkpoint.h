@@ -52,7 +52,7 @@ struct WeightRef {
   QuantParams quant;  // bits == 0 when dense
   int64_t rows = 0, cols = 0;
   std::shared_ptr<const DecodedMatrix> decoded;  // keeps a dequantized `weight` alive
-  std::shared_ptr<const SliceViews> slice;       // keeps the views of a stacked expert's slice alive
+  std::shared_ptr<const SliceViews> slice = nullptr;  // keeps the views of a stacked expert's slice alive
   bool quantized() const { return scales != nullptr; }
 };
 
