@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "io/config.h"
 #include "io/safetensors.h"
 
 namespace nextn::test {
@@ -49,6 +50,15 @@ inline std::vector<std::string> fixture_dirs() {
     if (std::filesystem::exists(e.path() / "config.json") && std::filesystem::exists(e.path() / "reference.json"))
       out.push_back(e.path().string());
   std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The fixtures of dense models: the CUDA backend refuses a mixture of
+// experts (docs/moe.md), so its tests run on these.
+inline std::vector<std::string> dense_fixture_dirs() {
+  std::vector<std::string> out;
+  for (const std::string& d : fixture_dirs())
+    if (!load_qwen35_config(d).moe) out.push_back(d);
   return out;
 }
 

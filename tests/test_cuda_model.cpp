@@ -45,7 +45,7 @@ bool gpu_present() { return false; }
 #endif
 
 std::string first_fixture() {
-  const auto dirs = test::fixture_dirs();
+  const auto dirs = test::dense_fixture_dirs();
   return dirs.empty() ? std::string() : dirs.front();
 }
 
@@ -344,7 +344,7 @@ TEST_P(CudaModel, RuntimeContract) {
 }
 
 std::vector<std::string> fixture_params() {
-  auto d = test::fixture_dirs();
+  auto d = test::dense_fixture_dirs();
   if (d.empty()) d.push_back("");
   return d;
 }
