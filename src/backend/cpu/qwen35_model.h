@@ -43,9 +43,9 @@ struct MoeWeights {
   struct Expert {
     MatrixPtr gate, up, down;  // [I, H], [I, H], [H, I]
   };
-  std::vector<Expert> experts;            // [E], by expert id
+  std::vector<Expert> experts;  // [E], by expert id
   MatrixPtr shared_gate, shared_up, shared_down;  // mlp.shared_expert.*: [Is, H], [Is, H], [H, Is]
-  MatrixPtr shared_expert_gate;           // [1, H]: the shared expert's output is scaled by its sigmoid
+  MatrixPtr shared_expert_gate;  // [1, H]: the shared expert's output is scaled by its sigmoid
 };
 
 struct LayerWeights {
@@ -53,7 +53,7 @@ struct LayerWeights {
   std::vector<float> input_norm, post_norm;
   AttentionWeights attn;
   GdnWeights gdn;
-  MatrixPtr gate, up, down;            // the dense MLP: [I, H], [I, H], [H, I]; null in a MoE model
+  MatrixPtr gate, up, down;  // the dense MLP: [I, H], [I, H], [H, I]; null in a MoE model
   std::shared_ptr<const MoeWeights> moe;  // a MoE model's MLP; null in a dense one
 };
 
