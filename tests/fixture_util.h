@@ -3,6 +3,8 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "io/config.h"
 #include "io/safetensors.h"
 
 namespace nextn::test {
@@ -29,8 +32,13 @@ inline std::map<std::string, std::string> tensor_bytes(const std::string& dir) {
 struct Reference {
   std::vector<int32_t> prompt, greedy, sequence, drafts;
   std::vector<float> logits;      // [sequence.size()][vocab]
-  std::vector<float> mtp_logits;  // [sequence.size()-1][vocab] (may be empty)
+  std::vector<float> mtp_logits;  // [mtp_rows.size()][vocab] (may be empty)
+  std::vector<int> mtp_rows;      // the MTP entries mtp_logits holds (reference.json mtp_logits_rows; else all)
+  std::vector<double> mtp_margin_std;  // [sequence.size()-1]: every entry's (top1 - top2) / population std
   int64_t vocab = 0;
+
+  // Row i of mtp_logits is MTP entry mtp_rows[i].
+  const float* mtp_row(size_t i) const { return &mtp_logits[i * size_t(vocab)]; }
 };
 
 // Every fixture directory with a config.json and a reference.json.
@@ -42,6 +50,15 @@ inline std::vector<std::string> fixture_dirs() {
     if (std::filesystem::exists(e.path() / "config.json") && std::filesystem::exists(e.path() / "reference.json"))
       out.push_back(e.path().string());
   std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The fixtures of dense models: the CUDA backend refuses a mixture of
+// experts (docs/moe.md), so its tests run on these.
+inline std::vector<std::string> dense_fixture_dirs() {
+  std::vector<std::string> out;
+  for (const std::string& d : fixture_dirs())
+    if (!load_qwen35_config(d).moe) out.push_back(d);
   return out;
 }
 
@@ -62,6 +79,27 @@ inline Reference load_reference(const std::string& dir) {
   if (const TensorView* m = st.find("mtp_logits")) {
     r.mtp_logits.resize(size_t(m->numel()));
     for (size_t i = 0; i < r.mtp_logits.size(); ++i) r.mtp_logits[i] = load_float(m->dtype, m->data, i);
+    const size_t rows = size_t(m->shape.at(0));
+    if (j.contains("mtp_logits_rows")) {
+      r.mtp_rows = j.at("mtp_logits_rows").get<std::vector<int>>();
+      r.mtp_margin_std = j.at("mtp_margin_std").get<std::vector<double>>();
+    } else {  // every entry stored: the margins from the rows
+      for (size_t i = 0; i < rows; ++i) {
+        r.mtp_rows.push_back(int(i));
+        const float* x = r.mtp_row(i);
+        double mean = 0, m2 = 0;
+        for (int64_t v = 0; v < r.vocab; ++v) mean += x[v];
+        mean /= double(r.vocab);
+        for (int64_t v = 0; v < r.vocab; ++v) m2 += (x[v] - mean) * (x[v] - mean);
+        const int64_t a = std::max_element(x, x + r.vocab) - x;
+        float second = -INFINITY;
+        for (int64_t v = 0; v < r.vocab; ++v)
+          if (v != a) second = std::max(second, x[v]);
+        r.mtp_margin_std.push_back((double(x[a]) - double(second)) / std::sqrt(m2 / double(r.vocab)));
+      }
+    }
+    EXPECT_EQ(r.mtp_rows.size(), rows) << dir << ": mtp_logits_rows";
+    EXPECT_EQ(r.mtp_margin_std.size(), r.sequence.size() - 1) << dir << ": mtp_margin_std";
   }
   return r;
 }

@@ -296,7 +296,7 @@ TEST(ConfigErrors, ModelType) {
   j["model_type"] = "llama";
   std::string m = expect_error(j, "model_type");
   EXPECT_NE(m.find("qwen3_5, qwen3_5_text"), std::string::npos) << m;
-  j["model_type"] = "qwen3_5_moe";
+  j["model_type"] = "qwen3_moe";  // Qwen3's MoE, not Qwen3.5's
   expect_error(j, "model_type");
   json k = cond_config();
   k["text_config"]["model_type"] = "qwen3_next";
@@ -477,4 +477,60 @@ TEST(ConfigErrors, ForeignQuantizationMethods) {
     t["quantization"] = {{"bits", 4}, {"group_size", 64}, {"mode", "affine"}};
     expect_error(t, "quantization");
   }
+}
+
+// ---- Qwen3.5 MoE (docs/moe.md) ----
+
+namespace {
+json moe_text_config() {
+  json j = text_fields();
+  j.erase("intermediate_size");  // transformers' Qwen3_5MoeTextConfig has none
+  j["model_type"] = "qwen3_5_moe_text";
+  j["num_experts"] = 8;
+  j["num_experts_per_tok"] = 2;
+  j["moe_intermediate_size"] = 32;
+  j["shared_expert_intermediate_size"] = 48;
+  return j;
+}
+}  // namespace
+
+TEST(Config, MoeTextAndConditionalGeneration) {
+  const Qwen35Config c = parse(moe_text_config());
+  EXPECT_TRUE(c.moe);
+  EXPECT_EQ(c.num_experts, 8);
+  EXPECT_EQ(c.num_experts_per_tok, 2);
+  EXPECT_EQ(c.moe_intermediate_size, 32);
+  EXPECT_EQ(c.shared_expert_intermediate_size, 48);
+  EXPECT_EQ(c.intermediate_size, 0);
+  EXPECT_FALSE(parse(text_config()).moe);
+  json cond = {{"model_type", "qwen3_5_moe"}, {"text_config", moe_text_config()}};
+  const Qwen35Config n = parse(cond);
+  EXPECT_TRUE(n.moe);
+  EXPECT_EQ(n.num_experts, 8);
+  cond["text_config"]["model_type"] = "qwen3_5_text";  // a dense text config inside a MoE one
+  expect_error(cond, "text_config.model_type");
+  json dense_cond = cond_config();
+  dense_cond["text_config"]["model_type"] = "qwen3_5_moe_text";
+  expect_error(dense_cond, "text_config.model_type");
+}
+
+TEST(ConfigErrors, MoeFieldsAreRequiredAndPositive) {
+  for (const char* f : {"num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size"}) {
+    json j = moe_text_config();
+    j.erase(f);
+    std::string m = expect_error(j, f);
+    EXPECT_NE(m.find("missing"), std::string::npos) << m;
+    for (json bad : {json(0), json(-1), json(1.5), json("8"), json(nullptr)}) {
+      json k = {{"model_type", "qwen3_5_moe"}, {"text_config", moe_text_config()}};
+      k["text_config"][f] = bad;
+      expect_error(k, std::string("text_config.") + f);
+    }
+  }
+  json j = moe_text_config();
+  j["num_experts_per_tok"] = 9;
+  std::string m = expect_error(j, "num_experts_per_tok");
+  EXPECT_NE(m.find("num_experts is 8"), std::string::npos) << m;
+  json dense = text_config();
+  dense["num_experts"] = 8;  // a dense model type's MoE fields are not read
+  EXPECT_FALSE(parse(dense).moe);
 }

@@ -349,7 +349,7 @@ TEST_P(CudaBatch, AutoBlockSizesEqualPlainGreedy) {
 }
 
 std::vector<std::string> fixture_params() {
-  auto d = test::fixture_dirs();
+  auto d = test::dense_fixture_dirs();
   if (d.empty()) d.push_back("");
   return d;
 }

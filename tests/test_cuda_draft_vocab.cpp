@@ -104,7 +104,7 @@ struct Model {
 // synthetic checkpoint (written under the test temp dir as `tmp_name`).
 std::vector<Model> models(const std::string& tmp_name) {
   std::vector<Model> out;
-  for (const auto& d : test::fixture_dirs()) {
+  for (const auto& d : test::dense_fixture_dirs()) {
     const auto ck = Qwen35Checkpoint::open(d);
     if (ck.mtp_layers() == 0) continue;
     const auto ref = test::load_reference(d);

@@ -30,7 +30,7 @@ std::unique_ptr<ModelRuntime> cuda_fp32(const Qwen35Checkpoint& ckpt, int max_to
 TEST(CudaMtpLogits, MatchTheCpuBackendAndTheArgmax) {
   NEXTN_REQUIRE_GPU();
   int checked = 0;
-  for (const auto& dir : test::fixture_dirs()) {
+  for (const auto& dir : test::dense_fixture_dirs()) {
     const auto ckpt = Qwen35Checkpoint::open(dir);
     if (ckpt.mtp_layers() == 0) continue;
     const auto ref = test::load_reference(dir);

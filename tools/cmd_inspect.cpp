@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "io/moe_experts.h"
 
 namespace nextn::cli {
 
@@ -44,12 +45,27 @@ std::string ids_text(const std::vector<int>& v) {
   return s + "]";
 }
 
+// How layer 0's experts are stored, or why they cannot be read.
+std::string experts_stored(const Qwen35Checkpoint& ck) {
+  try {
+    return expert_layout_name(expert_layout(ck, "layers.0"));
+  } catch (const Error& e) {
+    return fmt::format("unreadably ({})", e.what());
+  }
+}
+
 json config_json(const Qwen35Config& c) {
   json j;
   j["model_type"] = c.model_type;
   j["hidden_size"] = c.hidden_size;
   j["num_hidden_layers"] = c.num_hidden_layers;
   j["intermediate_size"] = c.intermediate_size;
+  if (c.moe) {
+    j["num_experts"] = c.num_experts;
+    j["num_experts_per_tok"] = c.num_experts_per_tok;
+    j["moe_intermediate_size"] = c.moe_intermediate_size;
+    j["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
+  }
   j["vocab_size"] = c.vocab_size;
   j["num_attention_heads"] = c.num_attention_heads;
   j["num_key_value_heads"] = c.num_key_value_heads;
@@ -199,8 +215,17 @@ void run_inspect(const std::string& path, bool as_json) {
     if (ck) {
       const auto& c = ck->config();
       std::printf("model_type: %s\n", c.model_type.c_str());
-      std::printf("dims: hidden %d, intermediate %d, vocab %d, layers %d: %s\n", c.hidden_size, c.intermediate_size,
-                  c.vocab_size, c.num_hidden_layers, schedule_text(c.full_attention).c_str());
+      if (c.moe) {
+        std::printf("dims: hidden %d, vocab %d, layers %d: %s\n", c.hidden_size, c.vocab_size, c.num_hidden_layers,
+                    schedule_text(c.full_attention).c_str());
+        std::printf("moe: %d experts, top-%d per token, expert intermediate %d, shared expert intermediate %d, "
+                    "experts stored %s\n",
+                    c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size, c.shared_expert_intermediate_size,
+                    experts_stored(*ck).c_str());
+      } else {
+        std::printf("dims: hidden %d, intermediate %d, vocab %d, layers %d: %s\n", c.hidden_size, c.intermediate_size,
+                    c.vocab_size, c.num_hidden_layers, schedule_text(c.full_attention).c_str());
+      }
       std::printf("attention: %d q heads / %d kv heads x %d, rotary dim %d (theta %g), %d positions\n",
                   c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rotary_dim(), c.rope_theta,
                   c.max_position_embeddings);

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/moe_experts.h"
 
 namespace nextn {
 
@@ -366,9 +367,13 @@ void Qwen35Checkpoint::validate() const {
       vector(g + ".dt_bias", Hv);
       norm(g + ".norm", c.linear_value_head_dim, false);
     }
-    matrix(p + ".mlp.gate_proj", I, H);
-    matrix(p + ".mlp.up_proj", I, H);
-    matrix(p + ".mlp.down_proj", H, I);
+    if (c.moe) {
+      validate_moe_mlp(*this, p);
+    } else {
+      matrix(p + ".mlp.gate_proj", I, H);
+      matrix(p + ".mlp.up_proj", I, H);
+      matrix(p + ".mlp.down_proj", H, I);
+    }
   };
   matrix("embed_tokens", c.vocab_size, H);
   for (int i = 0; i < c.num_hidden_layers; ++i) layer("layers." + std::to_string(i), c.full_attention[size_t(i)]);

@@ -35,6 +35,11 @@ const char* layout_head(Layout l);
 // MTP norm; false for linear_attn.norm and everything else.
 bool is_one_plus_norm(const std::string& logical);
 
+// Views of one expert's slice of stacked [E, rows, cols] tensors (io/moe_experts.h).
+struct SliceViews {
+  TensorView weight, scales, biases;
+};
+
 // A matrix [rows, cols] (out, in) as stored: dense (F32/F16/BF16), or MLX
 // affine-quantized (U32 packed + scales + biases, any float dtype each). A
 // module in one of transformers' formats (fp8, gptq, awq, compressed-tensors)
@@ -47,6 +52,7 @@ struct WeightRef {
   QuantParams quant;  // bits == 0 when dense
   int64_t rows = 0, cols = 0;
   std::shared_ptr<const DecodedMatrix> decoded;  // keeps a dequantized `weight` alive
+  std::shared_ptr<const SliceViews> slice = nullptr;  // keeps the views of a stacked expert's slice alive
   bool quantized() const { return scales != nullptr; }
 };
 

@@ -19,6 +19,7 @@ namespace {
 using namespace config_json;
 
 constexpr int kMaxLayers = 4096;  // sanity bound: real checkpoints have <= 100
+constexpr int kMaxExperts = 65536;  // sanity bound: real checkpoints have <= 512
 
 }  // namespace
 
@@ -35,37 +36,50 @@ Qwen35Config parse_qwen35_config(const std::string& config_json, const std::stri
 
     Qwen35Config c;
     auto mt = root.find("model_type");
-    if (mt == root.end() || mt->is_null()) fail("{}: field 'model_type': missing (supported: qwen3_5, qwen3_5_text)", config_file);
+    if (mt == root.end() || mt->is_null()) fail("{}: field 'model_type': missing (supported: qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text)", config_file);
     if (!mt->is_string()) fail("{}: field 'model_type': expected a string, got {}", config_file, type_word(*mt));
     c.model_type = mt->get<std::string>();
 
     std::vector<std::pair<const json*, std::string>> sources;
-    if (c.model_type == "qwen3_5") {
+    const bool nested = c.model_type == "qwen3_5" || c.model_type == "qwen3_5_moe";
+    c.moe = c.model_type == "qwen3_5_moe" || c.model_type == "qwen3_5_moe_text";
+    if (nested) {
+      const std::string text_type = c.model_type + "_text";
       auto tc = root.find("text_config");
       if (tc != root.end() && !tc->is_null()) {
         if (!tc->is_object())
           fail("{}: field 'text_config': expected an object, got {}", config_file, type_word(*tc));
         auto tmt = tc->find("model_type");
-        if (tmt != tc->end() && !tmt->is_null() &&
-            !(tmt->is_string() && tmt->get<std::string>() == "qwen3_5_text"))
-          fail("{}: field 'text_config.model_type': expected \"qwen3_5_text\"", config_file);
+        if (tmt != tc->end() && !tmt->is_null() && !(tmt->is_string() && tmt->get<std::string>() == text_type))
+          fail("{}: field 'text_config.model_type': expected \"{}\"", config_file, text_type);
         sources.push_back({&*tc, "text_config."});
       } else {
         sources.push_back({nullptr, "text_config."});
       }
       sources.push_back({&root, ""});
-    } else if (c.model_type == "qwen3_5_text") {
+    } else if (c.model_type == "qwen3_5_text" || c.model_type == "qwen3_5_moe_text") {
       sources.push_back({&root, ""});
     } else {
-      fail("{}: field 'model_type': unsupported model type '{}' (supported: qwen3_5, qwen3_5_text)", config_file,
-           printable(c.model_type));
+      fail("{}: field 'model_type': unsupported model type '{}' (supported: qwen3_5, qwen3_5_text, qwen3_5_moe, "
+           "qwen3_5_moe_text)",
+           config_file, printable(c.model_type));
     }
     const Reader r(config_file, sources);
 
     // ---- sizes ----
     c.hidden_size = r.req_positive_int("hidden_size");
     c.num_hidden_layers = r.req_positive_int("num_hidden_layers", kMaxLayers);
-    c.intermediate_size = r.req_positive_int("intermediate_size");
+    if (c.moe) {
+      c.num_experts = r.req_positive_int("num_experts", kMaxExperts);
+      c.num_experts_per_tok = r.req_positive_int("num_experts_per_tok", kMaxExperts);
+      c.moe_intermediate_size = r.req_positive_int("moe_intermediate_size");
+      c.shared_expert_intermediate_size = r.req_positive_int("shared_expert_intermediate_size");
+      if (c.num_experts_per_tok > c.num_experts)
+        r.bad(r.find("num_experts_per_tok")->path,
+              fmt::format("{} experts per token but num_experts is {}", c.num_experts_per_tok, c.num_experts));
+    } else {
+      c.intermediate_size = r.req_positive_int("intermediate_size");
+    }
     c.vocab_size = r.req_positive_int("vocab_size");
     c.num_attention_heads = r.req_positive_int("num_attention_heads");
     c.num_key_value_heads = r.req_positive_int("num_key_value_heads");

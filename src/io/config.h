@@ -1,8 +1,9 @@
 // Qwen3.5 text config, read from config.json (+ generation_config.json).
 //
 // Precedence, field by field (documented in docs/config.md):
-//  1. model_type `qwen3_5` (dense only): fields come from `text_config`
-//     first, then the top level; `qwen3_5_text`: top level. Anything else is
+//  1. model_type `qwen3_5` / `qwen3_5_moe`: fields come from `text_config`
+//     (model_type `qwen3_5_text` / `qwen3_5_moe_text`) first, then the top
+//     level; `qwen3_5_text` / `qwen3_5_moe_text`: top level. Anything else is
 //     an error listing the supported types. A null value counts as absent.
 //  2. layer_types: the explicit list, else full_attention_interval (default 4):
 //     layer i is full attention iff (i+1) % interval == 0.
@@ -18,9 +19,14 @@
 //     only MLX affine (mode "affine"); per-module overrides keyed by module
 //     path. A block with `quant_method` (GPTQ, AWQ, bitsandbytes,
 //     compressed-tensors, FP8, ...) is an error naming the method.
-//  Required: model_type, hidden_size, num_hidden_layers, intermediate_size,
-//  vocab_size, num_attention_heads, num_key_value_heads. Every other field
-//  falls back to transformers' Qwen3_5TextConfig default.
+//  7. MoE (the *_moe types, docs/moe.md): num_experts, num_experts_per_tok
+//     (at most num_experts), moe_intermediate_size and
+//     shared_expert_intermediate_size, all required; intermediate_size is not
+//     read (every layer, the MTP layer too, is a sparse MoE block, as in
+//     transformers' Qwen3_5MoeDecoderLayer).
+//  Required: model_type, hidden_size, num_hidden_layers, intermediate_size
+//  (dense only), vocab_size, num_attention_heads, num_key_value_heads. Every
+//  other field falls back to transformers' Qwen3_5TextConfig default.
 #pragma once
 #include <map>
 #include <optional>
@@ -32,10 +38,18 @@
 namespace nextn {
 
 struct Qwen35Config {
-  std::string model_type;  // qwen3_5 or qwen3_5_text
+  std::string model_type;  // qwen3_5, qwen3_5_text, qwen3_5_moe or qwen3_5_moe_text
   int hidden_size = 0;
   int num_hidden_layers = 0;
-  int intermediate_size = 0;
+  int intermediate_size = 0;  // the dense MLP's; 0 in a MoE config
+  // Mixture of experts (moe true): every layer's MLP is a router over
+  // num_experts SwiGLU experts of width moe_intermediate_size, top
+  // num_experts_per_tok of them per token, plus a gated shared expert.
+  bool moe = false;
+  int num_experts = 0;
+  int num_experts_per_tok = 0;
+  int moe_intermediate_size = 0;
+  int shared_expert_intermediate_size = 0;
   int vocab_size = 0;
   int num_attention_heads = 0;
   int num_key_value_heads = 0;

@@ -103,6 +103,7 @@ std::unique_ptr<SequenceGroup> make_solo_group(ModelRuntime& sequence) { return 
 std::unique_ptr<SequenceGroup> make_sequence_group(const Qwen35Checkpoint& ckpt, BackendKind kind,
                                                    const RuntimeOptions& options) {
   if (kind == BackendKind::Cpu) return make_cpu_sequence_group(ckpt, cpu_options(options));
+  refuse_moe_on_cuda(ckpt);
 #ifdef NEXTN_HAVE_CUDA
   return make_cuda_sequence_group(ckpt, options);
 #else

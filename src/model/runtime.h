@@ -121,6 +121,9 @@ using RuntimeFactory = std::function<std::unique_ptr<ModelRuntime>(int max_token
 
 enum class BackendKind { Cpu, Cuda };
 BackendKind parse_backend(const std::string& name);  // throws Error
+// Throws Error naming config.json's num_experts for a MoE checkpoint: the
+// CUDA backend runs dense Qwen3.5 only.
+void refuse_moe_on_cuda(const Qwen35Checkpoint& ckpt);
 
 // max_tokens bounds the caches (prompt + generated + block size).
 // options: what the user or a benchmark chose (core/options.h); each backend

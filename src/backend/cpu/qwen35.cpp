@@ -61,6 +61,10 @@ LayerWeights load_layer(const Qwen35Checkpoint& ck, const std::string& p, bool f
     L.gdn.dt_bias = ck.vector(g + ".dt_bias", Hv);
     L.gdn.norm = ck.norm(g + ".norm", c.linear_value_head_dim, false);
   }
+  if (c.moe) {
+    L.moe = load_moe(ck, p);
+    return L;
+  }
   L.gate = Matrix::load(ck.matrix(p + ".mlp.gate_proj", c.intermediate_size, H));
   L.up = Matrix::load(ck.matrix(p + ".mlp.up_proj", c.intermediate_size, H));
   L.down = Matrix::load(ck.matrix(p + ".mlp.down_proj", H, c.intermediate_size));
@@ -275,6 +279,10 @@ void CpuModel::decoder_layer(const LayerWeights& L, std::span<const Segment> seg
 }
 
 void CpuModel::mlp(const LayerWeights& L, int N, const float* xn, float* out) {
+  if (L.moe) {
+    moe_mlp(*L.moe, N, xn, out);
+    return;
+  }
   const int I = cfg.intermediate_size;
   std::vector<float> g(size_t(N) * I), u(size_t(N) * I);
   matmul(*L.gate, xn, N, g.data());

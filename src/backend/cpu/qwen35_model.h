@@ -36,13 +36,29 @@ struct GdnWeights {
   std::vector<float> a_log, dt_bias, norm;
 };
 
+// A MoE layer's MLP (qwen35_moe.cpp), E experts of width I, shared expert
+// of width Is, hidden size H.
+struct MoeWeights {
+  MatrixPtr router;  // mlp.gate [E, H]
+  struct Expert {
+    MatrixPtr gate, up, down;  // [I, H], [I, H], [H, I]
+  };
+  std::vector<Expert> experts;  // [E], by expert id
+  MatrixPtr shared_gate, shared_up, shared_down;  // mlp.shared_expert.*: [Is, H], [Is, H], [H, Is]
+  MatrixPtr shared_expert_gate;  // [1, H]: the shared expert's output is scaled by its sigmoid
+};
+
 struct LayerWeights {
   bool full = false;
   std::vector<float> input_norm, post_norm;
   AttentionWeights attn;
   GdnWeights gdn;
-  MatrixPtr gate, up, down;
+  MatrixPtr gate, up, down;  // the dense MLP: [I, H], [I, H], [H, I]; null in a MoE model
+  std::shared_ptr<const MoeWeights> moe;  // a MoE model's MLP; null in a dense one
 };
+
+// A MoE layer's MLP weights of logical layer `layer` ("layers.3", "mtp.layers.0").
+std::shared_ptr<const MoeWeights> load_moe(const Qwen35Checkpoint& ck, const std::string& layer);
 
 // Left uninitialised: a row is written before it is read, so the pages of
 // a slot's positions it never reaches cost no memory.
@@ -117,6 +133,9 @@ struct CpuModel {
   void gdn_step(GdnState& st, int h0, int h1, const float* q, const float* k, const float* v, const float* g,
                 const float* beta, float* o) const;
   void mlp(const LayerWeights& L, int N, const float* xn, float* out);
+  // The sparse MoE block over N rows (qwen35_moe.cpp): each row's experts
+  // are added in rising expert id, whatever rows share the call.
+  void moe_mlp(const MoeWeights& W, int N, const float* xn, float* out);
   // Output rows [0, rows) of w (-1: all).
   void matmul(const Matrix& w, const float* x, int T, float* y, int64_t rows = -1) {
     cpu::matmul(w, x, T, y, 0, rows, &pool, min_chunk_work);
