@@ -6,6 +6,8 @@
 // the probe seeds the table from real forwards.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <map>
 #include <random>
 #include <set>
@@ -115,6 +117,17 @@ TEST(BlockChoice, NewAndStoppedSequencesDraftOnce) {
   c[0].max_k = 1;  // one token left: nothing to draft
   linear.choose(c, 0, k);
   EXPECT_EQ(k[0], 1);
+  // Among 32 sequences a stopped one re-drafts 16 times less often: after
+  // 16 x 16 rounds, not 16.
+  std::vector<BlockCandidate> many(32, poor.candidate(8));
+  std::vector<int> ks(32);
+  for (auto& m : many) m.rounds_without_drafts = 16;
+  linear.choose(many, 0, ks);
+  EXPECT_EQ(std::count(ks.begin(), ks.end(), 1), 32);
+  many[5].rounds_without_drafts = 16 * 16;
+  linear.choose(many, 0, ks);
+  EXPECT_EQ(ks[5], 2);
+  EXPECT_EQ(std::count(ks.begin(), ks.end(), 1), 31);
 }
 
 TEST(BlockChoice, PooledAcceptanceFollowsTheRounds) {

@@ -19,7 +19,9 @@
 // draft_ms: a least-squares line over the chained draft steps and the draft
 // tokens of recent steps. A sequence with no acceptance of its own drafts
 // at least one token in its first rounds, and once it stopped drafting it
-// drafts one round in 16 (the estimate must see drafts to recover). The
+// drafts one round in 16 x max(1, sequences / 2) (the estimate must see
+// drafts to recover; with many sequences a re-drafting round is rarer, so
+// that the rounds re-drafting stay about one step in eight). The
 // choice never changes what a sequence
 // computes: greedy output is exact at every K, and a sampled round keeps the
 // plain sampling distribution at any K decided before its draws.
