@@ -34,6 +34,10 @@ enum class WalkVariant { Flag, While };
 
 struct RuntimeOptions {
   int cpu_threads = 0;  // CPU backend (--threads); 0: NEXTN_THREADS, else all cores; no result depends on it
+  // Ranks the model is split over (--tensor-parallel, docs/tensor-parallel.md):
+  // 1 alone; N > 1 on the CPU backend only (ranks as threads); the CUDA
+  // backend refuses it (multi-GPU is not implemented).
+  int tensor_parallel = 1;
   Activations act = Activations::Bf16;
 
   // Benchmark and test seams: `generate` and `serve` leave them as they are.

@@ -82,6 +82,14 @@ void ModelRuntime::reserve_step(std::span<const int32_t> tokens, int) {
     if (t < 0 || t >= V) fail("token id {} is outside the vocabulary [0, {})", t, V);
 }
 
+void check_tensor_parallel_backend(BackendKind kind, int degree) {
+  if (degree < 1) fail("--tensor-parallel {}: expected a degree of at least 1", degree);
+  if (kind == BackendKind::Cuda && degree != 1)
+    fail("--tensor-parallel {}: --backend cuda runs on one GPU; tensor parallelism over several GPUs (NCCL) is not "
+         "implemented (it runs on --backend cpu, docs/tensor-parallel.md)",
+         degree);
+}
+
 void refuse_moe_on_cuda(const Qwen35Checkpoint& ckpt) {
   const Qwen35Config& c = ckpt.config();
   if (c.moe)
@@ -108,6 +116,7 @@ std::unique_ptr<ModelRuntime> make_runtime(const Qwen35Checkpoint& ckpt, Backend
     fail("{}: this run needs up to {} positions (prompt + tokens to generate + verify block) but config.json's "
          "max_position_embeddings is {}",
          ckpt.dir(), max_tokens, limit);
+  check_tensor_parallel_backend(kind, options.tensor_parallel);
   if (kind == BackendKind::Cpu) return make_cpu_runtime(ckpt, max_tokens, cpu_options(options));
   refuse_moe_on_cuda(ckpt);
 #ifdef NEXTN_HAVE_CUDA

@@ -17,7 +17,10 @@ TargetModel open_target_model(const std::string& dir, BackendKind kind, const Ru
   const std::string gemma = gemma4_model_type(dir);
   if (gemma == "gemma4_assistant")
     fail("{}: a gemma4_assistant checkpoint is a drafter: pass its target with -m and it with --draft", dir);
+  check_tensor_parallel_backend(kind, options.tensor_parallel);
   if (!gemma.empty()) {
+    if (options.tensor_parallel != 1)
+      fail("--tensor-parallel {}: {} is a Gemma 4 checkpoint; tensor parallelism splits Qwen3.5 only", options.tensor_parallel, dir);
 #ifndef NEXTN_HAVE_CUDA
     if (kind == BackendKind::Cuda)
       fail("--backend cuda: this nextn was built without the CUDA backend (no nvcc at build time, or -DNEXTN_CUDA=OFF)");

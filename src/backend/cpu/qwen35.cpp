@@ -7,6 +7,7 @@
 // value is the same at any thread count.
 #include "backend/cpu/qwen35.h"
 #include "backend/cpu/qwen35_model.h"
+#include "backend/cpu/qwen35_tp.h"
 
 #include <algorithm>
 #include <climits>
@@ -92,6 +93,13 @@ CpuModel::CpuModel(const Qwen35Checkpoint& ck, const CpuRuntimeOptions& options)
     mtp_layer = load_layer(ck, "mtp.layers.0", true);
   }
 }
+
+CpuModel::CpuModel(const Qwen35Config& rank_config, const CpuRuntimeOptions& options, Communicator* communicator)
+    : cfg(rank_config),
+      pool(options.threads > 0 ? options.threads : default_thread_count()),
+      min_chunk_work(options.min_chunk_work),
+      fault(options.fault),
+      comm(communicator) {}
 
 CpuQwen35::CpuQwen35(std::shared_ptr<CpuModel> model, int max_tokens)
     : m_(std::move(model)),
@@ -272,9 +280,14 @@ void CpuModel::decoder_layer(const LayerWeights& L, std::span<const Segment> seg
     attention(L.attn, segs, N, xn.data(), mix.data());
   else
     gdn_mixer(L.gdn, segs, N, xn.data(), mix.data());
+  // Tensor parallelism: each rank's mix is its heads' share of o_proj /
+  // out_proj; the sum over ranks is the layer's (every rank gets the same
+  // bits, so the residual stream stays replicated).
+  if (comm) comm->all_reduce_sum(mix.data(), mix.size());
   for (size_t i = 0; i < xn.size(); ++i) x[i] += mix[i];
   for (int t = 0; t < N; ++t) cpu::rmsnorm(x + size_t(t) * H, L.post_norm.data(), cfg.rms_norm_eps, H, &xn[size_t(t) * H]);
   mlp(L, N, xn.data(), mix.data());
+  if (comm) comm->all_reduce_sum(mix.data(), mix.size());  // the down projections' shares
   for (size_t i = 0; i < xn.size(); ++i) x[i] += mix[i];
 }
 
@@ -478,12 +491,14 @@ CpuRuntimeOptions cpu_options(const RuntimeOptions& options) {
   CpuRuntimeOptions c;
   c.threads = options.cpu_threads;
   c.fault = options.fault;
+  c.tensor_parallel = options.tensor_parallel;
   return c;
 }
 
 std::unique_ptr<ModelRuntime> make_cpu_runtime(const Qwen35Checkpoint& ckpt, int max_tokens,
                                                const CpuRuntimeOptions& options) {
   if (max_tokens < 1) fail("--backend cpu: max_tokens {} must be positive", max_tokens);
+  if (options.tensor_parallel != 1) return make_cpu_tensor_parallel_runtime(ckpt, max_tokens, options);
   return std::make_unique<cpu_qwen35::CpuQwen35>(std::make_shared<cpu_qwen35::CpuModel>(ckpt, options), max_tokens);
 }
 

@@ -12,6 +12,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/qwen35.h"
 #include "core/allocator.h"
+#include "core/comm.h"
 #include "core/fault.h"
 #include "core/thread_pool.h"
 #include "io/config.h"
@@ -20,6 +21,7 @@
 
 namespace nextn {
 class Qwen35Checkpoint;
+struct TensorParallelShard;
 namespace cpu_qwen35 {
 
 using cpu::Matrix;
@@ -59,6 +61,14 @@ struct LayerWeights {
 
 // A MoE layer's MLP weights of logical layer `layer` ("layers.3", "mtp.layers.0").
 std::shared_ptr<const MoeWeights> load_moe(const Qwen35Checkpoint& ck, const std::string& layer);
+
+struct CpuModel;
+// Rank s.rank's part of the model (qwen35_shard.cpp) over `comm`; rank0:
+// rank 0's model, whose replicated matrices the other ranks share (null when
+// loading rank 0).
+std::shared_ptr<CpuModel> load_tensor_parallel_rank(const Qwen35Checkpoint& ck, const TensorParallelShard& s,
+                                                    const CpuRuntimeOptions& options, Communicator& comm,
+                                                    const CpuModel* rank0);
 
 // Left uninitialised: a row is written before it is read, so the pages of
 // a slot's positions it never reaches cost no memory.
@@ -123,6 +133,10 @@ struct Segment {
 // the GDN recurrence per sequence.
 struct CpuModel {
   CpuModel(const Qwen35Checkpoint& ckpt, const CpuRuntimeOptions& options);
+  // A tensor-parallel rank's model with the rank's shapes (`rank_config`,
+  // io/tensor_parallel_plan.h) and no weights yet: load_tensor_parallel_rank
+  // (qwen35_shard.cpp) loads its part.
+  CpuModel(const Qwen35Config& rank_config, const CpuRuntimeOptions& options, Communicator* comm);
 
   void embed(const int32_t* tokens, int T, float* x) const;
   void check_tokens(std::span<const int32_t> tokens) const;
@@ -146,6 +160,10 @@ struct CpuModel {
   ThreadPool pool;
   int64_t min_chunk_work;
   Fault fault = Fault::None;  // CpuRuntimeOptions::fault
+  // Tensor parallelism: the rank's communicator, which sums the partial
+  // outputs of the row-parallel projections (o_proj, out_proj, the MLP's
+  // down projections) across ranks; null for a model alone.
+  Communicator* comm = nullptr;
   Allocator* allocator = nullptr;  // the sequences' row buffers (set_allocator, a test seam; null: host)
   MatrixPtr embed_tokens, lm_head;
   std::vector<float> final_norm;
@@ -192,6 +210,14 @@ class CpuQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadAr
   int head_walk(std::span<const int32_t> drafts, int32_t* out) override;
 
   const CpuModel* model() const { return m_.get(); }
+  // The post-norm hidden rows of the last target forward ([rows][H]) and
+  // of the last MTP call ([entries][H]): what the LM head projects. A
+  // tensor-parallel runtime projects its ranks' vocabulary shares of them
+  // itself (qwen35_tp.cpp).
+  std::span<const float> hidden_rows() const { return {hidden_.data(), size_t(last_T_) * size_t(m_->cfg.hidden_size)}; }
+  std::span<const float> mtp_hidden_rows() const {
+    return {mtp_hidden_.data(), size_t(mtp_last_n_) * size_t(m_->cfg.hidden_size)};
+  }
   // target_forward(tokens[i]) on seqs[i], one trunk forward over all rows;
   // every sequence is checked before any changes.
   static void forward_together(std::span<CpuQwen35* const> seqs, std::span<const std::span<const int32_t>> tokens);

@@ -268,6 +268,10 @@ class CpuSequenceGroup final : public SequenceGroup {
 }  // namespace cpu_qwen35
 
 std::unique_ptr<SequenceGroup> make_cpu_sequence_group(const Qwen35Checkpoint& ckpt, const CpuRuntimeOptions& options) {
+  if (options.tensor_parallel != 1)  // each sequence its own split model, forwards one after another
+    return make_serial_sequence_group(
+        [&ckpt, options](int max_tokens) { return make_cpu_runtime(ckpt, max_tokens, options); },
+        qwen35_info(ckpt.config()), "cpu");
   return std::make_unique<cpu_qwen35::CpuSequenceGroup>(ckpt, options);
 }
 

@@ -1,0 +1,40 @@
+// Which part of Qwen3.5's tensors each tensor-parallel rank holds
+// (docs/tensor-parallel.md), backend-neutral: the CPU ranks load these
+// parts today, GPU ranks would load the same. Heads are split into
+// contiguous equal ranges (rank r holds the r-th); widths that are not
+// heads (MLP intermediate columns, vocabulary rows) into ranges differing by
+// at most one.
+#pragma once
+#include <vector>
+
+#include "io/config.h"
+#include "io/weight_slice.h"
+
+namespace nextn {
+
+struct TensorParallelShard {
+  int rank = 0, degree = 1;
+  IndexRange q_heads;          // attention query heads
+  IndexRange kv_heads;         // attention KV heads: one, shared by several ranks, when degree > num_key_value_heads
+  IndexRange gdn_key_heads;    // Gated DeltaNet key heads (q and k)
+  IndexRange gdn_value_heads;  // Gated DeltaNet value heads (v, z, b, a, the recurrent state)
+  IndexRange mlp;              // dense MLP intermediate columns (gate/up rows, down columns)
+  IndexRange expert_mlp;       // every routed expert's intermediate columns (MoE)
+  IndexRange shared_expert_mlp;  // the shared expert's intermediate columns (MoE)
+  IndexRange vocab;            // LM head rows: the rank's share of the argmax
+  // The full config with this rank's head counts and widths: the shapes its
+  // layers compute with (vocab_size stays the whole vocabulary: embeddings
+  // and token checks are replicated).
+  Qwen35Config config;
+};
+
+// Throws Error naming --tensor-parallel when `degree` cannot split `c`: a
+// degree below 1; query heads or Gated DeltaNet heads that do not divide
+// evenly; KV heads neither divisible by the degree nor dividing it (then a
+// rank's query heads would need two KV heads' groups); a width with fewer
+// columns than ranks.
+void check_tensor_parallel(const Qwen35Config& c, int degree);
+// Rank `rank`'s part; check_tensor_parallel first.
+TensorParallelShard tensor_parallel_shard(const Qwen35Config& c, int degree, int rank);
+
+}  // namespace nextn
