@@ -1,6 +1,6 @@
 // The blocked CPU matrix product (src/backend/cpu/gemm.h) for every weight
 // kind the CPU backend holds (fp32, bf16, MLX q4 and q8): each output element
-// is cpu::dot's arithmetic on the row's values, bit for bit; a row computed
+// is gemm.h's summation order on the row's values, bit for bit; a row computed
 // alone equals the same row inside a call of many rows (and every prefix
 // of the call); and the result is the same at 1, 2 and 7 threads with the
 // work cut as finely as it goes. Shapes cover partial panels, partial tiles
@@ -31,15 +31,19 @@ const char* kind_name(Kind k) {
   }
 }
 
-// cpu::dot's definition (ops.h): 8 interleaved partial sums, the tail into
-// lanes 0.., combined pairwise.
+// gemm.h's summation order with L = cpu::gemm_sum_lanes() partial sums:
+// lane l takes columns i = l mod L by fused multiply-add, the tail into
+// lanes 0.., then halving: lane l += lane l + L/2, ... down to lane 0.
 float reference_dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const int L = cpu::gemm_sum_lanes();
+  std::vector<float> acc(size_t(L), 0.0f);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
-  for (int l = 0; i < n; ++i, ++l) acc[l] += a[i] * b[i];
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i + L <= n; i += L)
+    for (int l = 0; l < L; ++l) acc[size_t(l)] = std::fma(a[i + l], b[i + l], acc[size_t(l)]);
+  for (int l = 0; i < n; ++i, ++l) acc[size_t(l)] = std::fma(a[i], b[i], acc[size_t(l)]);
+  for (int half = L / 2; half >= 1; half /= 2)
+    for (int l = 0; l < half; ++l) acc[size_t(l)] += acc[size_t(l + half)];
+  return acc[0];
 }
 
 // A random [rows, cols] weight in one storage kind, loaded as the backend loads it.
@@ -114,7 +118,7 @@ struct Shape {
   int64_t rows, cols;
 };
 // Column tails (cols % 8 != 0) exist for dense weights only: MLX groups are multiples of 32.
-const Shape kDenseShapes[] = {{1, 8}, {5, 3}, {17, 100}, {33, 257}, {70, 64}};
+const Shape kDenseShapes[] = {{1, 8}, {5, 3}, {17, 100}, {33, 257}, {70, 64}, {9, 16}, {12, 47}};
 const Shape kQuantShapes[] = {{1, 32}, {17, 96}, {33, 256}, {70, 64}};
 
 template <class F>
@@ -130,7 +134,7 @@ void for_each_case(F&& f) {
   }
 }
 
-TEST(CpuGemm, EveryElementIsTheDotOfItsRows) {
+TEST(CpuGemm, EveryElementFollowsTheSummationOrder) {
   for_each_case([](std::mt19937_64& rng, const cpu::Matrix& m) {
     const int64_t cols = m.cols();
     std::vector<float> wr(size_t(m.rows() * cols));

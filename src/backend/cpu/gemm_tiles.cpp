@@ -1,12 +1,13 @@
-// Register-tiled blocks of the CPU matrix product (see gemm.h), in Highway
-// with dynamic dispatch. A tile holds RT input rows x RW weight rows of
-// accumulators; each step of 8 columns loads RW weight vectors (bf16 widened
-// in registers) and RT input vectors and updates RT * RW accumulators, so
-// every loaded vector serves several products instead of one.
+// Register-tiled blocks of the CPU matrix product (see gemm.h for the
+// summation order), in Highway with dynamic dispatch. A tile holds RT input
+// rows x RW weight rows of accumulators; each step of kSumLanes columns
+// loads RW weight vectors (bf16 widened in registers) and RT input vectors
+// and does RT * RW fused multiply-adds, so every loaded vector serves
+// several products instead of one.
 //
-// Each output element keeps its own 8-lane accumulator and is finished by
-// the same tail and pairwise reduction as cpu::dot: the tile shape, the
-// block size and the thread that runs it cannot change a single bit.
+// Each output element has its own accumulator and is finished by the same
+// tail and pairwise reduction whatever the tile: the tile shape, the block,
+// the row count of the call and the thread that runs it cannot change a bit.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/gemm_tiles.cpp"
 // Arrays of vectors need sized vector types: leave out the scalable targets.
@@ -14,6 +15,7 @@
 #define HWY_DISABLED_TARGETS (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128 | HWY_RVV)
 #endif
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -28,10 +30,14 @@ HWY_BEFORE_NAMESPACE();
 namespace nextn::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-using D = hn::CappedTag<float, 8>;
+// Partial sums per output element: one full vector on AVX2 (8) and AVX-512
+// (16); two 4-lane vectors on 128-bit targets, whose FMA throughput does not
+// gain from more.
+constexpr int kSumLanes = std::clamp(int(hn::MaxLanes(hn::ScalableTag<float>())), 8, 16);
+using D = hn::CappedTag<float, kSumLanes>;
 constexpr int kLanes = int(hn::MaxLanes(D()));
-constexpr int kVecs = 8 / kLanes;  // vectors per 8-lane accumulator (2 on 4-lane targets)
-static_assert(kLanes * kVecs == 8, "lane count must divide 8");
+constexpr int kVecs = kSumLanes / kLanes;
+static_assert(kLanes * kVecs == kSumLanes, "lane count must divide the partial sums");
 
 // Tile shape: as many accumulators as the register file holds next to the
 // RW weight vectors and one input vector (32 vector registers on AVX-512
@@ -41,7 +47,7 @@ constexpr int kRegisters = 32;
 #else
 constexpr int kRegisters = 16;
 #endif
-constexpr int kTileRows = kVecs == 1 ? 4 : 2;                          // RT
+constexpr int kTileRows = kVecs == 1 ? 4 : 2;                              // RT
 constexpr int kTileWeights = kVecs == 1 ? (kRegisters == 32 ? 4 : 3) : 2;  // RW
 
 HWY_INLINE hn::Vec<D> LoadWeights(D d, const float* p) { return hn::LoadU(d, p); }
@@ -59,7 +65,38 @@ HWY_INLINE float WeightAt(const uint16_t* p, int64_t j) {
   return w;
 }
 
-// y[t * ldy + r] = dot(x + t * ldx, w + r * ldw, n) for t < RT, r < RW.
+// The lanes combined by halving: lane l += lane l + L/2 for l < L/2, then
+// the same over L/2 lanes, ... down to lane 0. In vector registers (one
+// add per halving) when there is no tail, else on the stored lanes; the
+// same additions either way.
+HWY_INLINE float SumHalvingScalar(float* a) {
+  for (int half = kSumLanes / 2; half >= 1; half /= 2)
+    for (int l = 0; l < half; ++l) a[l] += a[l + half];
+  return a[0];
+}
+template <class DV>
+HWY_INLINE float SumHalving(DV d, hn::Vec<DV> v) {
+#if HWY_TARGET == HWY_SCALAR  // one lane per vector: nothing to halve
+  (void)d;
+  return hn::GetLane(v);
+#else
+  if constexpr (hn::MaxLanes(DV()) == 1) {
+    (void)d;
+    return hn::GetLane(v);
+  } else {
+    const hn::Half<DV> dh;
+    return SumHalving(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)));
+  }
+#endif
+}
+HWY_INLINE float SumHalving(hn::Vec<D>* vecs) {
+  // Across the kVecs vectors first: they hold lanes [v * kLanes, (v + 1) * kLanes).
+  for (int count = kVecs; count > 1; count /= 2)
+    for (int j = 0; j < count / 2; ++j) vecs[j] = hn::Add(vecs[j], vecs[j + count / 2]);
+  return SumHalving(D(), vecs[0]);
+}
+
+// y[t * ldy + r] = x[t] . w[r] over n columns for t < RT, r < RW.
 template <int RT, int RW, class W>
 HWY_NOINLINE void Tile(const float* x, int64_t ldx, const W* w, int64_t ldw, int64_t n, float* y, int64_t ldy) {
   const D d;
@@ -69,51 +106,62 @@ HWY_NOINLINE void Tile(const float* x, int64_t ldx, const W* w, int64_t ldw, int
     for (int r = 0; r < RW; ++r)
       for (int v = 0; v < kVecs; ++v) acc[t][r][v] = hn::Zero(d);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
+  for (; i + kSumLanes <= n; i += kSumLanes)
     for (int v = 0; v < kVecs; ++v) {
       Vec wv[RW];
       for (int r = 0; r < RW; ++r) wv[r] = LoadWeights(d, w + r * ldw + i + v * kLanes);
       for (int t = 0; t < RT; ++t) {
         const Vec xv = hn::LoadU(d, x + t * ldx + i + v * kLanes);
-        for (int r = 0; r < RW; ++r) acc[t][r][v] = hn::Add(acc[t][r][v], hn::Mul(xv, wv[r]));
+        for (int r = 0; r < RW; ++r) acc[t][r][v] = hn::MulAdd(xv, wv[r], acc[t][r][v]);
       }
     }
   for (int t = 0; t < RT; ++t)
     for (int r = 0; r < RW; ++r) {
-      HWY_ALIGN float a[8];
+      if (i == n) {
+        y[t * ldy + r] = SumHalving(acc[t][r]);
+        continue;
+      }
+      HWY_ALIGN float a[kSumLanes];
       for (int v = 0; v < kVecs; ++v) hn::Store(acc[t][r][v], d, a + v * kLanes);
       const float* xt = x + t * ldx;
       const W* wr = w + r * ldw;
-      for (int64_t j = i, l = 0; j < n; ++j, ++l) a[l] += xt[j] * WeightAt(wr, j);  // tail: lanes 0.. as dot()
-      y[t * ldy + r] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+      for (int64_t j = i, l = 0; j < n; ++j, ++l) a[l] = std::fma(xt[j], WeightAt(wr, j), a[l]);  // tail: lanes 0..
+      y[t * ldy + r] = SumHalvingScalar(a);
     }
 }
 
-// One tile of up to kTileRows x kTileWeights: the full shape, or a smaller
-// one at the block's edges (same per-element arithmetic).
+// A tile of RT input rows x rw <= RW weight rows (smaller ones at the
+// block's edges; the same per-element arithmetic).
+template <class W, int RT, int RW>
+void TileOfWidth(int rw, const float* x, int64_t ldx, const W* w, int64_t ldw, int64_t n, float* y, int64_t ldy) {
+  if constexpr (RW > 1) {
+    if (rw < RW) return TileOfWidth<W, RT, RW - 1>(rw, x, ldx, w, ldw, n, y, ldy);
+  }
+  Tile<RT, RW>(x, ldx, w, ldw, n, y, ldy);
+}
 template <class W, int RT = kTileRows>
 void TileUpTo(int rt, int rw, const float* x, int64_t ldx, const W* w, int64_t ldw, int64_t n, float* y,
               int64_t ldy) {
   if constexpr (RT > 1) {
     if (rt < RT) return TileUpTo<W, RT - 1>(rt, rw, x, ldx, w, ldw, n, y, ldy);
   }
-  static_assert(kTileWeights >= 2 && kTileWeights <= 4, "edge dispatch covers 1..4 weight rows");
-  switch (rw) {
-    case 1: return Tile<RT, 1>(x, ldx, w, ldw, n, y, ldy);
-    case 2: return Tile<RT, 2>(x, ldx, w, ldw, n, y, ldy);
-    case 3:
-      if constexpr (kTileWeights >= 3) return Tile<RT, 3>(x, ldx, w, ldw, n, y, ldy);
-      break;
-    default:
-      if constexpr (kTileWeights >= 4) return Tile<RT, 4>(x, ldx, w, ldw, n, y, ldy);
-      break;
-  }
+  TileOfWidth<W, RT, kTileWeights>(rw, x, ldx, w, ldw, n, y, ldy);
 }
 
-// The block, weight tiles outer so that each tile's weights are read from
-// cache once per kTileRows input rows.
+// One input row (decode): twice the weight rows per tile, so that enough
+// independent FMA chains are in flight to cover the FMA latency.
+constexpr int kSingleRowWeights = 2 * kTileWeights;
+
+// Weight tiles outer, so that each tile's weights are read from cache once
+// per kTileRows input rows.
 template <class W>
 void Block(const float* x, int64_t ldx, int T, const W* w, int64_t ldw, int rows, int64_t n, float* y, int64_t ldy) {
+  if (T == 1) {
+    for (int r = 0; r < rows; r += kSingleRowWeights)
+      TileOfWidth<W, 1, kSingleRowWeights>(std::min(kSingleRowWeights, rows - r), x, ldx, w + r * ldw, ldw, n, y + r,
+                                           ldy);
+    return;
+  }
   for (int r = 0; r < rows; r += kTileWeights) {
     const int rw = std::min(kTileWeights, rows - r);
     for (int t = 0; t < T; t += kTileRows)
@@ -129,6 +177,7 @@ void GemmBlockBf16(const float* x, int64_t ldx, int T, const uint16_t* w, int64_
                    float* y, int64_t ldy) {
   Block(x, ldx, T, w, ldw, rows, n, y, ldy);
 }
+int SumLanes() { return kSumLanes; }
 
 }  // namespace nextn::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -138,6 +187,7 @@ namespace nextn::cpu {
 
 HWY_EXPORT(GemmBlockF32);
 HWY_EXPORT(GemmBlockBf16);
+HWY_EXPORT(SumLanes);
 
 void gemm_block(const float* x, int64_t ldx, int T, const float* w, int64_t ldw, int rows, int64_t n, float* y,
                 int64_t ldy) {
@@ -147,6 +197,7 @@ void gemm_block(const float* x, int64_t ldx, int T, const uint16_t* w, int64_t l
                 int64_t ldy) {
   HWY_DYNAMIC_DISPATCH(GemmBlockBf16)(x, ldx, T, w, ldw, rows, n, y, ldy);
 }
+int gemm_sum_lanes() { return HWY_DYNAMIC_DISPATCH(SumLanes)(); }
 
 }  // namespace nextn::cpu
 #endif  // HWY_ONCE

@@ -45,9 +45,9 @@ float dot(const float* a, const float* b, int64_t n);
 // x is [T, cols], y is [T, count] (count defaults to all rows). The blocked
 // product of gemm.h: with a pool, work items (a panel of weight rows x a
 // block of input rows) are split across its threads in chunks of at least
-// min_chunk_work multiply-adds; each y element is computed exactly as one
-// dot(), so the result does not depend on T, the pool, its size or the
-// chunking. Defined in gemm.cpp.
+// min_chunk_work multiply-adds; each y element is summed in gemm.h's fixed
+// order (FMA, not dot()'s), so the result does not depend on T, the pool,
+// its size or the chunking. Defined in gemm.cpp.
 void matmul(const Matrix& w, const float* x, int T, float* y, int64_t first = 0, int64_t count = -1,
             ThreadPool* pool = nullptr, int64_t min_chunk_work = int64_t(1) << 16);
 
