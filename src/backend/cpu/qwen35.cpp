@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cpu/head.h"
+#include "backend/cpu/gdn_simd.h"
 #include "backend/cpu/ops.h"
 #include "core/fault.h"
 #include "core/error.h"
@@ -361,27 +362,7 @@ void CpuModel::gdn_step(GdnState& st, int h0, int h1, const float* q, const floa
     const float* qh = q + size_t(h) * dk;
     const float* kh = k + size_t(h) * dk;
     const float* vh = v + size_t(h) * dv;
-    const float decay = std::exp(g[h]);
-    // Two sweeps over S; per element the same operations in the same order
-    // as decay, then read (S k), then write (+ k mem), then output (S q).
-    std::fill(mem.begin(), mem.end(), 0.0f);
-    for (int i = 0; i < dk; ++i) {
-      float* Si = S + size_t(i) * dv;
-      for (int j = 0; j < dv; ++j) {
-        Si[j] *= decay;
-        mem[size_t(j)] += Si[j] * kh[i];
-      }
-    }
-    for (int j = 0; j < dv; ++j) mem[size_t(j)] = (vh[j] - mem[size_t(j)]) * beta[h];
-    float* oh = o + size_t(h) * dv;
-    for (int j = 0; j < dv; ++j) oh[j] = 0.0f;
-    for (int i = 0; i < dk; ++i) {
-      float* Si = S + size_t(i) * dv;
-      for (int j = 0; j < dv; ++j) {
-        Si[j] += kh[i] * mem[size_t(j)];
-        oh[j] += Si[j] * qh[i];
-      }
-    }
+    cpu::gdn_head_step(S, dk, dv, qh, kh, vh, std::exp(g[h]), beta[h], mem.data(), o + size_t(h) * dv);
   }
 }
 
