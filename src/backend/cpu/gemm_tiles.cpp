@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "hwy/cache_control.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
@@ -109,7 +110,12 @@ HWY_NOINLINE void Tile(const float* x, int64_t ldx, const W* w, int64_t ldw, int
   for (; i + kSumLanes <= n; i += kSumLanes)
     for (int v = 0; v < kVecs; ++v) {
       Vec wv[RW];
-      for (int r = 0; r < RW; ++r) wv[r] = LoadWeights(d, w + r * ldw + i + v * kLanes);
+      for (int r = 0; r < RW; ++r) {
+        wv[r] = LoadWeights(d, w + r * ldw + i + v * kLanes);
+        // The next tile's rows (weights stream from L3 or DRAM in decode; the
+        // hardware prefetcher alone does not keep RW short row streams fed).
+        if constexpr (RT == 1) hwy::Prefetch(w + (r + RW) * ldw + i + v * kLanes);
+      }
       for (int t = 0; t < RT; ++t) {
         const Vec xv = hn::LoadU(d, x + t * ldx + i + v * kLanes);
         for (int r = 0; r < RW; ++r) acc[t][r][v] = hn::MulAdd(xv, wv[r], acc[t][r][v]);
