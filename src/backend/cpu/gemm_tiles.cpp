@@ -98,8 +98,13 @@ HWY_INLINE float SumHalving(hn::Vec<D>* vecs) {
 }
 
 // y[t * ldy + r] = x[t] . w[r] over n columns for t < RT, r < RW.
+// With prefetch_next, also prefetches the next tile's weight rows: in
+// decode and verify calls (few input rows) the weights stream from L3 or
+// DRAM, and the hardware prefetcher alone does not keep RW short row
+// streams fed.
 template <int RT, int RW, class W>
-HWY_NOINLINE void Tile(const float* x, int64_t ldx, const W* w, int64_t ldw, int64_t n, float* y, int64_t ldy) {
+HWY_NOINLINE void Tile(const float* x, int64_t ldx, const W* w, int64_t ldw, int64_t n, float* y, int64_t ldy,
+                       bool prefetch_next) {
   const D d;
   using Vec = hn::Vec<D>;
   Vec acc[RT][RW][kVecs];
@@ -112,9 +117,7 @@ HWY_NOINLINE void Tile(const float* x, int64_t ldx, const W* w, int64_t ldw, int
       Vec wv[RW];
       for (int r = 0; r < RW; ++r) {
         wv[r] = LoadWeights(d, w + r * ldw + i + v * kLanes);
-        // The next tile's rows (weights stream from L3 or DRAM in decode; the
-        // hardware prefetcher alone does not keep RW short row streams fed).
-        if constexpr (RT == 1) hwy::Prefetch(w + (r + RW) * ldw + i + v * kLanes);
+        if (prefetch_next) hwy::Prefetch(w + (r + RW) * ldw + i + v * kLanes);
       }
       for (int t = 0; t < RT; ++t) {
         const Vec xv = hn::LoadU(d, x + t * ldx + i + v * kLanes);
@@ -139,23 +142,24 @@ HWY_NOINLINE void Tile(const float* x, int64_t ldx, const W* w, int64_t ldw, int
 // A tile of RT input rows x rw <= RW weight rows (smaller ones at the
 // block's edges; the same per-element arithmetic).
 template <class W, int RT, int RW>
-void TileOfWidth(int rw, const float* x, int64_t ldx, const W* w, int64_t ldw, int64_t n, float* y, int64_t ldy) {
+void TileOfWidth(int rw, const float* x, int64_t ldx, const W* w, int64_t ldw, int64_t n, float* y, int64_t ldy,
+                 bool prefetch_next) {
   if constexpr (RW > 1) {
-    if (rw < RW) return TileOfWidth<W, RT, RW - 1>(rw, x, ldx, w, ldw, n, y, ldy);
+    if (rw < RW) return TileOfWidth<W, RT, RW - 1>(rw, x, ldx, w, ldw, n, y, ldy, prefetch_next);
   }
-  Tile<RT, RW>(x, ldx, w, ldw, n, y, ldy);
+  Tile<RT, RW>(x, ldx, w, ldw, n, y, ldy, prefetch_next);
 }
 template <class W, int RT = kTileRows>
 void TileUpTo(int rt, int rw, const float* x, int64_t ldx, const W* w, int64_t ldw, int64_t n, float* y,
-              int64_t ldy) {
+              int64_t ldy, bool prefetch_next) {
   if constexpr (RT > 1) {
-    if (rt < RT) return TileUpTo<W, RT - 1>(rt, rw, x, ldx, w, ldw, n, y, ldy);
+    if (rt < RT) return TileUpTo<W, RT - 1>(rt, rw, x, ldx, w, ldw, n, y, ldy, prefetch_next);
   }
-  TileOfWidth<W, RT, kTileWeights>(rw, x, ldx, w, ldw, n, y, ldy);
+  TileOfWidth<W, RT, kTileWeights>(rw, x, ldx, w, ldw, n, y, ldy, prefetch_next);
 }
 
-// One input row (decode): twice the weight rows per tile, so that enough
-// independent FMA chains are in flight to cover the FMA latency.
+// One input row: twice the weight rows per tile, so that enough independent
+// FMA chains and weight streams are in flight.
 constexpr int kSingleRowWeights = 2 * kTileWeights;
 
 // Weight tiles outer, so that each tile's weights are read from cache once
@@ -165,13 +169,18 @@ void Block(const float* x, int64_t ldx, int T, const W* w, int64_t ldw, int rows
   if (T == 1) {
     for (int r = 0; r < rows; r += kSingleRowWeights)
       TileOfWidth<W, 1, kSingleRowWeights>(std::min(kSingleRowWeights, rows - r), x, ldx, w + r * ldw, ldw, n, y + r,
-                                           ldy);
+                                           ldy, /*prefetch_next=*/true);
     return;
   }
+  // Up to kTileRows input rows (verify rows) pass over each weight tile once,
+  // so the weights stream as in decode: prefetch. More rows reuse the tile
+  // from cache.
+  const bool prefetch_next = T <= kTileRows;
   for (int r = 0; r < rows; r += kTileWeights) {
     const int rw = std::min(kTileWeights, rows - r);
     for (int t = 0; t < T; t += kTileRows)
-      TileUpTo<W>(std::min(kTileRows, T - t), rw, x + t * ldx, ldx, w + r * ldw, ldw, n, y + t * ldy + r, ldy);
+      TileUpTo<W>(std::min(kTileRows, T - t), rw, x + t * ldx, ldx, w + r * ldw, ldw, n, y + t * ldy + r, ldy,
+                  prefetch_next);
   }
 }
 
