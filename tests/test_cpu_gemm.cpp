@@ -32,15 +32,18 @@ const char* kind_name(Kind k) {
 }
 
 // gemm.h's summation order with L = cpu::gemm_sum_lanes() partial sums:
-// lane l takes columns i = l mod L by fused multiply-add, the tail into
-// lanes 0.., then halving: lane l += lane l + L/2, ... down to lane 0.
+// lane l takes columns i = l mod L by multiply-add (fused where the
+// dispatched instruction set has FMA), the tail into lanes 0.., then
+// halving: lane l += lane l + L/2, ... down to lane 0.
+float multiply_add(float a, float b, float c) { return cpu::gemm_uses_fma() ? std::fma(a, b, c) : a * b + c; }
+
 float reference_dot(const float* a, const float* b, int64_t n) {
   const int L = cpu::gemm_sum_lanes();
   std::vector<float> acc(size_t(L), 0.0f);
   int64_t i = 0;
   for (; i + L <= n; i += L)
-    for (int l = 0; l < L; ++l) acc[size_t(l)] = std::fma(a[i + l], b[i + l], acc[size_t(l)]);
-  for (int l = 0; i < n; ++i, ++l) acc[size_t(l)] = std::fma(a[i], b[i], acc[size_t(l)]);
+    for (int l = 0; l < L; ++l) acc[size_t(l)] = multiply_add(a[i + l], b[i + l], acc[size_t(l)]);
+  for (int l = 0; i < n; ++i, ++l) acc[size_t(l)] = multiply_add(a[i], b[i], acc[size_t(l)]);
   for (int half = L / 2; half >= 1; half /= 2)
     for (int l = 0; l < half; ++l) acc[size_t(l)] += acc[size_t(l + half)];
   return acc[0];

@@ -6,12 +6,14 @@
 // Summation order of every output element y = x . w over n columns, fixed
 // for a given machine: L = gemm_sum_lanes() partial sums (8 on AVX2 and
 // 128-bit targets, 16 on AVX-512), lane l takes columns i with i mod L = l
-// (i below n rounded down to L) by fused multiply-add, the tail columns go
-// into lanes 0.. by fused multiply-add, and the lanes are combined by
+// (i below n rounded down to L) by multiply-add, the tail columns go into
+// lanes 0.. by multiply-add, and the lanes are combined by
 // halving (lane l += lane l + L/2 for l < L/2, then L/4, ... to lane 0). Neither the tile, the panel, the
 // row count of the call nor the thread changes it: speculative == greedy
 // and batched == solo, bit for bit. It differs from cpu::dot (no FMA, always
-// 8 lanes) and between instruction sets (docs/cpu-backend.md).
+// 8 lanes) and between instruction sets (docs/cpu-backend.md). The
+// multiply-add is fused (one rounding) where the instruction set has FMA
+// (AVX2, AVX-512, NEON), else a rounded product then the add (SSE4).
 #pragma once
 #include <cstdint>
 
@@ -25,8 +27,10 @@ void gemm_block(const float* x, int64_t ldx, int T, const float* w, int64_t ldw,
 void gemm_block(const float* x, int64_t ldx, int T, const uint16_t* w, int64_t ldw, int rows, int64_t n, float* y,
                 int64_t ldy);
 
-// L of the summation order on this machine (the dispatched instruction set).
+// L of the summation order on this machine (the dispatched instruction set),
+// and whether its multiply-add is fused.
 int gemm_sum_lanes();
+bool gemm_uses_fma();
 
 // Work item shape of cpu::matmul: weight rows per panel (a bf16 panel of a
 // few thousand columns stays in L1/L2 while every input block passes over

@@ -58,6 +58,16 @@ HWY_INLINE hn::Vec<D> LoadWeights(D d, const uint16_t* p) {
   const hn::Rebind<uint16_t, D> d16;
   return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
 }
+// The tail's multiply-add, as hn::MulAdd computes it on this target: fused
+// where the instruction set has FMA, else a rounded product then the add.
+HWY_INLINE float MulAddScalar(float a, float b, float c) {
+#if HWY_NATIVE_FMA
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
 HWY_INLINE float WeightAt(const float* p, int64_t j) { return p[j]; }
 HWY_INLINE float WeightAt(const uint16_t* p, int64_t j) {
   const uint32_t u = uint32_t(p[j]) << 16;
@@ -134,7 +144,7 @@ HWY_NOINLINE void Tile(const float* x, int64_t ldx, const W* w, int64_t ldw, int
       for (int v = 0; v < kVecs; ++v) hn::Store(acc[t][r][v], d, a + v * kLanes);
       const float* xt = x + t * ldx;
       const W* wr = w + r * ldw;
-      for (int64_t j = i, l = 0; j < n; ++j, ++l) a[l] = std::fma(xt[j], WeightAt(wr, j), a[l]);  // tail: lanes 0..
+      for (int64_t j = i, l = 0; j < n; ++j, ++l) a[l] = MulAddScalar(xt[j], WeightAt(wr, j), a[l]);  // tail: lanes 0..
       y[t * ldy + r] = SumHalvingScalar(a);
     }
 }
@@ -193,6 +203,7 @@ void GemmBlockBf16(const float* x, int64_t ldx, int T, const uint16_t* w, int64_
   Block(x, ldx, T, w, ldw, rows, n, y, ldy);
 }
 int SumLanes() { return kSumLanes; }
+bool UsesFma() { return HWY_NATIVE_FMA != 0; }
 
 }  // namespace nextn::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -203,6 +214,7 @@ namespace nextn::cpu {
 HWY_EXPORT(GemmBlockF32);
 HWY_EXPORT(GemmBlockBf16);
 HWY_EXPORT(SumLanes);
+HWY_EXPORT(UsesFma);
 
 void gemm_block(const float* x, int64_t ldx, int T, const float* w, int64_t ldw, int rows, int64_t n, float* y,
                 int64_t ldy) {
@@ -213,6 +225,7 @@ void gemm_block(const float* x, int64_t ldx, int T, const uint16_t* w, int64_t l
   HWY_DYNAMIC_DISPATCH(GemmBlockBf16)(x, ldx, T, w, ldw, rows, n, y, ldy);
 }
 int gemm_sum_lanes() { return HWY_DYNAMIC_DISPATCH(SumLanes)(); }
+bool gemm_uses_fma() { return HWY_DYNAMIC_DISPATCH(UsesFma)(); }
 
 }  // namespace nextn::cpu
 #endif  // HWY_ONCE
