@@ -18,6 +18,7 @@
 #include "backend/cpu/head.h"
 #include "backend/cpu/gdn_simd.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/simd.h"
 #include "core/fault.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -280,7 +281,12 @@ void CpuModel::mlp(const LayerWeights& L, int N, const float* xn, float* out) {
   std::vector<float> g(size_t(N) * I), u(size_t(N) * I);
   matmul(*L.gate, xn, N, g.data());
   matmul(*L.up, xn, N, u.data());
-  for (size_t i = 0; i < g.size(); ++i) g[i] = cpu::silu(g[i]) * u[i];
+  // Element by element, so rows can go to different threads (prefill: the
+  // exp in silu is a noticeable share of a layer). One silu is counted as 64
+  // multiply-adds against min_chunk_work.
+  pool.parallel_for(N, std::max<int64_t>(1, min_chunk_work / (int64_t(I) * 64)), [&](int64_t t0, int64_t t1) {
+    for (size_t i = size_t(t0) * I; i < size_t(t1) * I; ++i) g[i] = cpu::silu(g[i]) * u[i];
+  });
   matmul(*L.down, g.data(), N, out);
 }
 
@@ -328,9 +334,15 @@ void CpuModel::attention(const AttentionWeights& W, std::span<const Segment> seg
           cpu::rope(q.data(), rd, cs.data(), sn.data());
           const int kh = h / group;
           float mx = -INFINITY;
-          for (int j = 0; j < n_keys; ++j) {
-            scores[size_t(j)] = cpu::dot(q.data(), &kv.k[size_t(j) * kv_row + kh * hd], hd) * scale;
-            mx = std::max(mx, scores[size_t(j)]);
+          for (int j0 = 0; j0 < n_keys; j0 += 4) {  // four keys per call, each exactly cpu::dot
+            const int nk = std::min(4, n_keys - j0);
+            const float* keys[4];
+            for (int i = 0; i < nk; ++i) keys[i] = &kv.k[size_t(j0 + i) * kv_row + kh * hd];
+            cpu::dot_rows(q.data(), keys, nk, hd, &scores[size_t(j0)]);
+            for (int j = j0; j < j0 + nk; ++j) {
+              scores[size_t(j)] *= scale;
+              mx = std::max(mx, scores[size_t(j)]);
+            }
           }
           float sum = 0.0f;
           for (int j = 0; j < n_keys; ++j) {
