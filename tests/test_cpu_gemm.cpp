@@ -1,5 +1,5 @@
 // The blocked CPU matrix product (src/backend/cpu/gemm.h) for every weight
-// kind the CPU backend holds (fp32, bf16, MLX q4 and q8): each output element
+// kind the CPU backend holds (fp32, bf16, f16, MLX q4 and q8): each output element
 // is gemm.h's summation order on the row's values, bit for bit; a row computed
 // alone equals the same row inside a call of many rows (and every prefix
 // of the call); and the result is the same at 1, 2 and 7 threads with the
@@ -21,11 +21,12 @@
 namespace nextn {
 namespace {
 
-enum class Kind { F32, BF16, Q4, Q8 };
+enum class Kind { F32, BF16, F16, Q4, Q8 };
 const char* kind_name(Kind k) {
   switch (k) {
     case Kind::F32: return "f32";
     case Kind::BF16: return "bf16";
+    case Kind::F16: return "f16";
     case Kind::Q4: return "q4";
     default: return "q8";
   }
@@ -64,15 +65,15 @@ struct RandomMatrix {
     w.cols = cols;
     tw.name = "w.weight";
     tw.data = nullptr;
-    if (kind == Kind::F32 || kind == Kind::BF16) {
+    if (kind == Kind::F32 || kind == Kind::BF16 || kind == Kind::F16) {
       const size_t n = size_t(rows * cols);
-      tw.dtype = kind == Kind::F32 ? DType::F32 : DType::BF16;
+      tw.dtype = kind == Kind::F32 ? DType::F32 : kind == Kind::BF16 ? DType::BF16 : DType::F16;
       weight.resize(n * (kind == Kind::F32 ? 4 : 2));
       for (size_t i = 0; i < n; ++i) {
         const float v = normal(rng);
         if (kind == Kind::F32) std::memcpy(&weight[4 * i], &v, 4);
         else {
-          const uint16_t b = f32_to_bf16(v);
+          const uint16_t b = kind == Kind::BF16 ? f32_to_bf16(v) : f32_to_f16(v);
           std::memcpy(&weight[2 * i], &b, 2);
         }
       }
@@ -127,7 +128,7 @@ const Shape kQuantShapes[] = {{1, 32}, {17, 96}, {33, 256}, {70, 64}};
 template <class F>
 void for_each_case(F&& f) {
   std::mt19937_64 rng(2027);
-  for (Kind kind : {Kind::F32, Kind::BF16, Kind::Q4, Kind::Q8}) {
+  for (Kind kind : {Kind::F32, Kind::BF16, Kind::F16, Kind::Q4, Kind::Q8}) {
     const bool q = kind == Kind::Q4 || kind == Kind::Q8;
     for (const Shape& s : q ? std::span<const Shape>(kQuantShapes) : std::span<const Shape>(kDenseShapes)) {
       SCOPED_TRACE(testing::Message() << kind_name(kind) << " [" << s.rows << " x " << s.cols << "]");

@@ -32,6 +32,8 @@ void matmul(const Matrix& w, const float* x, int T, float* y, int64_t first, int
       float* yb = y + t0 * count + o;
       if (!w.bf16_.empty()) {
         gemm_block(xb, cols, nt, w.bf16_.data() + (first + o) * cols, cols, rows, cols, yb, count);
+      } else if (!w.f16_.empty()) {
+        gemm_block_f16(xb, cols, nt, w.f16_.data() + (first + o) * cols, cols, rows, cols, yb, count);
       } else if (!w.quantized()) {
         gemm_block(xb, cols, nt, w.dense_.data() + (first + o) * cols, cols, rows, cols, yb, count);
       } else {

@@ -26,6 +26,9 @@ void gemm_block(const float* x, int64_t ldx, int T, const float* w, int64_t ldw,
                 int64_t ldy);
 void gemm_block(const float* x, int64_t ldx, int T, const uint16_t* w, int64_t ldw, int rows, int64_t n, float* y,
                 int64_t ldy);
+// As gemm_block with f16 weights (IEEE half bits), widened exactly in registers.
+void gemm_block_f16(const float* x, int64_t ldx, int T, const uint16_t* w, int64_t ldw, int rows, int64_t n,
+                    float* y, int64_t ldy);
 
 // L of the summation order on this machine (the dispatched instruction set),
 // and whether its multiply-add is fused.

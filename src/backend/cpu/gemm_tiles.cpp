@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "hwy/cache_control.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
@@ -68,7 +69,16 @@ HWY_INLINE float MulAddScalar(float a, float b, float c) {
 #endif
 }
 
+HWY_INLINE hn::Vec<D> LoadWeights(D d, const hwy::float16_t* p) {
+  const hn::Rebind<hwy::float16_t, D> d16;  // f16 -> fp32 is exact
+  return hn::PromoteTo(d, hn::LoadU(d16, p));
+}
 HWY_INLINE float WeightAt(const float* p, int64_t j) { return p[j]; }
+HWY_INLINE float WeightAt(const hwy::float16_t* p, int64_t j) {
+  uint16_t bits;
+  hwy::CopyBytes<2>(p + j, &bits);
+  return f16_to_f32(bits);  // exact, as PromoteTo
+}
 HWY_INLINE float WeightAt(const uint16_t* p, int64_t j) {
   const uint32_t u = uint32_t(p[j]) << 16;
   float w;
@@ -202,6 +212,10 @@ void GemmBlockBf16(const float* x, int64_t ldx, int T, const uint16_t* w, int64_
                    float* y, int64_t ldy) {
   Block(x, ldx, T, w, ldw, rows, n, y, ldy);
 }
+void GemmBlockF16(const float* x, int64_t ldx, int T, const uint16_t* w, int64_t ldw, int rows, int64_t n,
+                  float* y, int64_t ldy) {
+  Block(x, ldx, T, reinterpret_cast<const hwy::float16_t*>(w), ldw, rows, n, y, ldy);
+}
 int SumLanes() { return kSumLanes; }
 bool UsesFma() { return HWY_NATIVE_FMA != 0; }
 
@@ -213,6 +227,7 @@ namespace nextn::cpu {
 
 HWY_EXPORT(GemmBlockF32);
 HWY_EXPORT(GemmBlockBf16);
+HWY_EXPORT(GemmBlockF16);
 HWY_EXPORT(SumLanes);
 HWY_EXPORT(UsesFma);
 
@@ -223,6 +238,10 @@ void gemm_block(const float* x, int64_t ldx, int T, const float* w, int64_t ldw,
 void gemm_block(const float* x, int64_t ldx, int T, const uint16_t* w, int64_t ldw, int rows, int64_t n, float* y,
                 int64_t ldy) {
   HWY_DYNAMIC_DISPATCH(GemmBlockBf16)(x, ldx, T, w, ldw, rows, n, y, ldy);
+}
+void gemm_block_f16(const float* x, int64_t ldx, int T, const uint16_t* w, int64_t ldw, int rows, int64_t n,
+                    float* y, int64_t ldy) {
+  HWY_DYNAMIC_DISPATCH(GemmBlockF16)(x, ldx, T, w, ldw, rows, n, y, ldy);
 }
 int gemm_sum_lanes() { return HWY_DYNAMIC_DISPATCH(SumLanes)(); }
 bool gemm_uses_fma() { return HWY_DYNAMIC_DISPATCH(UsesFma)(); }

@@ -13,9 +13,10 @@ std::shared_ptr<Matrix> Matrix::load(const WeightRef& w) {
   auto m = std::make_shared<Matrix>();
   m->rows_ = w.rows;
   m->cols_ = w.cols;
-  if (!w.quantized() && w.weight->dtype == DType::BF16) {
-    m->bf16_.resize(size_t(w.rows) * size_t(w.cols));
-    for (size_t i = 0; i < m->bf16_.size(); ++i) m->bf16_[i] = load_unaligned<uint16_t>(w.weight->data + 2 * i);
+  if (!w.quantized() && (w.weight->dtype == DType::BF16 || w.weight->dtype == DType::F16)) {
+    auto& bits = w.weight->dtype == DType::BF16 ? m->bf16_ : m->f16_;
+    bits.resize(size_t(w.rows) * size_t(w.cols));
+    for (size_t i = 0; i < bits.size(); ++i) bits[i] = load_unaligned<uint16_t>(w.weight->data + 2 * i);
     return m;
   }
   if (!w.quantized()) {
@@ -47,6 +48,11 @@ void Matrix::row(int64_t r, float* out) const {
   if (!bf16_.empty()) {
     const uint16_t* src = bf16_.data() + r * cols_;
     for (int64_t c = 0; c < cols_; ++c) out[c] = bf16_to_f32(src[c]);
+    return;
+  }
+  if (!f16_.empty()) {
+    const uint16_t* src = f16_.data() + r * cols_;
+    for (int64_t c = 0; c < cols_; ++c) out[c] = f16_to_f32(src[c]);
     return;
   }
   if (!quantized()) {

@@ -14,8 +14,8 @@ class ThreadPool;
 
 namespace nextn::cpu {
 
-// A [rows, cols] weight (out, in): dense fp32, dense bf16 (kept as stored,
-// widened on use: half the memory traffic, the same values), or MLX affine
+// A [rows, cols] weight (out, in): dense fp32, dense bf16 or f16 (kept as
+// stored, widened on use: half the memory traffic, the same values), or MLX affine
 // packed (bits 4/8, per-group scale and bias) dequantized row by row on use.
 class Matrix {
  public:
@@ -30,8 +30,9 @@ class Matrix {
  private:
   int64_t rows_ = 0, cols_ = 0;
   int bits_ = 0, group_ = 0;
-  std::vector<float> dense_;      // fp32 and f16 weights
+  std::vector<float> dense_;      // fp32 weights
   std::vector<uint16_t> bf16_;    // bf16 weights
+  std::vector<uint16_t> f16_;     // f16 weights (IEEE half bits)
   std::vector<uint32_t> packed_;
   std::vector<float> scales_, biases_;
   friend void matmul(const Matrix&, const float*, int, float*, int64_t, int64_t, ThreadPool*, int64_t);
