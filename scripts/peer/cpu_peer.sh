@@ -88,13 +88,18 @@ fi
 record() { printf '%s\n' "$1" >> "$runs"; }
 now() { python3 -c 'import time; print(time.perf_counter())'; }
 
-# Wall seconds of one command (its output discarded).
+# Wall seconds of one command (its output discarded); null when it fails
+# (e.g. a peer without the MTP flags), which the report leaves out.
 wall() {
   local t0 t1
   t0=$(now)
-  "$@" >/dev/null 2>&1
-  t1=$(now)
-  python3 -c "print($t1 - $t0)"
+  if "$@" >/dev/null 2>>"$raw/failures.log"; then
+    t1=$(now)
+    python3 -c "print($t1 - $t0)"
+  else
+    echo "failed ($?): $*" >>"$raw/failures.log"
+    echo null
+  fi
 }
 
 # 3. Token equality: greedy text of each engine, with and without MTP.
@@ -103,26 +108,27 @@ nextn_text() {  # $1: none|mtp; keeps the JSON (tokens) in the raw folder
     $([ "$1" = mtp ] && echo "--block-size $((drafts + 1))") --json | tee "$raw/nextn-$1.json" |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["text"], end="")'
 }
-llama_text() {  # $1: gguf, $2: extra args
+llama_text() {  # $1: gguf, $2: extra args, $3: stderr log; a failed run leaves its error there
   # shellcheck disable=SC2086
-  "${complete[@]}" -m "$1" -p "$prompt" -n 128 -t "$threads" --temp 0 --top-k 1 --seed 1 --no-display-prompt $2 \
-    2>/dev/null | python3 -c 'import sys; t=sys.stdin.read(); print(t.replace(" [end of text]", "").rstrip("\n"), end="")'
+  { "${complete[@]}" -m "$1" -p "$prompt" -n 128 -t "$threads" --temp 0 --top-k 1 --seed 1 --no-display-prompt $2 \
+    2>"$3" || echo "[llama run failed: $3]"; } |
+    python3 -c 'import sys; t=sys.stdin.read(); print(t.replace(" [end of text]", "").rstrip("\n"), end="")'
 }
 nextn_greedy=$(nextn_text none)
 nextn_mtp=$(nextn_text mtp)
 printf '%s' "$nextn_greedy" > "$raw/text-nextn-greedy.txt"
 printf '%s' "$nextn_mtp" > "$raw/text-nextn-mtp.txt"
 for wt in $weight_types; do
-  llama_text "${gguf[$wt]}" "" > "$raw/text-llama-$wt-greedy.txt"
-  llama_text "${gguf[$wt]}" "$llama_mtp_args" > "$raw/text-llama-$wt-mtp.txt"
+  llama_text "${gguf[$wt]}" "" "$raw/llama-$wt-greedy.err" > "$raw/text-llama-$wt-greedy.txt"
+  llama_text "${gguf[$wt]}" "$llama_mtp_args" "$raw/llama-$wt-mtp.err" > "$raw/text-llama-$wt-mtp.txt"
 done
 
 # 4. Timing, alternated.
 nextn_bench() {
   "$nextn" bench decode -m "$model" --threads "$threads" -n 128 --prompt-len 1 --prefill-len 512 --repeats 1 --json
 }
-llama_bench() {  # $1: gguf
-  "$bin/llama-bench" -m "$1" -t "$threads" -p 512 -n 128 -r 1 -o json
+llama_bench() {  # $1: gguf; [] when it fails
+  "$bin/llama-bench" -m "$1" -t "$threads" -p 512 -n 128 -r 1 -o json 2>>"$raw/failures.log" || echo "[]"
 }
 nextn_gen() {  # $1: none|mtp, $2: tokens
   wall "$nextn" generate -m "$model" --prompt "$prompt" -n "$2" --threads "$threads" --draft "$1" \

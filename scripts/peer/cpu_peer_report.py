@@ -44,6 +44,8 @@ def collect(runs):
             if pre is not None:
                 m.setdefault("prefill512", []).append(pre)
         else:
+            if r["wall_128"] is None or r["wall_1"] is None:  # a failed run (failures.log)
+                continue
             dt = r["wall_128"] - r["wall_1"]
             if dt > 0:
                 m.setdefault("greedy" if r["draft"] == "none" else "mtp", []).append((GEN_TOKENS - 1) / dt)
