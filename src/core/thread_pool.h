@@ -31,7 +31,7 @@ class ThreadPool {
   // items (the last may be shorter), up to 4 per thread. Threads, the caller
   // included, claim chunks until none is left, so a descheduled worker on a
   // busy machine delays only the chunk it holds. Idle workers poll for the
-  // next job for about 50 us before they sleep. Rethrows the first
+  // next job (pausing, then yielding the core) before they sleep. Rethrows the first
   // exception a chunk threw. A call from inside a chunk runs serially.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
