@@ -100,6 +100,21 @@ TEST(CpuSimd, DequantizeRowEqualsTheScalarDefinition) {
     }
 }
 
+TEST(CpuSimd, AddScaledEqualsTheScalarLoop) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 64, 100}) {
+    std::vector<float> acc(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+    for (auto& x : acc) x = normal(rng);
+    for (auto& x : v) x = normal(rng);
+    const float p = normal(rng);
+    std::vector<float> want = acc;
+    for (int64_t i = 0; i < n; ++i) want[size_t(i)] += p * v[size_t(i)];
+    cpu::add_scaled(acc.data(), v.data(), p, n);
+    EXPECT_EQ(0, std::memcmp(acc.data(), want.data(), acc.size() * 4)) << "n " << n;
+  }
+}
+
 // gdn_head_step against the loops it replaced (qwen35.cpp before), bit for
 // bit: value dimensions with and without a tail past the last full vector.
 TEST(CpuSimd, GdnHeadStepEqualsTheScalarDefinition) {

@@ -352,8 +352,7 @@ void CpuModel::attention(const AttentionWeights& W, std::span<const Segment> seg
           std::fill(acc.begin(), acc.end(), 0.0f);
           for (int j = 0; j < n_keys; ++j) {
             const float p = scores[size_t(j)] / sum;
-            const float* vj = &kv.v[size_t(j) * kv_row + kh * hd];
-            for (int d = 0; d < hd; ++d) acc[size_t(d)] += p * vj[d];
+            cpu::add_scaled(acc.data(), &kv.v[size_t(j) * kv_row + kh * hd], p, hd);
           }
           const float* gate = qh + hd;
           float* o = &attn[r * Hq * hd + size_t(h) * hd];
