@@ -387,7 +387,7 @@ void CpuModel::gdn_mixer(const GdnWeights& W, std::span<const Segment> segs, int
   matmul(*W.z, xn, N, z.data());
   matmul(*W.b, xn, N, b.data());
   matmul(*W.a, xn, N, a.data());
-  std::vector<float> c(static_cast<size_t>(cd)), o(size_t(N) * vd), y(size_t(N) * vd);
+  std::vector<float> o(size_t(N) * vd), y(size_t(N) * vd);
   const float qscale = 1.0f / std::sqrt(float(dk));
   for (const Segment& sg : segs) {  // the conv and the recurrence inputs, per sequence
     GdnState& st = *sg.gdn;
@@ -398,41 +398,49 @@ void CpuModel::gdn_mixer(const GdnWeights& W, std::span<const Segment> segs, int
     st.v.resize(size_t(T) * Hv * dv);
     st.g.resize(size_t(T) * Hv);
     st.beta.resize(size_t(T) * Hv);
-    for (int t = 0; t < T; ++t) {
-      const size_t r = size_t(sg.row0 + t);
-      const float* m = &st.mixed[size_t(t) * cd];
-      // Causal depthwise conv: taps 0..K-2 from the conv state, K-1 from this token.
-      for (int ch = 0; ch < cd; ++ch) {
-        const float* w = &W.conv[size_t(ch) * K];
-        float s = 0.0f;
-        for (int i = 0; i < K - 1; ++i) s += w[i] * st.conv[size_t(i) * cd + ch];
-        s += w[K - 1] * m[ch];
-        c[size_t(ch)] = cpu::silu(s);
-      }
-      // Shift the conv state: drop the oldest row, append this token's pre-conv row.
-      if (K > 1) {
-        std::memmove(st.conv.data(), st.conv.data() + cd, size_t(K - 2) * cd * sizeof(float));
-        std::copy(m, m + cd, st.conv.begin() + size_t(K - 2) * cd);
-      }
-      float* qt = &st.q[size_t(t) * Hv * dk];
-      float* kt = &st.k[size_t(t) * Hv * dk];
-      for (int h = 0; h < Hk; ++h) {  // l2-normalise per key head, then repeat_interleave to value heads
-        std::vector<float> qh(c.begin() + h * dk, c.begin() + (h + 1) * dk);
-        std::vector<float> kh(c.begin() + kd + h * dk, c.begin() + kd + (h + 1) * dk);
-        cpu::l2norm(qh.data(), dk, 1e-6f);
-        cpu::l2norm(kh.data(), dk, 1e-6f);
-        for (int d = 0; d < dk; ++d) qh[size_t(d)] *= qscale;
-        for (int rep = 0; rep < ratio; ++rep) {
-          std::copy(qh.begin(), qh.end(), qt + size_t(h * ratio + rep) * dk);
-          std::copy(kh.begin(), kh.end(), kt + size_t(h * ratio + rep) * dk);
+    // Pre-conv rows [conv state (K-1 rows) ; this forward's T rows]: token t's
+    // taps are rows t .. t+K-1, so the tokens are independent and split over
+    // threads (each value as before: taps in order, then silu).
+    std::vector<float> hist(size_t(K - 1 + T) * cd);
+    std::copy(st.conv.begin(), st.conv.end(), hist.begin());
+    std::copy(st.mixed.begin(), st.mixed.end(), hist.begin() + size_t(K - 1) * cd);
+    // A token is about cd * (K + 64) multiply-adds (64 for silu's exp).
+    const int64_t grain = std::max<int64_t>(1, min_chunk_work / (int64_t(cd) * (K + 64)));
+    pool.parallel_for(T, grain, [&](int64_t t0, int64_t t1) {
+      std::vector<float> c(static_cast<size_t>(cd)), qh(static_cast<size_t>(dk)), kh(static_cast<size_t>(dk));
+      for (int t = int(t0); t < int(t1); ++t) {
+        const size_t r = size_t(sg.row0 + t);
+        // Causal depthwise conv: taps 0..K-2 from the previous rows, K-1 from this token.
+        for (int ch = 0; ch < cd; ++ch) {
+          const float* w = &W.conv[size_t(ch) * K];
+          float s = 0.0f;
+          for (int i = 0; i < K - 1; ++i) s += w[i] * hist[size_t(t + i) * cd + ch];
+          s += w[K - 1] * hist[size_t(t + K - 1) * cd + ch];
+          c[size_t(ch)] = cpu::silu(s);
+        }
+        float* qt = &st.q[size_t(t) * Hv * dk];
+        float* kt = &st.k[size_t(t) * Hv * dk];
+        for (int h = 0; h < Hk; ++h) {  // l2-normalise per key head, then repeat_interleave to value heads
+          std::copy(c.begin() + h * dk, c.begin() + (h + 1) * dk, qh.begin());
+          std::copy(c.begin() + kd + h * dk, c.begin() + kd + (h + 1) * dk, kh.begin());
+          cpu::l2norm(qh.data(), dk, 1e-6f);
+          cpu::l2norm(kh.data(), dk, 1e-6f);
+          for (int d = 0; d < dk; ++d) qh[size_t(d)] *= qscale;
+          for (int rep = 0; rep < ratio; ++rep) {
+            std::copy(qh.begin(), qh.end(), qt + size_t(h * ratio + rep) * dk);
+            std::copy(kh.begin(), kh.end(), kt + size_t(h * ratio + rep) * dk);
+          }
+        }
+        std::copy(c.begin() + 2 * kd, c.begin() + 2 * kd + vd, &st.v[size_t(t) * vd]);
+        for (int h = 0; h < Hv; ++h) {
+          st.beta[size_t(t) * Hv + h] = cpu::sigmoid(b[r * Hv + h]);
+          st.g[size_t(t) * Hv + h] =
+              -std::exp(W.a_log[size_t(h)]) * cpu::softplus(a[r * Hv + h] + W.dt_bias[size_t(h)]);
         }
       }
-      std::copy(c.begin() + 2 * kd, c.begin() + 2 * kd + vd, &st.v[size_t(t) * vd]);
-      for (int h = 0; h < Hv; ++h) {
-        st.beta[size_t(t) * Hv + h] = cpu::sigmoid(b[r * Hv + h]);
-        st.g[size_t(t) * Hv + h] = -std::exp(W.a_log[size_t(h)]) * cpu::softplus(a[r * Hv + h] + W.dt_bias[size_t(h)]);
-      }
-    }
+    });
+    // The conv state: the last K-1 pre-conv rows.
+    std::copy(hist.end() - long(st.conv.size()), hist.end(), st.conv.begin());
   }
   // The recurrence and the gated RMSNorm, value heads in parallel: head h's
   // state sees its sequence's tokens in order, heads and sequences never mix.
