@@ -8,6 +8,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "backend/cpu/gdn_simd.h"
 #include "backend/cpu/simd.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -96,6 +97,52 @@ TEST(CpuSimd, DequantizeRowEqualsTheScalarDefinition) {
         const float want = s + biases[size_t(c / group)];
         ASSERT_EQ(bits_of(out[size_t(c)]), bits_of(want)) << "bits " << bits << " group " << group << " col " << c;
       }
+    }
+}
+
+TEST(CpuSimd, AddScaledEqualsTheScalarLoop) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 64, 100}) {
+    std::vector<float> acc(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+    for (auto& x : acc) x = normal(rng);
+    for (auto& x : v) x = normal(rng);
+    const float p = normal(rng);
+    std::vector<float> want = acc;
+    for (int64_t i = 0; i < n; ++i) want[size_t(i)] += p * v[size_t(i)];
+    cpu::add_scaled(acc.data(), v.data(), p, n);
+    EXPECT_EQ(0, std::memcmp(acc.data(), want.data(), acc.size() * 4)) << "n " << n;
+  }
+}
+
+// gdn_head_step against the loops it replaced (qwen35.cpp before), bit for
+// bit: value dimensions with and without a tail past the last full vector.
+TEST(CpuSimd, GdnHeadStepEqualsTheScalarDefinition) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  for (int dk : {1, 16, 64})
+    for (int dv : {1, 7, 20, 64, 70}) {
+      std::vector<float> S(static_cast<size_t>(dk * dv)), q(static_cast<size_t>(dk)), k(static_cast<size_t>(dk)),
+          v(static_cast<size_t>(dv));
+      for (std::vector<float>* vec : {&S, &q, &k, &v})
+        for (auto& x : *vec) x = normal(rng);
+      const float decay = 0.9f + 0.01f * normal(rng), beta = 0.5f + 0.1f * normal(rng);
+      std::vector<float> S_ref = S, mem_ref(size_t(dv), 0.0f), o_ref(size_t(dv), 0.0f);
+      for (int i = 0; i < dk; ++i)
+        for (int j = 0; j < dv; ++j) {
+          S_ref[size_t(i * dv + j)] *= decay;
+          mem_ref[size_t(j)] += S_ref[size_t(i * dv + j)] * k[size_t(i)];
+        }
+      for (int j = 0; j < dv; ++j) mem_ref[size_t(j)] = (v[size_t(j)] - mem_ref[size_t(j)]) * beta;
+      for (int i = 0; i < dk; ++i)
+        for (int j = 0; j < dv; ++j) {
+          S_ref[size_t(i * dv + j)] += k[size_t(i)] * mem_ref[size_t(j)];
+          o_ref[size_t(j)] += S_ref[size_t(i * dv + j)] * q[size_t(i)];
+        }
+      std::vector<float> mem(static_cast<size_t>(dv)), o(static_cast<size_t>(dv));
+      cpu::gdn_head_step(S.data(), dk, dv, q.data(), k.data(), v.data(), decay, beta, mem.data(), o.data());
+      EXPECT_EQ(0, std::memcmp(S.data(), S_ref.data(), S.size() * 4)) << "state, dk " << dk << " dv " << dv;
+      EXPECT_EQ(0, std::memcmp(o.data(), o_ref.data(), o.size() * 4)) << "output, dk " << dk << " dv " << dv;
     }
 }
 

@@ -58,6 +58,10 @@ void run_decode(const DecodeArgs& a) {
   bench::DeviceFigures fig;
   if (kind == BackendKind::Cuda) bench::measure_device(&fig);
   const int threads = runtime.cpu_threads;
+  // CPU: the copy anchor, a working set the size of what a decode token reads.
+  if (kind == BackendKind::Cpu)
+    fig.host = bench::host_copy_bandwidth(bench::decode_bytes(ckpt).per_token(),
+                                          threads > 0 ? threads : default_thread_count(), 20);
   // The runtimes are built for the rows the decode uses (a verify block of K,
   // or one row), so that the peak below is the workspace such a run needs;
   // prompts then run in chunks of that many rows (same bits). The

@@ -161,6 +161,16 @@ std::string roofline_text(const DecodeBytes& b, const MemoryBudget& m, const Dev
       "bytes per decode token: {:.3f} GiB (trunk {:.3f} + LM head {:.3f} GiB incl. scales/biases + one embedding "
       "row {} B); MTP head {:.3f} GiB not read\n",
       double(b.per_token()) / kGiB, double(b.trunk) / kGiB, double(b.head) / kGiB, b.embed_row, double(b.mtp) / kGiB);
+  if (f.host.gbs > 0) {
+    // The CPU holds bf16 and quantized weights as stored (fp32 and f16 ones
+    // widened to fp32: then it reads more than counted here).
+    const double roof = f.host.gbs * 1e9 / double(b.per_token());
+    s += fmt::format("host copy bandwidth ({} threads, {:.1f} MiB buffer = the bytes a decode token reads, best of 20, "
+                     "read+write): {:.1f} GB/s\n",
+                     f.host.threads, double(f.host.bytes) / double(1 << 20), f.host.gbs);
+    s += fmt::format("memory floor {:.1f} tokens/s; decode median {:.1f} tokens/s = {:.1f}% of the floor\n", roof,
+                     decode_tps_median, 100.0 * decode_tps_median / roof);
+  }
   if (!f.valid) return s;
   const double roof = f.copy_gbs * 1e9 / double(b.per_token());
   s += fmt::format("copy bandwidth (d2d, 2 GiB, best of 10, read+write): {:.0f} GB/s\n", f.copy_gbs);
@@ -202,6 +212,12 @@ nlohmann::ordered_json roofline_json(const DecodeBytes& b, const MemoryBudget& m
   j["embed_row_bytes"] = b.embed_row;
   j["mtp_bytes"] = b.mtp;
   j["device_weight_bytes"] = b.device_weights;
+  if (f.host.gbs > 0) {
+    const double roof = f.host.gbs * 1e9 / double(b.per_token());
+    j["host_copy"] = {{"gbs", f.host.gbs}, {"buffer_bytes", f.host.bytes}, {"threads", f.host.threads}};
+    j["memory_floor_tokens_per_second"] = roof;
+    j["fraction_of_memory_floor"] = decode_tps_median / roof;
+  }
   if (f.valid) {
     const double roof = f.copy_gbs * 1e9 / double(b.per_token());
     j["copy_gbs"] = f.copy_gbs;

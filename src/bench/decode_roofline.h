@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/host_copy.h"
 #include "engine/generate.h"
 #include "model/bench_interfaces.h"
 
@@ -40,7 +41,7 @@ struct MemoryBudget {
 };
 MemoryBudget memory_budget(const Qwen35Checkpoint& ck, int max_tokens);
 
-// Device-side figures of one bench decode run (CUDA only).
+// Device-side figures of one bench decode run (CUDA; `host` for the CPU backend).
 struct DeviceFigures {
   bool valid = false;
   double copy_gbs = 0;          // device-to-device copy, read + write, best of 10 x 2 GiB
@@ -49,6 +50,8 @@ struct DeviceFigures {
   int peak_capacity = 0;        // that runtime's max_tokens
   int runtime_rows = 0;         // rows per forward the peak's runtime was built for (make_runtime's max_rows; 0: not said)
   std::vector<MemoryUse> peak_uses;  // that runtime's own allocations at the peak (RuntimeProbe::device_memory)
+  // CPU backend: the host copy anchor (bench/host_copy.h); gbs 0 when not measured.
+  HostCopy host;
 };
 
 // Wraps a factory so every runtime it makes records device memory in use

@@ -2,6 +2,7 @@
 // [0, n) into contiguous chunks and returns when all are done. Callers parallelise over independent outputs only, so results do not
 // depend on the thread count or on where the chunks are cut.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -29,7 +30,8 @@ class ThreadPool {
   // fn(begin, end) over contiguous chunks of [0, n), each at least `grain`
   // items (the last may be shorter), up to 4 per thread. Threads, the caller
   // included, claim chunks until none is left, so a descheduled worker on a
-  // busy machine delays only the chunk it holds. Rethrows the first
+  // busy machine delays only the chunk it holds. Idle workers poll for the
+  // next job (pausing, then yielding the core) before they sleep. Rethrows the first
   // exception a chunk threw. A call from inside a chunk runs serially.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
@@ -43,6 +45,9 @@ class ThreadPool {
   std::condition_variable_any wake_;
   std::condition_variable done_;
   uint64_t generation_ = 0;  // bumped per job
+  // Copies for polling without the mutex: the latest job's generation, and
+  // the generation whose chunks have all finished.
+  std::atomic<uint64_t> published_{0}, all_finished_{0};
   // The current job, all guarded by mutex_:
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "backend/cpu/gemm.h"
 #include "core/error.h"
 #include "io/gemma4_checkpoint.h"
 #include "model/gemma4_target.h"
@@ -93,7 +94,9 @@ void CpuGemma4Assistant::for_each_candidate(const float* d, Visit visit) {
     for (int j = 0; j < per; ++j) {
       const int32_t tok = token_ordering_[size_t(centroid) * per + j];
       embed_->row(tok, row.data());
-      visit(tok, cpu::dot(d, row.data(), Ha));
+      float score;  // summed as cpu::matmul sums the full head's logits
+      cpu::gemm_block(d, Ha, 1, row.data(), Ha, 1, Ha, &score, 1);
+      visit(tok, score);
     }
   }
 }

@@ -43,8 +43,8 @@ struct Segment {
 
 // What every sequence of a group shares: the config, the weights, the
 // thread pool. Layer calls take the rows of one or more sequences: the
-// matrix products run over all rows at once (each output element is one
-// dot(), so a row's values do not depend on its neighbours), the norms and
+// matrix products run over all rows at once (each output element is summed
+// in gemm.h's fixed order, so a row's values do not depend on its neighbours), the norms and
 // RoPE per row, attention per sequence over its own ring.
 struct Gemma4Model {
   Gemma4Model(const Gemma4Checkpoint& ck, const CpuRuntimeOptions& options);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/gemm.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 
@@ -44,20 +45,26 @@ void head_fused_argmax(const Matrix& head, const float* x, int count, int32_t* o
   std::vector<int32_t> index(size_t(chunks) * size_t(count), -1);
   std::vector<int64_t> bytes(size_t(chunks), 0);
   auto pass = [&](int64_t c0, int64_t c1) {
-    std::vector<float> w(static_cast<size_t>(H));
+    // Head rows a panel at a time (widened or dequantized), each logit summed
+    // by gemm_block as cpu::matmul sums it: the same bits as head_logits.
+    std::vector<float> w(size_t(kPanelRows) * size_t(H)), scores(size_t(count) * kPanelRows);
     for (int64_t c = c0; c < c1; ++c) {
       float* cb = &best[size_t(c) * size_t(count)];
       int32_t* ci = &index[size_t(c) * size_t(count)];
-      for (int64_t o = V * c / chunks; o < V * (c + 1) / chunks; ++o) {
-        head.row(o, w.data());
-        bytes[size_t(c)] += head.row_bytes();
-        for (int r = 0; r < count; ++r) {
-          const float s = dot(x + r * H, w.data(), H);
-          if (s > cb[r]) {
-            cb[r] = s;
-            ci[r] = int32_t(o);
+      const int64_t end = V * (c + 1) / chunks;
+      for (int64_t o0 = V * c / chunks; o0 < end; o0 += kPanelRows) {
+        const int rows = int(std::min<int64_t>(kPanelRows, end - o0));
+        for (int r = 0; r < rows; ++r) head.row(o0 + r, &w[size_t(r) * size_t(H)]);
+        bytes[size_t(c)] += rows * head.row_bytes();
+        gemm_block(x, H, count, w.data(), H, rows, H, scores.data(), kPanelRows);
+        for (int o = 0; o < rows; ++o)
+          for (int r = 0; r < count; ++r) {
+            const float s = scores[size_t(r) * kPanelRows + size_t(o)];
+            if (s > cb[r]) {
+              cb[r] = s;
+              ci[r] = int32_t(o0 + o);
+            }
           }
-        }
       }
     }
   };

@@ -5,7 +5,6 @@
 
 #include "backend/cpu/simd.h"
 #include "core/error.h"
-#include "core/thread_pool.h"
 #include "io/checkpoint.h"
 
 namespace nextn::cpu {
@@ -14,9 +13,10 @@ std::shared_ptr<Matrix> Matrix::load(const WeightRef& w) {
   auto m = std::make_shared<Matrix>();
   m->rows_ = w.rows;
   m->cols_ = w.cols;
-  if (!w.quantized() && w.weight->dtype == DType::BF16) {
-    m->bf16_.resize(size_t(w.rows) * size_t(w.cols));
-    for (size_t i = 0; i < m->bf16_.size(); ++i) m->bf16_[i] = load_unaligned<uint16_t>(w.weight->data + 2 * i);
+  if (!w.quantized() && (w.weight->dtype == DType::BF16 || w.weight->dtype == DType::F16)) {
+    auto& bits = w.weight->dtype == DType::BF16 ? m->bf16_ : m->f16_;
+    bits.resize(size_t(w.rows) * size_t(w.cols));
+    for (size_t i = 0; i < bits.size(); ++i) bits[i] = load_unaligned<uint16_t>(w.weight->data + 2 * i);
     return m;
   }
   if (!w.quantized()) {
@@ -50,6 +50,11 @@ void Matrix::row(int64_t r, float* out) const {
     for (int64_t c = 0; c < cols_; ++c) out[c] = bf16_to_f32(src[c]);
     return;
   }
+  if (!f16_.empty()) {
+    const uint16_t* src = f16_.data() + r * cols_;
+    for (int64_t c = 0; c < cols_; ++c) out[c] = f16_to_f32(src[c]);
+    return;
+  }
   if (!quantized()) {
     const float* src = dense_.data() + r * cols_;
     for (int64_t c = 0; c < cols_; ++c) out[c] = src[c];
@@ -64,49 +69,6 @@ float dot(const float* a, const float* b, int64_t n) {
   float out = 0.0f;
   dot_rows(a, &b, 1, n, &out);
   return out;
-}
-
-void matmul(const Matrix& w, const float* x, int T, float* y, int64_t first, int64_t count, ThreadPool* pool,
-            int64_t min_chunk_work) {
-  if (count < 0) count = w.rows() - first;
-  const int64_t cols = w.cols();
-  constexpr int kBlock = 4;  // weight rows per dot_rows call
-  // Output rows [begin, end): blocks of 4 weight rows, each (dequantized once)
-  // dotted with all T input rows.
-  auto rows = [&](int64_t begin, int64_t end) {
-    std::vector<float> deq(w.quantized() ? size_t(kBlock) * size_t(cols) : 0);
-    const float* ptr[kBlock];
-    const uint16_t* ptr16[kBlock];
-    float out[kBlock];
-    for (int64_t o = begin; o < end; o += kBlock) {
-      const int n = int(std::min<int64_t>(kBlock, end - o));
-      if (!w.bf16_.empty()) {
-        for (int r = 0; r < n; ++r) ptr16[r] = w.bf16_.data() + (first + o + r) * cols;
-        for (int t = 0; t < T; ++t) {
-          dot_rows_bf16(x + int64_t(t) * cols, ptr16, n, cols, out);
-          for (int r = 0; r < n; ++r) y[int64_t(t) * count + o + r] = out[r];
-        }
-        continue;
-      }
-      for (int r = 0; r < n; ++r) {
-        if (w.quantized()) {
-          w.row(first + o + r, deq.data() + size_t(r) * size_t(cols));
-          ptr[r] = deq.data() + size_t(r) * size_t(cols);
-        } else {
-          ptr[r] = w.dense_.data() + (first + o + r) * cols;
-        }
-      }
-      for (int t = 0; t < T; ++t) {
-        dot_rows(x + int64_t(t) * cols, ptr, n, cols, out);
-        for (int r = 0; r < n; ++r) y[int64_t(t) * count + o + r] = out[r];
-      }
-    }
-  };
-  const int64_t grain = std::max<int64_t>(1, min_chunk_work / std::max<int64_t>(1, cols * T));
-  if (pool)
-    pool->parallel_for(count, grain, rows);
-  else
-    rows(0, count);
 }
 
 void rmsnorm(const float* x, const float* gamma, float eps, int64_t n, float* y) {

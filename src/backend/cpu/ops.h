@@ -14,8 +14,8 @@ class ThreadPool;
 
 namespace nextn::cpu {
 
-// A [rows, cols] weight (out, in): dense fp32, dense bf16 (kept as stored,
-// widened on use: half the memory traffic, the same values), or MLX affine
+// A [rows, cols] weight (out, in): dense fp32, dense bf16 or f16 (kept as
+// stored, widened on use: half the memory traffic, the same values), or MLX affine
 // packed (bits 4/8, per-group scale and bias) dequantized row by row on use.
 class Matrix {
  public:
@@ -30,8 +30,9 @@ class Matrix {
  private:
   int64_t rows_ = 0, cols_ = 0;
   int bits_ = 0, group_ = 0;
-  std::vector<float> dense_;      // fp32 and f16 weights
+  std::vector<float> dense_;      // fp32 weights
   std::vector<uint16_t> bf16_;    // bf16 weights
+  std::vector<uint16_t> f16_;     // f16 weights (IEEE half bits)
   std::vector<uint32_t> packed_;
   std::vector<float> scales_, biases_;
   friend void matmul(const Matrix&, const float*, int, float*, int64_t, int64_t, ThreadPool*, int64_t);
@@ -42,10 +43,12 @@ class Matrix {
 float dot(const float* a, const float* b, int64_t n);
 
 // y[t][o - first] = x[t] . W[o] for t < T and o in [first, first + count).
-// x is [T, cols], y is [T, count] (count defaults to all rows). With a pool,
-// output rows o are split across its threads in chunks of at least
-// min_chunk_work multiply-adds; each y element is one dot(), so the result
-// does not depend on T, the pool, its size or the chunking.
+// x is [T, cols], y is [T, count] (count defaults to all rows). The blocked
+// product of gemm.h: with a pool, work items (a panel of weight rows x a
+// block of input rows) are split across its threads in chunks of at least
+// min_chunk_work multiply-adds; each y element is summed in gemm.h's fixed
+// order (FMA, not dot()'s), so the result does not depend on T, the pool,
+// its size or the chunking. Defined in gemm.cpp.
 void matmul(const Matrix& w, const float* x, int T, float* y, int64_t first = 0, int64_t count = -1,
             ThreadPool* pool = nullptr, int64_t min_chunk_work = int64_t(1) << 16);
 

@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "backend/cpu/head.h"
+#include "backend/cpu/gdn_simd.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/simd.h"
 #include "core/fault.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -300,7 +302,12 @@ void CpuModel::mlp(const LayerWeights& L, int N, const float* xn, float* out) {
   std::vector<float> g(size_t(N) * I), u(size_t(N) * I);
   matmul(*L.gate, xn, N, g.data());
   matmul(*L.up, xn, N, u.data());
-  for (size_t i = 0; i < g.size(); ++i) g[i] = cpu::silu(g[i]) * u[i];
+  // Element by element, so rows can go to different threads (prefill: the
+  // exp in silu is a noticeable share of a layer). One silu is counted as 64
+  // multiply-adds against min_chunk_work.
+  pool.parallel_for(N, std::max<int64_t>(1, min_chunk_work / (int64_t(I) * 64)), [&](int64_t t0, int64_t t1) {
+    for (size_t i = size_t(t0) * I; i < size_t(t1) * I; ++i) g[i] = cpu::silu(g[i]) * u[i];
+  });
   matmul(*L.down, g.data(), N, out);
 }
 
@@ -348,9 +355,15 @@ void CpuModel::attention(const AttentionWeights& W, std::span<const Segment> seg
           cpu::rope(q.data(), rd, cs.data(), sn.data());
           const int kh = h / group;
           float mx = -INFINITY;
-          for (int j = 0; j < n_keys; ++j) {
-            scores[size_t(j)] = cpu::dot(q.data(), &kv.k[size_t(j) * kv_row + kh * hd], hd) * scale;
-            mx = std::max(mx, scores[size_t(j)]);
+          for (int j0 = 0; j0 < n_keys; j0 += 4) {  // four keys per call, each exactly cpu::dot
+            const int nk = std::min(4, n_keys - j0);
+            const float* keys[4];
+            for (int i = 0; i < nk; ++i) keys[i] = &kv.k[size_t(j0 + i) * kv_row + kh * hd];
+            cpu::dot_rows(q.data(), keys, nk, hd, &scores[size_t(j0)]);
+            for (int j = j0; j < j0 + nk; ++j) {
+              scores[size_t(j)] *= scale;
+              mx = std::max(mx, scores[size_t(j)]);
+            }
           }
           float sum = 0.0f;
           for (int j = 0; j < n_keys; ++j) {
@@ -360,8 +373,7 @@ void CpuModel::attention(const AttentionWeights& W, std::span<const Segment> seg
           std::fill(acc.begin(), acc.end(), 0.0f);
           for (int j = 0; j < n_keys; ++j) {
             const float p = scores[size_t(j)] / sum;
-            const float* vj = &kv.v[size_t(j) * kv_row + kh * hd];
-            for (int d = 0; d < hd; ++d) acc[size_t(d)] += p * vj[d];
+            cpu::add_scaled(acc.data(), &kv.v[size_t(j) * kv_row + kh * hd], p, hd);
           }
           const float* gate = qh + hd;
           float* o = &attn[r * Hq * hd + size_t(h) * hd];
@@ -382,27 +394,7 @@ void CpuModel::gdn_step(GdnState& st, int h0, int h1, const float* q, const floa
     const float* qh = q + size_t(h) * dk;
     const float* kh = k + size_t(h) * dk;
     const float* vh = v + size_t(h) * dv;
-    const float decay = std::exp(g[h]);
-    // Two sweeps over S; per element the same operations in the same order
-    // as decay, then read (S k), then write (+ k mem), then output (S q).
-    std::fill(mem.begin(), mem.end(), 0.0f);
-    for (int i = 0; i < dk; ++i) {
-      float* Si = S + size_t(i) * dv;
-      for (int j = 0; j < dv; ++j) {
-        Si[j] *= decay;
-        mem[size_t(j)] += Si[j] * kh[i];
-      }
-    }
-    for (int j = 0; j < dv; ++j) mem[size_t(j)] = (vh[j] - mem[size_t(j)]) * beta[h];
-    float* oh = o + size_t(h) * dv;
-    for (int j = 0; j < dv; ++j) oh[j] = 0.0f;
-    for (int i = 0; i < dk; ++i) {
-      float* Si = S + size_t(i) * dv;
-      for (int j = 0; j < dv; ++j) {
-        Si[j] += kh[i] * mem[size_t(j)];
-        oh[j] += Si[j] * qh[i];
-      }
-    }
+    cpu::gdn_head_step(S, dk, dv, qh, kh, vh, std::exp(g[h]), beta[h], mem.data(), o + size_t(h) * dv);
   }
 }
 
@@ -416,7 +408,7 @@ void CpuModel::gdn_mixer(const GdnWeights& W, std::span<const Segment> segs, int
   matmul(*W.z, xn, N, z.data());
   matmul(*W.b, xn, N, b.data());
   matmul(*W.a, xn, N, a.data());
-  std::vector<float> c(static_cast<size_t>(cd)), o(size_t(N) * vd), y(size_t(N) * vd);
+  std::vector<float> o(size_t(N) * vd), y(size_t(N) * vd);
   const float qscale = 1.0f / std::sqrt(float(dk));
   for (const Segment& sg : segs) {  // the conv and the recurrence inputs, per sequence
     GdnState& st = *sg.gdn;
@@ -427,41 +419,49 @@ void CpuModel::gdn_mixer(const GdnWeights& W, std::span<const Segment> segs, int
     st.v.resize(size_t(T) * Hv * dv);
     st.g.resize(size_t(T) * Hv);
     st.beta.resize(size_t(T) * Hv);
-    for (int t = 0; t < T; ++t) {
-      const size_t r = size_t(sg.row0 + t);
-      const float* m = &st.mixed[size_t(t) * cd];
-      // Causal depthwise conv: taps 0..K-2 from the conv state, K-1 from this token.
-      for (int ch = 0; ch < cd; ++ch) {
-        const float* w = &W.conv[size_t(ch) * K];
-        float s = 0.0f;
-        for (int i = 0; i < K - 1; ++i) s += w[i] * st.conv[size_t(i) * cd + ch];
-        s += w[K - 1] * m[ch];
-        c[size_t(ch)] = cpu::silu(s);
-      }
-      // Shift the conv state: drop the oldest row, append this token's pre-conv row.
-      if (K > 1) {
-        std::memmove(st.conv.data(), st.conv.data() + cd, size_t(K - 2) * cd * sizeof(float));
-        std::copy(m, m + cd, st.conv.begin() + size_t(K - 2) * cd);
-      }
-      float* qt = &st.q[size_t(t) * Hv * dk];
-      float* kt = &st.k[size_t(t) * Hv * dk];
-      for (int h = 0; h < Hk; ++h) {  // l2-normalise per key head, then repeat_interleave to value heads
-        std::vector<float> qh(c.begin() + h * dk, c.begin() + (h + 1) * dk);
-        std::vector<float> kh(c.begin() + kd + h * dk, c.begin() + kd + (h + 1) * dk);
-        cpu::l2norm(qh.data(), dk, 1e-6f);
-        cpu::l2norm(kh.data(), dk, 1e-6f);
-        for (int d = 0; d < dk; ++d) qh[size_t(d)] *= qscale;
-        for (int rep = 0; rep < ratio; ++rep) {
-          std::copy(qh.begin(), qh.end(), qt + size_t(h * ratio + rep) * dk);
-          std::copy(kh.begin(), kh.end(), kt + size_t(h * ratio + rep) * dk);
+    // Pre-conv rows [conv state (K-1 rows) ; this forward's T rows]: token t's
+    // taps are rows t .. t+K-1, so the tokens are independent and split over
+    // threads (each value as before: taps in order, then silu).
+    std::vector<float> hist(size_t(K - 1 + T) * cd);
+    std::copy(st.conv.begin(), st.conv.end(), hist.begin());
+    std::copy(st.mixed.begin(), st.mixed.end(), hist.begin() + size_t(K - 1) * cd);
+    // A token is about cd * (K + 64) multiply-adds (64 for silu's exp).
+    const int64_t grain = std::max<int64_t>(1, min_chunk_work / (int64_t(cd) * (K + 64)));
+    pool.parallel_for(T, grain, [&](int64_t t0, int64_t t1) {
+      std::vector<float> c(static_cast<size_t>(cd)), qh(static_cast<size_t>(dk)), kh(static_cast<size_t>(dk));
+      for (int t = int(t0); t < int(t1); ++t) {
+        const size_t r = size_t(sg.row0 + t);
+        // Causal depthwise conv: taps 0..K-2 from the previous rows, K-1 from this token.
+        for (int ch = 0; ch < cd; ++ch) {
+          const float* w = &W.conv[size_t(ch) * K];
+          float s = 0.0f;
+          for (int i = 0; i < K - 1; ++i) s += w[i] * hist[size_t(t + i) * cd + ch];
+          s += w[K - 1] * hist[size_t(t + K - 1) * cd + ch];
+          c[size_t(ch)] = cpu::silu(s);
+        }
+        float* qt = &st.q[size_t(t) * Hv * dk];
+        float* kt = &st.k[size_t(t) * Hv * dk];
+        for (int h = 0; h < Hk; ++h) {  // l2-normalise per key head, then repeat_interleave to value heads
+          std::copy(c.begin() + h * dk, c.begin() + (h + 1) * dk, qh.begin());
+          std::copy(c.begin() + kd + h * dk, c.begin() + kd + (h + 1) * dk, kh.begin());
+          cpu::l2norm(qh.data(), dk, 1e-6f);
+          cpu::l2norm(kh.data(), dk, 1e-6f);
+          for (int d = 0; d < dk; ++d) qh[size_t(d)] *= qscale;
+          for (int rep = 0; rep < ratio; ++rep) {
+            std::copy(qh.begin(), qh.end(), qt + size_t(h * ratio + rep) * dk);
+            std::copy(kh.begin(), kh.end(), kt + size_t(h * ratio + rep) * dk);
+          }
+        }
+        std::copy(c.begin() + 2 * kd, c.begin() + 2 * kd + vd, &st.v[size_t(t) * vd]);
+        for (int h = 0; h < Hv; ++h) {
+          st.beta[size_t(t) * Hv + h] = cpu::sigmoid(b[r * Hv + h]);
+          st.g[size_t(t) * Hv + h] =
+              -std::exp(W.a_log[size_t(h)]) * cpu::softplus(a[r * Hv + h] + W.dt_bias[size_t(h)]);
         }
       }
-      std::copy(c.begin() + 2 * kd, c.begin() + 2 * kd + vd, &st.v[size_t(t) * vd]);
-      for (int h = 0; h < Hv; ++h) {
-        st.beta[size_t(t) * Hv + h] = cpu::sigmoid(b[r * Hv + h]);
-        st.g[size_t(t) * Hv + h] = -std::exp(W.a_log[size_t(h)]) * cpu::softplus(a[r * Hv + h] + W.dt_bias[size_t(h)]);
-      }
-    }
+    });
+    // The conv state: the last K-1 pre-conv rows.
+    std::copy(hist.end() - long(st.conv.size()), hist.end(), st.conv.begin());
   }
   // The recurrence and the gated RMSNorm, value heads in parallel: head h's
   // state sees its sequence's tokens in order, heads and sequences never mix.

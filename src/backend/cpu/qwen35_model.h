@@ -128,8 +128,8 @@ struct Segment {
 
 // What every sequence of a group shares: the config, the weights and the
 // thread pool. Layer calls take the rows of one or more sequences: the
-// matrix products run over all of them at once (each output element is one
-// dot(), so a row's values do not depend on its neighbours), attention and
+// matrix products run over all of them at once (each output element is summed
+// in gemm.h's fixed order, so a row's values do not depend on its neighbours), attention and
 // the GDN recurrence per sequence.
 struct CpuModel {
   CpuModel(const Qwen35Checkpoint& ckpt, const CpuRuntimeOptions& options);

@@ -1,7 +1,8 @@
 // The CPU Qwen3.5 runtime's LM head and MTP head, one sequence and several
 // (the group's step calls, model/batch_runtime.h), and the CPU group. Each
-// projection is one cpu::matmul, whose every output element is one dot():
-// a row's logits are the same bits alone or among others.
+// projection is one cpu::matmul, whose every output element is summed in
+// one fixed order (gemm.h): a row's logits are the same bits alone or among
+// others.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -113,7 +114,7 @@ void CpuQwen35::mtp_argmax_last(std::span<CpuQwen35* const> seqs, std::span<int3
     std::copy(q.mtp_hidden_.end() - H, q.mtp_hidden_.end(), &x[size_t(s) * H]);
     N = std::max(N, q.draft_vocab_);
   }
-  // Each logit is one dot(): the same bits for this row alone and over the
+  // Each logit is summed in gemm.h's order: the same bits for this row alone and over the
   // first draft_vocab rows only (mtp_argmax).
   std::vector<float> logits(size_t(S) * size_t(N));
   m.matmul(*m.lm_head, x.data(), S, logits.data(), N);
@@ -188,7 +189,7 @@ void CpuQwen35::mtp_argmax(int count, int32_t* out) {
   const int H = m_->cfg.hidden_size, N = draft_vocab_;
   std::vector<float> logits(static_cast<size_t>(N));
   for (int i = 0; i < count; ++i) {
-    // Head rows [0, N) only: each logit is one dot(), the same bits as in the full projection.
+    // Head rows [0, N) only: each logit in gemm.h's order, the same bits as in the full projection.
     m_->matmul(*m_->lm_head, &mtp_hidden_[size_t(mtp_last_n_ - count + i) * H], 1, logits.data(), N);
     out[i] = cpu::argmax(logits.data(), N);
     ++mtp_work_.argmax_rows;

@@ -96,6 +96,15 @@ void DotRows(const float* x, const float* const* rows, int nrows, int64_t n, flo
   }
 }
 
+void AddScaled(float* acc, const float* v, float p, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  const auto vp = hn::Set(d, p);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::Add(hn::LoadU(d, acc + i), hn::Mul(vp, hn::LoadU(d, v + i))), d, acc + i);
+  for (; i < n; ++i) acc[i] += p * v[i];
+}
+
 // kPerWord fields per 32-bit word; one vector (or several) per word.
 template <int kBits>
 void DequantizeRowBits(const uint32_t* words, const float* scales, const float* biases, int group, int64_t cols,
@@ -135,6 +144,7 @@ namespace nextn::cpu {
 HWY_EXPORT(DotRows);
 HWY_EXPORT(DotRowsBf16);
 HWY_EXPORT(DequantizeRow);
+HWY_EXPORT(AddScaled);
 
 void dot_rows(const float* x, const float* const* rows, int nrows, int64_t n, float* out) {
   HWY_DYNAMIC_DISPATCH(DotRows)(x, rows, nrows, n, out);
@@ -148,6 +158,8 @@ void dequantize_row(const uint32_t* words, const float* scales, const float* bia
                     int64_t cols, float* out) {
   HWY_DYNAMIC_DISPATCH(DequantizeRow)(words, scales, biases, bits, group, cols, out);
 }
+
+void add_scaled(float* acc, const float* v, float p, int64_t n) { HWY_DYNAMIC_DISPATCH(AddScaled)(acc, v, p, n); }
 
 const char* simd_target_name() {
   // The dispatcher runs the best compiled target this CPU supports: the lowest bit.

@@ -22,6 +22,11 @@ void dot_rows_bf16(const float* x, const uint16_t* const* rows, int nrows, int64
 void dequantize_row(const uint32_t* words, const float* scales, const float* biases, int bits, int group,
                     int64_t cols, float* out);
 
+// acc[i] = acc[i] + p * v[i] for i < n: a rounded product, then the add (no
+// FMA), so the bits are the scalar loop's on every target. Attention's
+// weighted sum of values.
+void add_scaled(float* acc, const float* v, float p, int64_t n);
+
 // Name of the instruction set the dispatcher picked (benchmark records).
 const char* simd_target_name();
 

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# nextn vs llama.cpp on the CPU, same machine, same model, engines alternated.
+#
+#   scripts/peer/cpu_peer.sh LLAMA_SRC [REPEATS]
+#
+# LLAMA_SRC: a llama.cpp (or ik_llama.cpp) source tree, e.g. a fetched
+# snapshot of github.com/ggml-org/llama.cpp. The script
+#  1. builds it for this CPU (build-cpu-peer/ inside LLAMA_SRC: GGML_NATIVE,
+#     no GPU backends, no curl);
+#  2. converts the model (default models/nextn-code-15m, MTP head included)
+#     to GGUF with LLAMA_SRC's convert_hf_to_gguf.py, bf16 and f16. The
+#     default model's tokenizer is its own BPE vocabulary with Qwen3.5's
+#     pre-tokenizer regex, whose hash the converter cannot know: an unknown
+#     hash is mapped to the "qwen35" pre-tokenizer (scripts/peer/convert_qwen35.py);
+#  3. checks that both engines give the same greedy text for the prompt,
+#     with and without MTP (stops at EOS, as both engines do by default);
+#  4. times, alternating the engines each repeat (order flipped every other
+#     repeat): decode 128 tokens and prefill 512 tokens (`nextn bench decode`
+#     vs `llama-bench`), and greedy and MTP generation of 128 tokens through
+#     each CLI, timed as wall(-n 128) - wall(-n 1) so both engines pay the
+#     same model load and prompt;
+#  5. writes docs/benchmark_results/cpu-peer-<date>.md and .json
+#     (scripts/peer/cpu_peer_report.py) and keeps the raw runs next to them.
+#
+# Environment: THREADS (default 2), NEXTN (default build/nextn), MODEL
+# (default models/nextn-code-15m), PROMPT (default "def fibonacci(n):"),
+# MTP_DRAFTS (default 2: nextn --block-size MTP_DRAFTS+1, llama.cpp
+# --spec-draft-n-max MTP_DRAFTS), LLAMA_MTP_ARGS (default
+# "--spec-type draft-mtp --spec-draft-n-max $MTP_DRAFTS"; ik_llama.cpp
+# spells it differently: pass its flags here), WEIGHT_TYPES (default
+# "bf16 f16"), OUT (default docs/benchmark_results), NEXTN_ONLY=1 (skip the
+# peer entirely: build, conversion and its runs; a check of nextn's side and
+# of the report, LLAMA_SRC is then not read).
+# Needs python3 with torch, numpy, transformers, safetensors (the converter's
+# own requirements), cmake and a C++ compiler.
+set -euo pipefail
+src=${1:?usage: cpu_peer.sh LLAMA_SRC [REPEATS]}
+repeats=${2:-5}
+nextn_only=${NEXTN_ONLY:-0}
+[ "$nextn_only" = 1 ] || src=$(cd "$src" && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
+threads=${THREADS:-2}
+nextn=${NEXTN:-$here/build/nextn}
+model=${MODEL:-$here/models/nextn-code-15m}
+prompt=${PROMPT:-def fibonacci(n):}
+drafts=${MTP_DRAFTS:-2}
+llama_mtp_args=${LLAMA_MTP_ARGS:---spec-type draft-mtp --spec-draft-n-max $drafts}
+weight_types=${WEIGHT_TYPES:-bf16 f16}
+date=$(date -u +%Y-%m-%d)
+out=${OUT:-$here/docs/benchmark_results}
+raw=$out/cpu-peer-$date-raw
+mkdir -p "$raw"
+runs=$raw/runs.jsonl
+: > "$runs"
+log() { echo "[cpu_peer] $*" >&2; }
+
+[ -x "$nextn" ] || { log "no nextn binary at $nextn (build it first)"; exit 1; }
+peer_commit=none
+declare -A gguf=()
+if [ "$nextn_only" = 1 ]; then
+  weight_types=""
+else
+# 1. Build the peer.
+build=$src/build-cpu-peer
+log "building $src -> $build"
+cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF \
+  -DGGML_VULKAN=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF >"$raw/cmake.log" 2>&1
+targets=(llama-bench llama-cli)
+grep -q "llama-completion" "$src/tools/CMakeLists.txt" "$src"/tools/*/CMakeLists.txt 2>/dev/null && targets+=(llama-completion)
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$raw/build.log" 2>&1
+bin=$build/bin
+# The one-shot completion tool: llama-completion where it exists (newer
+# trees, whose llama-cli is a chat UI), else llama-cli without conversation.
+if [ -x "$bin/llama-completion" ]; then complete=("$bin/llama-completion" -no-cnv); else complete=("$bin/llama-cli" -no-cnv); fi
+peer_commit=$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown)
+
+# 2. Convert.
+for wt in $weight_types; do
+  gguf[$wt]=$raw/model-$wt.gguf
+  if [ ! -s "${gguf[$wt]}" ]; then
+    log "converting $model -> ${gguf[$wt]}"
+    python3 "$here/scripts/peer/convert_qwen35.py" "$src" "$model" "${gguf[$wt]}" "$wt" >"$raw/convert-$wt.log" 2>&1 \
+      || { log "conversion failed, see $raw/convert-$wt.log"; exit 1; }
+  fi
+done
+fi
+
+record() { printf '%s\n' "$1" >> "$runs"; }
+now() { python3 -c 'import time; print(time.perf_counter())'; }
+
+# Wall seconds of one command (its output discarded); null when it fails
+# (e.g. a peer without the MTP flags), which the report leaves out.
+wall() {
+  local t0 t1
+  t0=$(now)
+  if "$@" >/dev/null 2>>"$raw/failures.log"; then
+    t1=$(now)
+    python3 -c "print($t1 - $t0)"
+  else
+    echo "failed ($?): $*" >>"$raw/failures.log"
+    echo null
+  fi
+}
+
+# 3. Token equality: greedy text of each engine, with and without MTP.
+nextn_text() {  # $1: none|mtp; keeps the JSON (tokens) in the raw folder
+  "$nextn" generate -m "$model" --prompt "$prompt" -n 128 --threads "$threads" --draft "$1" \
+    $([ "$1" = mtp ] && echo "--block-size $((drafts + 1))") --json | tee "$raw/nextn-$1.json" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["text"], end="")'
+}
+llama_text() {  # $1: gguf, $2: extra args, $3: stderr log; a failed run leaves its error there
+  # shellcheck disable=SC2086
+  { "${complete[@]}" -m "$1" -p "$prompt" -n 128 -t "$threads" --temp 0 --top-k 1 --seed 1 --no-display-prompt $2 \
+    2>"$3" || echo "[llama run failed: $3]"; } |
+    python3 -c 'import sys; t=sys.stdin.read(); print(t.replace(" [end of text]", "").rstrip("\n"), end="")'
+}
+nextn_greedy=$(nextn_text none)
+nextn_mtp=$(nextn_text mtp)
+printf '%s' "$nextn_greedy" > "$raw/text-nextn-greedy.txt"
+printf '%s' "$nextn_mtp" > "$raw/text-nextn-mtp.txt"
+for wt in $weight_types; do
+  llama_text "${gguf[$wt]}" "" "$raw/llama-$wt-greedy.err" > "$raw/text-llama-$wt-greedy.txt"
+  llama_text "${gguf[$wt]}" "$llama_mtp_args" "$raw/llama-$wt-mtp.err" > "$raw/text-llama-$wt-mtp.txt"
+done
+
+# 4. Timing, alternated.
+nextn_bench() {
+  "$nextn" bench decode -m "$model" --threads "$threads" -n 128 --prompt-len 1 --prefill-len 512 --repeats 1 --json
+}
+llama_bench() {  # $1: gguf; [] when it fails
+  "$bin/llama-bench" -m "$1" -t "$threads" -p 512 -n 128 -r 1 -o json 2>>"$raw/failures.log" || echo "[]"
+}
+nextn_gen() {  # $1: none|mtp, $2: tokens
+  wall "$nextn" generate -m "$model" --prompt "$prompt" -n "$2" --threads "$threads" --draft "$1" \
+    $([ "$1" = mtp ] && echo "--block-size $((drafts + 1))")
+}
+llama_gen() {  # $1: gguf, $2: extra args, $3: tokens
+  # shellcheck disable=SC2086
+  wall "${complete[@]}" -m "$1" -p "$prompt" -n "$3" -t "$threads" --temp 0 --top-k 1 --seed 1 $2
+}
+run_nextn() {
+  record "{\"engine\":\"nextn\",\"repeat\":$1,\"kind\":\"bench\",\"result\":$(nextn_bench)}"
+  for d in none mtp; do
+    local long short
+    long=$(nextn_gen $d 128)
+    short=$(nextn_gen $d 1)
+    record "{\"engine\":\"nextn\",\"repeat\":$1,\"kind\":\"generate\",\"draft\":\"$d\",\"wall_128\":$long,\"wall_1\":$short}"
+  done
+}
+run_llama() {
+  for wt in $weight_types; do
+    record "{\"engine\":\"llama-$wt\",\"repeat\":$1,\"kind\":\"bench\",\"result\":$(llama_bench "${gguf[$wt]}")}"
+    for d in none mtp; do
+      local args="" long short
+      [ $d = mtp ] && args=$llama_mtp_args
+      long=$(llama_gen "${gguf[$wt]}" "$args" 128)
+      short=$(llama_gen "${gguf[$wt]}" "$args" 1)
+      record "{\"engine\":\"llama-$wt\",\"repeat\":$1,\"kind\":\"generate\",\"draft\":\"$d\",\"wall_128\":$long,\"wall_1\":$short}"
+    done
+  done
+}
+for ((r = 1; r <= repeats; ++r)); do
+  log "repeat $r/$repeats (load $(cut -d' ' -f1-3 /proc/loadavg))"
+  if ((r % 2)); then run_nextn $r; run_llama $r; else run_llama $r; run_nextn $r; fi
+done
+
+# 5. Report.
+python3 "$here/scripts/peer/cpu_peer_report.py" --raw "$raw" --out "$out/cpu-peer-$date" --threads "$threads" \
+  --drafts "$drafts" --prompt "$prompt" --peer-src "$src" --peer-commit "$peer_commit" \
+  --llama-mtp-args "$llama_mtp_args" --nextn-commit "$(git -C "$here" rev-parse HEAD 2>/dev/null || echo unknown)" \
+  --weight-types "$weight_types"
+log "wrote $out/cpu-peer-$date.md and .json (raw runs in $raw)"
