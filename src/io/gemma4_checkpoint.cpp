@@ -4,16 +4,11 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "io/safetensors.h"
 
 namespace nextn {
 
 namespace {
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 std::string trimmed(std::string dir) {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();

@@ -6,16 +6,11 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/safetensors.h"
 
 namespace nextn {
 
 namespace {
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 const TensorView& stacked_tensor(const TensorStore& store, const std::string& dir, const std::string& name,
                                  const std::vector<int64_t>& want, bool packed) {

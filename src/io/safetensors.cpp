@@ -404,4 +404,10 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   if (ec) fail("{}: cannot rename to {}: {}", tmp, path, ec.message());
 }
 
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 }  // namespace nextn

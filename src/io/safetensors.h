@@ -92,4 +92,7 @@ struct TensorToWrite {
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// "[d0, d1, ...]": a tensor shape as the error messages write it.
+std::string shape_text(const std::vector<int64_t>& shape);
+
 }  // namespace nextn
