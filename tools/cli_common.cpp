@@ -58,6 +58,10 @@ void add_runtime_options(CLI::App* cmd, RuntimeArgs* a) {
   cmd->add_option("--act", a->act,
                   "CUDA activations: bf16 (default) or fp32 (the parity mode: fp32 weights and activations, slow); "
                   "the CPU backend computes in fp32 either way");
+  cmd->add_option("--tensor-parallel", a->tensor_parallel,
+                  "Split the model over N ranks (threads sharing --threads), Qwen3.5 on --backend cpu; the output "
+                  "is deterministic and, on the fixtures, transformers' greedy tokens (docs/tensor-parallel.md; default 1)")
+      ->check(number());
 }
 
 void add_runtime_bench_options(CLI::App* cmd, RuntimeArgs* a) {
@@ -73,6 +77,7 @@ RuntimeOptions runtime_options(const RuntimeArgs& a) {
   RuntimeOptions o;
   o.cpu_threads = a.threads;
   o.act = parse_activations(a.act);
+  o.tensor_parallel = a.tensor_parallel;
   o.cuda_graphs = parse_graphs(a.graphs);
   o.pdl = parse_pdl_policy(a.pdl);
   o.prefill_gemm = parse_prefill_path(a.prefill);

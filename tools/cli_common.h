@@ -29,11 +29,11 @@ std::string model_dir_or_default(const std::string& dir);
 
 // The runtime flags (core/options.h) as given. add_runtime_options: what
 // every command that builds a runtime takes (--threads N in 1..1024, 0 when
-// unset: NEXTN_THREADS or all cores; --act bf16|fp32);
+// unset: NEXTN_THREADS or all cores; --act bf16|fp32; --tensor-parallel N);
 // add_runtime_bench_options: the benchmarks' own (--graphs, --pdl,
 // --prefill). runtime_options parses them, Error naming the flag.
 struct RuntimeArgs {
-  int threads = 0;
+  int threads = 0, tensor_parallel = 1;
   std::string act = "bf16", graphs = "on", pdl = "default", prefill = "gemm";
 };
 void add_runtime_options(CLI::App* cmd, RuntimeArgs* args);

@@ -27,7 +27,7 @@ struct GenerateArgs {
   std::string model, prompt, prompt_ids, draft = "none", backend = "cpu", draft_cost = "free", block_size;
   int n = 32;
   OracleArgs oracle;
-  int draft_vocab = 0, prefill_chunk = kDefaultPrefillChunk, tensor_parallel = 1;
+  int draft_vocab = 0, prefill_chunk = kDefaultPrefillChunk;
   RuntimeArgs runtime;
   bool ignore_eos = false, json = false, chat = false;
   CLI::Option *block_opt = nullptr, *prompt_opt = nullptr, *ids_opt = nullptr, *cost_opt = nullptr,
@@ -72,8 +72,7 @@ void run(const GenerateArgs& a) {
   o.block_policy = block.policy;
   o.draft_vocab = draft_vocab_from_flag(o.draft, a.draft_vocab_opt->count() > 0, a.draft_vocab);
   const BackendKind kind = parse_backend(a.backend);
-  RuntimeOptions runtime = runtime_options(a.runtime);
-  runtime.tensor_parallel = a.tensor_parallel;
+  const RuntimeOptions runtime = runtime_options(a.runtime);
   check_tensor_parallel_backend(kind, runtime.tensor_parallel);  // the degree's fit to the model: once it is read
 
   const std::string dir = model_dir_or_default(a.model);
@@ -173,10 +172,6 @@ void register_generate(CLI::App& app) {
                            ->check(number());
   cmd->add_option("--backend", a->backend, "cpu or cuda (default cpu)");
   add_runtime_options(cmd, &a->runtime);
-  cmd->add_option("--tensor-parallel", a->tensor_parallel,
-                  "Split the model over N ranks (threads sharing --threads), Qwen3.5 on --backend cpu; the output "
-                  "is deterministic and, on the fixtures, transformers' greedy tokens (docs/tensor-parallel.md; default 1)")
-      ->check(number());
   cmd->add_option("--prefill-chunk", a->prefill_chunk,
                   "Prompt tokens forwarded per engine step (default 512; the same in serve, so answers match)")
       ->check(number());
