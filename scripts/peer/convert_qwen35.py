@@ -39,8 +39,10 @@ def main() -> None:
     sys.path.insert(0, str(src))
     sys.path.insert(1, str(src / "gguf-py"))
     converter = importlib.import_module("convert_hf_to_gguf")
-    text_model = getattr(converter, "TextModel", None)
-    if text_model is None:  # newer trees: the model classes live in the conversion package
+    # TextModel (llama.cpp), Model (ik_llama.cpp and older llama.cpp trees),
+    # or, in the newest trees, the conversion package's TextModel.
+    text_model = getattr(converter, "TextModel", None) or getattr(converter, "Model", None)
+    if text_model is None:
         text_model = importlib.import_module("conversion.base").TextModel
     known = text_model.get_vocab_base_pre
     regex = checkpoint_regex(model_dir)
