@@ -242,7 +242,6 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
   int64_t kernels_launched() const override { return kernels_launched_; }
   std::vector<MemoryUse> device_memory() const override;
 
-  WalkVariant walk_variant() const { return walk_variant_; }
   const CudaQwen35Weights* weights() const { return w_.get(); }
   int max_rows() const { return max_rows_; }
   uint64_t sequence_id() const { return id_; }
