@@ -32,15 +32,7 @@ namespace {
 // ---- the communicator ----
 
 void run_ranks(CpuCommGroup& group, RankThreads& threads, const std::function<void(int)>& fn) {
-  threads.run(fn, [&] { group.abort(); }, [](const std::exception_ptr& e) {
-    try {
-      std::rethrow_exception(e);
-    } catch (const CommAborted&) {
-      return true;
-    } catch (...) {
-      return false;
-    }
-  });
+  threads.run(fn, [&] { group.abort(); }, is_comm_aborted);
 }
 
 // Rank r's input element i: magnitudes far apart, so that a sum in any

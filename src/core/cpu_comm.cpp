@@ -111,4 +111,14 @@ void CpuCommGroup::argmax_reduce(int rank, std::span<ArgmaxCandidate> rows) {
   std::copy(best.begin(), best.end(), rows.begin());
 }
 
+bool is_comm_aborted(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const CommAborted&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 }  // namespace nextn

@@ -7,6 +7,7 @@
 #pragma once
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -22,6 +23,10 @@ class CommAborted : public Error {
  public:
   CommAborted() : Error("tensor parallel: another rank failed during a collective") {}
 };
+
+// Whether `e` is a CommAborted: an error that only reports another rank's
+// failure (RankThreads::run's is_secondary).
+bool is_comm_aborted(const std::exception_ptr& e);
 
 class CpuCommGroup {
  public:

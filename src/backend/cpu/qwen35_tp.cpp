@@ -26,16 +26,6 @@ namespace nextn {
 namespace cpu_qwen35 {
 namespace {
 
-bool reports_another_rank(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const CommAborted&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
 class CpuTensorParallelQwen35 final : public ModelRuntime, public MtpHead {
  public:
   CpuTensorParallelQwen35(const Qwen35Checkpoint& ck, int max_tokens, const CpuRuntimeOptions& options)
@@ -145,7 +135,7 @@ class CpuTensorParallelQwen35 final : public ModelRuntime, public MtpHead {
   // until reset().
   void on_ranks(const std::function<void(int)>& fn) {
     try {
-      threads_.run(fn, [this] { comm_.abort(); }, reports_another_rank);
+      threads_.run(fn, [this] { comm_.abort(); }, is_comm_aborted);
     } catch (...) {
       comm_.reset();
       throw;
