@@ -10,6 +10,7 @@
 #include "bench/decode_roofline.h"
 #include "bench/machine.h"
 #include "bench/projection.h"
+#include "bench/trunk.h"
 #include "bench/verify_bench.h"
 #include "cli_common.h"
 #include "commands.h"
@@ -277,6 +278,23 @@ void register_bench(CLI::App& app) {
     pr->widths.clear();
     for (int32_t w : parse_id_list(*pw, "--widths")) pr->widths.push_back(int(w));
     if (bench::run_projection(*pr) != 0) throw Error("bench projection: batch invariance check failed");
+  });
+
+  // nextn bench trunk (src/bench/trunk.h): issue 24's kernel table.
+  auto tr = std::make_shared<bench::TrunkOptions>();
+  auto trows = std::make_shared<std::string>("1,2,4,8,16,32");
+  auto* trunk = bench_cmd->add_subcommand(
+      "trunk", "Every trunk matrix of the Qwen3.5 presets per row count vs the device copy bandwidth");
+  trunk->add_option("--presets", tr->presets, "Comma-separated presets (default qwen3.5-0.8b,qwen3.5-4b,qwen3.5-27b)")
+      ->delimiter(',');
+  trunk->add_option("--quant", tr->quant, "q4 or q8 (default q4)");
+  trunk->add_option("--rows", *trows, "Comma-separated row counts (default 1,2,4,8,16,32)");
+  trunk->add_option("--repeats", tr->repeats, "Timed calls per matrix and row count (default 30)")->check(number());
+  trunk->add_flag("--json", tr->json, "Print one JSON object");
+  trunk->callback([tr, trows] {
+    tr->rows.clear();
+    for (int32_t r : parse_id_list(*trows, "--rows")) tr->rows.push_back(int(r));
+    if (bench::run_trunk(*tr) != 0) throw Error("bench trunk: batch invariance check failed");
   });
 }
 
