@@ -26,11 +26,13 @@ for shape in ${SHAPES:-34816x5120 5120x17408 16480x5120 14336x5120 5120x6144}; d
     timeout 60 "$BUILD/nextn" bench projection --shape "$shape" --splits "$s" --widths "$W" --repeats 20 2>&1 | row
   done
 done
-for cfg in ${CFGS:-1:12 2:12 3:12 2:6 3:4}; do
-  set -- ${cfg//:/ }
-  printf '34816x5120 per_sm<=%s stages<=%s: ' "$1" "$2"
-  timeout 60 "$BUILD/nextn" bench projection --shape 34816x5120 --stream-per-sm "$1" --stream-stages "$2" \
-    --widths "$W" --repeats 20 2>&1 | row
+for shape in ${CAP_SHAPES:-34816x5120 5120x17408}; do
+  for cfg in ${CFGS:-1:8 1:12 1:20 2:12 3:12}; do
+    set -- ${cfg//:/ }
+    printf '%s per_sm<=%s stages<=%s: ' "$shape" "$1" "$2"
+    timeout 60 "$BUILD/nextn" bench projection --shape "$shape" --stream-per-sm "$1" --stream-stages "$2" \
+      --widths "$W" --repeats 20 2>&1 | row
+  done
 done
 } | tee "$OUT/sweep_splits.txt"
 record_finish

@@ -52,7 +52,7 @@ constexpr int kK = kChunkK;         // k per stage unit
 constexpr int kWarps = 8;           // consumer warps
 constexpr int kThreads = (kWarps + 1) * 32;
 constexpr int kXStride = 320;       // bytes per activation row in a stage: 256 + 64, conflict-free 16-byte reads
-constexpr int kMaxStages = 12;
+constexpr int kMaxStages = 20;
 constexpr int kCounterSlots = 4096; // split-K tile counters at the start of the scratch
 constexpr int kWorkers = 132;       // H200 multiprocessors: the split choice's model (a constant: same bits anywhere)
 
@@ -549,14 +549,17 @@ void launch(const DevMatrix& W, int epi, StreamParams p, cudaStream_t s) {
   const int red = 4 * 2 * nf * 4 * 32 * 4;
   // As many blocks per SM as registers allow while each keeps four stages
   // (more warps to dequantize); else fewer blocks with deeper rings.
-  int per_sm = std::min(max_per_sm(nf), g_cap_per_sm), budget = 0;
+  // When every item has a multiprocessor of its own (most 27B trunk shapes:
+  // 112-129 tiles, or 120 split items, on 132 SMs) a second block per SM
+  // would have nothing to do: one block per SM with the deepest ring.
+  const int items = p.tiles * p.splits;
+  int per_sm = items <= g_sms ? 1 : std::min(max_per_sm(nf), g_cap_per_sm), budget = 0;
   for (; per_sm > 1; --per_sm)
     if (4 * p.stage_smem + red <= kSmemPerSM / per_sm - 2048) break;
   budget = per_sm == 1 ? kSmemMaxBlock : kSmemPerSM / per_sm - 2048;
   p.stages = std::min(g_cap_stages, (budget - red) / p.stage_smem);
   if (p.stages < 2) fail("matmul: stage of {} bytes does not fit in shared memory", p.stage_smem);
   const int smem = p.stages * p.stage_smem + red;
-  const int items = p.tiles * p.splits;
   const int grid = std::min(items, g_sms * per_sm);
   CUDA_CHECK(launch_kernel(kernel_for(bits, epi, nf), grid, kThreads, size_t(smem), s, p));
   CUDA_CHECK_LAUNCH("stream_kernel");
