@@ -327,7 +327,7 @@ const std::vector<Case> kProjectionCases = {
     {"bench projection --stream-per-sm -1", "--stream-per-sm"},
     {"bench projection --stream-per-sm ''", "--stream-per-sm"},
     {"bench projection --stream-stages 1", "--stream-stages"},
-    {"bench projection --stream-stages 21", "--stream-stages"},
+    {"bench projection --stream-stages 13", "--stream-stages"},
     {"bench projection --stream-stages x", "--stream-stages"},
 };
 

@@ -271,7 +271,7 @@ void register_bench(CLI::App& app) {
                    "Streamed kernel: at most this many blocks per SM, 1..3 (tuning; default: the production choice)")
       ->check(number());
   proj->add_option("--stream-stages", pr->stream_stages,
-                   "Streamed kernel: at most this many ring stages, 2..20 (tuning; default: the production choice)")
+                   "Streamed kernel: at most this many ring stages, 2..12 (tuning; default: the production choice)")
       ->check(number());
   proj->add_flag("--json", pr->json, "Print one JSON object");
   proj->callback([pr, pw] {

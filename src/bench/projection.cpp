@@ -41,8 +41,8 @@ int run_projection(const ProjectionOptions& o) {
     fail("bench projection: --splits {} must be 0 (automatic) or 1..{} without --argmax", o.splits, cols / 128);
   if (o.stream_per_sm < 0 || o.stream_per_sm > 3)
     fail("bench projection: --stream-per-sm must be 1..3, got {}", o.stream_per_sm);
-  if (o.stream_stages != 0 && (o.stream_stages < 2 || o.stream_stages > 20))
-    fail("bench projection: --stream-stages must be 2..20, got {}", o.stream_stages);
+  if (o.stream_stages != 0 && (o.stream_stages < 2 || o.stream_stages > 12))
+    fail("bench projection: --stream-stages must be 2..12, got {}", o.stream_stages);
 #ifndef NEXTN_HAVE_CUDA
   fail("bench projection: this build has no CUDA backend");
 #else

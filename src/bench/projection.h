@@ -16,7 +16,7 @@ struct ProjectionOptions {
   int repeats = 30;
   int splits = 0;  // split-K override (0: the production choice, choose_splits)
   // The streamed kernel's tuning caps (0: the production ones): blocks per
-  // SM 1..3, ring stages 2..20 (--stream-per-sm, --stream-stages).
+  // SM 1..3, ring stages 2..12 (--stream-per-sm, --stream-stages).
   int stream_per_sm = 0, stream_stages = 0;
   bool json = false;
 };

@@ -52,7 +52,7 @@ constexpr int kK = kChunkK;         // k per stage unit
 constexpr int kWarps = 8;           // consumer warps
 constexpr int kThreads = (kWarps + 1) * 32;
 constexpr int kXStride = 320;       // bytes per activation row in a stage: 256 + 64, conflict-free 16-byte reads
-constexpr int kMaxStages = 20;
+constexpr int kMaxStages = 12;
 constexpr int kCounterSlots = 4096; // split-K tile counters at the start of the scratch
 constexpr int kWorkers = 132;       // H200 multiprocessors: the split choice's model (a constant: same bits anywhere)
 
@@ -396,13 +396,38 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
       consumers_sync();
       if (last) {
         __threadfence();
-        for (int idx = threadIdx.x; idx < p.T * kRows; idx += kWarps * 32) {
-          const int t = idx / kRows, r = tile * kRows + idx % kRows;
-          if (r >= p.rows) continue;
-          float v = __ldcg(p.partial + size_t(t) * p.rows + r);
-          for (int k = 1; k < p.splits; ++k) v = add_rn(v, __ldcg(p.partial + (size_t(k) * p.T + t) * p.rows + r));
-          float* dst = p.y + size_t(t) * p.ldy + r;
-          *dst = p.accumulate ? add_rn(*dst, v) : v;
+        // Each thread sums kSumRows outputs, loading kSumSplits partials of
+        // each before adding any: the loads are in flight together (a loop
+        // that added as it loaded waited one L2 round trip per partial, which
+        // cost gate_up at 32 rows more than its weights). The sums run in
+        // split order as before, so the bits are the same.
+        constexpr int kSumRows = 2, kSumSplits = 4, kStride = kWarps * 32;
+        for (int base = threadIdx.x; base < p.T * kRows; base += kSumRows * kStride) {
+          float v[kSumRows], part[kSumRows][kSumSplits];
+          for (int k0 = 0; k0 < p.splits; k0 += kSumSplits) {
+#pragma unroll
+            for (int i = 0; i < kSumRows; ++i) {
+              const int idx = base + i * kStride, t = idx / kRows, r = tile * kRows + idx % kRows;
+              const bool real = idx < p.T * kRows && r < p.rows;
+#pragma unroll
+              for (int j = 0; j < kSumSplits; ++j)
+                part[i][j] = real && k0 + j < p.splits ? __ldcg(p.partial + (size_t(k0 + j) * p.T + t) * p.rows + r) : 0.0f;
+            }
+#pragma unroll
+            for (int i = 0; i < kSumRows; ++i)
+#pragma unroll
+              for (int j = 0; j < kSumSplits; ++j) {
+                if (k0 + j >= p.splits) break;
+                v[i] = k0 + j == 0 ? part[i][j] : add_rn(v[i], part[i][j]);
+              }
+          }
+#pragma unroll
+          for (int i = 0; i < kSumRows; ++i) {
+            const int idx = base + i * kStride, t = idx / kRows, r = tile * kRows + idx % kRows;
+            if (idx >= p.T * kRows || r >= p.rows) continue;
+            float* dst = p.y + size_t(t) * p.ldy + r;
+            *dst = p.accumulate ? add_rn(*dst, v[i]) : v[i];
+          }
         }
         if (threadIdx.x == 0) p.counters[tile] = 0;
       }
@@ -549,17 +574,14 @@ void launch(const DevMatrix& W, int epi, StreamParams p, cudaStream_t s) {
   const int red = 4 * 2 * nf * 4 * 32 * 4;
   // As many blocks per SM as registers allow while each keeps four stages
   // (more warps to dequantize); else fewer blocks with deeper rings.
-  // When every item has a multiprocessor of its own (most 27B trunk shapes:
-  // 112-129 tiles, or 120 split items, on 132 SMs) a second block per SM
-  // would have nothing to do: one block per SM with the deepest ring.
-  const int items = p.tiles * p.splits;
-  int per_sm = items <= g_sms ? 1 : std::min(max_per_sm(nf), g_cap_per_sm), budget = 0;
+  int per_sm = std::min(max_per_sm(nf), g_cap_per_sm), budget = 0;
   for (; per_sm > 1; --per_sm)
     if (4 * p.stage_smem + red <= kSmemPerSM / per_sm - 2048) break;
   budget = per_sm == 1 ? kSmemMaxBlock : kSmemPerSM / per_sm - 2048;
   p.stages = std::min(g_cap_stages, (budget - red) / p.stage_smem);
   if (p.stages < 2) fail("matmul: stage of {} bytes does not fit in shared memory", p.stage_smem);
   const int smem = p.stages * p.stage_smem + red;
+  const int items = p.tiles * p.splits;
   const int grid = std::min(items, g_sms * per_sm);
   CUDA_CHECK(launch_kernel(kernel_for(bits, epi, nf), grid, kThreads, size_t(smem), s, p));
   CUDA_CHECK_LAUNCH("stream_kernel");

@@ -21,7 +21,7 @@ void stream_pack(const DevMatrix& m, void* dst, cudaStream_t s);
 // Embedding lookup from the layout: x[t] = row tokens[t] of E, dequantized
 // to fp32 exactly as the MLX-order copy would give it.
 void stream_embed_rows(const DevMatrix& E, const int32_t* tokens, int T, float* x, int ldx, cudaStream_t s);
-// Caps on blocks per SM (1..3) and ring stages (2..20) for tuning sweeps
+// Caps on blocks per SM (1..3) and ring stages (2..12) for tuning sweeps
 // (`nextn bench projection --stream-per-sm / --stream-stages`); 0 restores
 // the production cap. Speed only: the bits do not depend on them.
 void set_stream_caps(int per_sm, int stages);
