@@ -127,8 +127,11 @@ done
 nextn_bench() {
   "$nextn" bench decode -m "$model" --threads "$threads" -n 128 --prompt-len 1 --prefill-len 512 --repeats 1 --json
 }
-llama_bench() {  # $1: gguf; [] when it fails
-  "$bin/llama-bench" -m "$1" -t "$threads" -p 512 -n 128 -r 1 -o json 2>>"$raw/failures.log" || echo "[]"
+llama_bench() {  # $1: gguf; on one line (runs.jsonl), [] when it fails
+  local out
+  out=$("$bin/llama-bench" -m "$1" -t "$threads" -p 512 -n 128 -r 1 -o json 2>>"$raw/failures.log") || out="[]"
+  printf '%s' "$out" | python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)))' 2>>"$raw/failures.log" \
+    || echo "[]"
 }
 nextn_gen() {  # $1: none|mtp, $2: tokens
   wall "$nextn" generate -m "$model" --prompt "$prompt" -n "$2" --threads "$threads" --draft "$1" \
