@@ -6,14 +6,20 @@
 # LLAMA_SRC: a llama.cpp (or ik_llama.cpp) source tree, e.g. a fetched
 # snapshot of github.com/ggml-org/llama.cpp. The script
 #  1. builds it for this CPU (build-cpu-peer/ inside LLAMA_SRC: GGML_NATIVE,
-#     no GPU backends, no curl);
+#     no GPU backends, no curl, no server: in newer trees llama-cli and
+#     llama-server need a web UI built with npm or downloaded while building,
+#     and neither is run here);
 #  2. converts the model (default models/nextn-code-15m, MTP head included)
 #     to GGUF with LLAMA_SRC's convert_hf_to_gguf.py, bf16 and f16. The
 #     default model's tokenizer is its own BPE vocabulary with Qwen3.5's
 #     pre-tokenizer regex, whose hash the converter cannot know: an unknown
 #     hash is mapped to the "qwen35" pre-tokenizer (scripts/peer/convert_qwen35.py);
 #  3. checks that both engines give the same greedy text for the prompt,
-#     with and without MTP (stops at EOS, as both engines do by default);
+#     with and without MTP (stops at EOS, as both engines do by default).
+#     The peer's greedy runs go through llama-completion (llama-cli in trees
+#     without it); its MTP runs through llama-speculative-simple where the
+#     tree has it and knows `draft-mtp` (llama-completion cannot speculate),
+#     else through the same completion tool (ik_llama.cpp's llama-cli);
 #  4. times, alternating the engines each repeat (order flipped every other
 #     repeat): decode 128 tokens and prefill 512 tokens (`nextn bench decode`
 #     vs `llama-bench`), and greedy and MTP generation of 128 tokens through
@@ -21,6 +27,8 @@
 #     same model load and prompt;
 #  5. writes docs/benchmark_results/cpu-peer-<date>.md and .json
 #     (scripts/peer/cpu_peer_report.py) and keeps the raw runs next to them.
+#     The GGUFs and the build and conversion logs stay in build-cpu-peer/,
+#     outside the record (tens of MB, not for the repository).
 #
 # Environment: THREADS (default 2), NEXTN (default build/nextn), MODEL
 # (default models/nextn-code-15m), PROMPT (default "def fibonacci(n):"),
@@ -30,7 +38,10 @@
 # spells it differently: pass its flags here), WEIGHT_TYPES (default
 # "bf16 f16"), OUT (default docs/benchmark_results), NEXTN_ONLY=1 (skip the
 # peer entirely: build, conversion and its runs; a check of nextn's side and
-# of the report, LLAMA_SRC is then not read).
+# of the report, LLAMA_SRC is then not read), LLAMA_MTP_TOOL (a binary name
+# in the peer's build/bin for the MTP runs, overriding the choice in 3.),
+# PEER_COMMIT (the peer's commit for the record, for a tree without git
+# metadata such as a release tarball or a Python package's vendored copy).
 # Needs python3 with torch, numpy, transformers, safetensors (the converter's
 # own requirements), cmake and a C++ compiler.
 set -euo pipefail
@@ -56,48 +67,71 @@ log() { echo "[cpu_peer] $*" >&2; }
 
 [ -x "$nextn" ] || { log "no nextn binary at $nextn (build it first)"; exit 1; }
 peer_commit=none
+mtp_tool=none
 declare -A gguf=()
 if [ "$nextn_only" = 1 ]; then
   weight_types=""
 else
 # 1. Build the peer.
 build=$src/build-cpu-peer
+mkdir -p "$build"
 log "building $src -> $build"
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF \
-  -DGGML_VULKAN=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF >"$raw/cmake.log" 2>&1
-targets=(llama-bench llama-cli)
-grep -q "llama-completion" "$src/tools/CMakeLists.txt" "$src"/tools/*/CMakeLists.txt 2>/dev/null && targets+=(llama-completion)
-cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$raw/build.log" 2>&1
-bin=$build/bin
+  -DGGML_VULKAN=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >"$build/cpu-peer-cmake.log" 2>&1 \
+  || { log "error: cmake configure of $src failed, see $build/cpu-peer-cmake.log"; exit 1; }
 # The one-shot completion tool: llama-completion where it exists (newer
 # trees, whose llama-cli is a chat UI), else llama-cli without conversation.
-if [ -x "$bin/llama-completion" ]; then complete=("$bin/llama-completion" -no-cnv); else complete=("$bin/llama-cli" -no-cnv); fi
-peer_commit=$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown)
+if grep -qs "llama-completion" "$src"/tools/*/CMakeLists.txt; then complete_tool=llama-completion; else complete_tool=llama-cli; fi
+if [ -n "${LLAMA_MTP_TOOL:-}" ]; then
+  mtp_tool=$LLAMA_MTP_TOOL
+elif [ -f "$src/examples/speculative-simple/CMakeLists.txt" ] && grep -qs "draft-mtp" "$src/common/speculative.cpp"; then
+  mtp_tool=llama-speculative-simple
+else
+  mtp_tool=$complete_tool
+fi
+targets=(llama-bench "$complete_tool")
+[ "$mtp_tool" = "$complete_tool" ] || targets+=("$mtp_tool")
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$build/cpu-peer-build.log" 2>&1 \
+  || { log "error: building ${targets[*]} in $build failed, see $build/cpu-peer-build.log"; exit 1; }
+bin=$build/bin
+complete=("$bin/$complete_tool" -no-cnv)
+# llama-speculative-simple takes no -no-cnv and always echoes the prompt
+# (stripped in llama_text). It stops only once it has produced more than -n
+# tokens, and a draft limit that falls to 0 near the end means no limit, so
+# it gives between n + 1 and n + 1 + drafts tokens: its own count ("n_predict
+# = N" on stderr) is recorded with each timed run, and its text is compared
+# by its start (cpu_peer_report.py).
+if [ "$mtp_tool" = llama-speculative-simple ]; then mtp=("$bin/$mtp_tool"); else mtp=("$bin/$mtp_tool" -no-cnv); fi
+peer_commit=${PEER_COMMIT:-$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown)}
 
-# 2. Convert.
+# 2. Convert, every run: the model or the converter may have changed since
+# the last one, and a conversion of the default model takes seconds.
+mkdir -p "$build/gguf"
 for wt in $weight_types; do
-  gguf[$wt]=$raw/model-$wt.gguf
-  if [ ! -s "${gguf[$wt]}" ]; then
-    log "converting $model -> ${gguf[$wt]}"
-    python3 "$here/scripts/peer/convert_qwen35.py" "$src" "$model" "${gguf[$wt]}" "$wt" >"$raw/convert-$wt.log" 2>&1 \
-      || { log "conversion failed, see $raw/convert-$wt.log"; exit 1; }
-  fi
+  gguf[$wt]=$build/gguf/$(basename "$model")-$wt.gguf
+  log "converting $model -> ${gguf[$wt]}"
+  python3 "$here/scripts/peer/convert_qwen35.py" "$src" "$model" "${gguf[$wt]}" "$wt" >"${gguf[$wt]%.gguf}.log" 2>&1 \
+    || { log "error: conversion to $wt failed, see ${gguf[$wt]%.gguf}.log"; exit 1; }
 done
 fi
 
 record() { printf '%s\n' "$1" >> "$runs"; }
 now() { python3 -c 'import time; print(time.perf_counter())'; }
 
-# Wall seconds of one command (its output discarded); null when it fails
-# (e.g. a peer without the MTP flags), which the report leaves out.
+# Wall seconds of one command (its output discarded, its stderr kept in
+# $last_err for llama_gen); null when it fails (e.g. a peer without the MTP
+# flags), which the report leaves out.
+last_err=$(mktemp)
+trap 'rm -f "$last_err"' EXIT
 wall() {
-  local t0 t1
+  local t0 t1 rc
   t0=$(now)
-  if "$@" >/dev/null 2>>"$raw/failures.log"; then
+  if "$@" >/dev/null 2>"$last_err"; then
     t1=$(now)
     python3 -c "print($t1 - $t0)"
   else
-    echo "failed ($?): $*" >>"$raw/failures.log"
+    rc=$?
+    { cat "$last_err"; echo "failed ($rc): $*"; } >>"$raw/failures.log"
     echo null
   fi
 }
@@ -108,19 +142,37 @@ nextn_text() {  # $1: none|mtp; keeps the JSON (tokens) in the raw folder
     $([ "$1" = mtp ] && echo "--block-size $((drafts + 1))") --json | tee "$raw/nextn-$1.json" |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["text"], end="")'
 }
-llama_text() {  # $1: gguf, $2: extra args, $3: stderr log; a failed run leaves its error there
-  # shellcheck disable=SC2086
-  { "${complete[@]}" -m "$1" -p "$prompt" -n 128 -t "$threads" --temp 0 --top-k 1 --seed 1 --no-display-prompt $2 \
-    2>"$3" || echo "[llama run failed: $3]"; } |
-    python3 -c 'import sys; t=sys.stdin.read(); print(t.replace(" [end of text]", "").rstrip("\n"), end="")'
+# The peer's command line for $1 (none|mtp) and $2 tokens, into peer_cmd.
+peer_cmd=()
+set_peer_cmd() {
+  if [ "$1" = mtp ]; then
+    # shellcheck disable=SC2206
+    peer_cmd=("${mtp[@]}" -n "$2" $llama_mtp_args)
+  else
+    peer_cmd=("${complete[@]}" -n "$2")
+  fi
+}
+llama_text() {  # $1: gguf, $2: none|mtp, $3: stderr log; a failed run leaves its error there
+  local echoed=0
+  set_peer_cmd "$2" 128
+  if [ "$2" = mtp ] && [ "$mtp_tool" = llama-speculative-simple ]; then echoed=1; else peer_cmd+=(--no-display-prompt); fi
+  { "${peer_cmd[@]}" -m "$1" -p "$prompt" -t "$threads" --temp 0 --top-k 1 --seed 1 2>"$3" \
+    || echo "[llama run failed: $3]"; } |
+    PEER_PROMPT=$prompt PEER_ECHOED=$echoed python3 -c '
+import os, sys
+t = sys.stdin.read()
+echo = "\n\n" + os.environ["PEER_PROMPT"]  # what llama-speculative-simple prints before the generated text
+if os.environ["PEER_ECHOED"] == "1" and t.startswith(echo):
+    t = t[len(echo):]
+print(t.replace(" [end of text]", "").rstrip("\n"), end="")'
 }
 nextn_greedy=$(nextn_text none)
 nextn_mtp=$(nextn_text mtp)
 printf '%s' "$nextn_greedy" > "$raw/text-nextn-greedy.txt"
 printf '%s' "$nextn_mtp" > "$raw/text-nextn-mtp.txt"
 for wt in $weight_types; do
-  llama_text "${gguf[$wt]}" "" "$raw/llama-$wt-greedy.err" > "$raw/text-llama-$wt-greedy.txt"
-  llama_text "${gguf[$wt]}" "$llama_mtp_args" "$raw/llama-$wt-mtp.err" > "$raw/text-llama-$wt-mtp.txt"
+  llama_text "${gguf[$wt]}" none "$raw/llama-$wt-greedy.err" > "$raw/text-llama-$wt-greedy.txt"
+  llama_text "${gguf[$wt]}" mtp "$raw/llama-$wt-mtp.err" > "$raw/text-llama-$wt-mtp.txt"
 done
 
 # 4. Timing, alternated.
@@ -137,9 +189,14 @@ nextn_gen() {  # $1: none|mtp, $2: tokens
   wall "$nextn" generate -m "$model" --prompt "$prompt" -n "$2" --threads "$threads" --draft "$1" \
     $([ "$1" = mtp ] && echo "--block-size $((drafts + 1))")
 }
-llama_gen() {  # $1: gguf, $2: extra args, $3: tokens
-  # shellcheck disable=SC2086
-  wall "${complete[@]}" -m "$1" -p "$prompt" -n "$3" -t "$threads" --temp 0 --top-k 1 --seed 1 $2
+llama_gen() {  # $1: gguf, $2: none|mtp, $3: tokens; prints the wall seconds and the tokens generated
+  local w n=$3
+  set_peer_cmd "$2" "$3"
+  w=$(wall "${peer_cmd[@]}" -m "$1" -p "$prompt" -t "$threads" --temp 0 --top-k 1 --seed 1)
+  if [ "$2" = mtp ] && [ "$mtp_tool" = llama-speculative-simple ]; then
+    n=$(sed -n 's/.* n_predict = \([0-9]*\)$/\1/p' "$last_err")
+  fi
+  echo "$w ${n:-null}"
 }
 run_nextn() {
   record "{\"engine\":\"nextn\",\"repeat\":$1,\"kind\":\"bench\",\"result\":$(nextn_bench)}"
@@ -154,11 +211,10 @@ run_llama() {
   for wt in $weight_types; do
     record "{\"engine\":\"llama-$wt\",\"repeat\":$1,\"kind\":\"bench\",\"result\":$(llama_bench "${gguf[$wt]}")}"
     for d in none mtp; do
-      local args="" long short
-      [ $d = mtp ] && args=$llama_mtp_args
-      long=$(llama_gen "${gguf[$wt]}" "$args" 128)
-      short=$(llama_gen "${gguf[$wt]}" "$args" 1)
-      record "{\"engine\":\"llama-$wt\",\"repeat\":$1,\"kind\":\"generate\",\"draft\":\"$d\",\"wall_128\":$long,\"wall_1\":$short}"
+      local wl nl ws ns
+      read -r wl nl <<<"$(llama_gen "${gguf[$wt]}" $d 128)"
+      read -r ws ns <<<"$(llama_gen "${gguf[$wt]}" $d 1)"
+      record "{\"engine\":\"llama-$wt\",\"repeat\":$1,\"kind\":\"generate\",\"draft\":\"$d\",\"wall_128\":$wl,\"wall_1\":$ws,\"tokens_128\":$nl,\"tokens_1\":$ns}"
     done
   done
 }
@@ -170,6 +226,6 @@ done
 # 5. Report.
 python3 "$here/scripts/peer/cpu_peer_report.py" --raw "$raw" --out "$out/cpu-peer-$date" --threads "$threads" \
   --drafts "$drafts" --prompt "$prompt" --peer-src "$src" --peer-commit "$peer_commit" \
-  --llama-mtp-args "$llama_mtp_args" --nextn-commit "$(git -C "$here" rev-parse HEAD 2>/dev/null || echo unknown)" \
+  --llama-mtp-args "$llama_mtp_args" --llama-mtp-tool "$mtp_tool" --nextn-commit "$(git -C "$here" rev-parse HEAD 2>/dev/null || echo unknown)" \
   --weight-types "$weight_types"
 log "wrote $out/cpu-peer-$date.md and .json (raw runs in $raw)"
