@@ -15,23 +15,56 @@
 #     pre-tokenizer regex, whose hash the converter cannot know: an unknown
 #     hash is mapped to the "qwen35" pre-tokenizer (scripts/peer/convert_qwen35.py);
 #  3. checks that both engines give the same greedy text for the prompt,
-#     with and without MTP (stops at EOS, as both engines do by default).
+#     with and without MTP, over the GEN_TOKENS tokens that step 4 times
+#     (stops at EOS, as both engines do by default).
 #     The peer's greedy runs go through llama-completion (llama-cli in trees
 #     without it); its MTP runs through llama-speculative-simple where the
 #     tree has it and knows `draft-mtp` (llama-completion cannot speculate),
 #     else through the same completion tool (ik_llama.cpp's llama-cli);
 #  4. times, alternating the engines each repeat (order flipped every other
 #     repeat): decode 128 tokens and prefill 512 tokens (`nextn bench decode`
-#     vs `llama-bench`), and greedy and MTP generation of 128 tokens through
-#     each CLI, timed as wall(-n 128) - wall(-n 1) so both engines pay the
-#     same model load and prompt;
+#     vs `llama-bench`), and greedy and MTP generation of GEN_TOKENS tokens
+#     through each CLI (--ignore-eos), each timed by the engine's own decode
+#     timer inside the process, which leaves out process start, model load
+#     and the prompt's prefill:
+#       nextn: `generate --json`'s stats.decode_ms, from the end of the
+#         prefill step (prompt forward, first token, MTP seeded) to the last
+#         token; tokens: stats.generated - 1 (the first comes from the prefill);
+#       llama.cpp greedy (llama-completion): its perf print's "eval time"
+#         (the single-token llama_decode calls, to the logits' readout) plus
+#         "sampling time" (the argmax; nextn's decode_ms includes its own);
+#         tokens: eval time's runs (GEN_TOKENS - 1: the first token is
+#         sampled from the prompt's logits);
+#       llama.cpp MTP (llama-speculative-simple): its "decoded N tokens in
+#         T seconds", the whole decode loop after the prompt (drafts, verify,
+#         sampling) for its N tokens (the first included: it forwards the
+#         prompt's last token inside that loop).
+#     MTP through a completion tool (no llama-speculative-simple in the tree)
+#     has no such timer: its verify batches count as "prompt eval" in the
+#     perf print, so the peer's MTP column is left empty (n/a) there.
+#     llama.cpp logs through a thread that can lose its last lines when the
+#     process exits (llama.cpp issue 22142): a run whose timer line is missing
+#     is repeated, up to 3 times, then left out (failures.log);
 #  5. writes docs/benchmark_results/cpu-peer-<date>.md and .json
 #     (scripts/peer/cpu_peer_report.py) and keeps the raw runs next to them.
 #     The GGUFs and the build and conversion logs stay in build-cpu-peer/,
 #     outside the record (tens of MB, not for the repository).
 #
-# Environment: THREADS (default 2), NEXTN (default build/nextn), MODEL
-# (default models/nextn-code-15m), PROMPT (default "def fibonacci(n):"),
+# GEN_TOKENS (default 512) is the generation length. The wall-clock timing it
+# replaces, wall(-n 128) - wall(-n 1), was noise on the default model: 127
+# tokens take 0.15-0.35 s there while process start and load vary by
+# 0.1-0.25 s. With the in-process timers start and load no longer count, and
+# 512 tokens make each timed part 0.4-0.8 s on 2 threads (nextn ~900-1100
+# tokens/s, llama.cpp ~650-850), long against the timers' resolution and a
+# scheduler hiccup; the default prompt gives no EOS within 512 tokens (the
+# report says when nextn's text stops earlier: past an EOS the engines'
+# --ignore-eos differ, nextn keeping the EOS and going on, llama.cpp masking
+# it, so the timed tokens and MTP acceptances may differ there), and 512
+# stays far inside the model's 4096 positions.
+#
+# Environment: GEN_TOKENS (default 512, above), THREADS (default 2), NEXTN
+# (default build/nextn), MODEL (default models/nextn-code-15m), PROMPT
+# (default "def fibonacci(n):"),
 # MTP_DRAFTS (default 2: nextn --block-size MTP_DRAFTS+1, llama.cpp
 # --spec-draft-n-max MTP_DRAFTS), LLAMA_MTP_ARGS (default
 # "--spec-type draft-mtp --spec-draft-n-max $MTP_DRAFTS"; ik_llama.cpp
@@ -55,6 +88,7 @@ nextn=${NEXTN:-$here/build/nextn}
 model=${MODEL:-$here/models/nextn-code-15m}
 prompt=${PROMPT:-def fibonacci(n):}
 drafts=${MTP_DRAFTS:-2}
+gen=${GEN_TOKENS:-512}
 llama_mtp_args=${LLAMA_MTP_ARGS:---spec-type draft-mtp --spec-draft-n-max $drafts}
 weight_types=${WEIGHT_TYPES:-bf16 f16}
 date=$(date -u +%Y-%m-%d)
@@ -67,7 +101,9 @@ log() { echo "[cpu_peer] $*" >&2; }
 
 [ -x "$nextn" ] || { log "no nextn binary at $nextn (build it first)"; exit 1; }
 peer_commit=none
+complete_tool=none
 mtp_tool=none
+mtp_timer=none
 declare -A gguf=()
 if [ "$nextn_only" = 1 ]; then
   weight_types=""
@@ -89,6 +125,8 @@ elif [ -f "$src/examples/speculative-simple/CMakeLists.txt" ] && grep -qs "draft
 else
   mtp_tool=$complete_tool
 fi
+# The peer's decode timer for its MTP runs (4. above): none through a completion tool.
+if [ "$mtp_tool" = llama-speculative-simple ]; then mtp_timer=decoded; else mtp_timer=none; fi
 targets=(llama-bench "$complete_tool")
 [ "$mtp_tool" = "$complete_tool" ] || targets+=("$mtp_tool")
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$build/cpu-peer-build.log" 2>&1 \
@@ -100,7 +138,7 @@ complete=("$bin/$complete_tool" -no-cnv)
 # tokens, and a draft limit that falls to 0 near the end means no limit, so
 # it gives between n + 1 and n + 1 + drafts tokens: its own count ("n_predict
 # = N" on stderr) is recorded with each timed run, and its text is compared
-# by its start (cpu_peer_report.py).
+# by its start (cpu_peer_report.py); its "decoded N tokens" counts them all.
 if [ "$mtp_tool" = llama-speculative-simple ]; then mtp=("$bin/$mtp_tool"); else mtp=("$bin/$mtp_tool" -no-cnv); fi
 peer_commit=${PEER_COMMIT:-$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown)}
 
@@ -116,31 +154,20 @@ done
 fi
 
 record() { printf '%s\n' "$1" >> "$runs"; }
-now() { python3 -c 'import time; print(time.perf_counter())'; }
 
-# Wall seconds of one command (its output discarded, its stderr kept in
-# $last_err for llama_gen); null when it fails (e.g. a peer without the MTP
-# flags), which the report leaves out.
-last_err=$(mktemp)
-trap 'rm -f "$last_err"' EXIT
-wall() {
-  local t0 t1 rc
-  t0=$(now)
-  if "$@" >/dev/null 2>"$last_err"; then
-    t1=$(now)
-    python3 -c "print($t1 - $t0)"
-  else
-    rc=$?
-    { cat "$last_err"; echo "failed ($rc): $*"; } >>"$raw/failures.log"
-    echo null
-  fi
+# The stderr of the last timed generation, for its timer.
+gen_err=$(mktemp)
+trap 'rm -f "$gen_err"' EXIT
+log_failure() {  # $1: rc, then the command
+  local rc=$1; shift
+  { cat "$gen_err"; echo "failed ($rc): $*"; } >>"$raw/failures.log"
 }
 
 # 3. Token equality: greedy text of each engine, with and without MTP.
 nextn_text() {  # $1: none|mtp; keeps the JSON (tokens) in the raw folder
-  "$nextn" generate -m "$model" --prompt "$prompt" -n 128 --threads "$threads" --draft "$1" \
-    $([ "$1" = mtp ] && echo "--block-size $((drafts + 1))") --json | tee "$raw/nextn-$1.json" |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["text"], end="")'
+  local cmd=("$nextn" generate -m "$model" --prompt "$prompt" -n "$gen" --threads "$threads" --draft "$1")
+  [ "$1" = mtp ] && cmd+=(--block-size $((drafts + 1)))
+  "${cmd[@]}" --json | tee "$raw/nextn-$1.json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["text"], end="")'
 }
 # The peer's command line for $1 (none|mtp) and $2 tokens, into peer_cmd.
 peer_cmd=()
@@ -154,7 +181,7 @@ set_peer_cmd() {
 }
 llama_text() {  # $1: gguf, $2: none|mtp, $3: stderr log; a failed run leaves its error there
   local echoed=0
-  set_peer_cmd "$2" 128
+  set_peer_cmd "$2" "$gen"
   if [ "$2" = mtp ] && [ "$mtp_tool" = llama-speculative-simple ]; then echoed=1; else peer_cmd+=(--no-display-prompt); fi
   { "${peer_cmd[@]}" -m "$1" -p "$prompt" -t "$threads" --temp 0 --top-k 1 --seed 1 2>"$3" \
     || echo "[llama run failed: $3]"; } |
@@ -185,37 +212,51 @@ llama_bench() {  # $1: gguf; on one line (runs.jsonl), [] when it fails
   printf '%s' "$out" | python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)))' 2>>"$raw/failures.log" \
     || echo "[]"
 }
-nextn_gen() {  # $1: none|mtp, $2: tokens
-  wall "$nextn" generate -m "$model" --prompt "$prompt" -n "$2" --threads "$threads" --draft "$1" \
-    $([ "$1" = mtp ] && echo "--block-size $((drafts + 1))")
-}
-llama_gen() {  # $1: gguf, $2: none|mtp, $3: tokens; prints the wall seconds and the tokens generated
-  local w n=$3
-  set_peer_cmd "$2" "$3"
-  w=$(wall "${peer_cmd[@]}" -m "$1" -p "$prompt" -t "$threads" --temp 0 --top-k 1 --seed 1)
-  if [ "$2" = mtp ] && [ "$mtp_tool" = llama-speculative-simple ]; then
-    n=$(sed -n 's/.* n_predict = \([0-9]*\)$/\1/p' "$last_err")
+# One timed generation of $gen tokens: a JSON object (the engine's own decode
+# timer and what it counted), or null when the run fails or prints no timer
+# (failures.log); the report turns it into tokens/s.
+nextn_gen() {  # $1: none|mtp
+  local cmd out rc=0
+  cmd=("$nextn" generate -m "$model" --prompt "$prompt" -n "$gen" --ignore-eos --threads "$threads" --draft "$1")
+  [ "$1" = mtp ] && cmd+=(--block-size $((drafts + 1)))
+  out=$("${cmd[@]}" --json 2>"$gen_err") || rc=$?
+  if [ "$rc" = 0 ] && printf '%s' "$out" | python3 -c '
+import json, sys
+s = json.load(sys.stdin)["stats"]
+print(json.dumps({"tokens": s["generated"] - 1, "decode_ms": s["decode_ms"], "prefill_ms": s["prefill_ms"],
+                  "drafted": s["drafted"], "accepted": s["accepted"], "stop": s["stop"]}))' 2>>"$gen_err"; then
+    return
   fi
-  echo "$w ${n:-null}"
+  log_failure "$rc" "${cmd[@]}"
+  echo null
+}
+llama_gen() {  # $1: gguf, $2: none|mtp, $3: timer (eval|decoded)
+  local try rc
+  set_peer_cmd "$2" "$gen"
+  peer_cmd+=(-m "$1" -p "$prompt" -t "$threads" --temp 0 --top-k 1 --seed 1 --ignore-eos)
+  for try in 1 2 3; do
+    rc=0
+    "${peer_cmd[@]}" >/dev/null 2>"$gen_err" || rc=$?
+    if [ "$rc" = 0 ] && python3 "$here/scripts/peer/cpu_peer_report.py" parse-peer-stderr "$gen_err" "$3"; then
+      return
+    fi
+    log_failure "$rc" "(try $try, timer $3)" "${peer_cmd[@]}"
+    [ "$rc" = 0 ] || break  # a failing command fails again; a lost log line may not
+  done
+  echo null
 }
 run_nextn() {
   record "{\"engine\":\"nextn\",\"repeat\":$1,\"kind\":\"bench\",\"result\":$(nextn_bench)}"
   for d in none mtp; do
-    local long short
-    long=$(nextn_gen $d 128)
-    short=$(nextn_gen $d 1)
-    record "{\"engine\":\"nextn\",\"repeat\":$1,\"kind\":\"generate\",\"draft\":\"$d\",\"wall_128\":$long,\"wall_1\":$short}"
+    record "{\"engine\":\"nextn\",\"repeat\":$1,\"kind\":\"generate\",\"draft\":\"$d\",\"timer\":\"decode_ms\",\"result\":$(nextn_gen $d)}"
   done
 }
 run_llama() {
   for wt in $weight_types; do
     record "{\"engine\":\"llama-$wt\",\"repeat\":$1,\"kind\":\"bench\",\"result\":$(llama_bench "${gguf[$wt]}")}"
-    for d in none mtp; do
-      local wl nl ws ns
-      read -r wl nl <<<"$(llama_gen "${gguf[$wt]}" $d 128)"
-      read -r ws ns <<<"$(llama_gen "${gguf[$wt]}" $d 1)"
-      record "{\"engine\":\"llama-$wt\",\"repeat\":$1,\"kind\":\"generate\",\"draft\":\"$d\",\"wall_128\":$wl,\"wall_1\":$ws,\"tokens_128\":$nl,\"tokens_1\":$ns}"
-    done
+    record "{\"engine\":\"llama-$wt\",\"repeat\":$1,\"kind\":\"generate\",\"draft\":\"none\",\"timer\":\"eval\",\"result\":$(llama_gen "${gguf[$wt]}" none eval)}"
+    [ "$mtp_timer" = none ] && continue
+    record "{\"engine\":\"llama-$wt\",\"repeat\":$1,\"kind\":\"generate\",\"draft\":\"mtp\",\"timer\":\"$mtp_timer\",\"result\":$(llama_gen "${gguf[$wt]}" mtp "$mtp_timer")}"
   done
 }
 for ((r = 1; r <= repeats; ++r)); do
@@ -225,7 +266,8 @@ done
 
 # 5. Report.
 python3 "$here/scripts/peer/cpu_peer_report.py" --raw "$raw" --out "$out/cpu-peer-$date" --threads "$threads" \
-  --drafts "$drafts" --prompt "$prompt" --peer-src "$src" --peer-commit "$peer_commit" \
-  --llama-mtp-args "$llama_mtp_args" --llama-mtp-tool "$mtp_tool" --nextn-commit "$(git -C "$here" rev-parse HEAD 2>/dev/null || echo unknown)" \
+  --drafts "$drafts" --gen-tokens "$gen" --prompt "$prompt" --peer-src "$src" --peer-commit "$peer_commit" \
+  --llama-mtp-args "$llama_mtp_args" --llama-mtp-tool "$mtp_tool" --llama-complete-tool "$complete_tool" \
+  --nextn-commit "$(git -C "$here" rev-parse HEAD 2>/dev/null || echo unknown)" \
   --weight-types "$weight_types"
 log "wrote $out/cpu-peer-$date.md and .json (raw runs in $raw)"
