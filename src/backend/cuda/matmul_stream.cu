@@ -655,16 +655,19 @@ void stream_pack(const DevMatrix& m, void* dst, cudaStream_t s) {
 
 int stream_splits(int rows, int cols) {
   // Minimise the chunks the busiest multiprocessor streams (items are dealt
-  // round robin), charging each item two chunks for its partial sums, the
-  // reduction and the barriers: fitted to measured trunk shapes, where fewer
-  // splits won (docs/benchmark_results/q4-projection-h200-2026-11-29.md).
+  // round robin), charging each item of a split matrix four chunks for its
+  // partial sums, the reduction and the barriers. Fitted to the 27B trunk
+  // shapes at 1 to 32 rows (docs/benchmark_results/trunk-h200-2026-12-03.md):
+  // the partials grow with the rows, and gate_up (272 tiles x 40 chunks)
+  // took 72 us unsplit against 95 us in 4 splits at 32 rows, 44 against 42
+  // at one row; down and o (40 tiles) stay split.
   const int tiles = ceil_div(rows, kRows), chunks = cols / kK;
   int best = 1;
   double best_cost = double(ceil_div(tiles, kWorkers)) * chunks;
   for (int s = 2; s <= std::min(32, chunks); ++s) {
     const int per = ceil_div(chunks, s);
     if (ceil_div(chunks, per) != s) continue;  // every split non-empty, no duplicate shapes
-    const double cost = double(ceil_div(tiles * s, kWorkers)) * (per + 2.0);
+    const double cost = double(ceil_div(tiles * s, kWorkers)) * (per + 4.0);
     if (cost < best_cost) {
       best = s;
       best_cost = cost;
