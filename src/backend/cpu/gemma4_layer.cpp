@@ -8,15 +8,6 @@
 
 namespace nextn::cpu {
 
-namespace {
-
-float gelu_tanh(float x) {              // transformers' gelu_pytorch_tanh
-  const float c = 0.7978845608028654f;  // sqrt(2 / pi)
-  return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
-}
-
-}  // namespace
-
 Gemma4Layer load_gemma4_layer(const Gemma4Checkpoint& ck, int index, bool with_kv) {
   const Gemma4TextConfig& c = ck.config();
   const int H = c.hidden_size, Hq = c.num_attention_heads, I = c.intermediate_size;
