@@ -31,6 +31,7 @@ Gemma4Layer load_gemma4_layer(const Gemma4Checkpoint& ck, int index, bool with_k
   L.gate = Matrix::load(ck.matrix(p + "mlp.gate_proj", I, H));
   L.up = Matrix::load(ck.matrix(p + "mlp.up_proj", I, H));
   L.down = Matrix::load(ck.matrix(p + "mlp.down_proj", H, I));
+  if (c.moe) L.moe = load_gemma4_moe(ck, index);
   return L;
 }
 
@@ -55,6 +56,7 @@ void gemma4_layer_tail(const Gemma4Layer& L, const Gemma4TextConfig& c, int T, c
   matmul(*L.up, n.data(), T, u.data(), 0, -1, pool, min_chunk_work);
   for (size_t j = 0; j < g.size(); ++j) g[j] = gelu_tanh(g[j]) * u[j];
   matmul(*L.down, g.data(), T, m.data(), 0, -1, pool, min_chunk_work);
+  if (L.moe) gemma4_moe_mix(*L.moe, c, T, x, m.data(), pool, min_chunk_work);
   for (int t = 0; t < T; ++t) {
     float* xt = x + size_t(t) * H;
     float* nt = &n[size_t(t) * H];
