@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "io/gemma4_config.h"
 #include "io/safetensors.h"
 #include "model/runtime.h"
 
@@ -44,6 +45,15 @@ inline std::vector<std::string> gemma4_fixture_dirs() {
   for (const auto& e : std::filesystem::directory_iterator(root))
     if (std::filesystem::exists(e.path() / "reference.json")) out.push_back(e.path().string());
   std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The fixtures whose target has (moe) or has not MoE blocks: the CUDA Gemma 4
+// runtime refuses MoE (docs/moe.md), so its tests run on the dense ones.
+inline std::vector<std::string> gemma4_fixture_dirs(bool moe) {
+  std::vector<std::string> out;
+  for (const std::string& d : gemma4_fixture_dirs())
+    if (load_gemma4_config(d + "/target").moe == moe) out.push_back(d);
   return out;
 }
 

@@ -376,7 +376,7 @@ TEST_P(CudaGemma4Spec, AssistantSpeculativeEqualsGreedy) {
 
 TEST(CudaGemma4Errors, RefusesAnAssistantCheckpointAndABadCapacity) {
   NEXTN_REQUIRE_GPU();
-  const auto dirs = test::gemma4_fixture_dirs();
+  const auto dirs = test::gemma4_fixture_dirs(/*moe=*/false);
   ASSERT_FALSE(dirs.empty());
   const Gemma4Reference ref = load_gemma4_reference(dirs.front());
   const auto ck = Gemma4Checkpoint::open(ref.target());
@@ -384,6 +384,15 @@ TEST(CudaGemma4Errors, RefusesAnAssistantCheckpointAndABadCapacity) {
   EXPECT_THROW((void)make_cuda_gemma4_runtime(assistant, 16), Error);
   EXPECT_THROW((void)make_cuda_gemma4_runtime(ck, 0), Error);
   EXPECT_THROW((void)make_cuda_gemma4_runtime(ck, ck.config().max_position_embeddings + 1), Error);
+  for (const std::string& dir : test::gemma4_fixture_dirs(/*moe=*/true)) {  // MoE: refused by name, nothing uploaded
+    const auto moe = Gemma4Checkpoint::open(dir + "/target");
+    try {
+      (void)make_cuda_gemma4_runtime(moe, 16);
+      ADD_FAILURE() << dir << ": the CUDA runtime accepted a MoE target";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("enable_moe_block"), std::string::npos) << e.what();
+    }
+  }
   auto rt = make_rt(ck, 8, Mode{true});
   const std::vector<int32_t> nine(9, 1);
   EXPECT_THROW(rt->target_forward(nine), Error);
@@ -539,9 +548,9 @@ TEST(CudaGemma4Quantized, Q4MatchesTheCpuRuntimeAndSpeculatesExactly) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGemma4, ::testing::ValuesIn(test::gemma4_fixture_dirs()),
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGemma4, ::testing::ValuesIn(test::gemma4_fixture_dirs(/*moe=*/false)),
                          [](const auto& info) { return test::gemma4_case_name(info.param); });
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGemma4Spec, ::testing::ValuesIn(test::gemma4_fixture_dirs()),
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGemma4Spec, ::testing::ValuesIn(test::gemma4_fixture_dirs(/*moe=*/false)),
                          [](const auto& info) { return test::gemma4_case_name(info.param); });
 
 }  // namespace

@@ -112,7 +112,7 @@ TEST(Gemma4Config, BadInputIsOneLineNamingTheField) {
     j.erase("hidden_size_per_layer_input");  // transformers' default (256) turns PLE on
     expect_error(j, "hidden_size_per_layer_input");
   }
-  expect_error(with("enable_moe_block", true), "enable_moe_block");
+  expect_error(with("enable_moe_block", "yes"), "enable_moe_block");  // MoE fields: test_gemma4_moe.cpp
   expect_error(with("num_kv_shared_layers", 2), "num_kv_shared_layers");
   expect_error(with("hidden_activation", "gelu"), "hidden_activation");
   expect_error(with("use_bidirectional_attention", "all"), "use_bidirectional_attention");

@@ -19,6 +19,7 @@
 #include "io/checkpoint.h"
 #include "io/moe_experts.h"
 #include "model/runtime.h"
+#include "tensor_map_util.h"
 
 namespace nextn {
 namespace {
@@ -61,29 +62,13 @@ TEST(MoeFixtures, CoverEveryExpertLayoutWithTheirMtpLayers) {
   EXPECT_EQ(seen, (std::set<ExpertLayout>{ExpertLayout::PerExpert, ExpertLayout::Stacked, ExpertLayout::SwitchMlp}));
 }
 
-// Every tensor of `src`, with `edit` applied to the map of name -> (dtype, shape, bytes), written to `dst`.
-struct StoredTensor {
-  DType dtype;
-  std::vector<int64_t> shape;
-  std::string bytes;
-};
-using TensorMap = std::map<std::string, StoredTensor>;
-
-TensorMap read_tensors(const std::string& dir) {
-  TensorMap m;
-  const TensorStore s = TensorStore::open(dir);
-  for (const auto& n : s.names()) {
-    const TensorView& t = s.get(n);
-    m[n] = {t.dtype, t.shape, std::string(reinterpret_cast<const char*>(t.data), t.nbytes)};
-  }
-  return m;
-}
+using test::StoredTensor;
+using test::TensorMap;
+using test::read_tensors;
 
 void write_checkpoint(const std::string& src, const std::string& dst, const TensorMap& tensors) {
   fs::copy_file(src + "/config.json", dst + "/config.json");
-  std::vector<TensorToWrite> tw;
-  for (const auto& [name, t] : tensors) tw.push_back({name, t.dtype, t.shape, t.bytes.data(), t.bytes.size()});
-  write_safetensors(dst + "/model.safetensors", tw);
+  test::write_tensors(dst + "/model.safetensors", tensors);
 }
 
 // The per-expert tensors of every MoE layer (the MTP one too) restacked as

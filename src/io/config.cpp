@@ -19,7 +19,6 @@ namespace {
 using namespace config_json;
 
 constexpr int kMaxLayers = 4096;  // sanity bound: real checkpoints have <= 100
-constexpr int kMaxExperts = 65536;  // sanity bound: real checkpoints have <= 512
 
 }  // namespace
 

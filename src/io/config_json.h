@@ -15,6 +15,10 @@ namespace nextn::config_json {
 
 using json = nlohmann::json;
 
+// Sanity bound on a MoE config's expert counts (Qwen3.5 MoE and Gemma 4):
+// real checkpoints have <= 512.
+constexpr int kMaxExperts = 65536;
+
 // Quotes user text for a one-line message: control bytes escaped, long text cut.
 inline std::string printable(const std::string& s) {
   std::string out;

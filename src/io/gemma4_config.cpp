@@ -90,7 +90,16 @@ Gemma4TextConfig parse_text(const Reader& r, const std::string& model_type, bool
       r.bad(f ? f->path : r.preferred("hidden_size_per_layer_input"),
             fmt::format("per-layer embeddings ({}) are not supported (expected 0)", ple));
   }
-  if (auto f = r.find("enable_moe_block"); f && r.boolean(*f)) r.bad(f->path, "MoE blocks are not supported");
+  if (auto f = r.find("enable_moe_block"); f && r.boolean(*f)) {
+    if (assistant) r.bad(f->path, "a gemma4_assistant is dense (expected false, as transformers requires)");
+    c.moe = true;
+    c.num_experts = r.req_positive_int("num_experts", kMaxExperts);
+    c.top_k_experts = r.req_positive_int("top_k_experts", kMaxExperts);
+    c.moe_intermediate_size = r.req_positive_int("moe_intermediate_size");
+    if (c.top_k_experts > c.num_experts)
+      r.bad(r.find("top_k_experts")->path,
+            fmt::format("{} experts per token but num_experts is {}", c.top_k_experts, c.num_experts));
+  }
   refuse_if(r, "use_bidirectional_attention", true, "bidirectional attention is not supported (expected null)");
   if (auto f = r.find("attention_bias"); f && r.boolean(*f)) r.bad(f->path, "attention bias is not supported");
   if (auto f = r.find("num_kv_shared_layers")) c.num_kv_shared_layers = r.nonneg_int(*f, kMaxLayers);

@@ -12,8 +12,13 @@
 //    pairs), full "proportional" (theta 1e6, the first
 //    int(partial_rotary_factor * head_dim // 2) pairs rotate, the rest have
 //    frequency 0).
+//  - MoE (enable_moe_block, a target only): num_experts, top_k_experts
+//    (1..num_experts) and moe_intermediate_size are required; every layer
+//    then runs its dense MLP and its routed experts side by side
+//    (docs/moe.md).
 //  - Refused with one error line: per-layer embeddings
-//    (hidden_size_per_layer_input > 0), MoE blocks, KV sharing in a target,
+//    (hidden_size_per_layer_input > 0), MoE blocks in an assistant (as
+//    transformers refuses them), KV sharing in a target,
 //    bidirectional attention, attention bias, activations other than
 //    gelu_pytorch_tanh, rope scaling factors.
 //  - quantization: the top-level MLX affine block (io/quant_config.h), as
@@ -48,6 +53,10 @@ struct Gemma4TextConfig {
   bool tie_word_embeddings = true;
   int max_position_embeddings = 131072;
   int num_kv_shared_layers = 0;  // 0 for a target; num_hidden_layers for an assistant
+  bool moe = false;               // enable_moe_block: routed experts beside each layer's dense MLP
+  int num_experts = 0;            // E (moe only)
+  int top_k_experts = 0;          // k experts per token, 1 <= k <= E (moe only)
+  int moe_intermediate_size = 0;  // each expert's width (moe only)
   std::vector<Gemma4LayerSpec> layers;
   std::vector<int> eos_token_ids;
   QuantConfig quant;  // present == false: dense

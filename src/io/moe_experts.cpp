@@ -1,4 +1,4 @@
-// Qwen3.5 MoE expert tensors: layout detection and one expert's matrices as
+// MoE expert tensors (Qwen3.5, Gemma 4): layout detection and one expert's matrices as
 // WeightRefs, per expert or sliced out of the stacked tensors.
 #include "io/moe_experts.h"
 
@@ -83,9 +83,10 @@ WeightRef stacked_slice(const TensorStore& store, const QuantConfig& quant, cons
 
 const char* expert_layout_name(ExpertLayout layout) {
   switch (layout) {
-    case ExpertLayout::PerExpert: return "per-expert (mlp.experts.{e}.*_proj)";
-    case ExpertLayout::Stacked: return "stacked (mlp.experts.gate_up_proj, mlp.experts.down_proj)";
-    case ExpertLayout::SwitchMlp: return "switch_mlp (mlp.switch_mlp.*_proj)";
+    case ExpertLayout::PerExpert: return "per-expert (experts.{e}.*_proj)";
+    case ExpertLayout::Stacked: return "stacked (experts.gate_up_proj, experts.down_proj)";
+    case ExpertLayout::SwitchMlp: return "switch_mlp (switch_mlp.*_proj)";
+    case ExpertLayout::SwitchGlu: return "switch_glu (experts.switch_glu.*_proj)";
   }
   return "?";
 }
@@ -94,15 +95,21 @@ ExpertLayout detect_expert_layout(const TensorStore& store, const std::string& d
   const bool per_expert = module_stored(store, mlp + ".experts.0.gate_proj");
   const bool stacked = store.find(mlp + ".experts.gate_up_proj") != nullptr;
   const bool switch_mlp = store.find(mlp + ".switch_mlp.gate_proj.weight") != nullptr;
-  const int count = int(per_expert) + int(stacked) + int(switch_mlp);
+  const bool switch_glu = store.find(mlp + ".experts.switch_glu.gate_proj.weight") != nullptr;
+  const int count = int(per_expert) + int(stacked) + int(switch_mlp) + int(switch_glu);
   if (count == 0)
     fail("{}: missing tensors of '{}''s experts: none of '{}.experts.0.gate_proj.weight' (per expert), "
-         "'{}.experts.gate_up_proj' (stacked), '{}.switch_mlp.gate_proj.weight' (mlx) is stored",
-         dir, mlp, mlp, mlp, mlp);
+         "'{}.experts.gate_up_proj' (stacked), '{}.switch_mlp.gate_proj.weight' or "
+         "'{}.experts.switch_glu.gate_proj.weight' (mlx) is stored",
+         dir, mlp, mlp, mlp, mlp, mlp);
   if (count > 1)
-    fail("{}: '{}' stores its experts in more than one layout (per expert: {}, stacked: {}, switch_mlp: {})", dir, mlp,
-         per_expert, stacked, switch_mlp);
-  return per_expert ? ExpertLayout::PerExpert : stacked ? ExpertLayout::Stacked : ExpertLayout::SwitchMlp;
+    fail("{}: '{}' stores its experts in more than one layout (per expert: {}, stacked: {}, switch_mlp: {}, "
+         "switch_glu: {})",
+         dir, mlp, per_expert, stacked, switch_mlp, switch_glu);
+  return per_expert ? ExpertLayout::PerExpert
+         : stacked  ? ExpertLayout::Stacked
+         : switch_mlp ? ExpertLayout::SwitchMlp
+                      : ExpertLayout::SwitchGlu;
 }
 
 ExpertMatrices expert_matrices(const TensorStore& store, const QuantConfig& quant, const std::string& dir,
@@ -123,8 +130,9 @@ ExpertMatrices expert_matrices(const TensorStore& store, const QuantConfig& quan
               stacked_slice(store, quant, dir, gate_up, false, expert, E, 2 * I, I, I, H),
               stacked_slice(store, quant, dir, down, false, expert, E, H, 0, H, I)};
     }
-    case ExpertLayout::SwitchMlp: {
-      const std::string p = mlp + ".switch_mlp.";
+    case ExpertLayout::SwitchMlp:
+    case ExpertLayout::SwitchGlu: {
+      const std::string p = mlp + (layout == ExpertLayout::SwitchMlp ? ".switch_mlp." : ".experts.switch_glu.");
       return {stacked_slice(store, quant, dir, p + "gate_proj", true, expert, E, I, 0, I, H),
               stacked_slice(store, quant, dir, p + "up_proj", true, expert, E, I, 0, I, H),
               stacked_slice(store, quant, dir, p + "down_proj", true, expert, E, H, 0, H, I)};

@@ -1,6 +1,7 @@
-// The routed experts of a Qwen3.5 MoE layer, in each layout found in the
-// wild, told apart by tensor names (<mlp> is the stored MLP module, e.g.
-// "model.layers.3.mlp"; E experts of width I over hidden size H):
+// The routed experts of a MoE layer, in each layout found in the wild, told
+// apart by tensor names (<mlp> is the stored module that holds the experts:
+// Qwen3.5's MLP "model.layers.3.mlp", Gemma 4's decoder layer
+// "model.language_model.layers.3"; E experts of width I over hidden size H):
 //  PerExpert: <mlp>.experts.{e}.{gate,up,down}_proj.weight [I, H], [I, H],
 //             [H, I], as transformers' save_pretrained writes them (each
 //             module may be in any format checkpoint_matrix reads).
@@ -11,6 +12,8 @@
 //             [E, I, H], [E, H, I], as mlx-lm writes them: dense, or MLX
 //             affine (U32 [E, rows, cols*bits/32] + .scales / .biases
 //             [E, rows, cols/group]).
+//  SwitchGlu: <mlp>.experts.switch_glu.{gate,up,down}_proj.weight, the same
+//             tensors under the name mlx-lm gives Gemma 4's experts.
 // An expert of a stacked layout is handed out as a WeightRef over views into
 // the stored tensors (no copy), so backends read every layout as matrices.
 #pragma once
@@ -21,7 +24,7 @@
 
 namespace nextn {
 
-enum class ExpertLayout { PerExpert, Stacked, SwitchMlp };
+enum class ExpertLayout { PerExpert, Stacked, SwitchMlp, SwitchGlu };
 const char* expert_layout_name(ExpertLayout layout);
 
 struct ExpertMatrices {

@@ -5,6 +5,7 @@
 #include "backend/cpu/qwen35.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "io/gemma4_checkpoint.h"
 #include "model/bench_interfaces.h"
 #ifdef NEXTN_HAVE_CUDA
 #include "backend/cuda/qwen35.h"
@@ -95,6 +96,14 @@ void refuse_moe_on_cuda(const Qwen35Checkpoint& ckpt) {
   if (c.moe)
     fail("{}: config.json: field 'num_experts' ({}): --backend cuda runs dense Qwen3.5 only; a mixture of experts "
          "runs on --backend cpu (the CUDA grouped expert kernel is not written yet, docs/moe.md)",
+         ckpt.dir(), c.num_experts);
+}
+
+void refuse_moe_on_cuda(const Gemma4Checkpoint& ckpt) {
+  const Gemma4TextConfig& c = ckpt.config();
+  if (c.moe)
+    fail("{}: config.json: field 'enable_moe_block' (true, {} experts): --backend cuda runs dense Gemma 4 only; a "
+         "mixture of experts runs on --backend cpu (the CUDA grouped expert kernel is not written yet, docs/moe.md)",
          ckpt.dir(), c.num_experts);
 }
 

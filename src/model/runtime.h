@@ -36,6 +36,7 @@ namespace nextn {
 inline constexpr int kMaxForwardRows = 64;
 
 class Qwen35Checkpoint;
+class Gemma4Checkpoint;
 
 // The kernel path of an LM-head call, as recorded by the code that ran it.
 enum class HeadPath : int32_t { None = 0, Batched = 1, Padded = 2, Fused = 3, Walk = 4, WalkFlag = 5 };
@@ -128,6 +129,9 @@ void check_tensor_parallel_backend(BackendKind kind, int degree);
 // Throws Error naming config.json's num_experts for a MoE checkpoint: the
 // CUDA backend runs dense Qwen3.5 only.
 void refuse_moe_on_cuda(const Qwen35Checkpoint& ckpt);
+// The same for Gemma 4, naming enable_moe_block: the CUDA Gemma 4 runtime is
+// dense only.
+void refuse_moe_on_cuda(const Gemma4Checkpoint& ckpt);
 
 // max_tokens bounds the caches (prompt + generated + block size).
 // options: what the user or a benchmark chose (core/options.h); each backend

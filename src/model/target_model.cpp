@@ -21,11 +21,13 @@ TargetModel open_target_model(const std::string& dir, BackendKind kind, const Ru
   if (!gemma.empty()) {
     if (options.tensor_parallel != 1)
       fail("--tensor-parallel {}: {} is a Gemma 4 checkpoint; tensor parallelism splits Qwen3.5 only", options.tensor_parallel, dir);
+    auto ck = std::make_shared<const Gemma4Checkpoint>(Gemma4Checkpoint::open(dir));
+    // Before the build check, as for Qwen3.5: a MoE checkpoint cannot run on CUDA in any build.
+    if (kind == BackendKind::Cuda) refuse_moe_on_cuda(*ck);
 #ifndef NEXTN_HAVE_CUDA
     if (kind == BackendKind::Cuda)
       fail("--backend cuda: this nextn was built without the CUDA backend (no nvcc at build time, or -DNEXTN_CUDA=OFF)");
 #endif
-    auto ck = std::make_shared<const Gemma4Checkpoint>(Gemma4Checkpoint::open(dir));
     const Gemma4TextConfig& c = ck->config();
     m.family = "gemma4";
     m.gemma4 = ck;

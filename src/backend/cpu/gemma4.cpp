@@ -2,6 +2,7 @@
 //   x = embed(token) * embed_scale
 //   per layer: h = x + post_attn_norm(attn(input_norm(x)))
 //              x = (h + post_ff_norm(down(gelu_tanh(gate(n)) * up(n)))) * layer_scalar,  n = pre_ff_norm(h)
+//              (a MoE layer adds its routed experts to the MLP's output: gemma4_moe.cpp)
 //   hidden = norm(x); logits = softcap(hidden . embed^T)
 // Attention: q/k RMSNorm with weight, v RMSNorm without, RoPE per layer type,
 // scale 1.0; sliding layers see the last `sliding_window` positions.

@@ -8,15 +8,6 @@
 
 namespace nextn::cpu {
 
-namespace {
-
-float gelu_tanh(float x) {              // transformers' gelu_pytorch_tanh
-  const float c = 0.7978845608028654f;  // sqrt(2 / pi)
-  return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
-}
-
-}  // namespace
-
 Gemma4Layer load_gemma4_layer(const Gemma4Checkpoint& ck, int index, bool with_kv) {
   const Gemma4TextConfig& c = ck.config();
   const int H = c.hidden_size, Hq = c.num_attention_heads, I = c.intermediate_size;
@@ -40,6 +31,7 @@ Gemma4Layer load_gemma4_layer(const Gemma4Checkpoint& ck, int index, bool with_k
   L.gate = Matrix::load(ck.matrix(p + "mlp.gate_proj", I, H));
   L.up = Matrix::load(ck.matrix(p + "mlp.up_proj", I, H));
   L.down = Matrix::load(ck.matrix(p + "mlp.down_proj", H, I));
+  if (c.moe) L.moe = load_gemma4_moe(ck, index);
   return L;
 }
 
@@ -64,6 +56,7 @@ void gemma4_layer_tail(const Gemma4Layer& L, const Gemma4TextConfig& c, int T, c
   matmul(*L.up, n.data(), T, u.data(), 0, -1, pool, min_chunk_work);
   for (size_t j = 0; j < g.size(); ++j) g[j] = gelu_tanh(g[j]) * u[j];
   matmul(*L.down, g.data(), T, m.data(), 0, -1, pool, min_chunk_work);
+  if (L.moe) gemma4_moe_mix(*L.moe, c, T, x, m.data(), pool, min_chunk_work);
   for (int t = 0; t < T; ++t) {
     float* xt = x + size_t(t) * H;
     float* nt = &n[size_t(t) * H];

@@ -83,6 +83,10 @@ void l2norm(float* x, int64_t n, float eps) {
 }
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
+float gelu_tanh(float x) {
+  const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+  return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
+}
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 

@@ -58,6 +58,7 @@ void rmsnorm(const float* x, const float* gamma, float eps, int64_t n, float* y)
 void l2norm(float* x, int64_t n, float eps);
 
 float silu(float x);
+float gelu_tanh(float x);  // transformers' gelu_pytorch_tanh (Gemma 4's activation)
 float sigmoid(float x);
 float softplus(float x);  // torch's: x for x > 20
 

@@ -11,6 +11,7 @@
 #include "backend/cpu/head.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/qwen35.h"
+#include "backend/cpu/routed_experts.h"
 #include "core/allocator.h"
 #include "core/comm.h"
 #include "core/fault.h"
@@ -42,9 +43,7 @@ struct GdnWeights {
 // of width Is, hidden size H.
 struct MoeWeights {
   MatrixPtr router;  // mlp.gate [E, H]
-  struct Expert {
-    MatrixPtr gate, up, down;  // [I, H], [I, H], [H, I]
-  };
+  using Expert = cpu::ExpertMlp;
   std::vector<Expert> experts;  // [E], by expert id
   MatrixPtr shared_gate, shared_up, shared_down;  // mlp.shared_expert.*: [Is, H], [Is, H], [H, Is]
   MatrixPtr shared_expert_gate;  // [1, H]: the shared expert's output is scaled by its sigmoid

@@ -280,6 +280,7 @@ const float* CudaGemma4::cached(int layer, int pos, bool key) const {
 std::unique_ptr<ModelRuntime> make_cuda_gemma4_runtime(const Gemma4Checkpoint& ckpt, int max_tokens,
                                                        const RuntimeOptions& options) {
   ckpt.check_target_capacity(max_tokens);
+  refuse_moe_on_cuda(ckpt);  // before any upload: the device layers have no experts
   return std::make_unique<cuda::CudaGemma4>(ckpt, max_tokens, options.act);
 }
 
