@@ -22,8 +22,8 @@ void register_make_checkpoint(CLI::App& app) {
   auto* cmd = app.add_subcommand("make-checkpoint",
                                  "Write a random-weight Qwen3.5 (with the MTP head) or Gemma 4 checkpoint at real shapes");
   cmd->add_option("--preset", o->preset,
-                  "qwen3.5-0.8b, qwen3.5-4b, qwen3.5-27b, small-19m, gemma4-31b, gemma4-31b-assistant (test-tiny, "
-                  "test-stream: tests only)");
+                  "qwen3.5-0.8b, qwen3.5-4b, qwen3.5-27b, qwen3.5-35b-a3b (MoE), small-19m, gemma4-31b, "
+                  "gemma4-31b-assistant (test-tiny, test-stream, test-tiny-moe: tests only)");
   auto* quant = cmd->add_option("--quant", o->quant,
                                 "q4 (MLX affine 4-bit g64, mlx-community layout) or bf16 (HF layout); Gemma 4: bf16 "
                                 "(its default), q4 or q8 (MLX affine g64, HF names)");

@@ -41,7 +41,7 @@ void check_options(const TrunkOptions& o) {
   if (o.presets.empty()) fail("bench trunk: --presets is empty");
   for (const auto& name : o.presets) {
     const auto p = synthetic_preset(name);
-    if (!p || name.rfind("qwen3.5-", 0) != 0)
+    if (!p || name.rfind("qwen3.5-", 0) != 0 || p->moe())  // trunk_matrices models the dense MLP only
       fail("bench trunk: --presets: '{}' is not qwen3.5-0.8b, qwen3.5-4b or qwen3.5-27b", name);
   }
   if (o.quant != "q4" && o.quant != "q8") fail("bench trunk: --quant must be q4 or q8, got '{}'", o.quant);

@@ -111,18 +111,23 @@ void fill_range(const Spec& s, uint64_t seed, int64_t begin, int64_t end, uint8_
 
 }  // namespace
 
-void push_matrix_specs(std::vector<Spec>& v, const std::string& mod, int64_t rows, int64_t cols, float std_, int bits) {
+void push_matrix_specs(std::vector<Spec>& v, const std::string& mod, int64_t rows, int64_t cols, float std_, int bits,
+                       int64_t stack) {
+  // [rows, c] or, stacked, [stack, rows, c].
+  auto shape = [&](int64_t c) {
+    return stack > 0 ? std::vector<int64_t>{stack, rows, c} : std::vector<int64_t>{rows, c};
+  };
   if (bits == 0) {
     const float a = std_ * std::sqrt(3.0f);  // uniform in ±a has std std_
-    v.push_back({mod + ".weight", DType::BF16, {rows, cols}, Fill::Uniform, -a, a, mod + ".weight"});
+    v.push_back({mod + ".weight", DType::BF16, shape(cols), Fill::Uniform, -a, a, mod + ".weight"});
     return;
   }
   constexpr int64_t g = kSyntheticGroup;
   if (bits != 4 && bits != 8) fail("make-checkpoint: {}: {}-bit quantization (expected 4 or 8)", mod, bits);
   if (cols % g != 0) fail("make-checkpoint: {}: input size {} is not a multiple of the group size {}", mod, cols, g);
-  v.push_back({mod + ".weight", DType::U32, {rows, cols * bits / 32}, Fill::Packed, 0, 0, mod + ".weight"});
-  v.push_back({mod + ".scales", DType::BF16, {rows, cols / g}, Fill::Scales, 0, std_, mod + ".qparams", bits});
-  v.push_back({mod + ".biases", DType::BF16, {rows, cols / g}, Fill::Biases, 0, std_, mod + ".qparams", bits});
+  v.push_back({mod + ".weight", DType::U32, shape(cols * bits / 32), Fill::Packed, 0, 0, mod + ".weight"});
+  v.push_back({mod + ".scales", DType::BF16, shape(cols / g), Fill::Scales, 0, std_, mod + ".qparams", bits});
+  v.push_back({mod + ".biases", DType::BF16, shape(cols / g), Fill::Biases, 0, std_, mod + ".qparams", bits});
 }
 
 namespace {
@@ -150,12 +155,38 @@ std::vector<Spec> tensor_specs(const SyntheticPreset& p, bool q4) {
     norm1p(l + "self_attn.q_norm", hd);
     norm1p(l + "self_attn.k_norm", hd);
   };
+  // The router and shared_expert_gate: 8-bit in q4 (synthetic_config_json
+  // names them in the quantization block's overrides).
+  auto gate8 = [&](const std::string& mod, int64_t rows) {
+    push_matrix_specs(v, mod, rows, H, kProjStd, q4 ? 8 : 0);
+  };
   auto mlp_norms = [&](const std::string& l) {
     norm1p(l + "input_layernorm", H);
     norm1p(l + "post_attention_layernorm", H);
-    matrix(l + "mlp.gate_proj", p.intermediate, H);
-    matrix(l + "mlp.up_proj", p.intermediate, H);
-    matrix(l + "mlp.down_proj", H, p.intermediate);
+    if (!p.moe()) {
+      matrix(l + "mlp.gate_proj", p.intermediate, H);
+      matrix(l + "mlp.up_proj", p.intermediate, H);
+      matrix(l + "mlp.down_proj", H, p.intermediate);
+      return;
+    }
+    const int64_t E = p.experts, I = p.moe_intermediate, Is = p.shared_intermediate;
+    gate8(l + "mlp.gate", E);
+    if (q4) {
+      push_matrix_specs(v, l + "mlp.switch_mlp.gate_proj", I, H, kProjStd, 4, E);
+      push_matrix_specs(v, l + "mlp.switch_mlp.up_proj", I, H, kProjStd, 4, E);
+      push_matrix_specs(v, l + "mlp.switch_mlp.down_proj", H, I, kProjStd, 4, E);
+    } else {
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string x = l + "mlp.experts." + std::to_string(e) + ".";
+        matrix(x + "gate_proj", I, H);
+        matrix(x + "up_proj", I, H);
+        matrix(x + "down_proj", H, I);
+      }
+    }
+    matrix(l + "mlp.shared_expert.gate_proj", Is, H);
+    matrix(l + "mlp.shared_expert.up_proj", Is, H);
+    matrix(l + "mlp.shared_expert.down_proj", H, Is);
+    gate8(l + "mlp.shared_expert_gate", 1);
   };
 
   matrix(pre + "embed_tokens", p.vocab, H);
@@ -213,17 +244,27 @@ std::optional<SyntheticPreset> synthetic_preset(const std::string& name) {
   if (name == "test-stream") return SyntheticPreset{name, 128, 4, 384, 2, 1, 64, 2, 32, 4, 32, 4, 1024, false};
   // About 19M parameters (MTP included): the size of nextn's own default model, for CPU benchmarks.
   if (name == "small-19m") return SyntheticPreset{name, 384, 8, 1024, 4, 2, 64, 4, 64, 4, 96, 4, 8192, true};
+  // MoE (intermediate 0; then experts, top-k, expert width, shared expert width).
+  // Qwen/Qwen3.5-35B-A3B's text config (transformers' Qwen3_5MoeTextConfig defaults).
+  if (name == "qwen3.5-35b-a3b")
+    return SyntheticPreset{name, 2048, 40, 0, 16, 2, 256, 16, 128, 32, 128, 4, 248320, false, 256, 8, 512, 512};
+  // Tests: 8 experts top-2; every matrix 64 columns wide or a multiple (q4 groups);
+  // shared width != expert width so a swapped shape fails to load.
+  if (name == "test-tiny-moe") return SyntheticPreset{name, 64, 4, 0, 2, 1, 32, 2, 16, 4, 16, 4, 512, false, 8, 2, 64, 128};
   return std::nullopt;
 }
 
-std::vector<std::string> synthetic_preset_names() { return {"qwen3.5-0.8b", "qwen3.5-4b", "qwen3.5-27b", "test-tiny", "test-stream", "small-19m"}; }
+std::vector<std::string> synthetic_preset_names() {
+  return {"qwen3.5-0.8b", "qwen3.5-4b", "qwen3.5-27b", "qwen3.5-35b-a3b", "test-tiny", "test-stream", "small-19m",
+          "test-tiny-moe"};
+}
 
 std::string synthetic_config_json(const SyntheticPreset& p, const std::string& quant) {
   using J = nlohmann::ordered_json;
   J layer_types = J::array();
   for (int i = 0; i < p.layers; ++i) layer_types.push_back((i + 1) % 4 == 0 ? "full_attention" : "linear_attention");
   J text = {
-      {"model_type", "qwen3_5_text"},
+      {"model_type", p.moe() ? "qwen3_5_moe_text" : "qwen3_5_text"},
       {"hidden_size", p.hidden},
       {"num_hidden_layers", p.layers},
       {"intermediate_size", p.intermediate},
@@ -256,22 +297,52 @@ std::string synthetic_config_json(const SyntheticPreset& p, const std::string& q
       {"eos_token_id", p.vocab > 248044 ? 248044 : p.vocab - 1},
       {"dtype", "bfloat16"},
   };
-  J cfg = {{"architectures", {"Qwen3_5ForConditionalGeneration"}},
-           {"model_type", "qwen3_5"},
+  if (p.moe()) {  // no dense MLP: its width is not in transformers' MoE config either
+    text.erase("intermediate_size");
+    text["num_experts"] = p.experts;
+    text["num_experts_per_tok"] = p.experts_per_tok;
+    text["moe_intermediate_size"] = p.moe_intermediate;
+    text["shared_expert_intermediate_size"] = p.shared_intermediate;
+    text["router_aux_loss_coef"] = 0.001;
+    text["output_router_logits"] = false;
+  }
+  J cfg = {{"architectures", {p.moe() ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5ForConditionalGeneration"}},
+           {"model_type", p.moe() ? "qwen3_5_moe" : "qwen3_5"},
            {"tie_word_embeddings", p.tie},
            {"text_config", text},
            {"nextn_synthetic", {{"preset", p.name}, {"quant", quant}, {"note", "random weights at the real shapes"}}}};
   if (quant == "q4") {
-    const J q = {{"group_size", 64}, {"bits", 4}, {"mode", "affine"}};
+    J q = {{"group_size", 64}, {"bits", 4}, {"mode", "affine"}};
+    if (p.moe()) {  // the 8-bit gates tensor_specs writes, by stored module path
+      std::vector<std::string> layers;
+      for (int i = 0; i < p.layers; ++i) layers.push_back("language_model.model.layers." + std::to_string(i) + ".");
+      layers.push_back("mtp.layers.0.");
+      for (const auto& l : layers)
+        for (const char* m : {"mlp.gate", "mlp.shared_expert_gate"})
+          q[l + m] = {{"group_size", 64}, {"bits", 8}};
+    }
     cfg["quantization"] = q;
     cfg["quantization_config"] = q;
   }
   return cfg.dump(2) + "\n";
 }
 
+namespace {
+void check_quant(const std::string& quant) {
+  if (quant != "q4" && quant != "bf16") fail("make-checkpoint: --quant '{}': expected q4 or bf16", quant);
+}
+}  // namespace
+
+uint64_t synthetic_checkpoint_bytes(const SyntheticPreset& p, const std::string& quant) {
+  check_quant(quant);
+  uint64_t n = 0;
+  for (const Spec& s : tensor_specs(p, quant == "q4")) n += s.nbytes();
+  return n;
+}
+
 MakeCheckpointReport make_checkpoint(const SyntheticPreset& p, const MakeCheckpointOptions& o,
                                      const std::string& out_dir) {
-  if (o.quant != "q4" && o.quant != "bf16") fail("make-checkpoint: --quant '{}': expected q4 or bf16", o.quant);
+  check_quant(o.quant);
   const bool q4 = o.quant == "q4";
   return write_synthetic(tensor_specs(p, q4), synthetic_config_json(p, o.quant), q4 ? "mlx" : "pt", o, out_dir);
 }

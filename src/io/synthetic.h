@@ -13,6 +13,15 @@
 //    scale s = ±std/4.61 (sign random, as MLX's scales may be negative) and
 //    bias -7.5 s, so the dequantized weights have mean ~0 and the target std.
 //
+// MoE presets (num_experts > 0, model_type qwen3_5_moe; docs/moe.md): every
+// layer's MLP, the MTP layer's included, is a MoE block: the router mlp.gate
+// [E, H], the routed experts, mlp.shared_expert.{gate,up,down}_proj and
+// mlp.shared_expert_gate [1, H]. bf16 stores the experts per expert
+// (mlp.experts.{e}.*_proj.weight, what transformers' save_pretrained writes
+// for qwen3_5_moe); q4 stacks them as mlx-lm does (mlp.switch_mlp.*_proj
+// [E, rows, cols] at 4 bits) with the router and shared_expert_gate at 8 bits
+// (per-module overrides in the quantization block, as mlx-lm quantizes them).
+//
 // Values: every element is a function of (seed, tensor name, element index)
 // alone (splitmix64 keyed by an FNV-1a hash of the name), so the bytes do not
 // depend on the thread count or the shard size: the command and the seed
@@ -37,12 +46,17 @@ struct SyntheticPreset {
   int lin_k_heads = 0, lin_k_dim = 0, lin_v_heads = 0, lin_v_dim = 0, conv_kernel = 4;
   int vocab = 0;
   bool tie = false;
+  // MoE (0 experts: dense, `intermediate` is the MLP width).
+  int experts = 0, experts_per_tok = 0, moe_intermediate = 0, shared_intermediate = 0;
+  bool moe() const { return experts > 0; }
 };
 
 // qwen3.5-0.8b, qwen3.5-4b, qwen3.5-27b (the real configs), test-tiny and
 // test-stream (small shapes for the unit tests, the second with every matrix
 // a multiple of 128 columns wide; not real models), small-19m (the size of a
-// small default model: CPU benchmarks). nullopt for others.
+// small default model: CPU benchmarks), qwen3.5-35b-a3b (MoE, the real
+// config) and test-tiny-moe (MoE, small shapes for the unit tests). nullopt
+// for others.
 std::optional<SyntheticPreset> synthetic_preset(const std::string& name);
 std::vector<std::string> synthetic_preset_names();
 
@@ -60,9 +74,14 @@ struct MakeCheckpointReport {
   double seconds = 0;
 };
 
-// The config.json text (Qwen3_5ForConditionalGeneration, text_config block,
-// mtp_num_hidden_layers 1, quantization blocks for q4).
+// The config.json text (Qwen3_5ForConditionalGeneration or, for MoE presets,
+// Qwen3_5MoeForConditionalGeneration; text_config block, mtp_num_hidden_layers
+// 1, quantization blocks for q4).
 std::string synthetic_config_json(const SyntheticPreset& p, const std::string& quant);
+
+// The tensor bytes make_checkpoint would write, without generating any (a
+// real preset's size is known before its tens of GB are written).
+uint64_t synthetic_checkpoint_bytes(const SyntheticPreset& p, const std::string& quant);
 
 // Writes the checkpoint into out_dir (created; must hold no safetensors).
 // Throws Error.

@@ -40,8 +40,11 @@ struct Spec {
 // One [rows, cols] matrix of module `mod` with values of std `std_`: bf16
 // uniform (bits 0), or MLX affine `bits`-bit (4 or 8) group 64 (packed words,
 // bf16 scales and biases; cols must be a multiple of 64, else Error). The
-// q4 bytes are those the Qwen3.5 presets have always written.
-void push_matrix_specs(std::vector<Spec>& v, const std::string& mod, int64_t rows, int64_t cols, float std_, int bits);
+// q4 bytes are those the Qwen3.5 presets have always written. stack > 0:
+// `stack` such matrices in one [stack, rows, cols] tensor (MoE experts as
+// mlx-lm's switch_mlp stores them; the groups run along cols as for 2-D).
+void push_matrix_specs(std::vector<Spec>& v, const std::string& mod, int64_t rows, int64_t cols, float std_, int bits,
+                       int64_t stack = 0);
 constexpr int kSyntheticGroup = 64;
 
 // Generates `specs` (in their order) into shards of about o.shard_bytes under
