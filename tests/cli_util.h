@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+
 namespace nextn::test {
 
 struct CliResult {
@@ -69,6 +71,19 @@ inline void expect_one_error_line(const CliResult& r, const std::string& needle,
   ASSERT_EQ(lines.size(), 1u) << r.err;
   EXPECT_EQ(lines[0].rfind("error: ", 0), 0u) << lines[0];
   EXPECT_NE(lines[0].find(needle), std::string::npos) << "expected '" << needle << "' in: " << lines[0];
+}
+
+// `call` throws an Error whose message is one line containing `needle`.
+template <class Call>
+void expect_error_naming(Call&& call, const std::string& needle) {
+  try {
+    call();
+    ADD_FAILURE() << "no error; expected one naming " << needle;
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    EXPECT_NE(m.find(needle), std::string::npos) << "expected '" << needle << "' in: " << m;
+  }
 }
 
 }  // namespace nextn::test

@@ -129,14 +129,7 @@ TEST(MoeLayouts, StackedTensorsGiveThePerExpertResultsBitForBit) {
 void expect_bad(const TensorMap& tensors, const std::string& needle) {
   test::TempDir tmp;
   write_checkpoint(kPerExpert, tmp.str(), tensors);
-  try {
-    Qwen35Checkpoint::open(tmp.str()).validate();
-    ADD_FAILURE() << "no error; expected one naming " << needle;
-  } catch (const Error& e) {
-    const std::string m = e.what();
-    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
-    EXPECT_NE(m.find(needle), std::string::npos) << "expected '" << needle << "' in: " << m;
-  }
+  test::expect_error_naming([&] { Qwen35Checkpoint::open(tmp.str()).validate(); }, needle);
   // The CLI: exactly one `error: ` line, exit 1.
   test::expect_one_error_line(test::run_cli("generate -m " + tmp.str() + " --prompt-ids 1,2,3 -n 2"), needle);
 }

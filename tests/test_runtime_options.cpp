@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_util.h"
 #include "core/error.h"
 #include "core/options.h"
 #include "io/checkpoint.h"
@@ -41,14 +42,7 @@ class BadThreadsEnv {
   bool had_ = false;
 };
 
-void expect_error_naming(const std::function<void()>& f, const std::string& flag) {
-  try {
-    f();
-    ADD_FAILURE() << "no error for " << flag;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(flag), std::string::npos) << e.what();
-  }
-}
+using test::expect_error_naming;
 
 TEST(RuntimeOptions, ParsersTakeTheirValuesAndNameTheirFlags) {
   EXPECT_EQ(parse_activations("fp32"), Activations::Fp32);
