@@ -514,7 +514,7 @@ TEST(Quantized, NibbleAndByteOrder) {
                   packed.size() * 4, nullptr};
     TensorView sv{"s", DType::F32, {1, 1}, st.bytes.data(), 4, nullptr};
     TensorView bv{"b", DType::F32, {1, 1}, bt.bytes.data(), 4, nullptr};
-    WeightRef w{"w", &wv, &sv, &bv, {bits, 32}, 1, cols};
+    WeightRef w{"w", &wv, &sv, &bv, WeightCodec::Dense, {bits, 32}, 1, cols};
     std::vector<float> row(cols);
     dequantize_row(w, 0, row.data());
     if (bits == 4) {

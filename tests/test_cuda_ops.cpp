@@ -35,6 +35,8 @@ const char* kind_name(WKind k) {
     case WKind::BF16: return "bf16";
     case WKind::Q4: return "q4";
     case WKind::Q8: return "q8";
+    case WKind::FP8: return "fp8";
+    case WKind::S4: return "s4";
   }
   return "?";
 }

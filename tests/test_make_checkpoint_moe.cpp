@@ -108,8 +108,8 @@ TEST(MakeCheckpointMoe, TinyLoadsInBothLayoutsAndSpeculativeEqualsGreedy) {
     for (const char* l : {"layers.0", "layers.3", "mtp.layers.0"}) {
       EXPECT_EQ(expert_layout(ck, l), want) << l;
       validate_moe_mlp(ck, l);
-      EXPECT_EQ(ck.matrix(std::string(l) + ".mlp.gate", 8, 64, false).quant.bits, q4 ? 8 : 0) << l;
-      EXPECT_EQ(ck.matrix(std::string(l) + ".mlp.shared_expert_gate", 1, 64, false).quant.bits, q4 ? 8 : 0) << l;
+      EXPECT_EQ(ck.matrix(std::string(l) + ".mlp.gate", 8, 64, MatrixForm::Checked).quant.bits, q4 ? 8 : 0) << l;
+      EXPECT_EQ(ck.matrix(std::string(l) + ".mlp.shared_expert_gate", 1, 64, MatrixForm::Checked).quant.bits, q4 ? 8 : 0) << l;
     }
     // Dequantized experts: mean ~0, std ~0.02, and the experts differ.
     std::set<float> firsts;

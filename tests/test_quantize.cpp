@@ -132,7 +132,7 @@ TEST(Quantize, DequantizeErrorBounds) {
                     packed.size() * 4, nullptr};
       TensorView sv{"s", DType::F32, {R, C / group}, reinterpret_cast<const uint8_t*>(s.data()), s.size() * 4, nullptr};
       TensorView bv{"b", DType::F32, {R, C / group}, reinterpret_cast<const uint8_t*>(b.data()), b.size() * 4, nullptr};
-      WeightRef ref{"w", &wv, &sv, &bv, {bits, group}, R, C};
+      WeightRef ref{"w", &wv, &sv, &bv, WeightCodec::Dense, {bits, group}, R, C};
       std::vector<float> row(static_cast<size_t>(C));
       double worst = 0;
       for (int64_t r = 0; r < R; ++r) {

@@ -199,7 +199,7 @@ bool module_stored(const TensorStore& store, const std::string& mod) {
 }
 
 WeightRef checkpoint_matrix(const TensorStore& store, const QuantConfig& quant, const std::string& dir,
-                            const std::string& mod, int64_t rows, int64_t cols, bool decode) {
+                            const std::string& mod, int64_t rows, int64_t cols, MatrixForm form) {
   WeightRef w;
   w.name = mod + ".weight";
   w.rows = rows;
@@ -210,9 +210,16 @@ WeightRef checkpoint_matrix(const TensorStore& store, const QuantConfig& quant, 
     // quantized (their `.scales` is not MLX's, so the affine path is skipped).
     if (hf_module_quantized(store, quant.hf, mod)) {
       const bool linear = !mod.ends_with("embed_tokens");
-      w.decoded = hf_decode(store, quant.hf, dir, mod, rows, cols, linear, decode);
+      w.decoded = hf_decode(store, quant.hf, dir, mod, rows, cols, linear, form);
       if (w.decoded) {
         w.weight = &w.decoded->view;
+        const WeightCodec codec = w.decoded->codec;
+        if (codec != WeightCodec::Dense) {
+          w.scales = &w.decoded->scales_view;
+          if (codec == WeightCodec::Affine) w.biases = &w.decoded->biases_view;
+          if (codec != WeightCodec::Affine) w.native_codec = codec;
+          w.quant = {w.decoded->bits, w.decoded->group};
+        }
       } else {  // checked only: point at a stored tensor of the module
         for (const char* suffix : {".weight", ".qweight", ".weight_packed"})
           if (!w.weight) w.weight = store.find(mod + suffix);
@@ -282,8 +289,8 @@ WeightRef checkpoint_matrix(const TensorStore& store, const QuantConfig& quant, 
   return w;
 }
 
-WeightRef Qwen35Checkpoint::matrix(const std::string& logical, int64_t rows, int64_t cols, bool decode) const {
-  return checkpoint_matrix(store_, config_.quant, dir_, stored_name(logical), rows, cols, decode);
+WeightRef Qwen35Checkpoint::matrix(const std::string& logical, int64_t rows, int64_t cols, MatrixForm form) const {
+  return checkpoint_matrix(store_, config_.quant, dir_, stored_name(logical), rows, cols, form);
 }
 
 WeightRef Qwen35Checkpoint::lm_head() const {
@@ -339,7 +346,7 @@ std::vector<float> Qwen35Checkpoint::conv1d(const std::string& logical, int64_t 
 void Qwen35Checkpoint::validate() const {
   const Qwen35Config& c = config_;
   // Shapes and dtypes only: a transformers-format module is not dequantized here.
-  auto matrix = [this](const std::string& l, int64_t r, int64_t cols) { this->matrix(l, r, cols, /*decode=*/false); };
+  auto matrix = [this](const std::string& l, int64_t r, int64_t cols) { this->matrix(l, r, cols, MatrixForm::Checked); };
   const int64_t H = c.hidden_size, I = c.intermediate_size, hd = c.head_dim;
   const int64_t Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, Hv = c.linear_num_value_heads;
   auto full_attention = [&](const std::string& p) {
@@ -399,23 +406,45 @@ void dequantize_row(const WeightRef& w, int64_t row, float* out) {
   }
   const int bits = w.quant.bits;
   const size_t group = static_cast<size_t>(w.quant.group_size);
+  const size_t groups = cols / group, g0 = static_cast<size_t>(row) * groups;
+  if (w.codec() == WeightCodec::Fp8) {
+    const uint8_t* codes = w.weight->data + static_cast<size_t>(row) * cols;
+    for (size_t c = 0; c < cols; ++c)
+      out[c] = fp8_e4m3_to_f32(codes[c]) * load_float(w.scales->dtype, w.scales->data, g0 + c / group);
+    return;
+  }
   const size_t per_word = 32 / static_cast<size_t>(bits);
   const uint32_t mask = (1u << bits) - 1u;
-  const size_t words = cols / per_word, groups = cols / group;
+  const size_t words = cols / per_word;
   const uint8_t* packed = w.weight->data + static_cast<size_t>(row) * words * 4;
-  const size_t g0 = static_cast<size_t>(row) * groups;
+  const bool symmetric = w.codec() == WeightCodec::SymInt;
+  const int32_t zero = 1 << (bits - 1);
   for (size_t g = 0; g < groups; ++g) {
     const float s = load_float(w.scales->dtype, w.scales->data, g0 + g);
-    const float b = load_float(w.biases->dtype, w.biases->data, g0 + g);
+    const float b = symmetric ? 0.0f : load_float(w.biases->dtype, w.biases->data, g0 + g);
     for (size_t c = g * group; c < (g + 1) * group; c += per_word) {
       uint32_t word = load_unaligned<uint32_t>(packed + (c / per_word) * 4);
       for (size_t j = 0; j < per_word; ++j) {
-        const float q = static_cast<float>((word >> (j * bits)) & mask);
-        const float sq = s * q;
-        out[c + j] = sq + b;
+        const uint32_t q = (word >> (j * bits)) & mask;
+        if (symmetric) {
+          out[c + j] = s * static_cast<float>(int32_t(q) - zero);
+        } else {
+          const float sq = s * static_cast<float>(q);
+          out[c + j] = sq + b;
+        }
       }
     }
   }
+}
+
+const char* weight_codec_name(WeightCodec c) {
+  switch (c) {
+    case WeightCodec::Dense: return "dense";
+    case WeightCodec::Affine: return "affine";
+    case WeightCodec::Fp8: return "fp8";
+    case WeightCodec::SymInt: return "symmetric int";
+  }
+  return "?";
 }
 
 }  // namespace nextn

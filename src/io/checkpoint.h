@@ -13,6 +13,7 @@
 
 #include "io/config.h"
 #include "io/safetensors.h"
+#include "io/weight_codec.h"
 
 namespace nextn {
 
@@ -43,17 +44,25 @@ struct SliceViews {
 // A matrix [rows, cols] (out, in) as stored: dense (F32/F16/BF16), or MLX
 // affine-quantized (U32 packed + scales + biases, any float dtype each). A
 // module in one of transformers' formats (fp8, gptq, awq, compressed-tensors)
-// arrives dequantized: `weight` is then a dense F32 view owned by `decoded`.
+// arrives in the MatrixForm asked for: dequantized (`weight` a dense F32 view
+// owned by `decoded`) or in a native codec (scales F32 [rows, cols/group],
+// views owned by `decoded` or stored).
 struct WeightRef {
   std::string name;  // stored name of `.weight`
   const TensorView* weight = nullptr;
   const TensorView* scales = nullptr;  // null when dense
-  const TensorView* biases = nullptr;
-  QuantParams quant;  // bits == 0 when dense
+  const TensorView* biases = nullptr;  // null unless Affine
+  // Fp8 or SymInt when a native form holds one (checkpoint_matrix); else
+  // Dense, and `scales` tells Affine from Dense (codec()).
+  WeightCodec native_codec = WeightCodec::Dense;
+  QuantParams quant;  // bits == 0 when dense (Fp8: 8)
   int64_t rows = 0, cols = 0;
   std::shared_ptr<const DecodedMatrix> decoded;  // keeps a dequantized `weight` alive
   std::shared_ptr<const SliceViews> slice = nullptr;  // keeps the views of a stacked expert's slice alive
   bool quantized() const { return scales != nullptr; }
+  WeightCodec codec() const {
+    return native_codec != WeightCodec::Dense ? native_codec : quantized() ? WeightCodec::Affine : WeightCodec::Dense;
+  }
 };
 
 // The matrix stored as module `mod` ("<mod>.weight", and for MLX affine
@@ -61,10 +70,9 @@ struct WeightRef {
 // checked against [rows, cols] (a quantized one: packed [rows, cols*bits/32],
 // scales/biases [rows, cols/group]); `dir` names the checkpoint in errors.
 // Both families' loaders (Qwen3.5 here, Gemma 4) read their matrices so.
-// `decode` false checks a transformers-format module's tensors without
-// dequantizing it (then `weight` is its stored packed tensor: not for reading).
+// `form` says how a transformers-format module arrives (MatrixForm).
 WeightRef checkpoint_matrix(const TensorStore& store, const QuantConfig& quant, const std::string& dir,
-                            const std::string& mod, int64_t rows, int64_t cols, bool decode = true);
+                            const std::string& mod, int64_t rows, int64_t cols, MatrixForm form = MatrixForm::Fp32);
 // True when module `mod` is stored: `<mod>.weight`, or a transformers format's
 // packed weight (`.qweight`, `.weight_packed`).
 bool module_stored(const TensorStore& store, const std::string& mod);
@@ -91,7 +99,7 @@ class Qwen35Checkpoint {
   bool has(const std::string& logical) const;  // "<logical>.weight" (or bare name) stored
   // A linear/embedding weight; shape checked against [rows, cols] (for a
   // quantized one: packed [rows, cols*bits/32], scales/biases [rows, cols/group]).
-  WeightRef matrix(const std::string& logical, int64_t rows, int64_t cols, bool decode = true) const;
+  WeightRef matrix(const std::string& logical, int64_t rows, int64_t cols, MatrixForm form = MatrixForm::Fp32) const;
   // The LM head: lm_head if stored, else the (tied) embedding.
   WeightRef lm_head() const;
   // A norm weight as the real multiplicative gamma: for a (1+w) norm
@@ -127,8 +135,8 @@ class Qwen35Checkpoint {
 };
 
 // Fills out[cols] with row `row` of a WeightRef in fp32, dense (F32/BF16/F16)
-// or quantized (w = scale * q + bias per element, fp32, no FMA). Throws Error
-// for a row out of range.
+// or quantized (per codec, fp32, no FMA: scale * q + bias, fp8 * scale,
+// scale * (q - zero)). Throws Error for a row out of range.
 void dequantize_row(const WeightRef& w, int64_t row, float* out);
 
 }  // namespace nextn

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "io/weight_codec.h"
 
 namespace nextn {
 
@@ -70,11 +71,19 @@ struct HfQuant {
 // formats, ...) by name. Throws Error "<file>: field '<path>...': ...".
 HfQuant parse_hf_quant(const std::string& file, const nlohmann::json& block, const std::string& path);
 
-// A module dequantized to fp32: `view` is a dense F32 [rows, cols] tensor
-// over `values`, so it can stand where a stored `.weight` would.
+// A module as hf_decode hands it over: dequantized to fp32 (`view` a dense F32
+// [rows, cols] tensor over `values`, so it can stand where a stored `.weight`
+// would), or in a native codec (MatrixForm::Native): `view` the codes (Fp8:
+// the stored F8_E4M3 weight; Affine / SymInt: U32 words over `codes`, MLX's
+// packing), `scales_view` / `biases_view` F32 [rows, cols/group].
 struct DecodedMatrix {
   TensorView view;
   std::vector<float> values;
+  WeightCodec codec = WeightCodec::Dense;
+  int bits = 0, group = 0;
+  std::vector<uint32_t> codes;
+  std::vector<float> scales, biases;
+  TensorView scales_view, biases_view;
   std::string label;  // "gptq q4 g128", for inspect
 };
 
@@ -88,11 +97,15 @@ bool hf_module_quantized(const TensorStore& store, const HfQuant& q, const std::
 std::string hf_module_label(const TensorStore& store, const HfQuant& q, const std::string& mod);
 
 // Checks every tensor of quantized module `mod` against [rows, cols] (dtype,
-// shape, g_idx range, the config's bits / group / block) and, when `decode`,
-// dequantizes it; returns nullptr when !decode. `dir` and the tensor names
-// appear in every error. `linear` as for scheme_for.
+// shape, g_idx range, the config's bits / group / block) and hands it over in
+// `form`: Fp32 dequantizes; Native keeps the codes where a codec holds the
+// format exactly (docs/formats.md, "Native codecs": columns a multiple of
+// 128, groups of 32, 64 or a multiple of 128, no activation order; an
+// asymmetric bias -scale * zero exact in fp32) and dequantizes otherwise;
+// Checked returns nullptr. `dir` and the tensor names appear in every error.
+// `linear` as for scheme_for.
 std::shared_ptr<const DecodedMatrix> hf_decode(const TensorStore& store, const HfQuant& q, const std::string& dir,
                                                const std::string& mod, int64_t rows, int64_t cols, bool linear,
-                                               bool decode);
+                                               MatrixForm form);
 
 }  // namespace nextn

@@ -62,16 +62,106 @@ float fp8_at(const Module& m, const TensorView& t, size_t i) {
   return v;
 }
 
-std::shared_ptr<DecodedMatrix> make(int64_t rows, int64_t cols, bool decode) {
-  if (!decode) return nullptr;
+// The native codec hands the codes over unread: refuse NaN codes up front,
+// as the dequantizing path does element by element.
+void check_fp8_codes(const Module& m, const TensorView& t) {
+  for (size_t i = 0; i < t.nbytes; ++i)
+    if ((t.data[i] & 0x7f) == 0x7f) m.bad(t, fmt::format("element {} is a NaN code", i));
+}
+
+std::shared_ptr<DecodedMatrix> make(int64_t rows, int64_t cols) {
   auto d = std::make_shared<DecodedMatrix>();
   d->values.resize(size_t(rows) * size_t(cols));
   return d;
 }
 
+// ---- native codecs (MatrixForm::Native) ----
+// The group a native codec stores for a format's scale that is constant over
+// `g` consecutive columns: g itself when 32 or 64, 128 when g is a multiple of
+// 128 (the kernels' unit of k), else 0 (no native codec: dequantized).
+int64_t native_group(int64_t g) { return g == 32 || g == 64 ? g : g % 128 == 0 ? 128 : 0; }
+
+// Integer codes with a scale and zero per (row, group of `src_group` columns):
+// w = scale * (q - zero). SymInt when every zero is 2^(bits-1) and bits is 4;
+// otherwise Affine with bias = -scale * zero when that product is exact in
+// fp32 for every group (then scale * q + bias is the same value); nullptr
+// when neither fits. q(r, c), scale(r, c), zero(r, c) read the stored tensors.
+template <typename Q, typename S, typename Z>
+std::shared_ptr<DecodedMatrix> native_int(int64_t rows, int64_t cols, int bits, int64_t src_group, Q&& q, S&& scale,
+                                          Z&& zero) {
+  const int64_t g = native_group(src_group);
+  if (g == 0 || cols % 128 != 0) return nullptr;
+  const int64_t ng = cols / g;
+  const int32_t mid = 1 << (bits - 1);
+  auto d = std::make_shared<DecodedMatrix>();
+  d->bits = bits;
+  d->group = int(g);
+  d->scales.resize(size_t(rows * ng));
+  d->biases.resize(size_t(rows * ng));
+  bool symmetric = bits == 4, exact = true;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < ng; ++j) {
+      const float s = scale(r, j * g);
+      const int32_t z = zero(r, j * g);
+      const double b = -double(s) * double(z);
+      d->scales[size_t(r * ng + j)] = s;
+      d->biases[size_t(r * ng + j)] = float(b);
+      symmetric = symmetric && z == mid;
+      exact = exact && double(float(b)) == b;
+    }
+  if (!symmetric && !exact) return nullptr;
+  d->codec = symmetric ? WeightCodec::SymInt : WeightCodec::Affine;
+  if (symmetric) d->biases.clear();
+  const int per = 32 / bits;
+  d->codes.assign(size_t(rows * (cols / per)), 0u);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      d->codes[size_t(r * (cols / per) + c / per)] |= uint32_t(q(r, c)) << (bits * (c % per));
+  return d;
+}
+
+// FP8 codes with one scale per (row, group of `src_group` columns): the stored
+// weight is the codec's (no copy); the scales are expanded to [rows, cols/g].
+template <typename S>
+std::shared_ptr<DecodedMatrix> native_fp8(const TensorView& w, int64_t rows, int64_t cols, int64_t src_group, S&& scale) {
+  const int64_t g = native_group(src_group);
+  if (g == 0 || cols % 128 != 0) return nullptr;
+  auto d = std::make_shared<DecodedMatrix>();
+  d->codec = WeightCodec::Fp8;
+  d->bits = 8;
+  d->group = int(g);
+  d->view = w;
+  const int64_t ng = cols / g;
+  d->scales.resize(size_t(rows * ng));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < ng; ++j) d->scales[size_t(r * ng + j)] = scale(r, j * g);
+  return d;
+}
+
+// Points a native matrix's views at its vectors.
+void finish_native(DecodedMatrix& d, const std::string& name, int64_t rows, int64_t cols) {
+  const int64_t ng = cols / d.group;
+  if (d.codec != WeightCodec::Fp8) {
+    d.view.dtype = DType::U32;
+    d.view.shape = {rows, cols * d.bits / 32};
+    d.view.data = reinterpret_cast<const uint8_t*>(d.codes.data());
+    d.view.nbytes = d.codes.size() * 4;
+  }
+  d.view.name = name + ".weight";
+  auto vec_view = [&](TensorView& v, const std::vector<float>& f, const char* suffix) {
+    v.name = name + suffix;
+    v.dtype = DType::F32;
+    v.shape = {rows, ng};
+    v.data = reinterpret_cast<const uint8_t*>(f.data());
+    v.nbytes = f.size() * 4;
+  };
+  vec_view(d.scales_view, d.scales, ".scales");
+  if (!d.biases.empty()) vec_view(d.biases_view, d.biases, ".biases");
+}
+
 // fp8: weight F8_E4M3 [out, in], weight_scale_inv [ceil(out/bo), ceil(in/bi)];
 // w = fp8 * scale_inv of the element's block (transformers' finegrained_fp8).
-std::shared_ptr<DecodedMatrix> fp8(const Module& m, const HfQuant& q, int64_t rows, int64_t cols, bool decode) {
+std::shared_ptr<DecodedMatrix> fp8(const Module& m, const HfQuant& q, int64_t rows, int64_t cols, MatrixForm form) {
   const TensorView& w = m.need(".weight");
   const TensorView& s = m.need(".weight_scale_inv");
   if (q.not_converted(m.mod))
@@ -84,22 +174,31 @@ std::shared_ptr<DecodedMatrix> fp8(const Module& m, const HfQuant& q, int64_t ro
   if (q.block_out || s.numel() != 1)
     m.shape(s, {ceil_div(rows, bo), ceil_div(cols, bi)},
             fmt::format("one scale per {}x{} block of [{}, {}]", bo, bi, rows, cols));
-  auto d = make(rows, cols, decode);
-  if (!d) return d;
+  if (form == MatrixForm::Checked) return nullptr;
   const int64_t sc = ceil_div(cols, bi);
+  const std::string label = q.block_out ? fmt::format("fp8 b{}x{}", bo, bi) : std::string("fp8 per-tensor");
+  if (form == MatrixForm::Native) {
+    check_fp8_codes(m, w);
+    auto scale = [&](int64_t r, int64_t c) { return load_float(s.dtype, s.data, size_t((r / bo) * sc + c / bi)); };
+    if (auto d = native_fp8(w, rows, cols, bi, scale)) {
+      d->label = label;
+      return d;
+    }
+  }
+  auto d = make(rows, cols);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       const float scale = load_float(s.dtype, s.data, size_t((r / bo) * sc + c / bi));
       d->values[size_t(r * cols + c)] = fp8_at(m, w, size_t(r * cols + c)) * scale;
     }
-  d->label = q.block_out ? fmt::format("fp8 b{}x{}", bo, bi) : std::string("fp8 per-tensor");
+  d->label = label;
   return d;
 }
 
 // gptq (v1): qweight [in*bits/32, out] packs along the input, first element
 // in the low bits; qzeros [groups, out*bits/32] packs along the output and
 // stores zero - 1; scales [groups, out]; g_idx [in] the group of each input.
-std::shared_ptr<DecodedMatrix> gptq(const Module& m, const HfQuant& q, int64_t rows, int64_t cols, bool decode) {
+std::shared_ptr<DecodedMatrix> gptq(const Module& m, const HfQuant& q, int64_t rows, int64_t cols, MatrixForm form) {
   const int bits = q.bits, per = 32 / bits;
   const uint32_t mask = (1u << bits) - 1u;
   const TensorView& qw = m.need(".qweight");
@@ -118,6 +217,7 @@ std::shared_ptr<DecodedMatrix> gptq(const Module& m, const HfQuant& q, int64_t r
   m.shape(sc, {ng, rows}, fmt::format("{} groups of {} x out {}", ng, g, rows));
   std::vector<int64_t> group(static_cast<size_t>(cols));
   for (int64_t i = 0; i < cols; ++i) group[size_t(i)] = i / g;
+  bool ordered = true;  // g_idx absent or i / g everywhere
   if (gi) {
     m.dtype(*gi, {DType::I32, DType::I64}, "I32");
     m.shape(*gi, {cols}, "one group index per input column");
@@ -125,11 +225,24 @@ std::shared_ptr<DecodedMatrix> gptq(const Module& m, const HfQuant& q, int64_t r
       const int64_t v = gi->dtype == DType::I32 ? load_unaligned<int32_t>(gi->data + 4 * i)
                                                 : load_unaligned<int64_t>(gi->data + 8 * i);
       if (v < 0 || v >= ng) m.bad(*gi, fmt::format("element {} is {}, outside [0, {})", i, v, ng));
+      ordered = ordered && v == i / g;
       group[size_t(i)] = v;
     }
   }
-  auto d = make(rows, cols, decode);
-  if (!d) return d;
+  if (form == MatrixForm::Checked) return nullptr;
+  const std::string label = fmt::format("gptq q{} g{}", bits, g);
+  if (form == MatrixForm::Native && ordered) {
+    auto qv = [&](int64_t o, int64_t i) { return (word_at(qw, size_t((i / per) * rows + o)) >> ((i % per) * bits)) & mask; };
+    auto scale = [&](int64_t o, int64_t i) { return load_float(sc.dtype, sc.data, size_t((i / g) * rows + o)); };
+    auto zero = [&](int64_t o, int64_t i) {
+      return int32_t((word_at(qz, size_t((i / g) * (rows / per) + o / per)) >> ((o % per) * bits)) & mask) + 1;
+    };
+    if (auto d = native_int(rows, cols, bits, g, qv, scale, zero)) {
+      d->label = label;
+      return d;
+    }
+  }
+  auto d = make(rows, cols);
   for (int64_t i = 0; i < cols; ++i) {
     const int64_t gr = group[size_t(i)];
     for (int64_t o = 0; o < rows; ++o) {
@@ -139,7 +252,7 @@ std::shared_ptr<DecodedMatrix> gptq(const Module& m, const HfQuant& q, int64_t r
       d->values[size_t(o * cols + i)] = scale * float(int32_t(qv) - (int32_t(zv) + 1));
     }
   }
-  d->label = fmt::format("gptq q{} g{}", bits, g);
+  d->label = label;
   return d;
 }
 
@@ -148,7 +261,7 @@ std::shared_ptr<DecodedMatrix> gptq(const Module& m, const HfQuant& q, int64_t r
 // 0,2,4,6,1,3,5,7); scales [groups, out]; w = scale * (q - zero).
 constexpr int kAwqNibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 
-std::shared_ptr<DecodedMatrix> awq(const Module& m, const HfQuant& q, int64_t rows, int64_t cols, bool decode) {
+std::shared_ptr<DecodedMatrix> awq(const Module& m, const HfQuant& q, int64_t rows, int64_t cols, MatrixForm form) {
   const TensorView& qw = m.need(".qweight");
   const TensorView& qz = m.need(".qzeros");
   const TensorView& sc = m.need(".scales");
@@ -160,8 +273,20 @@ std::shared_ptr<DecodedMatrix> awq(const Module& m, const HfQuant& q, int64_t ro
   m.shape(qz, {ng, rows / 8}, fmt::format("{} groups x out/8", ng));
   m.float_dtype(sc);
   m.shape(sc, {ng, rows}, fmt::format("{} groups of {} x out {}", ng, g, rows));
-  auto d = make(rows, cols, decode);
-  if (!d) return d;
+  if (form == MatrixForm::Checked) return nullptr;
+  const std::string label = fmt::format("awq q4 g{}", g);
+  if (form == MatrixForm::Native) {
+    auto qv = [&](int64_t o, int64_t i) { return (word_at(qw, size_t(i * (rows / 8) + o / 8)) >> (4 * kAwqNibble[o % 8])) & 15u; };
+    auto scale = [&](int64_t o, int64_t i) { return load_float(sc.dtype, sc.data, size_t((i / g) * rows + o)); };
+    auto zero = [&](int64_t o, int64_t i) {
+      return int32_t((word_at(qz, size_t((i / g) * (rows / 8) + o / 8)) >> (4 * kAwqNibble[o % 8])) & 15u);
+    };
+    if (auto d = native_int(rows, cols, 4, g, qv, scale, zero)) {
+      d->label = label;
+      return d;
+    }
+  }
+  auto d = make(rows, cols);
   for (int64_t i = 0; i < cols; ++i) {
     const int64_t gr = i / g;
     for (int64_t o = 0; o < rows; ++o) {
@@ -172,7 +297,7 @@ std::shared_ptr<DecodedMatrix> awq(const Module& m, const HfQuant& q, int64_t ro
       d->values[size_t(o * cols + i)] = scale * float(int32_t(qv) - int32_t(zv));
     }
   }
-  d->label = fmt::format("awq q4 g{}", g);
+  d->label = label;
   return d;
 }
 
@@ -196,7 +321,7 @@ void ct_scale_shape(const Module& m, const TensorView& sc, const CtScheme& s, co
   if (!tensor_ok) m.shape(sc, {gd.gr, gd.gc}, fmt::format("strategy {} of scheme {}", s.strategy, s.name));
 }
 
-std::shared_ptr<DecodedMatrix> ct_int(const Module& m, const CtScheme& s, int64_t rows, int64_t cols, bool decode) {
+std::shared_ptr<DecodedMatrix> ct_int(const Module& m, const CtScheme& s, int64_t rows, int64_t cols, MatrixForm form) {
   const int bits = s.bits, per = 32 / bits, offset = 1 << (bits - 1);
   const uint32_t mask = (1u << bits) - 1u;
   const TensorView& wp = m.need(".weight_packed");
@@ -225,9 +350,24 @@ std::shared_ptr<DecodedMatrix> ct_int(const Module& m, const CtScheme& s, int64_
     m.dtype(*zp, {DType::I32, DType::U32}, "I32");
     m.shape(*zp, {ceil_div(rows, per), gd.gc}, fmt::format("{}-bit zero points packed along out {}", bits, rows));
   }
-  auto d = make(rows, cols, decode);
-  if (!d) return d;
+  if (form == MatrixForm::Checked) return nullptr;
   const size_t wpr = size_t(ceil_div(cols, per));
+  const std::string label =
+      fmt::format("ct int{} {}", bits, s.strategy == "group" ? fmt::format("g{}", s.group_size) : s.strategy);
+  if (form == MatrixForm::Native) {
+    // stored codes are q + offset; w = scale * (q_stored - zero_stored), zero_stored = offset when symmetric
+    auto qv = [&](int64_t r, int64_t c) { return (word_at(wp, size_t(r) * wpr + size_t(c / per)) >> ((c % per) * bits)) & mask; };
+    auto scale = [&](int64_t r, int64_t c) { return load_float(sc.dtype, sc.data, size_t((r / gd.ro) * gd.gc + c / gd.co)); };
+    auto zero = [&](int64_t r, int64_t c) {
+      if (!zp) return offset;
+      return int32_t((word_at(*zp, size_t((r / per) * gd.gc + c / gd.co)) >> ((r % per) * bits)) & mask);
+    };
+    if (auto d = native_int(rows, cols, bits, gd.co, qv, scale, zero)) {
+      d->label = label;
+      return d;
+    }
+  }
+  auto d = make(rows, cols);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       const int32_t qv = int32_t((word_at(wp, size_t(r) * wpr + size_t(c / per)) >> ((c % per) * bits)) & mask) - offset;
@@ -240,25 +380,34 @@ std::shared_ptr<DecodedMatrix> ct_int(const Module& m, const CtScheme& s, int64_
       const float scale = load_float(sc.dtype, sc.data, size_t(gi));
       d->values[size_t(r * cols + c)] = (float(qv) - float(zv)) * scale;
     }
-  d->label = fmt::format("ct int{} {}", bits, s.strategy == "group" ? fmt::format("g{}", s.group_size) : s.strategy);
+  d->label = label;
   return d;
 }
 
-std::shared_ptr<DecodedMatrix> ct_float(const Module& m, const CtScheme& s, int64_t rows, int64_t cols, bool decode) {
+std::shared_ptr<DecodedMatrix> ct_float(const Module& m, const CtScheme& s, int64_t rows, int64_t cols, MatrixForm form) {
   const TensorView& w = m.need(".weight");
   const TensorView& sc = m.need(".weight_scale");
   m.dtype(w, {DType::F8_E4M3}, "F8_E4M3");
   m.shape(w, {rows, cols}, "the module's [out, in]");
   const Grid gd = ct_grid(m, s, rows, cols);
   ct_scale_shape(m, sc, s, gd);
-  auto d = make(rows, cols, decode);
-  if (!d) return d;
+  if (form == MatrixForm::Checked) return nullptr;
+  const std::string label = fmt::format("ct fp8 {}", s.strategy == "group" ? fmt::format("g{}", s.group_size) : s.strategy);
+  if (form == MatrixForm::Native) {
+    check_fp8_codes(m, w);
+    auto scale = [&](int64_t r, int64_t c) { return load_float(sc.dtype, sc.data, size_t((r / gd.ro) * gd.gc + c / gd.co)); };
+    if (auto d = native_fp8(w, rows, cols, gd.co, scale)) {
+      d->label = label;
+      return d;
+    }
+  }
+  auto d = make(rows, cols);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       const float scale = load_float(sc.dtype, sc.data, size_t((r / gd.ro) * gd.gc + c / gd.co));
       d->values[size_t(r * cols + c)] = fp8_at(m, w, size_t(r * cols + c)) * scale;
     }
-  d->label = fmt::format("ct fp8 {}", s.strategy == "group" ? fmt::format("g{}", s.group_size) : s.strategy);
+  d->label = label;
   return d;
 }
 
@@ -280,13 +429,13 @@ bool hf_module_quantized(const TensorStore& store, const HfQuant& q, const std::
 
 std::shared_ptr<const DecodedMatrix> hf_decode(const TensorStore& store, const HfQuant& q, const std::string& dir,
                                                const std::string& mod, int64_t rows, int64_t cols, bool linear,
-                                               bool decode) {
+                                               MatrixForm form) {
   const Module m{store, dir, mod, quant_method_name(q.method)};
   std::shared_ptr<DecodedMatrix> d;
   switch (q.method) {
-    case QuantMethod::Fp8: d = fp8(m, q, rows, cols, decode); break;
-    case QuantMethod::Gptq: d = gptq(m, q, rows, cols, decode); break;
-    case QuantMethod::Awq: d = awq(m, q, rows, cols, decode); break;
+    case QuantMethod::Fp8: d = fp8(m, q, rows, cols, form); break;
+    case QuantMethod::Gptq: d = gptq(m, q, rows, cols, form); break;
+    case QuantMethod::Awq: d = awq(m, q, rows, cols, form); break;
     case QuantMethod::CompressedTensors: {
       const CtScheme* s = q.scheme_for(mod, linear);
       if (!s)
@@ -297,12 +446,16 @@ std::shared_ptr<const DecodedMatrix> hf_decode(const TensorStore& store, const H
       if (packed != (s->format == "pack-quantized"))
         fail("{}: module '{}' is stored {} but its config group '{}' says format {}", dir, mod,
              packed ? "pack-quantized (weight_packed)" : "float-quantized (F8_E4M3 weight)", s->name, s->format);
-      d = packed ? ct_int(m, *s, rows, cols, decode) : ct_float(m, *s, rows, cols, decode);
+      d = packed ? ct_int(m, *s, rows, cols, form) : ct_float(m, *s, rows, cols, form);
       break;
     }
     default: fail("{}: module '{}': no transformers quantization format to decode", dir, mod);
   }
   if (!d) return d;
+  if (d->codec != WeightCodec::Dense) {
+    finish_native(*d, mod, rows, cols);
+    return d;
+  }
   d->view.name = mod + ".weight";
   d->view.dtype = DType::F32;
   d->view.shape = {rows, cols};

@@ -114,15 +114,15 @@ ExpertLayout detect_expert_layout(const TensorStore& store, const std::string& d
 
 ExpertMatrices expert_matrices(const TensorStore& store, const QuantConfig& quant, const std::string& dir,
                                const std::string& mlp, ExpertLayout layout, int expert, int64_t num_experts,
-                               int64_t I, int64_t H, bool decode) {
+                               int64_t I, int64_t H, MatrixForm form) {
   if (expert < 0 || expert >= num_experts) fail("internal: expert {} outside [0, {})", expert, num_experts);
   const int64_t E = num_experts;
   switch (layout) {
     case ExpertLayout::PerExpert: {
       const std::string p = fmt::format("{}.experts.{}.", mlp, expert);
-      return {checkpoint_matrix(store, quant, dir, p + "gate_proj", I, H, decode),
-              checkpoint_matrix(store, quant, dir, p + "up_proj", I, H, decode),
-              checkpoint_matrix(store, quant, dir, p + "down_proj", H, I, decode)};
+      return {checkpoint_matrix(store, quant, dir, p + "gate_proj", I, H, form),
+              checkpoint_matrix(store, quant, dir, p + "up_proj", I, H, form),
+              checkpoint_matrix(store, quant, dir, p + "down_proj", H, I, form)};
     }
     case ExpertLayout::Stacked: {
       const std::string gate_up = mlp + ".experts.gate_up_proj", down = mlp + ".experts.down_proj";
@@ -146,23 +146,23 @@ ExpertLayout expert_layout(const Qwen35Checkpoint& ck, const std::string& layer)
 }
 
 ExpertMatrices expert_matrices(const Qwen35Checkpoint& ck, const std::string& layer, ExpertLayout layout, int expert,
-                               bool decode) {
+                               MatrixForm form) {
   const Qwen35Config& c = ck.config();
   return expert_matrices(ck.store(), c.quant, ck.dir(), ck.stored_name(layer + ".mlp"), layout, expert,
-                         c.num_experts, c.moe_intermediate_size, c.hidden_size, decode);
+                         c.num_experts, c.moe_intermediate_size, c.hidden_size, form);
 }
 
 void validate_moe_mlp(const Qwen35Checkpoint& ck, const std::string& layer) {
   const Qwen35Config& c = ck.config();
   const int64_t H = c.hidden_size, Is = c.shared_expert_intermediate_size;
   const std::string p = layer + ".mlp";
-  ck.matrix(p + ".gate", c.num_experts, H, /*decode=*/false);
+  ck.matrix(p + ".gate", c.num_experts, H, MatrixForm::Checked);
   const ExpertLayout layout = expert_layout(ck, layer);
-  for (int e = 0; e < c.num_experts; ++e) expert_matrices(ck, layer, layout, e, /*decode=*/false);
-  ck.matrix(p + ".shared_expert.gate_proj", Is, H, false);
-  ck.matrix(p + ".shared_expert.up_proj", Is, H, false);
-  ck.matrix(p + ".shared_expert.down_proj", H, Is, false);
-  ck.matrix(p + ".shared_expert_gate", 1, H, false);
+  for (int e = 0; e < c.num_experts; ++e) expert_matrices(ck, layer, layout, e, MatrixForm::Checked);
+  ck.matrix(p + ".shared_expert.gate_proj", Is, H, MatrixForm::Checked);
+  ck.matrix(p + ".shared_expert.up_proj", Is, H, MatrixForm::Checked);
+  ck.matrix(p + ".shared_expert.down_proj", H, Is, MatrixForm::Checked);
+  ck.matrix(p + ".shared_expert_gate", 1, H, MatrixForm::Checked);
 }
 
 }  // namespace nextn

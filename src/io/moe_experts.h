@@ -38,15 +38,15 @@ struct ExpertMatrices {
 ExpertLayout detect_expert_layout(const TensorStore& store, const std::string& dir, const std::string& mlp);
 
 // Expert `expert` of <mlp>, shapes and dtypes checked (the stacked tensors
-// against [E, 2I, H] / [E, H, I] and so on); `decode` as in checkpoint_matrix.
+// against [E, 2I, H] / [E, H, I] and so on); `form` as in checkpoint_matrix.
 ExpertMatrices expert_matrices(const TensorStore& store, const QuantConfig& quant, const std::string& dir,
                                const std::string& mlp, ExpertLayout layout, int expert, int64_t num_experts,
-                               int64_t I, int64_t H, bool decode = true);
+                               int64_t I, int64_t H, MatrixForm form = MatrixForm::Fp32);
 
 // The same over a checkpoint's logical layer ("layers.3", "mtp.layers.0").
 ExpertLayout expert_layout(const Qwen35Checkpoint& ck, const std::string& layer);
 ExpertMatrices expert_matrices(const Qwen35Checkpoint& ck, const std::string& layer, ExpertLayout layout, int expert,
-                               bool decode = true);
+                               MatrixForm form = MatrixForm::Fp32);
 // Checks a MoE layer's MLP without decoding anything: the router mlp.gate
 // [E, H], every expert, mlp.shared_expert.{gate,up,down}_proj [Is, H],
 // [Is, H], [H, Is] and mlp.shared_expert_gate [1, H].

@@ -318,6 +318,8 @@ void launch_mm(const DevMatrix& W, Act act, dim3 grid_tc, cudaStream_t s, const 
       case WKind::BF16: CUDA_CHECK(launch_kernel(mm_fma_kernel<WKind::BF16, EPI>, grid, 256, 0, s, p)); break;
       case WKind::Q4: CUDA_CHECK(launch_kernel(mm_fma_kernel<WKind::Q4, EPI>, grid, 256, 0, s, p)); break;
       case WKind::Q8: CUDA_CHECK(launch_kernel(mm_fma_kernel<WKind::Q8, EPI>, grid, 256, 0, s, p)); break;
+      case WKind::FP8:
+      case WKind::S4: fail("matmul: FP8 / S4 weights run in the bf16 mode only");
     }
   } else {
     const int nf = ceil_div(p.T, 8);
@@ -326,6 +328,8 @@ void launch_mm(const DevMatrix& W, Act act, dim3 grid_tc, cudaStream_t s, const 
       case WKind::Q4: launch_tc_nf<EPI, WKind::Q4>(nf, grid_tc, s, p); break;
       case WKind::Q8: launch_tc_nf<EPI, WKind::Q8>(nf, grid_tc, s, p); break;
       case WKind::F32: fail("matmul: fp32 weights need the fp32-activation mode");
+      case WKind::FP8:
+      case WKind::S4: fail("matmul: FP8 / S4 weights without the streamed layout");
     }
   }
   CUDA_CHECK_LAUNCH("matmul kernel");
@@ -361,6 +365,8 @@ long long row_read_bytes(const DevMatrix& W) {
     case WKind::BF16: return cols * 2;
     case WKind::Q4: return cols / 2 + groups * 8;
     case WKind::Q8: return cols + groups * 8;
+    case WKind::FP8: return cols + groups * 4;
+    case WKind::S4: return cols / 2 + groups * 4;
   }
   return 0;
 }
@@ -372,7 +378,8 @@ int argmax_blocks(const DevMatrix& W, Act act) {
 }  // namespace
 
 int choose_splits(int rows, int cols, WKind kind) {
-  if ((kind == WKind::Q4 || kind == WKind::Q8) && cols % kChunkK == 0) return stream_splits(rows, cols);
+  if ((kind == WKind::Q4 || kind == WKind::Q8 || scaled_kind(kind)) && cols % kChunkK == 0)
+    return stream_splits(rows, cols);
   // Enough blocks for two waves of a 132-SM H200. A constant, not a device
   // query: the same shape gives the same split (and the same bits) anywhere.
   const int kTargetBlocks = 264;
@@ -395,6 +402,10 @@ void check_matrix(const DevMatrix& m, const char* name) {
          m.rows, m.cols);
   if ((m.kind == WKind::Q4 || m.kind == WKind::Q8) && (m.group < 32 || m.group % 32 != 0 || m.cols % m.group != 0))
     fail("CUDA backend: matrix {} has quantization group {}; the kernels need a multiple of 32", name, m.group);
+  if (scaled_kind(m.kind) && !stream_eligible(m))
+    fail("CUDA backend: matrix {} ({} columns, group {}): FP8 / S4 weights need columns a multiple of {} and "
+         "groups of 32, 64 or 128",
+         name, m.cols, m.group, kChunkK);
   if (m.splits < 1 || (m.splits > 1 && m.splits > m.cols / kChunkK))
     fail("CUDA backend: matrix {}: bad split-K factor {}", name, m.splits);
 }
@@ -428,8 +439,10 @@ void matmul(const DevMatrix& W, const void* X, Act act, int T, int ldx, float* Y
 int64_t pack_quant_bytes(const DevMatrix& m) { return stream_layout_bytes(m); }
 
 void pack_quant(DevMatrix& m, void* dst, cudaStream_t s) {
-  if (m.kind != WKind::Q4 && m.kind != WKind::Q8) return;
+  if (m.kind != WKind::Q4 && m.kind != WKind::Q8 && !scaled_kind(m.kind)) return;
   if (m.quant_packed) fail("pack_quant: matrix already packed");
+  if (scaled_kind(m.kind) && (!stream_eligible(m) || dst == nullptr))
+    fail("pack_quant: FP8 / S4 weights are read only through the streamed layout");
   if (stream_eligible(m) && dst != nullptr) {  // from MLX's word order: before the in-place repack below
     stream_pack(m, dst, s);
     m.packed = dst;

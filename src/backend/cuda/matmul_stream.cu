@@ -1,6 +1,7 @@
 // The streamed quantized matmul: MLX affine q4 / q8 weights (groups of 32,
-// 64 or 128, scales and biases exact in bf16) times 1..64 bf16 token rows,
-// on the HBM floor (docs/kernels.md, docs/cuda-backend.md).
+// 64 or 128, scales and biases exact in bf16), or the transformers formats'
+// FP8 (e4m3) and symmetric int4 weights with fp32 scales, times 1..64 bf16
+// token rows, on the HBM floor (docs/kernels.md, docs/cuda-backend.md).
 //
 // What keeps the weight stream at copy speed:
 //  - the weights are repacked once, at load, into tiles of 128 rows x 128 k
@@ -21,6 +22,11 @@
 //    q8: the byte under an fp32 exponent, fma in fp32, one rounding to bf16);
 //  - split-K partials are reduced in split order by the last block to finish
 //    a tile (a counter per tile), not by a second launch.
+//
+// The scaled formats (FP8, S4) decode their codes to exact bf16 values (fp8:
+// the value itself; s4: q - 8) and multiply each group's MMA sum by its fp32
+// scale: the scale is never rounded to bf16, and the decoding stays as
+// cheap as q4's (docs/formats.md, "Native codecs").
 //
 // Batch invariance by construction: tokens sit on the MMA's N side; every
 // token column runs through the same instructions in the same k order for
@@ -57,6 +63,22 @@ constexpr int kCounterSlots = 4096; // split-K tile counters at the start of the
 constexpr int kWorkers = 132;       // H200 multiprocessors: the split choice's model (a constant: same bits anywhere)
 
 enum Epi : int { kOut = 0, kArgmax = 1 };
+
+// Weight formats of a stage unit: the bits per weight, and whether the
+// group's word is a bf16 (scale, bias) pair applied while decoding (affine)
+// or an fp32 scale applied to the group's MMA sums (scaled).
+enum Fmt : int { kQ4 = 0, kQ8 = 1, kFp8 = 2, kS4 = 3 };
+constexpr int fmt_bits(int f) { return f == kQ4 || f == kS4 ? 4 : 8; }
+constexpr bool fmt_scaled(int f) { return f == kFp8 || f == kS4; }
+int fmt_of(WKind k) {
+  switch (k) {
+    case WKind::Q4: return kQ4;
+    case WKind::Q8: return kQ8;
+    case WKind::FP8: return kFp8;
+    case WKind::S4: return kS4;
+    default: fail("matmul: weight kind {} has no streamed layout", int(k));
+  }
+}
 
 // Bytes of packed weights per unit and per lane (of one (m, h) fragment pair).
 constexpr int unit_weight_bytes(int bits) { return kRows * kK * bits / 8; }
@@ -151,6 +173,39 @@ __device__ __forceinline__ uint4 dequant_q8(uint32_t w0, uint32_t w1, uint32_t s
                     pack_bf16(fmaf(s, q8_byte<2>(w1), b), fmaf(s, q8_byte<3>(w1), b)));
 }
 
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+// Bytes I and J of w, e4m3 codes, -> the bf16 pair of their exact values.
+// prmt puts each byte under its sign replicated (byte << 8 | byte); shifted
+// by 4 and masked, the sign lands on bit 15 and the 7 exponent and mantissa
+// bits on bits 10..4: the bf16 of the value times 2^-120 (e4m3's subnormals
+// too), which one exact multiply by 2^120 corrects.
+template <int I, int J>
+__device__ __forceinline__ uint32_t fp8_pair(uint32_t w) {
+  constexpr uint32_t kSel = I | ((8 | I) << 4) | (J << 8) | ((8 | J) << 12);
+  const uint32_t v = (prmt(w, 0u, kSel) << 4) & 0x87f087f0u;
+  constexpr uint32_t kTwo120 = 0x7b807b80u;  // bf16 pair (2^120, 2^120)
+  const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&v),
+                                   *reinterpret_cast<const __nv_bfloat162*>(&kTwo120));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+// An fp8 piece (8 bytes in element order) -> 4 bf16 pairs of the exact values.
+__device__ __forceinline__ uint4 decode_fp8(uint32_t w0, uint32_t w1) {
+  return make_uint4(fp8_pair<0, 1>(w0), fp8_pair<2, 3>(w0), fp8_pair<0, 1>(w1), fp8_pair<2, 3>(w1));
+}
+// An s4 piece (8 nibbles, element e at bit q4_bit(e)) -> 4 bf16 pairs of q - 8:
+// (128 + q) - 136, exact.
+__device__ __forceinline__ uint4 decode_s4(uint32_t w) {
+  constexpr uint32_t kMagic = 0x43004300u, kMid = 0x43084308u;  // bf16 pairs (128, 128), (136, 136)
+  uint32_t r[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) r[e] = bf2_sub(lop3_and_or(w >> (4 * e), 0x000f000fu, kMagic), kMid);
+  return make_uint4(r[0], r[1], r[2], r[3]);
+}
+
 // A consumer lane's byte offsets inside a stage, fixed for the whole
 // kernel, so that the loop over stages adds only immediates.
 struct LaneOffsets {
@@ -169,10 +224,13 @@ __device__ __forceinline__ LaneOffsets lane_offsets(const StreamParams& p, int k
 
 // One stage unit for one consumer warp: pieces 2kh, 2kh + 1 of rows
 // rg * 32 + 16m + 8h + g, all token fragments. GPC: groups per unit row
-// (4: g32, the two pieces in different groups; 2: g64; 1: g128).
-template <int BITS, int NF, int GPC>
+// (4: g32, the two pieces in different groups; 2: g64; 1: g128). A scaled
+// format sums each group's MMAs apart and adds them times the group's scale.
+template <int FMT, int NF, int GPC>
 __device__ __forceinline__ void unit_compute(const uint8_t* st, const LaneOffsets& o, const bool (&tok)[NF],
                                              float (&acc)[2][NF][4]) {
+  constexpr int BITS = fmt_bits(FMT);
+  constexpr bool kScaled = fmt_scaled(FMT);
   constexpr int LB = lane_bytes(BITS);
   uint32_t wq[2][2][LB / 4], sbw[2][2][2];
 #pragma unroll
@@ -195,17 +253,31 @@ __device__ __forceinline__ void unit_compute(const uint8_t* st, const LaneOffset
       sbw[m][h][0] = sp[0];
       sbw[m][h][1] = GPC == 4 ? sp[1] : sbw[m][h][0];
     }
+  float part[2][NF][4];  // a scaled format's group sums
 #pragma unroll
   for (int jj = 0; jj < 2; ++jj) {
+    if constexpr (kScaled) {
+      if (jj == 0 || GPC == 4) {
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+          for (int f = 0; f < NF; ++f) part[m][f][0] = part[m][f][1] = part[m][f][2] = part[m][f][3] = 0.0f;
+      }
+    }
+    float(&sum)[2][NF][4] = kScaled ? part : acc;
     uint4 a[2][2];
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if constexpr (BITS == 4)
+        if constexpr (FMT == kQ4)
           a[m][h] = dequant_q4(wq[m][h][jj], sbw[m][h][jj]);
-        else
+        else if constexpr (FMT == kQ8)
           a[m][h] = dequant_q8(wq[m][h][2 * jj], wq[m][h][2 * jj + 1], sbw[m][h][jj]);
+        else if constexpr (FMT == kFp8)
+          a[m][h] = decode_fp8(wq[m][h][2 * jj], wq[m][h][2 * jj + 1]);
+        else
+          a[m][h] = decode_s4(wq[m][h][jj]);
       }
     uint4 b[NF];
 #pragma unroll
@@ -219,16 +291,28 @@ __device__ __forceinline__ void unit_compute(const uint8_t* st, const LaneOffset
 #pragma unroll
     for (int f = 0; f < NF; ++f)
 #pragma unroll
-      for (int m = 0; m < 2; ++m) mma_bf16(acc[m][f], a[m][0].x, a[m][1].x, a[m][0].y, a[m][1].y, b[f].x, b[f].y);
+      for (int m = 0; m < 2; ++m) mma_bf16(sum[m][f], a[m][0].x, a[m][1].x, a[m][0].y, a[m][1].y, b[f].x, b[f].y);
 #pragma unroll
     for (int f = 0; f < NF; ++f)
 #pragma unroll
-      for (int m = 0; m < 2; ++m) mma_bf16(acc[m][f], a[m][0].z, a[m][1].z, a[m][0].w, a[m][1].w, b[f].z, b[f].w);
+      for (int m = 0; m < 2; ++m) mma_bf16(sum[m][f], a[m][0].z, a[m][1].z, a[m][0].w, a[m][1].w, b[f].z, b[f].w);
+    if constexpr (kScaled) {
+      if (jj == 1 || GPC == 4) {  // the group's sums are complete: acc += scale * sum (rows g: h 0, g + 8: h 1)
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+          for (int f = 0; f < NF; ++f)
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+              acc[m][f][i] = fmaf(__uint_as_float(sbw[m][i >> 1][jj]), part[m][f][i], acc[m][f][i]);
+      }
+    }
   }
 }
 
-template <int BITS, int NF, int EPI, int MINB>
+template <int FMT, int NF, int EPI, int MINB>
 __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamParams p) {
+  constexpr int BITS = fmt_bits(FMT);
   pdl_prologue();
   if constexpr (EPI == kArgmax) {
     if (p.stop != nullptr && *p.stop != 0) return;
@@ -298,11 +382,11 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
       mbar_wait(&full[stage], phase);
       const uint8_t* st = smem + stage * stage_smem;
       if (gpc == 2)
-        unit_compute<BITS, NF, 2>(st, off, tok, acc);
+        unit_compute<FMT, NF, 2>(st, off, tok, acc);
       else if (gpc == 1)
-        unit_compute<BITS, NF, 1>(st, off, tok, acc);
+        unit_compute<FMT, NF, 1>(st, off, tok, acc);
       else
-        unit_compute<BITS, NF, 4>(st, off, tok, acc);
+        unit_compute<FMT, NF, 4>(st, off, tok, acc);
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[stage]);
       if (++stage == stages) {
@@ -437,11 +521,14 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
 
 // ---- load-time repacking into stage units ----
 // Unit (tile, chunk): [kh][rg][m][h][lane] pieces of lane_bytes, then the
-// (scale, bias) pairs [row][gpc]. Rows past the matrix are zero.
-template <int BITS>
+// group words [row][gpc]: bf16 (scale, bias) pairs, or a scaled format's
+// fp32 scales. Rows past the matrix are zero. FP8 bytes are read as Q8's
+// words are (element k of a row at byte k).
+template <int FMT>
 __global__ void stream_pack_kernel(const uint32_t* w, const float* scales, const float* biases, int rows, int cols,
                                    int group, int tiles, int chunks, int unit_bytes, uint8_t* out) {
   pdl_prologue();
+  constexpr int BITS = fmt_bits(FMT);
   constexpr int LB = lane_bytes(BITS), kUnits = 8 * 4 * 32;
   const int gpc = kK / group, per_unit = kUnits + kRows * gpc;
   const size_t total = size_t(tiles) * chunks * per_unit;
@@ -478,7 +565,9 @@ __global__ void stream_pack_kernel(const uint32_t* w, const float* scales, const
       const int e = u - kUnits, r = e / gpc, gi = e % gpc;
       const int row = tile * kRows + r;
       uint32_t sb = 0;
-      if (row < rows) {
+      if (row < rows && fmt_scaled(FMT)) {
+        sb = __float_as_uint(scales[size_t(row) * (cols / group) + size_t(ch) * kK / group + gi]);
+      } else if (row < rows) {
         const size_t gidx = size_t(row) * (cols / group) + size_t(ch) * kK / group + gi;
         const bf16 sv = __float2bfloat16_rn(scales[gidx]), bv = __float2bfloat16_rn(biases[gidx]);
         sb = uint32_t(*reinterpret_cast<const uint16_t*>(&sv)) | (uint32_t(*reinterpret_cast<const uint16_t*>(&bv)) << 16);
@@ -522,8 +611,7 @@ __global__ void __launch_bounds__(256) stream_rows_kernel(const uint8_t* packed,
 int g_sms = 0;
 
 int unit_bytes_of(const DevMatrix& m) {
-  const int bits = m.kind == WKind::Q4 ? 4 : 8;
-  return unit_weight_bytes(bits) + kRows * (kK / m.group) * 4;
+  return unit_weight_bytes(fmt_bits(fmt_of(m.kind))) + kRows * (kK / m.group) * 4;
 }
 
 using KernelFn = void (*)(StreamParams);
@@ -531,22 +619,30 @@ using KernelFn = void (*)(StreamParams);
 // Blocks per SM the register budget allows (launch bounds), by fragment count.
 constexpr int max_per_sm(int nf) { return nf <= 3 ? 3 : nf == 4 ? 2 : 1; }
 
-template <int BITS, int EPI>
+template <int FMT, int EPI>
 KernelFn kernel_for(int nf) {
   switch (nf) {
-    case 1: return stream_kernel<BITS, 1, EPI, 3>;
-    case 2: return stream_kernel<BITS, 2, EPI, 3>;
-    case 3: return stream_kernel<BITS, 3, EPI, 3>;
-    case 4: return stream_kernel<BITS, 4, EPI, 2>;
-    case 5: return stream_kernel<BITS, 5, EPI, 1>;
-    case 6: return stream_kernel<BITS, 6, EPI, 1>;
-    case 7: return stream_kernel<BITS, 7, EPI, 1>;
-    default: return stream_kernel<BITS, 8, EPI, 1>;
+    case 1: return stream_kernel<FMT, 1, EPI, 3>;
+    case 2: return stream_kernel<FMT, 2, EPI, 3>;
+    case 3: return stream_kernel<FMT, 3, EPI, 3>;
+    case 4: return stream_kernel<FMT, 4, EPI, 2>;
+    case 5: return stream_kernel<FMT, 5, EPI, 1>;
+    case 6: return stream_kernel<FMT, 6, EPI, 1>;
+    case 7: return stream_kernel<FMT, 7, EPI, 1>;
+    default: return stream_kernel<FMT, 8, EPI, 1>;
   }
 }
-KernelFn kernel_for(int bits, int epi, int nf) {
-  if (bits == 4) return epi == kArgmax ? kernel_for<4, kArgmax>(nf) : kernel_for<4, kOut>(nf);
-  return epi == kArgmax ? kernel_for<8, kArgmax>(nf) : kernel_for<8, kOut>(nf);
+template <int FMT>
+KernelFn kernel_for(int epi, int nf) {
+  return epi == kArgmax ? kernel_for<FMT, kArgmax>(nf) : kernel_for<FMT, kOut>(nf);
+}
+KernelFn kernel_for(int fmt, int epi, int nf) {
+  switch (fmt) {
+    case kQ4: return kernel_for<kQ4>(epi, nf);
+    case kQ8: return kernel_for<kQ8>(epi, nf);
+    case kFp8: return kernel_for<kFp8>(epi, nf);
+    default: return kernel_for<kS4>(epi, nf);
+  }
 }
 
 // Dynamic shared memory per SM for the blocks it hosts (228 KB less each
@@ -563,7 +659,7 @@ void launch(const DevMatrix& W, int epi, StreamParams p, cudaStream_t s) {
   if (xa % 16 != 0 || p.ldx % 8 != 0)
     fail("matmul: activations must be 16-byte aligned with a row stride that is a multiple of 8 (got stride {})",
          p.ldx);
-  const int bits = W.kind == WKind::Q4 ? 4 : 8, nf = ceil_div(p.T, 8);
+  const int fmt = fmt_of(W.kind), nf = ceil_div(p.T, 8);
   p.tiles = ceil_div(W.rows, kRows);
   p.chunks = W.cols / kK;
   p.gpc = kK / W.group;
@@ -583,7 +679,7 @@ void launch(const DevMatrix& W, int epi, StreamParams p, cudaStream_t s) {
   const int smem = p.stages * p.stage_smem + red;
   const int items = p.tiles * p.splits;
   const int grid = std::min(items, g_sms * per_sm);
-  CUDA_CHECK(launch_kernel(kernel_for(bits, epi, nf), grid, kThreads, size_t(smem), s, p));
+  CUDA_CHECK(launch_kernel(kernel_for(fmt, epi, nf), grid, kThreads, size_t(smem), s, p));
   CUDA_CHECK_LAUNCH("stream_kernel");
 }
 
@@ -607,10 +703,10 @@ void init_kernels() {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
-  for (int bits : {4, 8})
+  for (int fmt : {kQ4, kQ8, kFp8, kS4})
     for (int epi : {int(kOut), int(kArgmax)})
       for (int nf = 1; nf <= 8; ++nf)
-        CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel_for(bits, epi, nf)),
+        CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel_for(fmt, epi, nf)),
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMaxBlock));
 }
 
@@ -620,8 +716,8 @@ void set_stream_caps(int per_sm, int stages) {
 }
 
 bool stream_eligible(const DevMatrix& m) {
-  return (m.kind == WKind::Q4 || m.kind == WKind::Q8) && m.sb_exact && m.cols % kK == 0 &&
-         (m.group == 32 || m.group == 64 || m.group == 128);
+  const bool affine = (m.kind == WKind::Q4 || m.kind == WKind::Q8) && m.sb_exact;
+  return (affine || scaled_kind(m.kind)) && m.cols % kK == 0 && (m.group == 32 || m.group == 64 || m.group == 128);
 }
 
 int stream_tiles(const DevMatrix& m) { return ceil_div(m.rows, kRows); }
@@ -631,6 +727,7 @@ int64_t stream_layout_bytes(const DevMatrix& m) {
 }
 
 void stream_embed_rows(const DevMatrix& E, const int32_t* tokens, int T, float* x, int ldx, cudaStream_t s) {
+  if (scaled_kind(E.kind)) fail("embedding: weight kind {} is read by the matmul only", int(E.kind));
   const auto* packed = static_cast<const uint8_t*>(E.packed);
   const int chunks = E.cols / kK, ub = unit_bytes_of(E);
   if (E.kind == WKind::Q4)
@@ -646,10 +743,15 @@ void stream_pack(const DevMatrix& m, void* dst, cudaStream_t s) {
   const unsigned blocks = unsigned(std::min<size_t>(16384, (total + 255) / 256));
   auto* w = static_cast<const uint32_t*>(m.w);
   auto* out = static_cast<uint8_t*>(dst);
-  if (m.kind == WKind::Q4)
-    CUDA_CHECK(launch_kernel(stream_pack_kernel<4>, blocks, 256, 0, s, w, m.scales, m.biases, m.rows, m.cols, m.group, tiles, chunks, ub, out));
-  else
-    CUDA_CHECK(launch_kernel(stream_pack_kernel<8>, blocks, 256, 0, s, w, m.scales, m.biases, m.rows, m.cols, m.group, tiles, chunks, ub, out));
+  auto pack = [&](auto kernel) {
+    CUDA_CHECK(launch_kernel(kernel, blocks, 256, 0, s, w, m.scales, m.biases, m.rows, m.cols, m.group, tiles, chunks, ub, out));
+  };
+  switch (fmt_of(m.kind)) {
+    case kQ4: pack(stream_pack_kernel<kQ4>); break;
+    case kQ8: pack(stream_pack_kernel<kQ8>); break;
+    case kFp8: pack(stream_pack_kernel<kFp8>); break;
+    default: pack(stream_pack_kernel<kS4>); break;
+  }
   CUDA_CHECK_LAUNCH("stream_pack_kernel");
 }
 

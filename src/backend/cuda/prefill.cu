@@ -4,6 +4,8 @@
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 
@@ -24,10 +26,13 @@ constexpr int kUnitRows = 128, kUnitK = 128, kLanes = 1024;
 constexpr int64_t kExpandBytes = int64_t(64) << 20;  // bf16 scratch per GEMM block
 
 // Expands tiles [tile0, tile0 + tiles) into out, row tile0 * 128 first.
-template <int BITS>
+// Element (row, k) rounded to bf16 once from its exact fp32 value: s * q + b
+// (affine Q4 / Q8, the bf16 pair), fp8 * s or s * (q - 8) (FP8, S4: fp32 s).
+template <WKind WK>
 __global__ void __launch_bounds__(256) expand_stream_kernel(const uint8_t* packed, int rows, int cols, int group,
                                                             int tile0, int tiles, int chunks, int unit_bytes, bf16* out) {
   pdl_prologue();
+  constexpr int BITS = WK == WKind::Q4 || WK == WKind::S4 ? 4 : 8;
   constexpr int LB = BITS == 4 ? 8 : 16;  // bytes per lane entry
   const int gpc = kUnitK / group;
   const size_t total = size_t(tiles) * chunks * kLanes;
@@ -48,15 +53,23 @@ __global__ void __launch_bounds__(256) expand_stream_kernel(const uint8_t* packe
       const int kk = 32 * (2 * kh + jj) + 8 * c;
       const uint32_t sb = sbs[r * gpc + kk / group];
       const uint16_t s16 = uint16_t(sb & 0xffffu), b16 = uint16_t(sb >> 16);
-      const float s = __bfloat162float(*reinterpret_cast<const bf16*>(&s16));
-      const float b = __bfloat162float(*reinterpret_cast<const bf16*>(&b16));
+      const bool scaled = WK == WKind::FP8 || WK == WKind::S4;
+      const float s = scaled ? __uint_as_float(sb) : __bfloat162float(*reinterpret_cast<const bf16*>(&s16));
+      const float b = scaled ? 0.0f : __bfloat162float(*reinterpret_cast<const bf16*>(&b16));
       alignas(16) bf16 e8[8];
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         uint32_t q;
         if constexpr (BITS == 4) q = (v[jj] >> q4_bit(e)) & 0xfu;
         else q = (v[2 * jj + e / 4] >> (8 * (e % 4))) & 0xffu;
-        e8[e] = __float2bfloat16_rn(fmaf(s, float(q), b));
+        if constexpr (WK == WKind::FP8) {
+          const __half_raw h = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(q), __NV_E4M3);
+          e8[e] = __float2bfloat16_rn(__half2float(__half(h)) * s);
+        } else if constexpr (WK == WKind::S4) {
+          e8[e] = __float2bfloat16_rn(s * float(int(q) - 8));
+        } else {
+          e8[e] = __float2bfloat16_rn(fmaf(s, float(q), b));
+        }
       }
       *reinterpret_cast<uint4*>(out + size_t(row - tile0 * kUnitRows) * cols + size_t(ch) * kUnitK + kk) =
           *reinterpret_cast<const uint4*>(e8);
@@ -99,7 +112,8 @@ PrefillGemm::~PrefillGemm() {
 }
 
 bool PrefillGemm::supported(const DevMatrix& W) {
-  return W.kind == WKind::BF16 || ((W.kind == WKind::Q4 || W.kind == WKind::Q8) && W.packed != nullptr);
+  return W.kind == WKind::BF16 ||
+         ((W.kind == WKind::Q4 || W.kind == WKind::Q8 || scaled_kind(W.kind)) && W.packed != nullptr);
 }
 
 // Tiles expanded per GEMM: as many as fit kExpandBytes (at least one), so
@@ -139,12 +153,16 @@ void PrefillGemm::matmul(const DevMatrix& W, const void* X, int T, int ldx, floa
     const int n = std::min(block, tiles - tile0);
     const size_t total = size_t(n) * chunks * kLanes;
     const unsigned blocks = unsigned(std::min<size_t>(16384, (total + 255) / 256));
-    if (W.kind == WKind::Q4)
-      CUDA_CHECK(launch_kernel(expand_stream_kernel<4>, blocks, 256, 0, stream_, packed, W.rows, W.cols, W.group,
-                               tile0, n, chunks, unit_bytes, out));
-    else
-      CUDA_CHECK(launch_kernel(expand_stream_kernel<8>, blocks, 256, 0, stream_, packed, W.rows, W.cols, W.group,
-                               tile0, n, chunks, unit_bytes, out));
+    auto expand = [&](auto kernel) {
+      CUDA_CHECK(launch_kernel(kernel, blocks, 256, 0, stream_, packed, W.rows, W.cols, W.group, tile0, n, chunks,
+                               unit_bytes, out));
+    };
+    switch (W.kind) {
+      case WKind::Q4: expand(expand_stream_kernel<WKind::Q4>); break;
+      case WKind::Q8: expand(expand_stream_kernel<WKind::Q8>); break;
+      case WKind::FP8: expand(expand_stream_kernel<WKind::FP8>); break;
+      default: expand(expand_stream_kernel<WKind::S4>); break;
+    }
     const int row0 = tile0 * kUnitRows;
     gemm(out, row0, std::min(W.rows, (tile0 + n) * kUnitRows) - row0);
   }

@@ -29,7 +29,7 @@ namespace nextn::cuda {
 namespace {
 
 bool same_quant(const WeightRef& a, const WeightRef& b) {
-  return a.quantized() == b.quantized() && a.quant.bits == b.quant.bits && a.quant.group_size == b.quant.group_size &&
+  return a.codec() == b.codec() && a.quant.bits == b.quant.bits && a.quant.group_size == b.quant.group_size &&
          a.cols == b.cols;
 }
 
@@ -49,7 +49,10 @@ void check_shapes(const Qwen35Config& c) {
   need(c.hidden_size % 32 == 0, fmt::format("hidden size {} (a multiple of 32)", c.hidden_size));
 }
 
-// Device bytes the weights take in the kernels' layout (for the up-front check).
+// Device bytes the weights take in the kernels' layout (for the up-front
+// check). A transformers-format module arrives checked only (MatrixForm::
+// Checked, as dense): it is counted at the dense width, an upper bound of
+// its native codecs in the bf16 mode and exact for its fp32 dequantization.
 size_t weight_bytes(const WeightRef& w, Act act) {
   if (!w.quantized()) return size_t(w.rows) * size_t(w.cols) * (act == Act::F32 ? 4 : 2);
   return size_t(w.rows) * size_t(w.cols) * size_t(w.quant.bits) / 8 +
@@ -57,10 +60,11 @@ size_t weight_bytes(const WeightRef& w, Act act) {
 }
 
 size_t all_weight_bytes(const Qwen35Checkpoint& ck, Act act) {
+  constexpr MatrixForm kChecked = MatrixForm::Checked;
   const auto& c = ck.config();
   const int H = c.hidden_size, hd = c.head_dim, I = c.intermediate_size;
   const int64_t V = c.vocab_size;
-  const WeightRef emb = ck.matrix("embed_tokens", V, H), head = ck.lm_head();
+  const WeightRef emb = ck.matrix("embed_tokens", V, H, MatrixForm::Checked), head = ck.lm_head();
   size_t total = weight_bytes(emb, act);
   if (head.weight != emb.weight) total += weight_bytes(head, act);
   auto layer = [&](const std::string& p, bool full) {
@@ -69,23 +73,23 @@ size_t all_weight_bytes(const Qwen35Checkpoint& ck, Act act) {
       for (const char* n : {".q_proj", ".k_proj", ".v_proj"}) {
         const int64_t rows = std::string(n) == ".q_proj" ? int64_t(c.num_attention_heads) * hd * 2
                                                           : int64_t(c.num_key_value_heads) * hd;
-        b += weight_bytes(ck.matrix(p + ".self_attn" + n, rows, H), act);
+        b += weight_bytes(ck.matrix(p + ".self_attn" + n, rows, H, kChecked), act);
       }
-      b += weight_bytes(ck.matrix(p + ".self_attn.o_proj", H, int64_t(c.num_attention_heads) * hd), act);
+      b += weight_bytes(ck.matrix(p + ".self_attn.o_proj", H, int64_t(c.num_attention_heads) * hd, kChecked), act);
     } else {
       const std::string g = p + ".linear_attn";
-      b += weight_bytes(ck.matrix(g + ".in_proj_qkv", c.conv_dim(), H), act);
-      b += weight_bytes(ck.matrix(g + ".in_proj_z", c.value_dim(), H), act);
-      b += weight_bytes(ck.matrix(g + ".out_proj", H, c.value_dim()), act);
+      b += weight_bytes(ck.matrix(g + ".in_proj_qkv", c.conv_dim(), H, kChecked), act);
+      b += weight_bytes(ck.matrix(g + ".in_proj_z", c.value_dim(), H, kChecked), act);
+      b += weight_bytes(ck.matrix(g + ".out_proj", H, c.value_dim(), kChecked), act);
     }
-    for (const char* n : {".mlp.gate_proj", ".mlp.up_proj"}) b += weight_bytes(ck.matrix(p + n, I, H), act);
-    b += weight_bytes(ck.matrix(p + ".mlp.down_proj", H, I), act);
+    for (const char* n : {".mlp.gate_proj", ".mlp.up_proj"}) b += weight_bytes(ck.matrix(p + n, I, H, kChecked), act);
+    b += weight_bytes(ck.matrix(p + ".mlp.down_proj", H, I, kChecked), act);
     return b;
   };
   for (int i = 0; i < c.num_hidden_layers; ++i)
     total += layer("layers." + std::to_string(i), c.full_attention[size_t(i)]);
   if (ck.mtp_layers() > 0) {
-    total += weight_bytes(ck.matrix("mtp.fc", H, 2 * H), act);
+    total += weight_bytes(ck.matrix("mtp.fc", H, 2 * H, kChecked), act);
     total += layer("mtp.layers.0", true);
   }
   return total;
@@ -129,7 +133,8 @@ CudaQwen35Weights::CudaQwen35Weights(const Qwen35Checkpoint& ck, int reserve_tok
     layers.push_back(load_layer(ck, "layers." + std::to_string(i), cfg.full_attention[size_t(i)]));
   has_mtp = ck.mtp_layers() > 0;
   if (has_mtp) {
-    mtp_fc = upload_matrix({ck.matrix("mtp.fc", H, 2 * H)}, "MTP fc", true);
+    mtp_fc = upload_matrix({ck.matrix("mtp.fc", H, 2 * H, act == Act::BF16 ? MatrixForm::Native : MatrixForm::Fp32)},
+                           "MTP fc", true);
     mtp_norm_emb = upload_floats(ck.norm("mtp.pre_fc_norm_embedding", H, true), "norms");
     mtp_norm_hid = upload_floats(ck.norm("mtp.pre_fc_norm_hidden", H, true), "norms");
     mtp_norm = upload_floats(ck.norm("mtp.norm", H, true), "norms");
@@ -195,26 +200,29 @@ Linear CudaQwen35Weights::upload_linear(const std::vector<WeightRef>& parts, con
 LayerWeights CudaQwen35Weights::load_layer(const Qwen35Checkpoint& ck, const std::string& p, bool full) {
   const auto& c = cfg;
   const int H = c.hidden_size, hd = c.head_dim;
+  // The bf16 mode takes transformers' formats in their native codecs
+  // (FP8 / S4 streamed); the fp32 mode dequantized, as the CPU runs them.
+  const MatrixForm form = act == Act::BF16 ? MatrixForm::Native : MatrixForm::Fp32;
   LayerWeights L;
   L.full = full;
   L.input_norm = upload_floats(ck.norm(p + ".input_layernorm", H, true), "norms");
   L.post_norm = upload_floats(ck.norm(p + ".post_attention_layernorm", H, true), "norms");
   if (full) {
     const std::string a = p + ".self_attn";
-    L.attn.qkv = upload_linear({ck.matrix(a + ".q_proj", int64_t(c.num_attention_heads) * hd * 2, H),
-                                ck.matrix(a + ".k_proj", int64_t(c.num_key_value_heads) * hd, H),
-                                ck.matrix(a + ".v_proj", int64_t(c.num_key_value_heads) * hd, H)},
+    L.attn.qkv = upload_linear({ck.matrix(a + ".q_proj", int64_t(c.num_attention_heads) * hd * 2, H, form),
+                                ck.matrix(a + ".k_proj", int64_t(c.num_key_value_heads) * hd, H, form),
+                                ck.matrix(a + ".v_proj", int64_t(c.num_key_value_heads) * hd, H, form)},
                                "attention q/k/v");
-    L.attn.o = upload_matrix({ck.matrix(a + ".o_proj", H, int64_t(c.num_attention_heads) * hd)}, "attention o", true);
+    L.attn.o = upload_matrix({ck.matrix(a + ".o_proj", H, int64_t(c.num_attention_heads) * hd, form)}, "attention o", true);
     L.attn.q_norm = upload_floats(ck.norm(a + ".q_norm", hd, true), "norms");
     L.attn.k_norm = upload_floats(ck.norm(a + ".k_norm", hd, true), "norms");
   } else {
     const std::string g = p + ".linear_attn";
     const int Hv = c.linear_num_value_heads;
-    L.gdn_in = upload_linear({ck.matrix(g + ".in_proj_qkv", c.conv_dim(), H), ck.matrix(g + ".in_proj_z", c.value_dim(), H),
-                              ck.matrix(g + ".in_proj_b", Hv, H), ck.matrix(g + ".in_proj_a", Hv, H)},
+    L.gdn_in = upload_linear({ck.matrix(g + ".in_proj_qkv", c.conv_dim(), H, form), ck.matrix(g + ".in_proj_z", c.value_dim(), H, form),
+                              ck.matrix(g + ".in_proj_b", Hv, H, form), ck.matrix(g + ".in_proj_a", Hv, H, form)},
                              "GDN in-projections");
-    L.gdn_out = upload_matrix({ck.matrix(g + ".out_proj", H, c.value_dim())}, "GDN out_proj", true);
+    L.gdn_out = upload_matrix({ck.matrix(g + ".out_proj", H, c.value_dim(), form)}, "GDN out_proj", true);
     cuda::GdnLayer t{};
     t.conv_w = upload_floats(ck.conv1d(g + ".conv1d", c.conv_dim(), c.linear_conv_kernel_dim), "GDN conv");
     t.a_log = upload_floats(ck.vector(g + ".A_log", Hv), "GDN A_log");
@@ -223,10 +231,10 @@ LayerWeights CudaQwen35Weights::load_layer(const Qwen35Checkpoint& ck, const std
     L.gdn_index = int(gdn.size());
     gdn.push_back(t);
   }
-  L.gate_up = upload_linear({ck.matrix(p + ".mlp.gate_proj", c.intermediate_size, H),
-                             ck.matrix(p + ".mlp.up_proj", c.intermediate_size, H)},
+  L.gate_up = upload_linear({ck.matrix(p + ".mlp.gate_proj", c.intermediate_size, H, form),
+                             ck.matrix(p + ".mlp.up_proj", c.intermediate_size, H, form)},
                             "MLP gate/up");
-  L.down = upload_matrix({ck.matrix(p + ".mlp.down_proj", H, c.intermediate_size)}, "MLP down", true);
+  L.down = upload_matrix({ck.matrix(p + ".mlp.down_proj", H, c.intermediate_size, form)}, "MLP down", true);
   return L;
 }
 

@@ -35,19 +35,65 @@ void upload_dense_parts(const std::vector<WeightRef>& parts, size_t esz, uint8_t
   }
 }
 
+namespace {
+
+// FP8 / S4 parts (a native form of a transformers format): the codes and the
+// fp32 scales to the device, the streamed layout from them, then only the
+// layout is kept (these kinds have no other reader).
+DevMatrix upload_scaled_parts(const std::vector<WeightRef>& parts, Act act, DeviceMemory& mem, const char* what,
+                              bool splittable, WeightUse use) {
+  const WeightRef& w0 = parts.front();
+  if (act != Act::BF16 || use != WeightUse::Matmul)
+    fail("--backend cuda: {}: {} weights run as matmuls in the bf16 mode only", w0.name, weight_codec_name(w0.codec()));
+  DevMatrix m;
+  m.kind = w0.codec() == WeightCodec::Fp8 ? WKind::FP8 : WKind::S4;
+  m.cols = int(w0.cols);
+  m.group = w0.quant.group_size;
+  for (const auto& p : parts) m.rows += int(p.rows);
+  m.splits = splittable ? choose_splits(m.rows, m.cols, m.kind) : 1;
+  check_matrix(m, w0.name.c_str());
+  const size_t code_bytes = m.kind == WKind::FP8 ? size_t(m.cols) : size_t(m.cols) / 2;  // per row
+  const size_t groups = size_t(m.cols / m.group);
+  auto* dw = mem.alloc<uint8_t>(size_t(m.rows) * code_bytes, what);
+  auto* ds = mem.alloc<float>(size_t(m.rows) * groups * 4, what);
+  m.w = dw;
+  m.scales = ds;
+  for (const auto& p : parts) {
+    if (p.scales->dtype != DType::F32) fail("internal: {}: native scales are not F32", p.name);
+    CUDA_CHECK(cudaMemcpy(dw, p.weight->data, size_t(p.rows) * code_bytes, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(ds, p.scales->data, size_t(p.rows) * groups * 4, cudaMemcpyHostToDevice));
+    dw += size_t(p.rows) * code_bytes;
+    ds += size_t(p.rows) * groups;
+  }
+  pack_quant(m, mem.alloc<uint8_t>(size_t(pack_quant_bytes(m)), what), nullptr);
+  mem.release(m.w);
+  mem.release(m.scales);
+  m.w = nullptr;
+  m.scales = nullptr;
+  return m;
+}
+
+}  // namespace
+
 DevMatrix upload_weight_parts(const std::vector<WeightRef>& parts, Act act, DeviceMemory& mem, const char* what,
                               bool splittable, WeightUse use) {
   DevMatrix m;
   const WeightRef& w0 = parts.front();
   m.cols = int(w0.cols);
+  auto storage = [](const WeightRef& w) {
+    return w.quantized() ? fmt::format("{} {}-bit group {}", weight_codec_name(w.codec()), w.quant.bits,
+                                       w.quant.group_size)
+                         : std::string("dense");
+  };
   for (const auto& p : parts) {
-    if (p.quantized() != w0.quantized() || p.quant.bits != w0.quant.bits ||
-        p.quant.group_size != w0.quant.group_size || p.cols != w0.cols)
-      fail("--backend cuda: {}: stored as {} but '{}', fused with it into one matrix, as {}", p.name,
-           p.quantized() ? fmt::format("{}-bit group {}", p.quant.bits, p.quant.group_size) : "dense", w0.name,
-           w0.quantized() ? fmt::format("{}-bit group {}", w0.quant.bits, w0.quant.group_size) : "dense");
+    if (p.codec() != w0.codec() || p.quant.bits != w0.quant.bits || p.quant.group_size != w0.quant.group_size ||
+        p.cols != w0.cols)
+      fail("--backend cuda: {}: stored as {} but '{}', fused with it into one matrix, as {}", p.name, storage(p),
+           w0.name, storage(w0));
     m.rows += int(p.rows);
   }
+  if (w0.codec() == WeightCodec::Fp8 || w0.codec() == WeightCodec::SymInt)
+    return upload_scaled_parts(parts, act, mem, what, splittable, use);
   if (w0.quantized()) {
     if (w0.quant.bits != 4 && w0.quant.bits != 8)
       fail("--backend cuda: {}: {}-bit quantization is not supported (4 or 8)", w0.name, w0.quant.bits);

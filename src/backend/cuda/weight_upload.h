@@ -2,7 +2,8 @@
 // loaders (CudaQwen35 in qwen35_load.cpp, CudaGemma4 in gemma4.cpp): dense
 // parts as bf16 (fp32 in the fp32 mode), converted on the host where the
 // stored dtype differs; MLX affine Q4/Q8 parts as their packed words with
-// fp32 scales and biases, then pack_quant's layouts (kernels.h).
+// fp32 scales and biases, then pack_quant's layouts (kernels.h); the native
+// FP8 / symmetric-int codecs of transformers' formats as FP8 / S4 matrices.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -1,0 +1,183 @@
+// The streamed kernel's scaled formats (FP8 and S4: the native codecs of
+// transformers' FP8 / symmetric int4 checkpoints, docs/formats.md) through
+// the loader's upload path (upload_weight_parts): every fp8 code decodes to
+// its exact value; products match an fp64 reference of the dequantized
+// matrix to fp32 accuracy (the weights are never rounded to bf16 on this
+// path: exact codes, each group's sum times its fp32 scale); rows are batch
+// invariant; the argmax epilogue and the prefill GEMM agree. Skipped
+// without a GPU.
+#ifdef NEXTN_HAVE_CUDA
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/device_handles.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/prefill.h"
+#include "backend/cuda/weight_upload.h"
+#include "core/dtype.h"
+#include "io/checkpoint.h"
+#include "test_cuda_util.h"
+
+namespace nextn {
+namespace {
+
+using cuda::Act;
+using cuda::WKind;
+using test::DevBuf;
+
+// A native-codec matrix on the host: codes and fp32 scales [rows][cols/group].
+struct ScaledMatrix {
+  WeightCodec codec;
+  int rows, cols, group;
+  std::vector<uint8_t> codes;  // fp8: rows * cols bytes; s4: MLX words
+  std::vector<float> scales;
+  TensorView tw, ts;
+
+  ScaledMatrix(std::mt19937_64& rng, WeightCodec c, int r, int k, int g) : codec(c), rows(r), cols(k), group(g) {
+    codes.resize(c == WeightCodec::Fp8 ? size_t(r) * k : size_t(r) * k / 2);
+    for (auto& b : codes) {
+      b = uint8_t(rng());
+      if (c == WeightCodec::Fp8 && (b & 0x7f) == 0x7f) b = 0;  // no NaN codes
+    }
+    std::normal_distribution<float> nd(0.0f, c == WeightCodec::Fp8 ? 0.002f : 0.02f);
+    scales.resize(size_t(r) * (k / g));
+    for (auto& s : scales) s = nd(rng);  // full fp32 scales: never exact in bf16
+  }
+  WeightRef ref() {
+    tw = TensorView{};
+    tw.name = "w.weight";
+    tw.dtype = codec == WeightCodec::Fp8 ? DType::F8_E4M3 : DType::U32;
+    tw.shape = {rows, codec == WeightCodec::Fp8 ? cols : cols / 8};
+    tw.data = codes.data();
+    tw.nbytes = codes.size();
+    ts = TensorView{};
+    ts.name = "w.scales";
+    ts.dtype = DType::F32;
+    ts.shape = {rows, cols / group};
+    ts.data = reinterpret_cast<const uint8_t*>(scales.data());
+    ts.nbytes = scales.size() * 4;
+    WeightRef w;
+    w.name = "w.weight";
+    w.weight = &tw;
+    w.scales = &ts;
+    w.native_codec = codec;
+    w.quant = {codec == WeightCodec::Fp8 ? 8 : 4, group};
+    w.rows = rows;
+    w.cols = cols;
+    return w;
+  }
+  std::vector<float> dense() {
+    const WeightRef w = ref();
+    std::vector<float> d(size_t(rows) * cols);
+    for (int r = 0; r < rows; ++r) dequantize_row(w, r, d.data() + size_t(r) * cols);
+    return d;
+  }
+};
+
+struct Device {
+  cuda::DeviceMemory mem;
+  cuda::DevMatrix m;
+  Device(ScaledMatrix& sm) { m = cuda::upload_weight_parts({sm.ref()}, Act::BF16, mem, "test", /*splittable=*/true); }
+};
+
+std::vector<float> run(const cuda::DevMatrix& m, const std::vector<float>& x, int T) {
+  DevBuf dx(x.size() * 2), dy(size_t(T) * m.rows * 4), scratch(size_t(std::max<int64_t>(1, cuda::splitk_scratch_floats(m))) * 4);
+  cudaMemset(scratch.p, 0, scratch.bytes);
+  dx.put(test::to_bf16_bits(x));
+  cuda::matmul(m, dx.p, Act::BF16, T, m.cols, dy.as<float>(), m.rows, false, scratch.as<float>(), nullptr);
+  return dy.get<float>(size_t(T) * m.rows);
+}
+
+// fp64 products of the dequantized matrix with the (bf16) activations.
+std::vector<float> reference(const std::vector<float>& w, int rows, int cols, const std::vector<float>& x, int T) {
+  std::vector<float> y(size_t(T) * rows);
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < rows; ++r) {
+      double acc = 0;
+      for (int k = 0; k < cols; ++k) acc += double(w[size_t(r) * cols + k]) * double(x[size_t(t) * cols + k]);
+      y[size_t(t) * rows + r] = float(acc);
+    }
+  return y;
+}
+
+TEST(CudaScaled, EveryFp8CodeDecodesExactly) {
+  NEXTN_REQUIRE_GPU();
+  std::mt19937_64 rng(1);
+  ScaledMatrix sm(rng, WeightCodec::Fp8, 128, 256, 128);
+  for (int r = 0; r < 128; ++r)
+    for (int k = 0; k < 256; ++k) {
+      const uint8_t code = uint8_t(r * 2 + (k & 1));  // column pair (2j, 2j + 1) of row r: codes 2r, 2r + 1
+      sm.codes[size_t(r) * 256 + k] = (code & 0x7f) == 0x7f ? 0 : code;
+    }
+  for (auto& s : sm.scales) s = 1.0f;
+  Device d(sm);
+  ASSERT_EQ(d.m.kind, WKind::FP8);
+  for (int col : {0, 1, 130, 255}) {  // one-hot activations: y[r] = value of code (r, col)
+    std::vector<float> x(256, 0.0f);
+    x[size_t(col)] = 1.0f;
+    const auto y = run(d.m, x, 1);
+    for (int r = 0; r < 128; ++r) {
+      const uint8_t code = sm.codes[size_t(r) * 256 + col];
+      EXPECT_EQ(y[size_t(r)], fp8_e4m3_to_f32(code)) << "code 0x" << std::hex << int(code);
+    }
+  }
+}
+
+TEST(CudaScaled, MatchesTheDequantizedMatrixAndIsBatchInvariant) {
+  NEXTN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  struct Shape {
+    int rows, cols, group;
+  };
+  for (WeightCodec codec : {WeightCodec::Fp8, WeightCodec::SymInt})
+    for (const Shape& sh : {Shape{200, 1024, 128}, Shape{320, 2048, 64} /* split-K */, Shape{130, 512, 32},
+                            Shape{640, 4096, 128} /* many splits */}) {
+      SCOPED_TRACE(testing::Message() << weight_codec_name(codec) << " [" << sh.rows << "x" << sh.cols << "] g"
+                                      << sh.group);
+      ScaledMatrix sm(rng, codec, sh.rows, sh.cols, sh.group);
+      Device d(sm);
+      ASSERT_NE(d.m.packed, nullptr);
+      const auto w = sm.dense();
+      const auto x = test::randn(rng, size_t(64) * sh.cols, 1.0f, true);
+      const auto y64 = run(d.m, x, 64);
+      EXPECT_LT(test::rel_err(y64, reference(w, sh.rows, sh.cols, x, 64)), 1e-5);
+      for (int r : {0, 7, 8, 31, 63}) {
+        const std::vector<float> xr(x.begin() + long(r) * sh.cols, x.begin() + long(r + 1) * sh.cols);
+        const auto y1 = run(d.m, xr, 1);
+        EXPECT_EQ(0, std::memcmp(y1.data(), &y64[size_t(r) * sh.rows], size_t(sh.rows) * 4)) << "row " << r;
+      }
+      for (int T : {2, 13, 32}) {
+        const std::vector<float> xt(x.begin(), x.begin() + long(T) * sh.cols);
+        const auto yt = run(d.m, xt, T);
+        EXPECT_EQ(0, std::memcmp(yt.data(), y64.data(), yt.size() * 4)) << "T=" << T;
+      }
+      // The argmax epilogue picks from the same sums.
+      DevBuf dx(size_t(8) * sh.cols * 2), pairs(size_t(cuda::argmax_pairs_bytes(d.m, 8))), out(8 * 4);
+      const std::vector<float> x8(x.begin(), x.begin() + long(8) * sh.cols);
+      dx.put(test::to_bf16_bits(x8));
+      cuda::matmul_argmax(d.m, dx.p, Act::BF16, 8, sh.cols, pairs.p, out.as<int32_t>(), nullptr, nullptr);
+      const auto got = out.get<int32_t>(8);
+      for (int t = 0; t < 8; ++t) {
+        int best = 0;
+        for (int r = 1; r < sh.rows; ++r)
+          if (y64[size_t(t) * sh.rows + r] > y64[size_t(t) * sh.rows + best]) best = r;
+        EXPECT_EQ(got[size_t(t)], best) << "t=" << t;
+      }
+      // Prefill: the matrix expanded to bf16 (each weight rounded once) through cuBLAS.
+      cuda::PrefillGemm gemm(nullptr);
+      ASSERT_TRUE(cuda::PrefillGemm::supported(d.m));
+      DevBuf scr(size_t(cuda::PrefillGemm::scratch_bytes(d.m))), dxp(x.size() * 2), dyp(size_t(64) * sh.rows * 4);
+      dxp.put(test::to_bf16_bits(x));
+      gemm.matmul(d.m, dxp.p, 64, sh.cols, dyp.as<float>(), sh.rows, false, scr.p);
+      EXPECT_LT(test::rel_err(dyp.get<float>(size_t(64) * sh.rows), y64), 5e-3);
+    }
+}
+
+}  // namespace
+}  // namespace nextn
+#endif  // NEXTN_HAVE_CUDA
