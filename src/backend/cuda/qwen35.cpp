@@ -188,16 +188,8 @@ LayerContext CudaQwen35::layer_context() {
 }
 
 StepBuffers CudaQwen35::decode_buffers() const {
-  StepBuffers b;
-  b.x = ws_.x;
-  b.xn = ws_.xn;
-  b.proj = ws_.proj;
-  b.act = ws_.act_buf;
-  b.q = ws_.q;
-  b.gdn_table = state_.gdn_table;
-  b.gdn_host = &state_.gdn_host;
-  b.tokens = ws_.d_args->tokens;
-  return b;
+  return {.x = ws_.x, .xn = ws_.xn, .proj = ws_.proj, .act = ws_.act_buf, .q = ws_.q, .gdn_table = state_.gdn_table,
+          .gdn_host = &state_.gdn_host, .tokens = ws_.d_args->tokens};
 }
 
 void CudaQwen35::forward_chunk(int T) {
