@@ -71,9 +71,9 @@ cuda::GroupEntry CudaQwen35::group_entry(int row, int T, const StepArgs* args) c
   e.T = T;
   e.pos = &args->pos;
   e.parity = &args->parity;
-  e.gdn = gdn_table_;
-  e.kv = d_kv_table_;
-  e.attn_partial = attn_partial_;
+  e.gdn = state_.gdn_table;
+  e.kv = state_.d_kv_table;
+  e.attn_partial = ws_.attn_partial;
   e.max_splits = (max_tokens_ + cuda::kAttnSplit - 1) / cuda::kAttnSplit;
   e.first_row = &args->first_row;
   e.n_real = &args->n_real;
@@ -82,19 +82,19 @@ cuda::GroupEntry CudaQwen35::group_entry(int row, int T, const StepArgs* args) c
 }
 
 cuda::GroupEntry* CudaQwen35::staged_group_table(int index) {
-  if (index == 0) CUDA_CHECK(cudaEventSynchronize(group_tables_event_));  // the last copy has read the staging
-  return h_group_tables_.get() + size_t(index) * kMaxGroupSequences;
+  if (index == 0) CUDA_CHECK(cudaEventSynchronize(lead_.copied));  // the last copy has read the staging
+  return lead_.h_tables.get() + size_t(index) * kMaxGroupSequences;
 }
 
 const cuda::GroupEntry* CudaQwen35::group_table(int index) const {
-  return d_group_tables_ + size_t(index) * kMaxGroupSequences;
+  return lead_.d_tables + size_t(index) * kMaxGroupSequences;
 }
 
 void CudaQwen35::upload_group_tables(int n) {
-  CUDA_CHECK(cudaMemcpyAsync(d_group_tables_, h_group_tables_.get(),
+  CUDA_CHECK(cudaMemcpyAsync(lead_.d_tables, lead_.h_tables.get(),
                              size_t(n) * kMaxGroupSequences * sizeof(cuda::GroupEntry), cudaMemcpyHostToDevice,
                              stream_));
-  CUDA_CHECK(cudaEventRecord(group_tables_event_, stream_));
+  CUDA_CHECK(cudaEventRecord(lead_.copied, stream_));
 }
 
 void CudaQwen35::forward_group(std::span<const GroupSlice> slices, std::span<const std::span<const int32_t>> tokens) {
@@ -119,48 +119,50 @@ void CudaQwen35::forward_group(std::span<const GroupSlice> slices, std::span<con
     // kernels read them); the lead's arguments also carry every row's token
     // (the padding rows' token 0).
     StepArgs a = q.args();
-    a.pos = q.length_;
+    a.pos = q.state_.length;
     a.out_row = 0;
     if (i == 0) {
       for (size_t j = 0; j < slices.size(); ++j)
         std::copy(tokens[j].begin(), tokens[j].end(), a.tokens + slices[j].row);
       std::fill(a.tokens + rows, a.tokens + shape.padded_rows, 0);
     }
-    q.upload(a);
+    q.ws_.upload(a, q.stream_);
     if (&q != this) {  // its earlier work and its upload before the forward
       CUDA_CHECK(cudaEventRecord(q.group_event_, q.stream_));
       CUDA_CHECK(cudaStreamWaitEvent(stream_, q.group_event_, 0));
     }
-    table[i] = q.group_entry(slices[i].row, slices[i].T, q.d_args_);
-    table[i].out = q.hidden_;
+    table[i] = q.group_entry(slices[i].row, slices[i].T, q.ws_.d_args);
+    table[i].out = q.ws_.hidden;
   }
   std::fill(table + slices.size(), table + shape.entries, cuda::GroupEntry{});
   upload_group_tables(1);
   const GroupPass pass{group_table(0), shape.entries, shape.max_T};
-  group_replay(GraphKind::GroupForward, shape.key(), [&] { group_chunk(pass, shape.padded_rows); });
+  graphs_.group_replay(GraphKind::GroupForward, shape.key(), [&] { group_chunk(pass, shape.padded_rows); });
   CUDA_CHECK(cudaEventRecord(group_event_, stream_));
   for (const GroupSlice& s : slices) {
     CudaQwen35& q = *s.seq;
     if (&q != this) CUDA_CHECK(cudaStreamWaitEvent(q.stream_, group_event_, 0));
     // What target_forward of these rows (one chunk) leaves.
-    q.forward_start_ = q.length_;
-    q.length_ += s.T;
-    q.last_T_ = s.T;
-    q.last_chunk_T_ = s.T;
-    q.parity_ ^= 1;
+    q.state_.forward_start = q.state_.length;
+    q.state_.length += s.T;
+    q.state_.last_T = s.T;
+    q.state_.last_chunk_T = s.T;
+    q.state_.parity ^= 1;
   }
 }
 
 void CudaQwen35::group_chunk(const GroupPass& pass, int rows) {
-  cuda::embed_rows(w_->embed, d_args_->tokens, rows, x_, H_, stream_);
+  const LayerContext c = layer_context();
+  cuda::embed_rows(w_->embed, ws_.d_args->tokens, rows, ws_.x, H_, stream_);
   StepBuffers b = decode_buffers();
   b.group = &pass;
-  for (const auto& L : w_->layers) decoder_layer(L, rows, b);
-  mark("norm");
-  // The final norm of every row into mtp_src_ (free until an MTP pass), then
+  for (const auto& L : w_->layers) decoder_layer(c, L, rows, b, sequence_view());
+  c.mark("norm");
+  // The final norm of every row into mtp_src (free until an MTP pass), then
   // each sequence's rows into its own hidden rows.
-  cuda::rmsnorm(x_, Act::F32, H_, w_->final_norm, cfg_.rms_norm_eps, rows, H_, mtp_src_, act_, H_, nullptr, stream_);
-  cuda::scatter_rows_group(pass.entries, pass.n, pass.max_T, H_, mtp_src_, act_, stream_);
+  cuda::rmsnorm(ws_.x, Act::F32, H_, w_->final_norm, cfg_.rms_norm_eps, rows, H_, ws_.mtp_src, act_, H_, nullptr,
+                stream_);
+  cuda::scatter_rows_group(pass.entries, pass.n, pass.max_T, H_, ws_.mtp_src, act_, stream_);
 }
 
 void CudaQwen35::head_argmax_group(std::span<CudaQwen35* const> seqs, std::span<const SequenceRows> rows,
@@ -171,8 +173,9 @@ void CudaQwen35::head_argmax_group(std::span<CudaQwen35* const> seqs, std::span<
   for (size_t i = 0; i < seqs.size(); ++i) {
     const CudaQwen35& q = *seqs[i];
     const SequenceRows& r = rows[i];
-    if (r.first < 0 || r.count < 1 || r.first + r.count > q.last_T_ || q.w_ != w_)
-      fail("head_argmax: rows [{}, {}) outside the last forward's {} rows", r.first, r.first + r.count, q.last_T_);
+    if (r.first < 0 || r.count < 1 || r.first + r.count > q.state_.last_T || q.w_ != w_)
+      fail("head_argmax: rows [{}, {}) outside the last forward's {} rows", r.first, r.first + r.count,
+           q.state_.last_T);
     R += r.count;
   }
   check_rows("head_argmax", R);
@@ -185,21 +188,21 @@ void CudaQwen35::head_argmax_group(std::span<CudaQwen35* const> seqs, std::span<
     }
   }
   HeadCounters before{};
-  CUDA_CHECK(cudaMemcpyAsync(&before, d_head_, sizeof(before), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(&before, ws_.d_head, sizeof(before), cudaMemcpyDeviceToHost, stream_));
   size_t at = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const CudaQwen35& q = *seqs[i];
-    CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(head_in_) + at * row_bytes,
-                               static_cast<const char*>(q.hidden_) + size_t(rows[i].first) * row_bytes,
+    CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(ws_.head_in) + at * row_bytes,
+                               static_cast<const char*>(q.ws_.hidden) + size_t(rows[i].first) * row_bytes,
                                size_t(rows[i].count) * row_bytes, cudaMemcpyDeviceToDevice, stream_));
     at += size_t(rows[i].count);
   }
   const HeadTally t = tally(HeadPath::Batched);
-  cuda::matmul(w_->head, head_in_, act_, R, H_, logits_, V_, false, nullptr, stream_, t);
-  cuda::argmax_rows(logits_, R, V_, V_, argmax_scratch_, d_out_, stream_, t.counters);
-  fetch(d_out_, sizeof(int32_t) * size_t(R), out);  // synchronizes the stream: the copies are done
+  cuda::matmul(w_->head, ws_.head_in, act_, R, H_, ws_.logits, V_, false, nullptr, stream_, t);
+  cuda::argmax_rows(ws_.logits, R, V_, V_, ws_.argmax_scratch, ws_.d_out, stream_, t.counters);
+  ws_.fetch(ws_.d_out, sizeof(int32_t) * size_t(R), out, stream_);  // synchronizes the stream: the copies are done
   HeadCounters after{};
-  CUDA_CHECK(cudaMemcpyAsync(&after, d_head_, sizeof(after), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(&after, ws_.d_head, sizeof(after), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   // The device counted the whole call on the lead: each sequence gets its own
   // rows and logits, the head read once, one call.
@@ -207,7 +210,7 @@ void CudaQwen35::head_argmax_group(std::span<CudaQwen35* const> seqs, std::span<
   const int64_t bytes = call.head_bytes_read - was.head_bytes_read;
   const int64_t logits_per_row = int64_t(V_) * int64_t(sizeof(float));
   for (size_t i = 0; i < seqs.size(); ++i) {
-    HeadWork& shift = seqs[i]->head_shift_;
+    HeadWork& shift = seqs[i]->state_.head_shift;
     const int64_t rows_i = rows[i].count, counted = seqs[i] == this ? R : 0;
     shift.rows_projected += rows_i - counted;
     shift.logits_bytes_written += (rows_i - counted) * logits_per_row;

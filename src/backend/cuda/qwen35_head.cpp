@@ -25,33 +25,33 @@
 namespace nextn::cuda {
 
 void CudaQwen35::head_project(int width, const HeadTally& tally) {
-  cuda::gather_rows(hidden_, H_, &d_args_->first_row, &d_args_->n_real, width, head_in_, act_, stream_);
-  cuda::matmul(w_->head, head_in_, act_, width, H_, logits_, V_, false, nullptr, stream_, tally);
+  cuda::gather_rows(ws_.hidden, H_, &ws_.d_args->first_row, &ws_.d_args->n_real, width, ws_.head_in, act_, stream_);
+  cuda::matmul(w_->head, ws_.head_in, act_, width, H_, ws_.logits, V_, false, nullptr, stream_, tally);
 }
 
 void CudaQwen35::head_argmax_padded(int first, int count, int width, int32_t* out) {
-  if (first < 0 || count < 0 || width < count || first + count > last_T_)
+  if (first < 0 || count < 0 || width < count || first + count > state_.last_T)
     fail("head_argmax: rows [{}, {}) of width {} outside the last forward's {} rows", first, first + count, width,
-         last_T_);
+         state_.last_T);
   check_rows("head_argmax", width);
   if (count == 0) return;
   StepArgs a = args();
   a.first_row = first;
-  a.n_real = std::min(width, last_T_ - first);
-  upload(a);
+  a.n_real = std::min(width, state_.last_T - first);
+  ws_.upload(a, stream_);
   const bool padded = width > count;  // the path id is baked into the graph: one graph per (width, padded)
   const HeadTally t = tally(padded ? HeadPath::Padded : HeadPath::Batched);
-  replay(GraphKind::HeadArgmax, width, padded ? 1 : 0, [&] {
+  graphs_.replay(GraphKind::HeadArgmax, width, padded ? 1 : 0, [&] {
     head_project(width, t);
-    cuda::argmax_rows(logits_, width, V_, V_, argmax_scratch_, d_out_, stream_, t.counters);
+    cuda::argmax_rows(ws_.logits, width, V_, V_, ws_.argmax_scratch, ws_.d_out, stream_, t.counters);
   });
-  fetch(d_out_, sizeof(int32_t) * size_t(count), out);
+  ws_.fetch(ws_.d_out, sizeof(int32_t) * size_t(count), out, stream_);
 }
 
 void CudaQwen35::head_argmax_fused(int first, int count, int32_t* out) {
-  if (first < 0 || count < 0 || first + count > last_T_) fail("head_argmax_fused: rows outside the last forward");
+  if (first < 0 || count < 0 || first + count > state_.last_T) fail("head_argmax_fused: rows outside the last forward");
   check_rows("head_argmax_fused", count);
-  fused_argmax_rows(GraphKind::HeadFused, w_->head, hidden_, first, count, out, tally(HeadPath::Fused));
+  fused_argmax_rows(GraphKind::HeadFused, w_->head, ws_.hidden, first, count, out, tally(HeadPath::Fused));
 }
 
 DevMatrix CudaQwen35::draft_head() const {
@@ -60,7 +60,7 @@ DevMatrix CudaQwen35::draft_head() const {
   return view;
 }
 
-// Rows [first, first + count) of `rows` (hidden_ or mtp_hidden_) through
+// Rows [first, first + count) of `rows` (ws_.hidden or ws_.mtp_hidden) through
 // `head` (the LM head or its draft_head prefix) with the argmax fused in;
 // one graph per (kind, count, head rows).
 void CudaQwen35::fused_argmax_rows(GraphKind kind, const DevMatrix& head, const void* rows, int first, int count,
@@ -69,24 +69,24 @@ void CudaQwen35::fused_argmax_rows(GraphKind kind, const DevMatrix& head, const 
   StepArgs a = args();
   a.first_row = first;
   a.n_real = count;
-  upload(a);
-  replay(kind, count, head.rows, [&] {
-    cuda::gather_rows(rows, H_, &d_args_->first_row, &d_args_->n_real, count, head_in_, act_, stream_);
-    cuda::matmul_argmax(head, head_in_, act_, count, H_, pairs_, d_out_, nullptr, stream_, t);
+  ws_.upload(a, stream_);
+  graphs_.replay(kind, count, head.rows, [&] {
+    cuda::gather_rows(rows, H_, &ws_.d_args->first_row, &ws_.d_args->n_real, count, ws_.head_in, act_, stream_);
+    cuda::matmul_argmax(head, ws_.head_in, act_, count, H_, ws_.pairs, ws_.d_out, nullptr, stream_, t);
   });
-  fetch(d_out_, sizeof(int32_t) * size_t(count), out);
+  ws_.fetch(ws_.d_out, sizeof(int32_t) * size_t(count), out, stream_);
 }
 
 int CudaQwen35::head_walk(std::span<const int32_t> drafts, int32_t* out) {
   const int nd = int(drafts.size());
-  const int rows = std::min(nd + 1, last_T_);
+  const int rows = std::min(nd + 1, state_.last_T);
   if (rows < 1) fail("head_walk: no rows in the last forward");
   if (nd > kMaxRows) fail("head_walk: {} drafts above {}", nd, kMaxRows);
   check_rows("head_walk", rows);
   if (fault_ == Fault::RuntimeWalkAsBatched) return walk_as_batched(drafts, rows, out);
   StepArgs a = args();
   std::copy(drafts.begin(), drafts.end(), a.drafts);
-  upload(a);
+  ws_.upload(a, stream_);
   const int steps = walk_variant_ == WalkVariant::While ? walk_while(rows, nd, out) : walk_flag(rows, nd, out);
   if (steps < 1 || steps > rows) fail("internal: the device walk reports {} rows of {}", steps, rows);
   return steps;
@@ -103,15 +103,15 @@ int CudaQwen35::walk_as_batched(std::span<const int32_t> drafts, int rows, int32
   return steps;
 }
 
-// One row of the while walk: project head_in_ (row j of the forward, put
+// One row of the while walk: project ws_.head_in (row j of the forward, put
 // there by the previous step), then the step kernel compares, counts and
-// either stops (WHILE condition 0) or copies row j + 1 into head_in_.
+// either stops (WHILE condition 0) or copies row j + 1 into ws_.head_in.
 void CudaQwen35::record_walk_body(int rows, int nd, cudaStream_t s, cudaGraphConditionalHandle handle,
                                   int use_handle) {
   const int row_bytes = H_ * act_size(act_);
-  cuda::matmul_argmax(w_->head, head_in_, act_, 1, H_, pairs_, nullptr, nullptr, s, tally(HeadPath::Walk));
-  cuda::walk_step(w_->head, act_, pairs_, d_walk_, d_args_->drafts, std::min(nd, rows - 1), d_out_, rows, hidden_,
-                  row_bytes, head_in_, d_head_, handle, use_handle, s);
+  cuda::matmul_argmax(w_->head, ws_.head_in, act_, 1, H_, ws_.pairs, nullptr, nullptr, s, tally(HeadPath::Walk));
+  cuda::walk_step(w_->head, act_, ws_.pairs, ws_.d_walk, ws_.d_args->drafts, std::min(nd, rows - 1), ws_.d_out, rows,
+                  ws_.hidden, row_bytes, ws_.head_in, ws_.d_head, handle, use_handle, s);
 }
 
 // Device-side early exit that skips the work: a conditional WHILE node whose
@@ -122,13 +122,13 @@ void CudaQwen35::record_walk_body(int rows, int nd, cudaStream_t s, cudaGraphCon
 int CudaQwen35::walk_while(int rows, int nd, int32_t* out) {
   const size_t row_bytes = size_t(H_) * size_t(act_size(act_));
   auto prelude = [&] {
-    CUDA_CHECK(cudaMemsetAsync(d_walk_, 0, 2 * sizeof(int), stream_));
-    CUDA_CHECK(cudaMemcpyAsync(head_in_, hidden_, row_bytes, cudaMemcpyDeviceToDevice, stream_));
+    CUDA_CHECK(cudaMemsetAsync(ws_.d_walk, 0, 2 * sizeof(int), stream_));
+    CUDA_CHECK(cudaMemcpyAsync(ws_.head_in, ws_.hidden, row_bytes, cudaMemcpyDeviceToDevice, stream_));
   };
   // The conditional node and its body graph take plain edges only.
   const PdlSuspend no_pdl;
-  if (use_graphs_) {
-    replay(GraphKind::WalkWhile, rows, nd, [&] {
+  if (graphs_.enabled()) {
+    graphs_.replay(GraphKind::WalkWhile, rows, nd, [&] {
       prelude();
       cudaStreamCaptureStatus status{};
       cudaGraph_t graph = nullptr;
@@ -163,11 +163,11 @@ int CudaQwen35::walk_while(int rows, int nd, int32_t* out) {
     int stopped[2] = {0, 0};
     for (int j = 0; j < rows && stopped[1] == 0; ++j) {
       record_walk_body(rows, nd, stream_, cudaGraphConditionalHandle{}, 0);
-      fetch(d_walk_, sizeof(stopped), stopped);
+      ws_.fetch(ws_.d_walk, sizeof(stopped), stopped, stream_);
     }
   }
   std::vector<int32_t> got(size_t(rows) + 1);
-  fetch(d_out_, sizeof(int32_t) * (size_t(rows) + 1), got.data());
+  ws_.fetch(ws_.d_out, sizeof(int32_t) * (size_t(rows) + 1), got.data(), stream_);
   const int steps = got[size_t(rows)];
   if (steps >= 1 && steps <= rows) std::copy(got.begin(), got.begin() + steps, out);
   return steps;
@@ -179,60 +179,61 @@ int CudaQwen35::walk_while(int rows, int nd, int32_t* out) {
 // All rows' kernels are launched; one graph; one copy back.
 int CudaQwen35::walk_flag(int rows, int nd, int32_t* out) {
   const HeadTally t = tally(HeadPath::WalkFlag);
-  replay(GraphKind::Walk, rows, nd, [&] {
-    CUDA_CHECK(cudaMemsetAsync(d_walk_, 0, 2 * sizeof(int), stream_));
+  graphs_.replay(GraphKind::Walk, rows, nd, [&] {
+    CUDA_CHECK(cudaMemsetAsync(ws_.d_walk, 0, 2 * sizeof(int), stream_));
     const size_t row_bytes = size_t(H_) * act_size(act_);
     for (int j = 0; j < rows; ++j) {
-      const void* x = static_cast<const char*>(hidden_) + size_t(j) * row_bytes;
-      cuda::matmul_argmax(w_->head, x, act_, 1, H_, pairs_, nullptr, d_walk_, stream_, t);
-      cuda::walk_compare(w_->head, act_, pairs_, j, d_args_->drafts, std::min(nd, rows - 1), d_out_, d_walk_,
-                         d_walk_ + 1, stream_, d_head_);
+      const void* x = static_cast<const char*>(ws_.hidden) + size_t(j) * row_bytes;
+      cuda::matmul_argmax(w_->head, x, act_, 1, H_, ws_.pairs, nullptr, ws_.d_walk, stream_, t);
+      cuda::walk_compare(w_->head, act_, ws_.pairs, j, ws_.d_args->drafts, std::min(nd, rows - 1), ws_.d_out, ws_.d_walk,
+                         ws_.d_walk + 1, stream_, ws_.d_head);
     }
-    CUDA_CHECK(cudaMemcpyAsync(d_out_ + rows, d_walk_ + 1, sizeof(int), cudaMemcpyDeviceToDevice, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(ws_.d_out + rows, ws_.d_walk + 1, sizeof(int), cudaMemcpyDeviceToDevice, stream_));
   });
   std::vector<int32_t> got(size_t(rows) + 1);
-  fetch(d_out_, sizeof(int32_t) * (size_t(rows) + 1), got.data());
+  ws_.fetch(ws_.d_out, sizeof(int32_t) * (size_t(rows) + 1), got.data(), stream_);
   const int steps = got[size_t(rows)];
   if (steps >= 1 && steps <= rows) std::copy(got.begin(), got.begin() + steps, out);
   return steps;
 }
 
 void CudaQwen35::head_logits(int row, float* out) {
-  if (row < 0 || row >= last_T_) fail("head_logits: row {} outside the last forward's {} rows", row, last_T_);
+  if (row < 0 || row >= state_.last_T)
+    fail("head_logits: row {} outside the last forward's {} rows", row, state_.last_T);
   StepArgs a = args();
   a.first_row = row;
   a.n_real = 1;
-  upload(a);
-  replay(GraphKind::Logits, 1, 0, [&] { head_project(1, {}); });  // not verify work: uncounted
-  fetch(logits_, sizeof(float) * size_t(V_), out);
+  ws_.upload(a, stream_);
+  graphs_.replay(GraphKind::Logits, 1, 0, [&] { head_project(1, {}); });  // not verify work: uncounted
+  ws_.fetch(ws_.logits, sizeof(float) * size_t(V_), out, stream_);
 }
 
 void CudaQwen35::mtp_logits(float* out) {
-  if (mtp_last_n_ == 0) fail("mtp_logits before any mtp_forward");
+  if (state_.mtp_last_n == 0) fail("mtp_logits before any mtp_forward");
   StepArgs a = args();
-  a.first_row = mtp_last_n_ - 1;
+  a.first_row = state_.mtp_last_n - 1;
   a.n_real = 1;
-  upload(a);
+  ws_.upload(a, stream_);
   const DevMatrix head = draft_head();
-  replay(GraphKind::MtpLogits, 1, head.rows, [&] {  // uncounted, as head_logits
-    cuda::gather_rows(mtp_hidden_, H_, &d_args_->first_row, &d_args_->n_real, 1, head_in_, act_, stream_);
-    cuda::matmul(head, head_in_, act_, 1, H_, logits_, V_, false, nullptr, stream_, {});
+  graphs_.replay(GraphKind::MtpLogits, 1, head.rows, [&] {  // uncounted, as head_logits
+    cuda::gather_rows(ws_.mtp_hidden, H_, &ws_.d_args->first_row, &ws_.d_args->n_real, 1, ws_.head_in, act_, stream_);
+    cuda::matmul(head, ws_.head_in, act_, 1, H_, ws_.logits, V_, false, nullptr, stream_, {});
   });
-  fetch(logits_, sizeof(float) * size_t(head.rows), out);
+  ws_.fetch(ws_.logits, sizeof(float) * size_t(head.rows), out, stream_);
   // Ids past the draft vocabulary are never drafted: probability 0, as on the CPU.
   std::fill(out + head.rows, out + V_, -INFINITY);
 }
 
 HeadWork CudaQwen35::head_work() const {
   HeadCounters c{};
-  CUDA_CHECK(cudaMemcpyAsync(&c, d_head_, sizeof(c), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(&c, ws_.d_head, sizeof(c), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   HeadWork w = head_work_of(c);
-  w.rows_projected += head_shift_.rows_projected;
-  w.head_bytes_read += head_shift_.head_bytes_read;
-  w.logits_bytes_written += head_shift_.logits_bytes_written;
-  w.head_calls += head_shift_.head_calls;
-  if (head_shift_.last_path != HeadPath::None) w.last_path = head_shift_.last_path;
+  w.rows_projected += state_.head_shift.rows_projected;
+  w.head_bytes_read += state_.head_shift.head_bytes_read;
+  w.logits_bytes_written += state_.head_shift.logits_bytes_written;
+  w.head_calls += state_.head_shift.head_calls;
+  if (state_.head_shift.last_path != HeadPath::None) w.last_path = state_.head_shift.last_path;
   return w;
 }
 

@@ -1,28 +1,33 @@
 // Private to the CUDA runtime (qwen35*.cpp): the CudaQwen35 class, the
 // weights it reads (CudaQwen35Weights, shared by the sequences of a
-// CudaSequenceGroup) and the structs they hold (step arguments, device
-// memory, weights).
+// CudaSequenceGroup) and the group pass types. A CudaQwen35 is its parts
+// (docs/cuda-backend.md, "The runtime in parts"): SequenceState
+// (sequence_state.h), Workspace (workspace.h), PrefillWorkspace
+// (prefill_workspace.h), GraphCache (graph_cache.h) and Profiler
+// (profiler.h); its layers run through layer.h's decoder_layer.
 #pragma once
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_handles.h"
+#include "backend/cuda/graph_cache.h"
+#include "backend/cuda/group_entry.h"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/launch.cuh"
-#include "backend/cuda/prefill.h"
+#include "backend/cuda/layer.h"
+#include "backend/cuda/prefill_workspace.h"
+#include "backend/cuda/profiler.h"
 #include "backend/cuda/qwen35.h"
+#include "backend/cuda/sequence_state.h"
 #include "backend/cuda/weight_upload.h"
+#include "backend/cuda/workspace.h"
 #include "core/error.h"
 #include "core/fault.h"
 #include "io/checkpoint.h"
@@ -30,18 +35,6 @@
 #include "model/bench_interfaces.h"
 
 namespace nextn::cuda {
-
-// Values a step reads from device memory.
-struct StepArgs {
-  int pos;        // first position of the step (target or MTP cache)
-  int parity;     // GDN state buffer to read
-  int out_row;    // first hidden row the final norm writes
-  int first_row;  // gather: first source row
-  int n_real;     // gather: rows before zero padding
-  int pad[3];
-  int32_t tokens[kMaxRows];
-  int32_t drafts[kMaxRows];
-};
 
 // One projection, possibly fused from several checkpoint matrices (rows
 // concatenated): parts[i] writes output columns [offset, offset + rows).
@@ -69,7 +62,7 @@ struct LayerWeights {
   int gdn_index = -1;  // row of the GDN table
   Linear gate_up;      // [gate (I) ; up (I)]
   DevMatrix down;
-  int kv_index = -1;  // full attention: the sequence's KV cache pair (CudaQwen35::kv_)
+  int kv_index = -1;  // full attention: the sequence's KV cache pair (SequenceState::kv)
 };
 
 // One checkpoint's weights on the device, read by every sequence over them
@@ -129,8 +122,8 @@ struct GroupSlice {
   CudaQwen35* seq;
   int row, T;
   // The device arguments its attention reads (position): nullptr for the
-  // sequence's own d_args_; a chained MTP draft step points into its staged
-  // chain arguments (qwen35_group_mtp.cpp).
+  // sequence's own Workspace::d_args; a chained MTP draft step points into
+  // its staged chain arguments (qwen35_group_mtp.cpp).
   const StepArgs* args = nullptr;
 };
 
@@ -155,39 +148,15 @@ struct GroupPassShape {
 };
 GroupPassShape group_pass_shape(std::span<const GroupSlice> slices, int max_rows);
 
-// A group pass's device table (group_entry.h): what decoder_layer's
-// attention and GDN read instead of one sequence's arguments. The graphs of
-// a pass are keyed by (entries, rows, max_T), never by which sequences fill
-// the table.
-struct GroupPass {
-  const cuda::GroupEntry* entries = nullptr;
-  int n = 0;      // entries, padding ones (T = 0) included
-  int max_T = 0;  // at least every entry's T
+// As a group's lead: the tables of its passes (kGroupTables of
+// kMaxGroupSequences entries), staged on the host, copied once per call
+// (CudaQwen35::staged_group_table, upload_group_tables).
+struct GroupStaging {
+  DeviceMemory mem;
+  cuda::GroupEntry* d_tables = nullptr;     // [kGroupTables][kMaxGroupSequences]
+  PinnedBuffer<cuda::GroupEntry> h_tables;  // [kGroupTables][kMaxGroupSequences], staged for d_tables
+  Event copied;                             // the last copy of the staged tables
 };
-
-// The buffers a forward step reads and writes: the decode workspace
-// (max_rows_ rows, the one the captured graphs use) or the prefill workspace
-// (kPrefillRows rows, run without graphs).
-struct StepBuffers {
-  float* x;               // [rows][H] fp32 residual
-  void* xn;               // [rows][2H] act: norm outputs
-  float* proj;            // [rows][proj_ld_] fp32 projections
-  void* act;              // [rows][act_ld_] act: inputs of o_proj / out_proj / down (and GDN y)
-  float* q;               // [rows][Hq*hd]
-  cuda::GdnLayer* gdn_table;                    // device table whose proj/conv_out/y point into these rows
-  const std::vector<cuda::GdnLayer>* gdn_host;  // its host copy
-  const int32_t* tokens;  // [rows] device token ids
-  bool prefill;           // matmuls through PrefillGemm, attention in max_rows_ slices
-  // A group pass (qwen35_group.cpp): the rows are several sequences'; the
-  // row-wise ops run over all of them, attention and GDN over the table.
-  const GroupPass* group = nullptr;
-};
-
-enum class GraphKind : int {
-  Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, Rollback, MtpDraft, WalkWhile, MtpLogits,
-  GroupForward, GroupMtpForward, GroupMtpDraft
-};
-const char* graph_kind_name(GraphKind kind);
 
 class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadArms, public RuntimeProbe {
  public:
@@ -205,7 +174,7 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
 
   const Qwen35Config& config() const override { return cfg_; }
   const char* backend_name() const override { return "cuda"; }
-  int target_length() const override { return length_; }
+  int target_length() const override { return state_.length; }
   void target_forward(std::span<const int32_t> tokens) override;
   // check_forward, the MTP capacity, and the prefill workspace of a long
   // forward (the one allocation a forward, head or MTP call makes after
@@ -220,8 +189,8 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
   MtpHead* mtp() override { return w_->has_mtp ? this : nullptr; }
 
   // ---- MtpHead (model/mtp_head.h) ----
-  int mtp_length() const override { return mtp_length_; }
-  MtpWork mtp_work() const override { return mtp_work_; }
+  int mtp_length() const override { return state_.mtp_length; }
+  MtpWork mtp_work() const override { return state_.mtp_work; }
   void mtp_forward(std::span<const int32_t> next_tokens, int first_row) override;
   void mtp_step(int32_t token) override;
   void mtp_argmax(int count, int32_t* out) override;
@@ -238,8 +207,8 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
 
   // ---- RuntimeProbe (model/bench_interfaces.h) ----
   std::vector<OpTiming> op_timings() const override;
-  void clear_op_timings() override { op_ms_.clear(); }
-  int64_t kernels_launched() const override { return kernels_launched_; }
+  void clear_op_timings() override { profiler_.clear(); }
+  int64_t kernels_launched() const override { return graphs_.kernels_launched(); }
   std::vector<MemoryUse> device_memory() const override;
 
   const CudaQwen35Weights* weights() const { return w_.get(); }
@@ -281,7 +250,11 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
  private:
   // steps (capturable: launches only)
   void forward_chunk(int T);
-  void decoder_layer(const LayerWeights& L, int T, const StepBuffers& b);
+  // What the layers of this sequence's steps take (layer.h): its shapes,
+  // its workspace's scratch, its stream and profiler; its rows and state.
+  LayerContext layer_context();
+  StepBuffers decode_buffers() const;
+  SequenceView sequence_view() const { return {ws_.d_args, state_.kv.data()}; }
   // The group forward (qwen35_group.cpp): what its graph runs over `rows`
   // rows (padded) and the pass's table.
   void group_chunk(const GroupPass& pass, int rows);
@@ -298,25 +271,14 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
   cuda::GroupEntry* staged_group_table(int index);
   const cuda::GroupEntry* group_table(int index) const;
   void upload_group_tables(int n);
-  // Replays the group graph of `kind` for `key`, capturing `record` at the
-  // key's second use (its first launches directly: a batch may never come
-  // again); the lead keeps at most kMaxGroupGraphs of them.
-  template <typename F>
-  void group_replay(GraphKind kind, std::vector<std::pair<uint64_t, int>> key, F&& record);
-  StepBuffers decode_buffers() const;
-  void project(const DevMatrix& W, const void* x, int T, int ldx, float* y, int ldy, bool accumulate,
-               const StepBuffers& b);
   // prefill (qwen35_prefill.cpp): forwards longer than kMaxRows, all but their
   // last <= kMaxRows tokens, in chunks of kPrefillRows through PrefillGemm.
   bool prefill_applies(int T) const;
   void prefill(std::span<const int32_t> tokens);
   void prefill_release();
   void prefill_chunk(int n);
-  void prefill_project(const DevMatrix& W, const void* x, int T, int ldx, float* y, int ldy, bool accumulate);
-  void prefill_attention(int T, void* k_cache, void* v_cache, const StepBuffers& b);
   void prefill_allocate();
   void mtp_chunk(int n, bool from_target);
-  void run_linear(const Linear& lin, const void* x, int T, int ldx, float* y, int ldy, const StepBuffers& b);
   void head_project(int width, const HeadTally& tally);
   void fused_argmax_rows(GraphKind kind, const DevMatrix& head, const void* rows, int first, int count, int32_t* out,
                          const HeadTally& tally);
@@ -325,7 +287,7 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
   // layout's 128-row tiles stored tile after tile; the kernels bound their
   // epilogues by rows). Its graphs are keyed by the row count.
   DevMatrix draft_head() const;
-  HeadTally tally(HeadPath path) const { return {d_head_, int(path)}; }
+  HeadTally tally(HeadPath path) const { return {ws_.d_head, int(path)}; }
   // head_walk's variants (qwen35_head.cpp); each returns the rows taken.
   int walk_while(int rows, int nd, int32_t* out);
   void record_walk_body(int rows, int nd, cudaStream_t s, cudaGraphConditionalHandle handle, int use_handle);
@@ -333,12 +295,10 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
   int walk_as_batched(std::span<const int32_t> drafts, int rows, int32_t* out);
 
   // host side
-  void upload(const StepArgs& a);
-  template <typename F>
-  void replay(GraphKind kind, int a, int b, F&& record);
-  void fetch(const void* src, size_t bytes, void* dst);
   void check_tokens(std::span<const int32_t> tokens) const;
   StepArgs args() const;
+  // Throws Error when `rows` exceeds the rows this sequence was built for.
+  void check_rows(const char* what, int rows) const;
 
   // The weights (shared by a group's sequences); declared first so that they
   // go last.
@@ -347,220 +307,38 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
   int max_tokens_;
   int max_rows_ = kMaxRows;  // rows the decode workspace holds (constructor)
   Act act_ = Act::BF16;  // the weights' mode
-  bool use_graphs_ = true;
   // Default flag (core/options.h): on the H200 the flag walk's verify rounds
   // were 0.3-1.7 points of batched faster than the while walk's at every K in
   // 3..32 (0.8B and 4B q4 shapes, ABBA; docs/cuda-backend.md): a WHILE
   // iteration costs about what launching a cancelled row does.
   WalkVariant walk_variant_ = WalkVariant::Flag;
   Fault fault_ = Fault::None;  // RuntimeOptions::fault
+  // RuntimeOptions::prefill_gemm: false keeps every forward on the graphs.
+  bool prefill_gemm_enabled_ = true;
   std::shared_ptr<Allocator* const> allocator_;  // share_allocator
   int H_ = 0, V_ = 0;
   cuda::AttnShape attn_shape_{};
   cuda::GdnShape gdn_shape_{};
+  int draft_vocab_ = 0;  // set_draft_vocab's value; 0: the whole vocabulary (V_)
+  uint64_t id_ = 0;      // unique among the process's sequences (orders a group's sequences)
 
-  // Owning members (device_handles.h), declared so that they go in reverse:
-  // graphs, then streams, then device memory. A constructor that throws
-  // releases whatever of them it had made.
-  DeviceMemory mem_;
-  DeviceMemory prefill_mem_;  // the prefill workspace, while a prompt needs it (qwen35_prefill.cpp)
+  // The parts (device_handles.h owners inside), declared so that they go in
+  // reverse: graphs, then the prefill workspace (its cuBLAS handle is bound
+  // to stream_; the destructor has waited for the stream, and no graph holds
+  // its pointers), then streams, then device memory. A constructor that
+  // throws releases whatever of them it had made.
+  SequenceState state_;
+  Workspace ws_;
+  GroupStaging lead_;  // as a group's lead
   Stream stream_;
   Stream body_stream_;  // captures the while walk's body graph
-  // A captured step: its executable graph, the kernel nodes in it, and (in
-  // the profile mode) the timing events between its operations.
-  struct CapturedGraph {
-    GraphExec exec;
-    int kernels = 0;
-    std::vector<std::pair<Event, std::string>> marks;
-  };
-  std::map<std::tuple<int, int, int>, CapturedGraph> graphs_;
-  int64_t kernels_launched_ = 0;
-  // Profile mode (RuntimeOptions::profile): mark(op)
-  // records an event node where op begins; after each replay the intervals
-  // between consecutive marks are added to op_ms_[op]. Event nodes keep the
-  // kernels on both sides from overlapping, so this mode times each class
-  // without PDL's overlap.
-  bool profile_ = false;
-  // Graphs captured without programmatic edges (RuntimeOptions::pdl, resolved
-  // at construction; PDL changes no bits). A group forward always has more
-  // than one row.
-  bool pdl_off_all_ = false;
-  bool pdl_off_multi_row_ = false;
-  bool pdl_off(GraphKind kind, int rows) const {
-    return pdl_off_all_ ||
-           (pdl_off_multi_row_ && (kind == GraphKind::GroupForward || (kind == GraphKind::Forward && rows > 1)));
-  }
-  std::string prof_prefix_;                       // "mtp." inside the MTP's layer
-  std::vector<std::pair<Event, std::string>>* capturing_marks_ = nullptr;
-  std::map<std::string, std::pair<int64_t, double>> op_ms_;
-  void mark(const char* op);
-  void add_intervals(const std::vector<std::pair<Event, std::string>>& marks);
-  static int count_kernel_nodes(cudaGraph_t g);
-
-  // The attention caches, per LayerWeights::kv_index.
-  struct KvCache {
-    void *k = nullptr, *v = nullptr;  // [max_tokens][Hkv][hd] act
-  };
-  std::vector<KvCache> kv_;
-  void** d_kv_table_ = nullptr;  // [2 x kv_ layers]: the caches' pointers, keys then values (GroupEntry::kv)
-  Event group_event_;  // orders this sequence's stream around a group forward
-  uint64_t id_ = 0;    // unique among the process's sequences (orders a group's sequences)
-  // As a group's lead: the tables of its passes (kGroupTables of
-  // kMaxGroupSequences entries), staged on the host, copied once per call.
-  cuda::GroupEntry* d_group_tables_ = nullptr;
-  PinnedBuffer<cuda::GroupEntry> h_group_tables_;
-  Event group_tables_event_;  // the last copy of the staged tables
-  // The group passes this sequence led: their shape key -> the `a` of the
-  // graph and how often the key came. Bounded (group_replay).
-  struct GroupGraphKey {
-    GraphKind kind = GraphKind::GroupForward;
-    int id = 0;
-    int uses = 0;
-  };
-  std::map<std::vector<std::pair<uint64_t, int>>, GroupGraphKey> group_graph_ids_;
-  int next_group_graph_id_ = 0;
-  // Head work of group head calls led by another sequence (or this one's
-  // share of its own), added to the device counters by head_work(); reset()
-  // clears it. Its last_path, once set, is what head_work() reports: the
-  // product's group calls are its only head calls.
-  HeadWork head_shift_;
-  // What the MTP graphs ran, counted on the host as they are replayed (they
-  // have no early exit: every row launched is a row run). reset() clears it.
-  MtpWork mtp_work_;
-
-  // GDN state, per layer, in a device table
-  std::vector<cuda::GdnLayer> gdn_host_;
-  cuda::GdnLayer* gdn_table_ = nullptr;
-
-  // workspace (R = max_rows_ rows)
-  StepArgs* d_args_ = nullptr;
-  StepArgs* d_chain_args_ = nullptr;  // [2R]: per-step arguments of a chained mtp_draft
-  float* x_ = nullptr;     // [R][H] fp32 residual
-  void* xn_ = nullptr;     // [R][2H] act: norm outputs (the MTP's fc input is [R][2H])
-  float* proj_ = nullptr;  // [R][proj_ld_] fp32 projections
-  int proj_ld_ = 0;
-  void* act_buf_ = nullptr;  // [R][act_ld_] act: inputs of o_proj / out_proj / down
-  int act_ld_ = 0;
-  float* q_ = nullptr;  // [R][Hq*hd]
-  float* attn_partial_ = nullptr;
-  float* splitk_ = nullptr;
-  void* hidden_ = nullptr;      // [hidden_rows_][H] act: post-norm rows of the last target forward
-  void* mtp_hidden_ = nullptr;  // [hidden_rows_][H] act: post mtp.norm rows of the last MTP call
-  void* mtp_src_ = nullptr;     // [R][H] act: hidden rows fed to the MTP
-  void* head_in_ = nullptr;     // [R][H] act
-  float* logits_ = nullptr;     // [R][V]
-  void* pairs_ = nullptr;
-  void* argmax_scratch_ = nullptr;
-  int32_t* d_out_ = nullptr;    // [R] result tokens
-  int32_t* d_group_drafts_ = nullptr;  // [R][kMaxGroupSequences]: as a group's lead, chain step j's drafts at row j
-  int* d_walk_ = nullptr;       // [2]: flag walk: stop flag, rows taken; while walk: row j, stopped
-  HeadCounters* d_head_ = nullptr;  // the head's work counters (head_work, reset)
-  int hidden_rows_ = 0;
-
-  // prefill workspace (in prefill_mem_: allocated by a long forward, released
-  // by the next forward that needs none, reset() or the destructor;
-  // RuntimeOptions::prefill_gemm false keeps every forward on the graphs)
-  bool prefill_gemm_enabled_ = true;
-  std::unique_ptr<PrefillGemm> prefill_gemm_;
-  StepBuffers prefill_buffers_{};
-  std::vector<cuda::GdnLayer> prefill_gdn_host_;
-  int32_t* d_prefill_tokens_ = nullptr;  // [kPrefillRows]
-  int* d_prefill_pos_ = nullptr;         // [ceil(kPrefillRows / max_rows_)]: attention slice positions
-  void* prefill_scratch_ = nullptr;      // bf16 expansion of the largest quantized matrix
-
-  // pinned host side
-  PinnedBuffer<StepArgs> h_args_;        // ring of kArgSlots
-  PinnedBuffer<StepArgs> h_chain_args_;  // [2R], staged for d_chain_args_
-  Event arg_events_[16];
-  static constexpr int kArgSlots = 16;
-  int arg_slot_ = 0;
-  PinnedBuffer<int32_t> h_out_;  // [R + 2]
-  // Throws Error when `rows` exceeds the rows this sequence was built for.
-  void check_rows(const char* what, int rows) const;
-
-  // sequence state (host mirror)
-  int length_ = 0;
-  int forward_start_ = 0; // length before the last target_forward
-  int last_T_ = 0;        // rows of the last target_forward
-  int last_chunk_T_ = 0;  // tokens of its last chunk (what rollback can undo)
-  int parity_ = 0;
-  // bytes of the state buffers reset() zeroes
-  size_t kv_bytes_ = 0, gdn_conv_bytes_ = 0, gdn_S_bytes_ = 0;
-  int mtp_length_ = 0;
-  int mtp_last_n_ = 0;
-  int draft_vocab_ = 0;  // set_draft_vocab's value; 0: the whole vocabulary (V_)
+  Event group_event_;   // orders this sequence's stream around a group forward
+  // While a prompt needs it (qwen35_prefill.cpp): allocated by a long
+  // forward's reserve_step or prefill, released by the next forward that
+  // needs none, reset() or the destructor.
+  std::unique_ptr<PrefillWorkspace> prefill_;
+  Profiler profiler_;
+  GraphCache graphs_;  // on stream_, marking through profiler_
 };
-
-// Replays the graph for (kind, a, b), capturing `record` the first time; or
-// runs `record` directly when graphs are off (RuntimeOptions::cuda_graphs).
-template <typename F>
-inline void CudaQwen35::replay(GraphKind kind, int a, int b, F&& record) {
-  if (!use_graphs_) {
-    std::optional<PdlSuspend> no_pdl;
-    if (pdl_off_all_) no_pdl.emplace();
-    record();
-    return;
-  }
-  const auto key = std::make_tuple(int(kind), a, b);
-  auto it = graphs_.find(key);
-  if (it == graphs_.end()) {
-    CapturedGraph entry;
-    capturing_marks_ = profile_ ? &entry.marks : nullptr;
-    std::optional<PdlSuspend> no_pdl;
-    if (pdl_off(kind, a)) no_pdl.emplace();
-    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    try {
-      mark(graph_kind_name(kind));
-      record();
-      mark("end");
-    } catch (...) {
-      capturing_marks_ = nullptr;
-      Graph partial;
-      (void)end_capture(stream_, &partial);
-      (void)cudaGetLastError();
-      throw;
-    }
-    capturing_marks_ = nullptr;
-    Graph graph;
-    CUDA_CHECK(end_capture(stream_, &graph));
-    entry.kernels = count_kernel_nodes(graph);
-    entry.exec = instantiate(graph);
-    it = graphs_.emplace(key, std::move(entry)).first;
-  }
-  CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
-  kernels_launched_ += it->second.kernels;
-  if (profile_) add_intervals(it->second.marks);
-}
-
-// Group graphs one lead keeps (each is one captured group pass).
-constexpr int kMaxGroupGraphs = 128;
-
-// The server's batches change as requests come and go and as their blocks
-// differ, and capturing a graph of thousands of nodes for a batch that never
-// comes again costs more than launching it: a key's first use launches
-// directly (and always with --graphs off), its second captures. Past
-// kMaxGroupGraphs keys the lead drops them all (after its stream is idle)
-// and starts over.
-template <typename F>
-inline void CudaQwen35::group_replay(GraphKind kind, std::vector<std::pair<uint64_t, int>> key, F&& record) {
-  key.emplace_back(~uint64_t(0), int(kind));  // the kinds' keys apart
-  auto it = group_graph_ids_.find(key);
-  if (it == group_graph_ids_.end()) {
-    if (group_graph_ids_.size() >= size_t(kMaxGroupGraphs)) {
-      CUDA_CHECK(cudaStreamSynchronize(stream_));
-      for (const auto& entry : group_graph_ids_)
-        graphs_.erase(std::make_tuple(int(entry.second.kind), entry.second.id, 0));
-      group_graph_ids_.clear();
-    }
-    it = group_graph_ids_.emplace(std::move(key), GroupGraphKey{kind, next_group_graph_id_++, 0}).first;
-  }
-  if (it->second.uses++ == 0) {
-    std::optional<PdlSuspend> no_pdl;
-    if (pdl_off_all_) no_pdl.emplace();
-    record();
-  } else {
-    replay(kind, it->second.id, 0, record);
-  }
-}
 
 }  // namespace nextn::cuda

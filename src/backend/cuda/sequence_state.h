@@ -1,0 +1,71 @@
+// One CUDA sequence's state (docs/cuda-backend.md, "The runtime in parts"):
+// what a sequence carries from one step to the next and reset() clears. Its
+// KV caches, its GDN conv and recurrent state pairs (a forward reads one
+// buffer of a pair and writes the other: rollback replays from the
+// untouched one) with the projection rows a rollback replays from, and the
+// host mirror of its lengths. Private to the CUDA runtime (qwen35*.cpp).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "backend/cuda/device_handles.h"
+#include "backend/cuda/kernels.h"
+#include "model/mtp_head.h"
+#include "model/runtime.h"
+
+namespace nextn::cuda {
+
+struct CudaQwen35Weights;
+
+// One full-attention layer's cache pair (LayerWeights::kv_index).
+struct KvCache {
+  void *k = nullptr, *v = nullptr;  // [max_tokens][Hkv][hd] act
+};
+
+struct SequenceState {
+  SequenceState() = default;  // holds nothing (a CudaQwen35 before its constructor fills it)
+  // The caches for max_tokens positions (w.kv_layers pairs, zeroed) and
+  // their device table, and per GDN layer (w.gdn) its state pairs (zeroed)
+  // and rows for max_rows rows (projections gdn_ld wide, zeroed; conv
+  // outputs). The table goes to the device in upload_gdn_table.
+  SequenceState(const CudaQwen35Weights& w, int max_tokens, int max_rows, int gdn_ld);
+  // Points every GDN layer's output rows (GdnLayer::y) at `y` (the
+  // workspace's act rows), then copies the table to the device.
+  void upload_gdn_table(const CudaQwen35Weights& w, void* y);
+  // Zeroes on `s` every buffer the constructor zeroed, in place (captured
+  // graphs keep their pointers), and clears the host fields.
+  void reset(cudaStream_t s);
+
+  DeviceMemory mem;
+  std::vector<KvCache> kv;       // per LayerWeights::kv_index
+  void** d_kv_table = nullptr;   // [2 x kv layers]: the caches' pointers, keys then values (GroupEntry::kv)
+  // Per GDN layer: the weights' pointers (conv_w, a_log, dt_bias, norm_w)
+  // and this sequence's: conv_state [2][K-1][conv_dim] fp32, S [2][Hv][dk][dv]
+  // fp32, proj [max_rows][proj_ld] fp32, conv_out [max_rows][conv_dim] fp32,
+  // y (the workspace's act rows).
+  std::vector<GdnLayer> gdn_host;
+  GdnLayer* gdn_table = nullptr;  // [GDN layers] device copy of gdn_host
+  int max_rows = 0;               // rows of the GDN projection rows
+  size_t kv_bytes = 0, gdn_conv_bytes = 0, gdn_S_bytes = 0;  // bytes of each buffer reset() zeroes
+
+  // Host mirror.
+  int length = 0;
+  int forward_start = 0;  // length before the last target_forward
+  int last_T = 0;         // rows of the last target_forward
+  int last_chunk_T = 0;   // tokens of its last chunk (what rollback can undo)
+  int parity = 0;         // GDN state buffer the next forward reads
+  int mtp_length = 0;
+  int mtp_last_n = 0;     // entries of the last MTP call
+  // Head work of group head calls led by another sequence (or this one's
+  // share of its own), added to the device counters by head_work(). Its
+  // last_path, once set, is what head_work() reports: the product's group
+  // calls are its only head calls.
+  HeadWork head_shift;
+  // What the MTP graphs ran, counted on the host as they are replayed (they
+  // have no early exit: every row launched is a row run).
+  MtpWork mtp_work;
+};
+
+}  // namespace nextn::cuda
