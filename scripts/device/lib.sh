@@ -49,6 +49,15 @@ record_finish() {
   tar czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOG"
 }
 
+# cuBLAS (the prefill GEMM) from the toolkit, else from the Python wheels:
+# sets CUBLAS_DIR and puts it, the carried libraries and the toolkit's on
+# LD_LIBRARY_PATH. Expects ROOT and BUILD.
+export_cuda_libs() {
+  CUBLAS_DIR=/usr/local/cuda/lib64
+  [ -e "$CUBLAS_DIR/libcublas.so.13" ] || CUBLAS_DIR=$(dirname "$(find / -name 'libcublas.so.13*' 2>/dev/null | head -1)")
+  export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:$CUBLAS_DIR:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+}
+
 # Seconds left of $BUDGET since $START (the scripts that time steps set both).
 left() { echo $((BUDGET - ($(date +%s) - START))); }
 
