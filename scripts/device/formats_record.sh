@@ -16,8 +16,8 @@
 # Arguments: shapes (4b, 27b, 0.8b; default "4b 27b"). Writes $OUT/formats.json
 # (a list of rows {shape, quant, decode_tok_s, roofline_share,
 # k4_round_over_step, commit, ...}; scripts/device/formats_rows.py),
-# $OUT/formats.md, $OUT/summary.txt and the raw bench output in
-# $OUT/logs.tar.gz. Environment: NEXTN_BUILD (build-cuda),
+# $OUT/formats.md, $OUT/summary.txt and the raw output (each step's
+# make-checkpoint line or bench JSON) in $OUT/logs.tar.gz. Environment: NEXTN_BUILD (build-cuda),
 # NEXTN_FORMATS_QUANTS ("q4 fp8 gptq4"), NEXTN_BENCH_BUDGET seconds (450;
 # steps that would start past it are skipped and say so), NEXTN_CK_DIR
 # (/tmp/nextn-ck), NEXTN_SEED (0).
@@ -41,18 +41,6 @@ mkdir -p "$CK"
 record_start
 say "shapes: $SHAPES; quants: $QUANTS; disk: $(df -h "$CK" | tail -1)"
 
-# json_step NAME LIMIT COMMAND...: like run_step, with stdout (one JSON
-# object) in $LOG/NAME.json and stderr in $LOG/NAME.err.
-json_step() {
-  local name=$1 limit=$2
-  shift 2
-  if [ "$(left)" -lt 20 ]; then say "skip $name: $(left) s of the budget left"; return; fi
-  local t0=$(date +%s)
-  timeout "$limit" "$@" >"$LOG/$name.json" 2>"$LOG/$name.err"
-  say "$name: exit $? in $(( $(date +%s) - t0 )) s: $*"
-  grep -E "error:" "$LOG/$name.err" | head -3 | sed 's/^/    /' | tee -a "$SUMMARY" >/dev/null
-}
-
 for size in $SHAPES; do
   n=256
   [ "$size" = 27b ] && n=128
@@ -62,8 +50,8 @@ for size in $SHAPES; do
     run_step "make_${size}_$quant" 240 "$N" make-checkpoint --preset "qwen3.5-$size" --quant "$quant" --seed "$SEED" \
       --out "$dir"
     common=(bench decode --backend cuda -m "$dir" --prompt-len 16 -n "$n" --repeats 3 --json)
-    json_step "decode_${size}_$quant" 200 "$N" "${common[@]}"
-    json_step "mtp4_${size}_$quant" 200 "$N" "${common[@]}" --draft mtp --block-size 4
+    run_step "decode_${size}_$quant" 200 "$N" "${common[@]}"
+    run_step "mtp4_${size}_$quant" 200 "$N" "${common[@]}" --draft mtp --block-size 4
     rm -rf "$dir"
   done
 done

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Collects formats_record.sh's raw output into the record's rows: one per
-(shape, quant), from logs/decode_<shape>_<quant>.json (greedy `bench decode
---json`), logs/mtp4_<shape>_<quant>.json (--draft mtp --block-size 4) and
-logs/make_<shape>_<quant>.txt (make-checkpoint's line). Prints a JSON list.
+(shape, quant), from logs/decode_<shape>_<quant>.txt (greedy `bench decode
+--json`), logs/mtp4_<shape>_<quant>.txt (--draft mtp --block-size 4), each
+the JSON line among the step's output, and logs/make_<shape>_<quant>.txt
+(make-checkpoint's line). Prints a JSON list.
 
     formats_rows.py LOG_DIR COMMIT_FILE SHAPE... -- QUANT...
 
@@ -38,7 +39,7 @@ def row(log, commit, shape, quant):
             r["checkpoint_gib"], r["make_s"] = float(m.group(1)), float(m.group(2))
     except OSError:
         pass
-    d = load_json(os.path.join(log, f"decode_{shape}_{quant}.json"))
+    d = load_json(os.path.join(log, f"decode_{shape}_{quant}.txt"))
     if d:
         r["decode_tok_s"] = d["decode_tokens_per_second"]["median"]
         r["step_ms"] = d["decode_ms_per_token"]["median"]
@@ -47,7 +48,7 @@ def row(log, commit, shape, quant):
         r["bytes_per_token"] = roof.get("bytes_per_token")
     else:
         errors.append(f"decode_{shape}_{quant}")
-    k = load_json(os.path.join(log, f"mtp4_{shape}_{quant}.json"))
+    k = load_json(os.path.join(log, f"mtp4_{shape}_{quant}.txt"))
     if k and "decode_ms_per_round" in k:
         r["k4_round_ms"] = k["decode_ms_per_round"]["median"]
         if r["step_ms"]:

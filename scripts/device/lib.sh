@@ -61,15 +61,17 @@ export_cuda_libs() {
 # Seconds left of $BUDGET since $START (the scripts that time steps set both).
 left() { echo $((BUDGET - ($(date +%s) - START))); }
 
-# run_step NAME LIMIT COMMAND...: runs the command with a time limit unless
+# run_step NAME LIMIT COMMAND...: runs the command with a time limit (at
+# most what is left of the budget, so that a call ends inside it) unless
 # fewer than 20 s of the budget are left (then says it skipped), logs its
 # output to $LOG/NAME.txt and copies its summary lines into the summary.
 run_step() {
   local name=$1 limit=$2
   shift 2
   if [ "$(left)" -lt 20 ]; then say "skip $name: $(left) s of the budget left"; return; fi
+  [ "$limit" -gt "$(left)" ] && limit=$(left)
   local t0=$(date +%s)
   timeout "$limit" "$@" >"$LOG/$name.txt" 2>&1
   say "$name: exit $? in $(( $(date +%s) - t0 )) s: $*"
-  grep -E "tokens/s|ms per round|roofline|peak device|at the peak|error:" "$LOG/$name.txt" | sed 's/^/    /' | tee -a "$SUMMARY" >/dev/null
+  grep -E "tokens/s|ms per round|roofline|peak device|at the peak|error:" "$LOG/$name.txt" | grep -v '^{' | sed 's/^/    /' | tee -a "$SUMMARY" >/dev/null
 }
