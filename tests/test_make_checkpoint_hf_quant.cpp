@@ -152,7 +152,8 @@ TEST_P(MakeCheckpointHfQuantFormat, InspectNamesItAndMtpDraftsGiveTheGreedyToken
 
   const auto insp = run_cli("inspect " + dir);
   ASSERT_EQ(insp.code, 0) << insp.err;
-  const char* summary = q == "fp8" ? "quantization: fp8 e4m3, weight blocks 128x128" : "quantization: gptq 4-bit, group 64, symmetric, desc_act false";
+  const char* summary = q == "fp8" ? "quantization: fp8 e4m3, weight blocks 128x128"
+                                   : "quantization: gptq 4-bit, group 64, symmetric, desc_act false";
   EXPECT_NE(insp.out.find(summary), std::string::npos) << insp.out;
   EXPECT_NE(insp.out.find(q == "fp8" ? "fp8 b128x128" : "gptq q4 g64"), std::string::npos) << insp.out;
 
@@ -207,8 +208,8 @@ TEST(MakeCheckpointHfQuant, BadQuantIsOneErrorLineNamingTheFlag) {
     EXPECT_FALSE(fs::exists(d.path / bad / "config.json"));
   }
   // Gemma 4 presets stay MLX-only.
-  test::expect_one_error_line(run_cli("make-checkpoint --preset gemma4-31b --quant fp8 --out " + (d.path / "g").string()),
-                              "--quant");
+  const auto g = run_cli("make-checkpoint --preset gemma4-31b --quant fp8 --out " + (d.path / "g").string());
+  test::expect_one_error_line(g, "--quant");
 }
 
 }  // namespace
