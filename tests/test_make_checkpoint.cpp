@@ -153,7 +153,7 @@ TEST(MakeCheckpoint, Cli) {
   EXPECT_NE(r.err.find("unknown --preset"), std::string::npos) << r.err;
   r = run_cli("make-checkpoint --preset test-tiny --quant q8 --out " + out + "y");
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("expected q4 or bf16"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("expected q4, bf16, fp8 or gptq4"), std::string::npos) << r.err;
   r = run_cli("bench decode --backend cpu -m " + out + " --prompt-len 4 -n 3 --repeats 1 --prefill-len 8");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("bytes per decode token"), std::string::npos) << r.out;

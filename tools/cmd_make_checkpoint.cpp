@@ -25,8 +25,9 @@ void register_make_checkpoint(CLI::App& app) {
                   "qwen3.5-0.8b, qwen3.5-4b, qwen3.5-27b, qwen3.5-35b-a3b (MoE), small-19m, gemma4-31b, "
                   "gemma4-31b-assistant (test-tiny, test-stream, test-tiny-moe: tests only)");
   auto* quant = cmd->add_option("--quant", o->quant,
-                                "q4 (MLX affine 4-bit g64, mlx-community layout) or bf16 (HF layout); Gemma 4: bf16 "
-                                "(its default), q4 or q8 (MLX affine g64, HF names)");
+                                "q4 (MLX affine 4-bit g64, mlx-community layout), bf16 (HF layout), fp8 (HF layout, "
+                                "e4m3 + 128x128 weight_scale_inv, as Qwen's FP8 releases) or gptq4 (HF layout, GPTQ "
+                                "4-bit sym g128); Gemma 4: bf16 (its default), q4 or q8 (MLX affine g64, HF names)");
   cmd->add_option("-o,--out", o->out, "Output directory (created; must not hold safetensors)");
   cmd->add_option("--seed", o->seed, "RNG seed (default 0); the bytes depend on preset, quant and seed only")
       ->check(non_negative());

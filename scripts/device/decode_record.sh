@@ -33,10 +33,7 @@ LOG=$OUT/logs
 SUMMARY=$OUT/summary.txt
 START=$(date +%s)
 . scripts/device/lib.sh
-# cuBLAS (the prefill GEMM) from the toolkit, else from the Python wheels.
-CUBLAS_DIR=/usr/local/cuda/lib64
-[ -e "$CUBLAS_DIR/libcublas.so.13" ] || CUBLAS_DIR=$(dirname "$(find / -name 'libcublas.so.13*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:$CUBLAS_DIR:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export_cuda_libs
 N=$BUILD/nextn
 mkdir -p "$CK"
 record_start

@@ -49,18 +49,29 @@ record_finish() {
   tar czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOG"
 }
 
+# cuBLAS (the prefill GEMM) from the toolkit, else from the Python wheels:
+# sets CUBLAS_DIR and puts it, the carried libraries and the toolkit's on
+# LD_LIBRARY_PATH. Expects ROOT and BUILD.
+export_cuda_libs() {
+  CUBLAS_DIR=/usr/local/cuda/lib64
+  [ -e "$CUBLAS_DIR/libcublas.so.13" ] || CUBLAS_DIR=$(dirname "$(find / -name 'libcublas.so.13*' 2>/dev/null | head -1)")
+  export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:$CUBLAS_DIR:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+}
+
 # Seconds left of $BUDGET since $START (the scripts that time steps set both).
 left() { echo $((BUDGET - ($(date +%s) - START))); }
 
-# run_step NAME LIMIT COMMAND...: runs the command with a time limit unless
+# run_step NAME LIMIT COMMAND...: runs the command with a time limit (at
+# most what is left of the budget, so that a call ends inside it) unless
 # fewer than 20 s of the budget are left (then says it skipped), logs its
 # output to $LOG/NAME.txt and copies its summary lines into the summary.
 run_step() {
   local name=$1 limit=$2
   shift 2
   if [ "$(left)" -lt 20 ]; then say "skip $name: $(left) s of the budget left"; return; fi
+  [ "$limit" -gt "$(left)" ] && limit=$(left)
   local t0=$(date +%s)
   timeout "$limit" "$@" >"$LOG/$name.txt" 2>&1
   say "$name: exit $? in $(( $(date +%s) - t0 )) s: $*"
-  grep -E "tokens/s|ms per round|roofline|peak device|at the peak|error:" "$LOG/$name.txt" | sed 's/^/    /' | tee -a "$SUMMARY" >/dev/null
+  grep -E "tokens/s|ms per round|roofline|peak device|at the peak|error:" "$LOG/$name.txt" | grep -v '^{' | sed 's/^/    /' | tee -a "$SUMMARY" >/dev/null
 }

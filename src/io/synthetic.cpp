@@ -18,6 +18,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "io/synthetic_rng.h"
 #include "io/synthetic_specs.h"
 
 namespace nextn {
@@ -26,26 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// ---- counter-based RNG: value = f(seed, tensor name, index) -----------------
-
-inline uint64_t mix64(uint64_t z) {  // splitmix64 finaliser
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-inline uint64_t stream_key(uint64_t seed, const std::string& name) {
-  uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a
-  for (unsigned char c : name) h = (h ^ c) * 0x100000001B3ull;
-  return mix64(mix64(seed + 0x9E3779B97F4A7C15ull) ^ h);
-}
-inline uint64_t draw(uint64_t key, uint64_t i) { return mix64(key + (i + 1) * 0x9E3779B97F4A7C15ull); }
-inline float unit(uint64_t r) { return float(r >> 40) * (1.0f / 16777216.0f); }  // [0, 1), 24 bits
-
-inline uint16_t to_bf16(float f) {  // round to nearest even (finite inputs)
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
+using namespace synthetic_rng;
 
 constexpr float kProjStd = 0.02f;
 constexpr float kQ4StdOfNibble = 4.6098f;  // sqrt((16^2 - 1) / 12)
@@ -59,6 +41,7 @@ float scale_of(uint64_t key, int64_t g, float std_target, int bits) {
 
 void fill_range(const Spec& s, uint64_t seed, int64_t begin, int64_t end, uint8_t* out) {
   const uint64_t key = stream_key(seed, s.key_name);
+  if (fill_hf_quant_range(s, key, begin, end, out)) return;
   switch (s.fill) {
     case Fill::Uniform:
       for (int64_t i = begin; i < end; ++i) {
@@ -106,6 +89,7 @@ void fill_range(const Spec& s, uint64_t seed, int64_t begin, int64_t end, uint8_
         std::memcpy(out + 2 * i, &h, 2);
       }
       break;
+    default: fail("make-checkpoint: tensor '{}': no generator for its fill", s.name);
   }
 }
 
@@ -132,14 +116,55 @@ void push_matrix_specs(std::vector<Spec>& v, const std::string& mod, int64_t row
 
 namespace {
 
-// Every tensor of the checkpoint, by stored name.
-std::vector<Spec> tensor_specs(const SyntheticPreset& p, bool q4) {
+void check_quant(const std::string& quant) {
+  if (quant != "q4" && quant != "bf16" && !hf_synthetic_quant(quant))
+    fail("make-checkpoint: --quant '{}': expected q4, bf16, fp8 or gptq4", quant);
+}
+
+// GPTQ's group: 128, or the largest divisor of 128 that divides every
+// quantized module's input (the test presets' 64-wide ones; the real presets'
+// inputs are all multiples of 128).
+int64_t gptq_group(const SyntheticPreset& p) {
+  int64_t g = kGptqGroup;
+  for (int64_t c : {int64_t(p.hidden), int64_t(p.heads) * p.head_dim, int64_t(p.lin_v_heads) * p.lin_v_dim,
+                    int64_t(p.intermediate), int64_t(p.moe_intermediate), int64_t(p.shared_intermediate)})
+    if (c > 0) g = std::gcd(g, c);
+  return g;
+}
+
+// The decoder layers' Linears that the transformers formats leave bf16, as
+// Qwen's FP8 releases list them (beside the embedding, the LM head and the
+// MTP head): the GDN's one-row-per-head in_proj_a/b, the MoE router and
+// shared_expert_gate.
+std::vector<std::string> not_converted_modules(const SyntheticPreset& p) {
+  std::vector<std::string> v{"lm_head", "model.language_model.embed_tokens"};
+  for (int i = 0; i < p.layers; ++i) {
+    const std::string l = "model.language_model.layers." + std::to_string(i) + ".";
+    if ((i + 1) % 4 != 0)
+      for (const char* m : {"linear_attn.in_proj_a", "linear_attn.in_proj_b"}) v.push_back(l + m);
+    if (p.moe())
+      for (const char* m : {"mlp.gate", "mlp.shared_expert_gate"}) v.push_back(l + m);
+  }
+  v.push_back("mtp");
+  return v;
+}
+
+// Every tensor of the checkpoint, by stored name: the MLX layout for q4, the
+// Hugging Face one for the others (fp8 and gptq4 quantize the decoder
+// layers' Linears but those not_converted_modules names).
+std::vector<Spec> tensor_specs(const SyntheticPreset& p, const std::string& quant) {
   std::vector<Spec> v;
+  const bool q4 = quant == "q4";
+  const auto hf = hf_synthetic_quant(quant);
+  const int64_t group = gptq_group(p);
   const std::string pre = q4 ? "language_model.model." : "model.language_model.";
   const std::string head = q4 ? "language_model.lm_head" : "lm_head";
   const int64_t H = p.hidden;
-  auto matrix = [&](const std::string& mod, int64_t rows, int64_t cols, float std_ = kProjStd) {
-    push_matrix_specs(v, mod, rows, cols, std_, q4 ? 4 : 0);
+  auto matrix = [&](const std::string& mod, int64_t rows, int64_t cols, bool quantizable = true) {
+    if (hf && quantizable && mod.starts_with(pre + "layers."))
+      push_hf_quant_matrix_specs(v, mod, rows, cols, kProjStd, *hf, group);
+    else
+      push_matrix_specs(v, mod, rows, cols, kProjStd, q4 ? 4 : 0);
   };
   // (1+w) norms: the real gamma (q4, mlx stores it shifted) or gamma - 1 (HF).
   auto norm1p = [&](const std::string& mod, int64_t n) {
@@ -204,8 +229,8 @@ std::vector<Spec> tensor_specs(const SyntheticPreset& p, bool q4) {
     const std::string g = l + "linear_attn.";
     matrix(g + "in_proj_qkv", cd, H);
     matrix(g + "in_proj_z", vd, H);
-    matrix(g + "in_proj_b", p.lin_v_heads, H);
-    matrix(g + "in_proj_a", p.lin_v_heads, H);
+    matrix(g + "in_proj_b", p.lin_v_heads, H, false);
+    matrix(g + "in_proj_a", p.lin_v_heads, H, false);
     matrix(g + "out_proj", H, vd);
     const std::vector<int64_t> conv_shape =
         q4 ? std::vector<int64_t>{cd, p.conv_kernel, 1} : std::vector<int64_t>{cd, 1, p.conv_kernel};
@@ -324,27 +349,23 @@ std::string synthetic_config_json(const SyntheticPreset& p, const std::string& q
     cfg["quantization"] = q;
     cfg["quantization_config"] = q;
   }
+  if (const auto hf = hf_synthetic_quant(quant))
+    cfg["quantization_config"] = hf_quantization_config(*hf, gptq_group(p), not_converted_modules(p));
   return cfg.dump(2) + "\n";
 }
-
-namespace {
-void check_quant(const std::string& quant) {
-  if (quant != "q4" && quant != "bf16") fail("make-checkpoint: --quant '{}': expected q4 or bf16", quant);
-}
-}  // namespace
 
 uint64_t synthetic_checkpoint_bytes(const SyntheticPreset& p, const std::string& quant) {
   check_quant(quant);
   uint64_t n = 0;
-  for (const Spec& s : tensor_specs(p, quant == "q4")) n += s.nbytes();
+  for (const Spec& s : tensor_specs(p, quant)) n += s.nbytes();
   return n;
 }
 
 MakeCheckpointReport make_checkpoint(const SyntheticPreset& p, const MakeCheckpointOptions& o,
                                      const std::string& out_dir) {
   check_quant(o.quant);
-  const bool q4 = o.quant == "q4";
-  return write_synthetic(tensor_specs(p, q4), synthetic_config_json(p, o.quant), q4 ? "mlx" : "pt", o, out_dir);
+  return write_synthetic(tensor_specs(p, o.quant), synthetic_config_json(p, o.quant), o.quant == "q4" ? "mlx" : "pt", o,
+                         out_dir);
 }
 
 MakeCheckpointReport write_synthetic(const std::vector<Spec>& specs, const std::string& config_json,

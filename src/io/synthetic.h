@@ -12,6 +12,15 @@
 //    The packed words are drawn directly (uniform nibbles) and each group gets
 //    scale s = ±std/4.61 (sign random, as MLX's scales may be negative) and
 //    bias -7.5 s, so the dequantized weights have mean ~0 and the target std.
+//  - fp8, gptq4: the bf16 layout with the decoder layers' Linears (attention
+//    q/k/v/o, GDN in_proj_qkv/z and out_proj, the MLP or the experts and the
+//    shared expert) stored in transformers' formats as the real uploads are:
+//    fp8 e4m3 with fp32 weight_scale_inv per 128x128 block
+//    (quant_method fp8, Qwen's FP8 releases), or GPTQ 4-bit symmetric group
+//    128 (checkpoint_format gptq). GDN in_proj_a/b, the MoE router and
+//    shared_expert_gate, the embedding, the LM head and the MTP head stay
+//    bf16 (fp8 lists them in modules_to_not_convert).
+//    src/io/synthetic_hf_quant.cpp; docs/formats.md.
 //
 // MoE presets (num_experts > 0, model_type qwen3_5_moe; docs/moe.md): every
 // layer's MLP, the MTP layer's included, is a MoE block: the router mlp.gate
@@ -61,7 +70,7 @@ std::optional<SyntheticPreset> synthetic_preset(const std::string& name);
 std::vector<std::string> synthetic_preset_names();
 
 struct MakeCheckpointOptions {
-  std::string quant = "q4";  // q4 (MLX affine 4-bit, group 64) or bf16
+  std::string quant = "q4";  // q4 (MLX affine 4-bit, group 64), bf16, fp8 or gptq4
   uint64_t seed = 0;
   uint64_t shard_bytes = uint64_t(4) << 30;  // a shard closes once it reaches this size
   int threads = 0;                            // 0: hardware concurrency
@@ -76,7 +85,7 @@ struct MakeCheckpointReport {
 
 // The config.json text (Qwen3_5ForConditionalGeneration or, for MoE presets,
 // Qwen3_5MoeForConditionalGeneration; text_config block, mtp_num_hidden_layers
-// 1, quantization blocks for q4).
+// 1, quantization blocks for q4, quantization_config for fp8 and gptq4).
 std::string synthetic_config_json(const SyntheticPreset& p, const std::string& quant);
 
 // The tensor bytes make_checkpoint would write, without generating any (a

@@ -1,8 +1,12 @@
 // Private to the synthetic-checkpoint generators (synthetic.cpp for Qwen3.5,
-// synthetic_gemma4.cpp for Gemma 4): what one tensor holds and the sharded
-// writer both use. Every element is a function of (seed, key_name, index).
+// synthetic_gemma4.cpp for Gemma 4, synthetic_hf_quant.cpp for the
+// transformers formats): what one tensor holds and the sharded writer both
+// use. Every element is a function of (seed, key_name, index).
 #pragma once
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +23,13 @@ enum class Fill {
   ALogF32,      // f32 log(U(1, 16))
   DtBias,       // bf16 log(expm1(dt)), dt = exp(U(log 1e-3, log 1e-1))
   Permutation,  // i64 i -> (a i + b) mod n, a bijection of [0, n) (n = numel)
+  // transformers' formats (synthetic_hf_quant.cpp); std in hi.
+  Fp8Codes,     // F8_E4M3 codes, symmetric about 0, no NaN
+  Fp8ScaleInv,  // f32 per-block weight_scale_inv: std / sd(codes), times U(0.8, 1.2)
+  GptqQweight,  // i32 words of 8 nibbles in [1, 15] (q - 8 symmetric about 0)
+  GptqZeros,    // i32 words of 8 nibbles 7 (zero 8 stored minus one: sym)
+  GptqScales,   // f16 per (group, out): std / sd(q - 8), times U(0.8, 1.2)
+  GroupIndex,   // i32 g_idx: i / group (no activation order)
 };
 
 struct Spec {
@@ -29,6 +40,7 @@ struct Spec {
   float lo = 0, hi = 0;
   std::string key_name;  // RNG stream (the tensor's own name, or its module's for scales/biases)
   int bits = 4;          // Scales, Biases: the quantization's bits
+  int64_t group = 0;     // GroupIndex: the group size
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -46,6 +58,27 @@ struct Spec {
 void push_matrix_specs(std::vector<Spec>& v, const std::string& mod, int64_t rows, int64_t cols, float std_, int bits,
                        int64_t stack = 0);
 constexpr int kSyntheticGroup = 64;
+
+// transformers' formats make-checkpoint writes beside MLX q4 (--quant fp8,
+// gptq4; docs/formats.md "Synthetic checkpoints in these formats").
+enum class HfSyntheticQuant { Fp8, Gptq4 };
+std::optional<HfSyntheticQuant> hf_synthetic_quant(const std::string& quant);
+constexpr int64_t kFp8Block = 128;   // weight_block_size [128, 128], as Qwen's FP8 releases
+constexpr int64_t kGptqGroup = 128;  // group_size, unless a preset's inputs need a smaller one
+
+// One [rows, cols] Linear of module `mod` in format q with dequantized std
+// `std_`: fp8 (weight F8_E4M3 + weight_scale_inv f32 per 128x128 block) or
+// gptq 4-bit symmetric (qweight, qzeros, fp16 scales, trivial g_idx) with
+// `group` inputs per group (must divide cols; rows a multiple of 8; else Error).
+void push_hf_quant_matrix_specs(std::vector<Spec>& v, const std::string& mod, int64_t rows, int64_t cols, float std_,
+                                HfSyntheticQuant q, int64_t group);
+// Fills [begin, end) of a tensor with one of the formats' fills; false (and
+// nothing written) for any other fill. `key`: the spec's RNG stream.
+bool fill_hf_quant_range(const Spec& s, uint64_t key, int64_t begin, int64_t end, uint8_t* out);
+// config.json's quantization_config for q; `not_converted`: the Linear
+// modules left bf16 (fp8's modules_to_not_convert; gptq lists none).
+nlohmann::ordered_json hf_quantization_config(HfSyntheticQuant q, int64_t group,
+                                              const std::vector<std::string>& not_converted);
 
 // Generates `specs` (in their order) into shards of about o.shard_bytes under
 // out_dir (created; must hold no safetensors), with the index and config.json.
