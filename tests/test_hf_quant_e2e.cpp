@@ -22,6 +22,9 @@
 #include <random>
 
 #include "cli_util.h"
+#ifdef NEXTN_HAVE_CUDA
+#include "test_cuda_util.h"
+#endif
 #include "io/checkpoint.h"
 #include "model/runtime.h"
 
@@ -270,11 +273,11 @@ struct Outputs {
   std::vector<int32_t> greedy, drafts;
 };
 
-Outputs run(const std::string& dir) {
+Outputs run(const std::string& dir, BackendKind backend = BackendKind::Cpu, const RuntimeOptions& options = {}) {
   const auto ck = Qwen35Checkpoint::open(dir);
   ck.validate();
   const std::vector<int32_t> prompt{5, 17, 300, 42, 9, 1000, 77};
-  auto rt = make_runtime(ck, BackendKind::Cpu, 64);
+  auto rt = make_runtime(ck, backend, 64, options);
   Outputs r;
   const int V = ck.config().vocab_size;
   rt->target_forward(prompt);
@@ -291,7 +294,7 @@ Outputs run(const std::string& dir) {
   if (ck.mtp_layers() > 0) {  // teacher-forced drafts over prompt + greedy
     std::vector<int32_t> seq(prompt);
     seq.insert(seq.end(), r.greedy.begin(), r.greedy.end());
-    auto rt2 = make_runtime(ck, BackendKind::Cpu, 64);
+    auto rt2 = make_runtime(ck, backend, 64, options);
     rt2->target_forward(seq);
     const std::vector<int32_t> next(seq.begin() + 1, seq.end());
     mtp_of(*rt2).mtp_forward(next, 0);
@@ -353,6 +356,48 @@ INSTANTIATE_TEST_SUITE_P(Formats, QuantE2E,
                            std::replace(s.begin(), s.end(), '-', '_');
                            return s;
                          });
+
+#ifdef NEXTN_HAVE_CUDA
+// On the GPU: the fp32 mode runs each format as the dequantized copy, bit
+// for bit, with the CPU's greedy tokens; the bf16 mode (native codecs where
+// a module's shape takes them) gives speculative == greedy.
+class QuantE2ECuda : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(QuantE2ECuda, Fp32ModeRunsTheDequantizedModelAndBf16SpeculationIsGreedy) {
+  NEXTN_REQUIRE_GPU();
+  const std::string fmt = GetParam();
+  const fs::path dir = fs::temp_directory_path() / ("nextn-hfq-cuda-" + std::to_string(::getpid()) + "-" + fmt);
+  fs::remove_all(dir);
+  write_pair(fmt, dir, fmt == "gptq4" || fmt == "ct-int4", false);
+  RuntimeOptions fp32;
+  fp32.act = Activations::Fp32;
+  const Outputs q = run((dir / "q").string(), BackendKind::Cuda, fp32);
+  const Outputs d = run((dir / "d").string(), BackendKind::Cuda, fp32);
+  const Outputs cpu = run((dir / "q").string());
+  EXPECT_TRUE(q.logits == d.logits) << "logits differ";
+  EXPECT_EQ(q.greedy, d.greedy);
+  EXPECT_EQ(q.drafts, d.drafts);
+  EXPECT_EQ(q.greedy, cpu.greedy) << "the GPU's fp32 mode against the CPU";
+  EXPECT_EQ(q.drafts, cpu.drafts);
+  const std::string base = "generate --backend cuda -m " + (dir / "q").string() +
+                           " --prompt-ids 5,17,300,42,9,1000,77 -n 16 --ignore-eos --json";
+  for (const char* act : {" --act fp32", ""}) {
+    const auto plain = test::run_cli(base + act), spec = test::run_cli(base + act + " --draft mtp --block-size 3");
+    ASSERT_EQ(plain.code, 0) << plain.err;
+    ASSERT_EQ(spec.code, 0) << spec.err;
+    EXPECT_EQ(json::parse(plain.out).at("tokens"), json::parse(spec.out).at("tokens")) << act;
+  }
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, QuantE2ECuda,
+                         ::testing::Values("fp8", "gptq4", "gptq8", "awq", "ct-int4", "ct-int8", "ct-fp8"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+#endif  // NEXTN_HAVE_CUDA
 
 TEST(QuantE2ENoMtp, RunsGreedyAndRefusesDraftMtpInOneLine) {
   const fs::path dir = fs::temp_directory_path() / ("nextn-hfq-e2e-nomtp-" + std::to_string(::getpid()));

@@ -38,13 +38,15 @@ else
 
   # 1. the CUDA tests, in phases (a crash or a sticky CUDA error ends one
   # phase only): ops, model parity, speculative == greedy, benchmarks.
-  phases=("ops|CudaCli.*:CudaOps.*:CudaHeadOps.*|${NEXTN_T_OPS:-120}"
+  phases=("ops|CudaCli.*:CudaOps.*:CudaHeadOps.*:CudaScaled.*|${NEXTN_T_OPS:-120}"
           "model|*CudaModel.TeacherForced*:*CudaModel.Greedy*:*CudaModel.Graphs*:*CudaModel.RuntimeContract*:CudaHandles.*|${NEXTN_T_MODEL:-120}"
           "spec|*CudaModel.Speculative*:CudaModelStreamed.*:*CudaHead.*:CudaPrefill.*:CudaRows.*:CudaDraftVocab.*:CudaPdl.*:CudaProfile.*:CudaMtpLogits.*:CudaSampledSpeculative.*|${NEXTN_T_SPEC:-300}")
   # Several sequences in one forward (tests/test_cuda_batch.cpp): == each alone.
   phases+=("batch|*CudaBatch.*:CudaBatchSynthetic.*|${NEXTN_T_BATCH:-300}")
   # Gemma 4 (tests/test_cuda_gemma4.cpp): parity, then speculative == greedy.
   phases+=("gemma4|*CudaGemma4.*:CudaGemma4Errors.*:CudaGemma4Wide.*:*CudaGemma4Spec.*:CudaGemma4Quantized.*|${NEXTN_T_GEMMA4:-300}")
+  # transformers' formats (tests/test_hf_quant_e2e.cpp): fp32 mode == the dequantized copy and the CPU.
+  phases+=("formats|Formats/QuantE2ECuda.*|${NEXTN_T_FORMATS:-240}")
   [ "${NEXTN_DEVICE_BENCH:-0}" = 1 ] && phases+=("bench|CudaBench.*|${NEXTN_T_BENCH:-90}")
   [ -n "${NEXTN_GTEST_FILTER:-}" ] && phases=("custom|$NEXTN_GTEST_FILTER|${NEXTN_T_CUSTOM:-480}")
   for ph in "${phases[@]}"; do
@@ -76,6 +78,23 @@ else
       { [ $rc -ne 0 ] || [ $same != yes ]; } && status=1
     done
   fi
+
+  # FP8 and GPTQ int4 at the 0.8B shape (hidden 1024: every trunk matrix in
+  # its native codec, streamed as FP8 / S4): speculative == greedy at K = 4.
+  for q in fp8 gptq4; do
+    m=/tmp/nextn-fmt-0.8b-$q
+    "$BUILD/nextn" make-checkpoint --preset qwen3.5-0.8b --quant $q --out $m >"$LOG/fmt_$q.txt" 2>&1
+    args=(generate --backend cuda -m $m --prompt-ids 1,2,3,4,5,6,7,8 -n 32 --ignore-eos)
+    "$BUILD/nextn" "${args[@]}" >"$LOG/fmt_${q}_greedy.txt" 2>"$LOG/fmt_${q}_greedy.err"
+    rc=$?
+    "$BUILD/nextn" "${args[@]}" --draft mtp --block-size 4 >"$LOG/fmt_${q}_k4.txt" 2>"$LOG/fmt_${q}_k4.err"
+    rc2=$?
+    same=no
+    cmp -s <(head -1 "$LOG/fmt_${q}_k4.txt") <(head -1 "$LOG/fmt_${q}_greedy.txt") && same=yes
+    say "formats 0.8b $q: greedy exit $rc, mtp K=4 exit $rc2, equals greedy: $same; $(tail -1 "$LOG/fmt_${q}_greedy.err" | cut -c1-160)"
+    { [ $rc -ne 0 ] || [ $rc2 -ne 0 ] || [ $same != yes ]; } && status=1
+    rm -rf $m
+  done
 
   # Gemma 4 on the CLI (fp32 mode): greedy, and the assistant at K = 2, 4, 6, give transformers' tokens.
   gx=tests/fixtures/gemma4/gemma4-kv-shared-fp32

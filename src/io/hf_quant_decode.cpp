@@ -3,10 +3,12 @@
 // formula in fp32 from the stored operands: the integer difference q - zero is
 // exact in fp32, so every element is rounded once, at the multiply by its
 // scale, which is what the reference libraries compute when handed fp32 scales.
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "io/hf_quant.h"
 
 namespace nextn {
@@ -98,25 +100,34 @@ std::shared_ptr<DecodedMatrix> native_int(int64_t rows, int64_t cols, int bits, 
   d->group = int(g);
   d->scales.resize(size_t(rows * ng));
   d->biases.resize(size_t(rows * ng));
-  bool symmetric = bits == 4, exact = true;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < ng; ++j) {
-      const float s = scale(r, j * g);
-      const int32_t z = zero(r, j * g);
-      const double b = -double(s) * double(z);
-      d->scales[size_t(r * ng + j)] = s;
-      d->biases[size_t(r * ng + j)] = float(b);
-      symmetric = symmetric && z == mid;
-      exact = exact && double(float(b)) == b;
-    }
+  std::atomic<bool> symmetric = bits == 4, exact = true;
+  // Rows are independent: a 27B's matrices are repacked on every core.
+  ThreadPool pool(default_thread_count());
+  pool.parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
+    bool sym = true, ex = true;
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t j = 0; j < ng; ++j) {
+        const float s = scale(r, j * g);
+        const int32_t z = zero(r, j * g);
+        const double b = -double(s) * double(z);
+        d->scales[size_t(r * ng + j)] = s;
+        d->biases[size_t(r * ng + j)] = float(b);
+        sym = sym && z == mid;
+        ex = ex && double(float(b)) == b;
+      }
+    if (!sym) symmetric = false;
+    if (!ex) exact = false;
+  });
   if (!symmetric && !exact) return nullptr;
   d->codec = symmetric ? WeightCodec::SymInt : WeightCodec::Affine;
   if (symmetric) d->biases.clear();
   const int per = 32 / bits;
   d->codes.assign(size_t(rows * (cols / per)), 0u);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      d->codes[size_t(r * (cols / per) + c / per)] |= uint32_t(q(r, c)) << (bits * (c % per));
+  pool.parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        d->codes[size_t(r * (cols / per) + c / per)] |= uint32_t(q(r, c)) << (bits * (c % per));
+  });
   return d;
 }
 
