@@ -36,7 +36,7 @@ const char* kind_name(WKind k) {
     case WKind::Q4: return "q4";
     case WKind::Q8: return "q8";
     case WKind::FP8: return "fp8";
-    case WKind::S4: return "s4";
+    case WKind::Z4: return "z4";
   }
   return "?";
 }

@@ -33,8 +33,8 @@ struct ScaledMatrix {
   WeightCodec codec;
   int rows, cols, group;
   std::vector<uint8_t> codes;  // fp8: rows * cols bytes; s4: MLX words
-  std::vector<float> scales;
-  TensorView tw, ts;
+  std::vector<float> scales, zeros;  // zeros: ZeroInt, integers 0..16
+  TensorView tw, ts, tz;
 
   ScaledMatrix(std::mt19937_64& rng, WeightCodec c, int r, int k, int g) : codec(c), rows(r), cols(k), group(g) {
     codes.resize(c == WeightCodec::Fp8 ? size_t(r) * k : size_t(r) * k / 2);
@@ -45,6 +45,10 @@ struct ScaledMatrix {
     std::normal_distribution<float> nd(0.0f, c == WeightCodec::Fp8 ? 0.002f : 0.02f);
     scales.resize(size_t(r) * (k / g));
     for (auto& s : scales) s = nd(rng);  // full fp32 scales: never exact in bf16
+    if (c == WeightCodec::ZeroInt) {
+      zeros.resize(scales.size());
+      for (auto& z : zeros) z = float(rng() % 17);
+    }
   }
   WeightRef ref() {
     tw = TensorView{};
@@ -64,6 +68,12 @@ struct ScaledMatrix {
     w.weight = &tw;
     w.scales = &ts;
     w.native_codec = codec;
+    if (codec == WeightCodec::ZeroInt) {
+      tz = ts;
+      tz.name = "w.zeros";
+      tz.data = reinterpret_cast<const uint8_t*>(zeros.data());
+      w.zeros = &tz;
+    }
     w.quant = {codec == WeightCodec::Fp8 ? 8 : 4, group};
     w.rows = rows;
     w.cols = cols;
@@ -134,7 +144,7 @@ TEST(CudaScaled, MatchesTheDequantizedMatrixAndIsBatchInvariant) {
   struct Shape {
     int rows, cols, group;
   };
-  for (WeightCodec codec : {WeightCodec::Fp8, WeightCodec::SymInt})
+  for (WeightCodec codec : {WeightCodec::Fp8, WeightCodec::ZeroInt})
     for (const Shape& sh : {Shape{200, 1024, 128}, Shape{320, 2048, 64} /* split-K */, Shape{130, 512, 32},
                             Shape{640, 4096, 128} /* many splits */}) {
       SCOPED_TRACE(testing::Message() << weight_codec_name(codec) << " [" << sh.rows << "x" << sh.cols << "] g"
@@ -157,15 +167,19 @@ TEST(CudaScaled, MatchesTheDequantizedMatrixAndIsBatchInvariant) {
         EXPECT_EQ(0, std::memcmp(yt.data(), y64.data(), yt.size() * 4)) << "T=" << T;
       }
       // The argmax epilogue picks from the same sums.
-      DevBuf dx(size_t(8) * sh.cols * 2), pairs(size_t(cuda::argmax_pairs_bytes(d.m, 8))), out(8 * 4);
+      // (A head is never split along k: the same layout, one split.)
+      cuda::DevMatrix head = d.m;
+      head.splits = 1;
+      DevBuf dx(size_t(8) * sh.cols * 2), pairs(size_t(cuda::argmax_pairs_bytes(head, 8))), out(8 * 4);
       const std::vector<float> x8(x.begin(), x.begin() + long(8) * sh.cols);
+      const auto y8 = run(head, x8, 8);
       dx.put(test::to_bf16_bits(x8));
-      cuda::matmul_argmax(d.m, dx.p, Act::BF16, 8, sh.cols, pairs.p, out.as<int32_t>(), nullptr, nullptr);
+      cuda::matmul_argmax(head, dx.p, Act::BF16, 8, sh.cols, pairs.p, out.as<int32_t>(), nullptr, nullptr);
       const auto got = out.get<int32_t>(8);
       for (int t = 0; t < 8; ++t) {
         int best = 0;
         for (int r = 1; r < sh.rows; ++r)
-          if (y64[size_t(t) * sh.rows + r] > y64[size_t(t) * sh.rows + best]) best = r;
+          if (y8[size_t(t) * sh.rows + r] > y8[size_t(t) * sh.rows + best]) best = r;
         EXPECT_EQ(got[size_t(t)], best) << "t=" << t;
       }
       // Prefill: the matrix expanded to bf16 (each weight rounded once) through cuBLAS.

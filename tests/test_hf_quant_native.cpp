@@ -5,8 +5,7 @@
 // (dequantize_row) is the row the dequantizing form (Fp32) gives (bit for bit
 // but for the sign of an affine zero);
 // where no codec holds the format exactly (activation order, a 160-column
-// module, a bias -scale * zero that fp32 cannot hold) the module arrives
-// dequantized instead.
+// module) the module arrives dequantized instead.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -67,13 +66,19 @@ std::vector<uint32_t> zeros_words(std::mt19937& rng, size_t n, int zero) {
   return w;
 }
 
-Module gptq(std::mt19937& rng, int64_t rows, int64_t cols, int64_t g, bool sym, bool permuted) {
+Module gptq(std::mt19937& rng, int64_t rows, int64_t cols, int64_t g, bool sym, bool permuted, int bits = 4) {
   Module m;
-  m.config = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", g}, {"sym", sym}, {"desc_act", permuted},
+  m.config = {{"quant_method", "gptq"}, {"bits", bits}, {"group_size", g}, {"sym", sym}, {"desc_act", permuted},
               {"checkpoint_format", "gptq"}};
-  const int64_t ng = cols / g;
-  m.add(".qweight", DType::I32, {cols / 8, rows}, random_words(rng, size_t(cols / 8 * rows)));
-  m.add(".qzeros", DType::I32, {ng, rows / 8}, zeros_words(rng, size_t(ng * rows / 8), sym ? 7 : -1));
+  const int64_t ng = cols / g, per = 32 / bits;
+  m.add(".qweight", DType::I32, {cols / per, rows}, random_words(rng, size_t(cols / per * rows)));
+  if (bits == 4) {
+    m.add(".qzeros", DType::I32, {ng, rows / 8}, zeros_words(rng, size_t(ng * rows / 8), sym ? 7 : -1));
+  } else {  // 8-bit zeros, stored minus one: 127 when symmetric
+    std::vector<uint32_t> z(size_t(ng * rows / 4));
+    for (auto& x : z) x = sym ? 0x7f7f7f7fu : rng();
+    m.add(".qzeros", DType::I32, {ng, rows / 4}, z);
+  }
   m.add(".scales", DType::F16, {ng, rows}, f16_scales(rng, size_t(ng * rows)));
   std::vector<int32_t> gi(static_cast<size_t>(cols));
   for (int64_t i = 0; i < cols; ++i) gi[size_t(i)] = int32_t(permuted ? (i * 7) % ng : i / g);
@@ -177,6 +182,7 @@ void check_case(const Case& c) {
     EXPECT_EQ(nat.quant.group_size, c.group);
     EXPECT_EQ(nat.scales->dtype, DType::F32);
     EXPECT_EQ(nat.biases != nullptr, c.codec == WeightCodec::Affine);
+    EXPECT_EQ(nat.zeros != nullptr, c.codec == WeightCodec::ZeroInt);
   }
   std::vector<float> a(size_t(c.cols)), b(size_t(c.cols));
   for (int64_t r = 0; r < c.rows; ++r) {
@@ -196,21 +202,21 @@ TEST(QuantNative, EachFormatArrivesInItsCodecWithTheSameValues) {
   std::deque<Case> cases;  // never relocates a Case: its tensors point into its bytes
   cases.push_back({"fp8-b128", fp8(rng, R, C, 128, 128), R, C, WeightCodec::Fp8, 128});
   cases.push_back({"fp8-b64-partial-rows", fp8(rng, 200, C, 128, 64), 200, C, WeightCodec::Fp8, 64});
-  cases.push_back({"gptq4-sym-g128", gptq(rng, R, C, 128, true, false), R, C, WeightCodec::SymInt, 128});
-  cases.push_back({"gptq4-sym-g32", gptq(rng, R, C, 32, true, false), R, C, WeightCodec::SymInt, 32});
-  cases.push_back({"gptq4-asym-g64", gptq(rng, R, C, 64, false, false), R, C, WeightCodec::Affine, 64});
-  cases.push_back({"gptq4-whole-row", gptq(rng, R, C, 256, true, false), R, C, WeightCodec::SymInt, 128});
-  cases.push_back({"awq-g128", awq(rng, R, C, 128), R, C, WeightCodec::Affine, 128});
-  cases.push_back({"ct-int4-sym-g64", ct_int4(rng, R, C, 64, true, false), R, C, WeightCodec::SymInt, 64});
-  cases.push_back({"ct-int4-asym-g32", ct_int4(rng, R, C, 32, false, false), R, C, WeightCodec::Affine, 32});
-  cases.push_back({"ct-int4-sym-channel", ct_int4(rng, R, C, 0, true, false), R, C, WeightCodec::SymInt, 128});
+  cases.push_back({"gptq4-sym-g128", gptq(rng, R, C, 128, true, false), R, C, WeightCodec::ZeroInt, 128});
+  cases.push_back({"gptq4-sym-g32", gptq(rng, R, C, 32, true, false), R, C, WeightCodec::ZeroInt, 32});
+  cases.push_back({"gptq4-asym-g64", gptq(rng, R, C, 64, false, false), R, C, WeightCodec::ZeroInt, 64});
+  cases.push_back({"gptq4-whole-row", gptq(rng, R, C, 256, true, false), R, C, WeightCodec::ZeroInt, 128});
+  cases.push_back({"gptq8-asym-g128", gptq(rng, R, C, 128, false, false, 8), R, C, WeightCodec::Affine, 128});
+  cases.push_back({"awq-g128", awq(rng, R, C, 128), R, C, WeightCodec::ZeroInt, 128});
+  cases.push_back({"ct-int4-sym-g64", ct_int4(rng, R, C, 64, true, false), R, C, WeightCodec::ZeroInt, 64});
+  cases.push_back({"ct-int4-asym-g32", ct_int4(rng, R, C, 32, false, false), R, C, WeightCodec::ZeroInt, 32});
+  cases.push_back({"ct-int4-asym-f32-scales", ct_int4(rng, R, C, 32, false, true), R, C, WeightCodec::ZeroInt, 32});
+  cases.push_back({"ct-int4-sym-channel", ct_int4(rng, R, C, 0, true, false), R, C, WeightCodec::ZeroInt, 128});
   cases.push_back({"ct-fp8-channel", ct_fp8_channel(rng, R, C), R, C, WeightCodec::Fp8, 128});
   // No codec holds these: dequantized.
   cases.push_back({"gptq4-act-order", gptq(rng, R, C, 32, true, true), R, C, WeightCodec::Dense, 0});
   cases.push_back({"gptq4-160-cols", gptq(rng, R, 160, 32, true, false), R, 160, WeightCodec::Dense, 0});
   cases.push_back({"fp8-b48", fp8(rng, R, 192, 128, 48), R, 192, WeightCodec::Dense, 0});
-  // fp32 scales times a zero need more than 24 bits: an asymmetric bias would round.
-  cases.push_back({"ct-int4-asym-f32-scales", ct_int4(rng, R, C, 32, false, true), R, C, WeightCodec::Dense, 0});
   for (const auto& c : cases) check_case(c);
 }
 

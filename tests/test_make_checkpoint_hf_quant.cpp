@@ -94,7 +94,7 @@ TEST_P(MakeCheckpointHfQuantFormat, LoadsWithTheRealModulesLeftBf16AndBf16Std) {
 
   const TensorStore& s = ck.store();
   const std::string l0 = "model.language_model.layers.0.";
-  for (const std::string mod : {l0 + "mlp.gate_proj", l0 + "linear_attn.in_proj_qkv", l0 + "linear_attn.out_proj",
+  for (const std::string& mod : {l0 + "mlp.gate_proj", l0 + "linear_attn.in_proj_qkv", l0 + "linear_attn.out_proj",
                                 std::string("model.language_model.layers.3.self_attn.o_proj")}) {
     if (fp8) {
       ASSERT_TRUE(s.find(mod + ".weight")) << mod;
@@ -113,7 +113,7 @@ TEST_P(MakeCheckpointHfQuantFormat, LoadsWithTheRealModulesLeftBf16AndBf16Std) {
       for (int64_t i = 0; i < gi->numel(); ++i) ASSERT_EQ(load_unaligned<int32_t>(gi->data + 4 * i), i / 64) << mod;
     }
   }
-  for (const std::string t : {l0 + "linear_attn.in_proj_a.weight", l0 + "linear_attn.in_proj_b.weight",
+  for (const std::string& t : {l0 + "linear_attn.in_proj_a.weight", l0 + "linear_attn.in_proj_b.weight",
                               std::string("model.language_model.embed_tokens.weight"), std::string("lm_head.weight"),
                               std::string("mtp.fc.weight"), std::string("mtp.layers.0.mlp.down_proj.weight")}) {
     ASSERT_TRUE(s.find(t)) << t;

@@ -217,6 +217,7 @@ WeightRef checkpoint_matrix(const TensorStore& store, const QuantConfig& quant, 
         if (codec != WeightCodec::Dense) {
           w.scales = &w.decoded->scales_view;
           if (codec == WeightCodec::Affine) w.biases = &w.decoded->biases_view;
+          if (codec == WeightCodec::ZeroInt) w.zeros = &w.decoded->biases_view;
           if (codec != WeightCodec::Affine) w.native_codec = codec;
           w.quant = {w.decoded->bits, w.decoded->group};
         }
@@ -417,16 +418,16 @@ void dequantize_row(const WeightRef& w, int64_t row, float* out) {
   const uint32_t mask = (1u << bits) - 1u;
   const size_t words = cols / per_word;
   const uint8_t* packed = w.weight->data + static_cast<size_t>(row) * words * 4;
-  const bool symmetric = w.codec() == WeightCodec::SymInt;
-  const int32_t zero = 1 << (bits - 1);
+  const bool zero_int = w.codec() == WeightCodec::ZeroInt;
   for (size_t g = 0; g < groups; ++g) {
     const float s = load_float(w.scales->dtype, w.scales->data, g0 + g);
-    const float b = symmetric ? 0.0f : load_float(w.biases->dtype, w.biases->data, g0 + g);
+    const float b = zero_int ? 0.0f : load_float(w.biases->dtype, w.biases->data, g0 + g);
+    const int32_t zero = zero_int ? int32_t(load_float(w.zeros->dtype, w.zeros->data, g0 + g)) : 0;
     for (size_t c = g * group; c < (g + 1) * group; c += per_word) {
       uint32_t word = load_unaligned<uint32_t>(packed + (c / per_word) * 4);
       for (size_t j = 0; j < per_word; ++j) {
         const uint32_t q = (word >> (j * bits)) & mask;
-        if (symmetric) {
+        if (zero_int) {
           out[c + j] = s * static_cast<float>(int32_t(q) - zero);
         } else {
           const float sq = s * static_cast<float>(q);
@@ -442,7 +443,7 @@ const char* weight_codec_name(WeightCodec c) {
     case WeightCodec::Dense: return "dense";
     case WeightCodec::Affine: return "affine";
     case WeightCodec::Fp8: return "fp8";
-    case WeightCodec::SymInt: return "symmetric int";
+    case WeightCodec::ZeroInt: return "int with zeros";
   }
   return "?";
 }

@@ -52,13 +52,14 @@ struct WeightRef {
   const TensorView* weight = nullptr;
   const TensorView* scales = nullptr;  // null when dense
   const TensorView* biases = nullptr;  // null unless Affine
-  // Fp8 or SymInt when a native form holds one (checkpoint_matrix); else
+  // Fp8 or ZeroInt when a native form holds one (checkpoint_matrix); else
   // Dense, and `scales` tells Affine from Dense (codec()).
   WeightCodec native_codec = WeightCodec::Dense;
   QuantParams quant;  // bits == 0 when dense (Fp8: 8)
   int64_t rows = 0, cols = 0;
   std::shared_ptr<const DecodedMatrix> decoded;  // keeps a dequantized `weight` alive
   std::shared_ptr<const SliceViews> slice = nullptr;  // keeps the views of a stacked expert's slice alive
+  const TensorView* zeros = nullptr;  // ZeroInt: F32 [rows, cols/group], each an integer
   bool quantized() const { return scales != nullptr; }
   WeightCodec codec() const {
     return native_codec != WeightCodec::Dense ? native_codec : quantized() ? WeightCodec::Affine : WeightCodec::Dense;

@@ -74,8 +74,9 @@ HfQuant parse_hf_quant(const std::string& file, const nlohmann::json& block, con
 // A module as hf_decode hands it over: dequantized to fp32 (`view` a dense F32
 // [rows, cols] tensor over `values`, so it can stand where a stored `.weight`
 // would), or in a native codec (MatrixForm::Native): `view` the codes (Fp8:
-// the stored F8_E4M3 weight; Affine / SymInt: U32 words over `codes`, MLX's
-// packing), `scales_view` / `biases_view` F32 [rows, cols/group].
+// the stored F8_E4M3 weight; Affine / ZeroInt: U32 words over `codes`, MLX's
+// packing), `scales_view` / `biases_view` F32 [rows, cols/group] (ZeroInt:
+// `biases` holds the zeros, integers as floats).
 struct DecodedMatrix {
   TensorView view;
   std::vector<float> values;
@@ -100,8 +101,8 @@ std::string hf_module_label(const TensorStore& store, const HfQuant& q, const st
 // shape, g_idx range, the config's bits / group / block) and hands it over in
 // `form`: Fp32 dequantizes; Native keeps the codes where a codec holds the
 // format exactly (docs/formats.md, "Native codecs": columns a multiple of
-// 128, groups of 32, 64 or a multiple of 128, no activation order; an
-// asymmetric bias -scale * zero exact in fp32) and dequantizes otherwise;
+// 128, groups of 32, 64 or a multiple of 128, no activation order; 8-bit
+// codes: a bias -scale * zero exact in fp32) and dequantizes otherwise;
 // Checked returns nullptr. `dir` and the tensor names appear in every error.
 // `linear` as for scheme_for.
 std::shared_ptr<const DecodedMatrix> hf_decode(const TensorStore& store, const HfQuant& q, const std::string& dir,

@@ -84,43 +84,40 @@ std::shared_ptr<DecodedMatrix> make(int64_t rows, int64_t cols) {
 int64_t native_group(int64_t g) { return g == 32 || g == 64 ? g : g % 128 == 0 ? 128 : 0; }
 
 // Integer codes with a scale and zero per (row, group of `src_group` columns):
-// w = scale * (q - zero). SymInt when every zero is 2^(bits-1) and bits is 4;
-// otherwise Affine with bias = -scale * zero when that product is exact in
-// fp32 for every group (then scale * q + bias is the same value); nullptr
-// when neither fits. q(r, c), scale(r, c), zero(r, c) read the stored tensors.
+// w = scale * (q - zero). 4-bit: ZeroInt (the zeros kept, as floats). 8-bit:
+// Affine with bias = -scale * zero when that product is exact in fp32 for
+// every group (then scale * q + bias is the same value), else nullptr.
+// q(r, c), scale(r, c), zero(r, c) read the stored tensors.
 template <typename Q, typename S, typename Z>
 std::shared_ptr<DecodedMatrix> native_int(int64_t rows, int64_t cols, int bits, int64_t src_group, Q&& q, S&& scale,
                                           Z&& zero) {
   const int64_t g = native_group(src_group);
   if (g == 0 || cols % 128 != 0) return nullptr;
   const int64_t ng = cols / g;
-  const int32_t mid = 1 << (bits - 1);
   auto d = std::make_shared<DecodedMatrix>();
   d->bits = bits;
   d->group = int(g);
   d->scales.resize(size_t(rows * ng));
   d->biases.resize(size_t(rows * ng));
-  std::atomic<bool> symmetric = bits == 4, exact = true;
+  const bool zero_int = bits == 4;
+  std::atomic<bool> exact = true;
   // Rows are independent: a 27B's matrices are repacked on every core.
   ThreadPool pool(default_thread_count());
   pool.parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
-    bool sym = true, ex = true;
+    bool ex = true;
     for (int64_t r = r0; r < r1; ++r)
       for (int64_t j = 0; j < ng; ++j) {
         const float s = scale(r, j * g);
         const int32_t z = zero(r, j * g);
         const double b = -double(s) * double(z);
         d->scales[size_t(r * ng + j)] = s;
-        d->biases[size_t(r * ng + j)] = float(b);
-        sym = sym && z == mid;
+        d->biases[size_t(r * ng + j)] = zero_int ? float(z) : float(b);
         ex = ex && double(float(b)) == b;
       }
-    if (!sym) symmetric = false;
     if (!ex) exact = false;
   });
-  if (!symmetric && !exact) return nullptr;
-  d->codec = symmetric ? WeightCodec::SymInt : WeightCodec::Affine;
-  if (symmetric) d->biases.clear();
+  if (!zero_int && !exact) return nullptr;
+  d->codec = zero_int ? WeightCodec::ZeroInt : WeightCodec::Affine;
   const int per = 32 / bits;
   d->codes.assign(size_t(rows * (cols / per)), 0u);
   pool.parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {

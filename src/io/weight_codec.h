@@ -18,7 +18,7 @@ enum class WeightCodec {
   Dense,   // F32 / BF16 / F16 `weight`
   Affine,  // MLX affine: U32 codes (element j of a word in bits [bits*j, bits*(j+1))), w = scale * q + bias
   Fp8,     // F8_E4M3 `weight` [rows, cols], w = fp8 * scale; no biases
-  SymInt,  // U32 codes packed as Affine, w = scale * (q - 2^(bits-1)); no biases
+  ZeroInt,  // 4-bit U32 codes packed as Affine, w = scale * (q - zero), a zero per group; no biases
 };
 const char* weight_codec_name(WeightCodec c);
 

@@ -86,7 +86,7 @@ void embed_rows(const DevMatrix& E, const int32_t* tokens, int T, float* x, int 
     case WKind::Q4: CUDA_CHECK(launch_kernel(embed_kernel<WKind::Q4>, T, 256, 0, s, E, tokens, x, ldx)); break;
     case WKind::Q8: CUDA_CHECK(launch_kernel(embed_kernel<WKind::Q8>, T, 256, 0, s, E, tokens, x, ldx)); break;
     case WKind::FP8:
-    case WKind::S4: fail("embedding: FP8 / S4 weights are read by the matmul only");
+    case WKind::Z4: fail("embedding: FP8 / Z4 weights are read by the matmul only");
   }
   CUDA_CHECK_LAUNCH("embed_kernel");
 }

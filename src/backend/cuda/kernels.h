@@ -23,10 +23,10 @@ namespace nextn::cuda {
 enum class Act : int { BF16 = 0, F32 = 1 };
 inline int act_size(Act a) { return a == Act::BF16 ? 2 : 4; }
 
-enum class WKind : int { F32 = 0, BF16 = 1, Q4 = 2, Q8 = 3, FP8 = 4, S4 = 5 };
+enum class WKind : int { F32 = 0, BF16 = 1, Q4 = 2, Q8 = 3, FP8 = 4, Z4 = 5 };
 // The kinds only the streamed kernel reads (the bf16 mode's transformers
 // formats, docs/formats.md): their scale multiplies each group's MMA sum.
-inline bool scaled_kind(WKind k) { return k == WKind::FP8 || k == WKind::S4; }
+inline bool scaled_kind(WKind k) { return k == WKind::FP8 || k == WKind::Z4; }
 
 // A weight matrix [rows][cols] (out features, in features) on the device.
 // F32/BF16: `w` is row-major [rows][cols]. Q4/Q8: `w` is MLX's packed u32
@@ -36,9 +36,10 @@ inline bool scaled_kind(WKind k) { return k == WKind::FP8 || k == WKind::S4; }
 // a word at bit q4_bit(j)) for the generic kernels, and, for matrices the
 // streamed kernel takes (stream_eligible in matmul_stream.h), a copy in its
 // stage-unit layout (`packed`), which is all the bf16 mode then reads.
-// FP8 (e4m3 bytes [rows][cols], w = fp8 * scale) and S4 (MLX-packed u32
-// words, w = scale * (q - 8)): fp32 scales [rows][cols/group], no biases;
-// streamed only (stream_eligible), so pack_quant must give them the layout.
+// FP8 (e4m3 bytes [rows][cols], w = fp8 * scale) and Z4 (MLX-packed u32
+// words, w = scale * (q - zero)): fp32 scales [rows][cols/group]; Z4's
+// zeros (integers 0..16) as fp32 in `biases`; streamed only
+// (stream_eligible), so pack_quant must give them the layout.
 struct DevMatrix {
   WKind kind = WKind::BF16;
   int rows = 0, cols = 0, group = 0;

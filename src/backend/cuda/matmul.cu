@@ -319,7 +319,7 @@ void launch_mm(const DevMatrix& W, Act act, dim3 grid_tc, cudaStream_t s, const 
       case WKind::Q4: CUDA_CHECK(launch_kernel(mm_fma_kernel<WKind::Q4, EPI>, grid, 256, 0, s, p)); break;
       case WKind::Q8: CUDA_CHECK(launch_kernel(mm_fma_kernel<WKind::Q8, EPI>, grid, 256, 0, s, p)); break;
       case WKind::FP8:
-      case WKind::S4: fail("matmul: FP8 / S4 weights run in the bf16 mode only");
+      case WKind::Z4: fail("matmul: FP8 / Z4 weights run in the bf16 mode only");
     }
   } else {
     const int nf = ceil_div(p.T, 8);
@@ -329,7 +329,7 @@ void launch_mm(const DevMatrix& W, Act act, dim3 grid_tc, cudaStream_t s, const 
       case WKind::Q8: launch_tc_nf<EPI, WKind::Q8>(nf, grid_tc, s, p); break;
       case WKind::F32: fail("matmul: fp32 weights need the fp32-activation mode");
       case WKind::FP8:
-      case WKind::S4: fail("matmul: FP8 / S4 weights without the streamed layout");
+      case WKind::Z4: fail("matmul: FP8 / Z4 weights without the streamed layout");
     }
   }
   CUDA_CHECK_LAUNCH("matmul kernel");
@@ -366,7 +366,7 @@ long long row_read_bytes(const DevMatrix& W) {
     case WKind::Q4: return cols / 2 + groups * 8;
     case WKind::Q8: return cols + groups * 8;
     case WKind::FP8: return cols + groups * 4;
-    case WKind::S4: return cols / 2 + groups * 4;
+    case WKind::Z4: return cols / 2 + groups * 8;
   }
   return 0;
 }
@@ -403,7 +403,7 @@ void check_matrix(const DevMatrix& m, const char* name) {
   if ((m.kind == WKind::Q4 || m.kind == WKind::Q8) && (m.group < 32 || m.group % 32 != 0 || m.cols % m.group != 0))
     fail("CUDA backend: matrix {} has quantization group {}; the kernels need a multiple of 32", name, m.group);
   if (scaled_kind(m.kind) && !stream_eligible(m))
-    fail("CUDA backend: matrix {} ({} columns, group {}): FP8 / S4 weights need columns a multiple of {} and "
+    fail("CUDA backend: matrix {} ({} columns, group {}): FP8 / Z4 weights need columns a multiple of {} and "
          "groups of 32, 64 or 128",
          name, m.cols, m.group, kChunkK);
   if (m.splits < 1 || (m.splits > 1 && m.splits > m.cols / kChunkK))
@@ -442,7 +442,7 @@ void pack_quant(DevMatrix& m, void* dst, cudaStream_t s) {
   if (m.kind != WKind::Q4 && m.kind != WKind::Q8 && !scaled_kind(m.kind)) return;
   if (m.quant_packed) fail("pack_quant: matrix already packed");
   if (scaled_kind(m.kind) && (!stream_eligible(m) || dst == nullptr))
-    fail("pack_quant: FP8 / S4 weights are read only through the streamed layout");
+    fail("pack_quant: FP8 / Z4 weights are read only through the streamed layout");
   if (stream_eligible(m) && dst != nullptr) {  // from MLX's word order: before the in-place repack below
     stream_pack(m, dst, s);
     m.packed = dst;

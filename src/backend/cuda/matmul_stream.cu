@@ -23,8 +23,8 @@
 //  - split-K partials are reduced in split order by the last block to finish
 //    a tile (a counter per tile), not by a second launch.
 //
-// The scaled formats (FP8, S4) decode their codes to exact bf16 values (fp8:
-// the value itself; s4: q - 8) and multiply each group's MMA sum by its fp32
+// The scaled formats (FP8, Z4) decode their codes to exact bf16 values (fp8:
+// the value itself; z4: q - zero) and multiply each group's MMA sum by its fp32
 // scale: the scale is never rounded to bf16, and the decoding stays as
 // cheap as q4's (docs/formats.md, "Native codecs").
 //
@@ -177,13 +177,13 @@ __device__ __forceinline__ uint32_t fp8_pair(uint32_t w) {
 __device__ __forceinline__ uint4 decode_fp8(uint32_t w0, uint32_t w1) {
   return make_uint4(fp8_pair<0, 1>(w0), fp8_pair<2, 3>(w0), fp8_pair<0, 1>(w1), fp8_pair<2, 3>(w1));
 }
-// An s4 piece (8 nibbles, element e at bit q4_bit(e)) -> 4 bf16 pairs of q - 8:
-// (128 + q) - 136, exact.
-__device__ __forceinline__ uint4 decode_s4(uint32_t w) {
-  constexpr uint32_t kMagic = 0x43004300u, kMid = 0x43084308u;  // bf16 pairs (128, 128), (136, 136)
+// A z4 piece (8 nibbles, element e at bit q4_bit(e)) -> 4 bf16 pairs of
+// q - zero: (128 + q) - (128 + zero), exact; zp is the pair (128 + zero) x 2.
+__device__ __forceinline__ uint4 decode_z4(uint32_t w, uint32_t zp) {
+  constexpr uint32_t kMagic = 0x43004300u;  // bf16 pair (128, 128)
   uint32_t r[4];
 #pragma unroll
-  for (int e = 0; e < 4; ++e) r[e] = bf2_sub(lop3_and_or(w >> (4 * e), 0x000f000fu, kMagic), kMid);
+  for (int e = 0; e < 4; ++e) r[e] = bf2_sub(lop3_and_or(w >> (4 * e), 0x000f000fu, kMagic), zp);
   return make_uint4(r[0], r[1], r[2], r[3]);
 }
 
@@ -192,13 +192,14 @@ __device__ __forceinline__ uint4 decode_s4(uint32_t w) {
 struct LaneOffsets {
   int w, sb, x;
 };
-template <int BITS>
+template <int FMT>
 __device__ __forceinline__ LaneOffsets lane_offsets(const StreamParams& p, int kh, int rg, int lane) {
+  constexpr int BITS = fmt_bits(FMT);
   const int g = lane >> 2, c = lane & 3;
   LaneOffsets o;
   o.w = (kh * 4 + rg) * 4 * 32 * lane_bytes(BITS) + lane * lane_bytes(BITS);
-  // (scale, bias) word of row rg*32 + g, group of piece 2kh
-  o.sb = unit_weight_bytes(BITS) + ((rg * 32 + g) * p.gpc + ((64 * kh) >> p.gshift)) * 4;
+  // (row, group) entry of row rg*32 + g, group of piece 2kh
+  o.sb = unit_weight_bytes(BITS) + ((rg * 32 + g) * p.gpc + ((64 * kh) >> p.gshift)) * group_entry_bytes(FMT);
   o.x = p.unit_bytes + g * kXStride + 16 * c + 128 * kh;  // token g, piece 2kh
   return o;
 }
@@ -213,7 +214,8 @@ __device__ __forceinline__ void unit_compute(const uint8_t* st, const LaneOffset
   constexpr int BITS = fmt_bits(FMT);
   constexpr bool kScaled = fmt_scaled(FMT);
   constexpr int LB = lane_bytes(BITS);
-  uint32_t wq[2][2][LB / 4], sbw[2][2][2];
+  constexpr int EW = group_entry_bytes(FMT) / 4;  // words per (row, group) entry
+  uint32_t wq[2][2][LB / 4], sbw[2][2][2], zpw[2][2][2];
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -230,9 +232,13 @@ __device__ __forceinline__ void unit_compute(const uint8_t* st, const LaneOffset
         wq[m][h][2] = v.z;
         wq[m][h][3] = v.w;
       }
-      const uint32_t* sp = reinterpret_cast<const uint32_t*>(st + o.sb + (16 * m + 8 * h) * GPC * 4);
+      const uint32_t* sp = reinterpret_cast<const uint32_t*>(st + o.sb + (16 * m + 8 * h) * GPC * 4 * EW);
       sbw[m][h][0] = sp[0];
-      sbw[m][h][1] = GPC == 4 ? sp[1] : sbw[m][h][0];
+      sbw[m][h][1] = GPC == 4 ? sp[EW] : sbw[m][h][0];
+      if constexpr (FMT == kZ4) {
+        zpw[m][h][0] = sp[1];
+        zpw[m][h][1] = GPC == 4 ? sp[3] : zpw[m][h][0];
+      }
     }
   float part[2][NF][4];  // a scaled format's group sums
 #pragma unroll
@@ -258,7 +264,7 @@ __device__ __forceinline__ void unit_compute(const uint8_t* st, const LaneOffset
         else if constexpr (FMT == kFp8)
           a[m][h] = decode_fp8(wq[m][h][2 * jj], wq[m][h][2 * jj + 1]);
         else
-          a[m][h] = decode_s4(wq[m][h][jj]);
+          a[m][h] = decode_z4(wq[m][h][jj], zpw[m][h][jj]);
       }
     uint4 b[NF];
 #pragma unroll
@@ -344,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
   // Consumers: 4 row groups (rg) x 2 k halves (kh).
   const int kh = warp >> 2, rg = warp & 3, g = lane >> 2, c = lane & 3;
   float* red = reinterpret_cast<float*>(smem + p.stages * p.stage_smem);  // [rg][2 * NF * 4][32]
-  const LaneOffsets off = lane_offsets<BITS>(p, kh, rg, lane);
+  const LaneOffsets off = lane_offsets<FMT>(p, kh, rg, lane);
   bool tok[NF];  // this lane's token row of fragment f exists
 #pragma unroll
   for (int f = 0; f < NF; ++f) tok[f] = 8 * f + g < p.T;
@@ -530,7 +536,7 @@ KernelFn kernel_for(int fmt, int epi, int nf) {
     case kQ4: return kernel_for<kQ4>(epi, nf);
     case kQ8: return kernel_for<kQ8>(epi, nf);
     case kFp8: return kernel_for<kFp8>(epi, nf);
-    default: return kernel_for<kS4>(epi, nf);
+    default: return kernel_for<kZ4>(epi, nf);
   }
 }
 
@@ -592,7 +598,7 @@ void init_kernels() {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
-  for (int fmt : {kQ4, kQ8, kFp8, kS4})
+  for (int fmt : {kQ4, kQ8, kFp8, kZ4})
     for (int epi : {int(kOut), int(kArgmax)})
       for (int nf = 1; nf <= 8; ++nf)
         CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel_for(fmt, epi, nf)),

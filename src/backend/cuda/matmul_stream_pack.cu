@@ -19,8 +19,9 @@ using namespace stream;
 
 // ---- load-time repacking into stage units ----
 // Unit (tile, chunk): [kh][rg][m][h][lane] pieces of lane_bytes, then the
-// group words [row][gpc]: bf16 (scale, bias) pairs, or a scaled format's
-// fp32 scales. Rows past the matrix are zero. FP8 bytes are read as Q8's
+// group entries [row][gpc]: bf16 (scale, bias) pairs, FP8's fp32 scales, or
+// Z4's fp32 scale and bf16 pair (128 + zero) x 2 (zeros from `biases`). Rows
+// past the matrix are zero. FP8 bytes are read as Q8's
 // words are (element k of a row at byte k).
 template <int FMT>
 __global__ void stream_pack_kernel(const uint32_t* w, const float* scales, const float* biases, int rows, int cols,
@@ -62,15 +63,22 @@ __global__ void stream_pack_kernel(const uint32_t* w, const float* scales, const
     } else {
       const int e = u - kUnits, r = e / gpc, gi = e % gpc;
       const int row = tile * kRows + r;
-      uint32_t sb = 0;
+      uint32_t sb = 0, zp = 0;
       if (row < rows && fmt_scaled(FMT)) {
-        sb = __float_as_uint(scales[size_t(row) * (cols / group) + size_t(ch) * kK / group + gi]);
+        const size_t gidx = size_t(row) * (cols / group) + size_t(ch) * kK / group + gi;
+        sb = __float_as_uint(scales[gidx]);
+        if (FMT == kZ4) {
+          const bf16 z = __float2bfloat16_rn(128.0f + biases[gidx]);  // exact: zeros are 0..16
+          zp = uint32_t(*reinterpret_cast<const uint16_t*>(&z)) * 0x10001u;
+        }
       } else if (row < rows) {
         const size_t gidx = size_t(row) * (cols / group) + size_t(ch) * kK / group + gi;
         const bf16 sv = __float2bfloat16_rn(scales[gidx]), bv = __float2bfloat16_rn(biases[gidx]);
         sb = uint32_t(*reinterpret_cast<const uint16_t*>(&sv)) | (uint32_t(*reinterpret_cast<const uint16_t*>(&bv)) << 16);
       }
-      reinterpret_cast<uint32_t*>(base + unit_weight_bytes(BITS))[r * gpc + gi] = sb;
+      uint32_t* entry = reinterpret_cast<uint32_t*>(base + unit_weight_bytes(BITS)) + (r * gpc + gi) * (group_entry_bytes(FMT) / 4);
+      entry[0] = sb;
+      if (FMT == kZ4) entry[1] = zp;
     }
   }
 }
@@ -142,7 +150,7 @@ void stream_pack(const DevMatrix& m, void* dst, cudaStream_t s) {
     case kQ4: pack(stream_pack_kernel<kQ4>); break;
     case kQ8: pack(stream_pack_kernel<kQ8>); break;
     case kFp8: pack(stream_pack_kernel<kFp8>); break;
-    default: pack(stream_pack_kernel<kS4>); break;
+    default: pack(stream_pack_kernel<kZ4>); break;
   }
   CUDA_CHECK_LAUNCH("stream_pack_kernel");
 }

@@ -27,12 +27,12 @@ constexpr int64_t kExpandBytes = int64_t(64) << 20;  // bf16 scratch per GEMM bl
 
 // Expands tiles [tile0, tile0 + tiles) into out, row tile0 * 128 first.
 // Element (row, k) rounded to bf16 once from its exact fp32 value: s * q + b
-// (affine Q4 / Q8, the bf16 pair), fp8 * s or s * (q - 8) (FP8, S4: fp32 s).
+// (affine Q4 / Q8, the bf16 pair), fp8 * s or s * (q - zero) (FP8, Z4: fp32 s).
 template <WKind WK>
 __global__ void __launch_bounds__(256) expand_stream_kernel(const uint8_t* packed, int rows, int cols, int group,
                                                             int tile0, int tiles, int chunks, int unit_bytes, bf16* out) {
   pdl_prologue();
-  constexpr int BITS = WK == WKind::Q4 || WK == WKind::S4 ? 4 : 8;
+  constexpr int BITS = WK == WKind::Q4 || WK == WKind::Z4 ? 4 : 8;
   constexpr int LB = BITS == 4 ? 8 : 16;  // bytes per lane entry
   const int gpc = kUnitK / group;
   const size_t total = size_t(tiles) * chunks * kLanes;
@@ -51,9 +51,10 @@ __global__ void __launch_bounds__(256) expand_stream_kernel(const uint8_t* packe
 #pragma unroll
     for (int jj = 0; jj < 2; ++jj) {
       const int kk = 32 * (2 * kh + jj) + 8 * c;
-      const uint32_t sb = sbs[r * gpc + kk / group];
+      constexpr int kEntryWords = WK == WKind::Z4 ? 2 : 1;  // Z4: scale, then (128 + zero) x 2
+      const uint32_t sb = sbs[(r * gpc + kk / group) * kEntryWords];
       const uint16_t s16 = uint16_t(sb & 0xffffu), b16 = uint16_t(sb >> 16);
-      const bool scaled = WK == WKind::FP8 || WK == WKind::S4;
+      const bool scaled = WK == WKind::FP8 || WK == WKind::Z4;
       const float s = scaled ? __uint_as_float(sb) : __bfloat162float(*reinterpret_cast<const bf16*>(&s16));
       const float b = scaled ? 0.0f : __bfloat162float(*reinterpret_cast<const bf16*>(&b16));
       alignas(16) bf16 e8[8];
@@ -65,8 +66,10 @@ __global__ void __launch_bounds__(256) expand_stream_kernel(const uint8_t* packe
         if constexpr (WK == WKind::FP8) {
           const __half_raw h = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(q), __NV_E4M3);
           e8[e] = __float2bfloat16_rn(__half2float(__half(h)) * s);
-        } else if constexpr (WK == WKind::S4) {
-          e8[e] = __float2bfloat16_rn(s * float(int(q) - 8));
+        } else if constexpr (WK == WKind::Z4) {
+          const uint32_t zp = sbs[(r * gpc + kk / group) * kEntryWords + kEntryWords - 1] & 0xffffu;
+          const float zero = __bfloat162float(*reinterpret_cast<const bf16*>(&zp)) - 128.0f;
+          e8[e] = __float2bfloat16_rn(s * (float(q) - zero));
         } else {
           e8[e] = __float2bfloat16_rn(fmaf(s, float(q), b));
         }
@@ -161,7 +164,7 @@ void PrefillGemm::matmul(const DevMatrix& W, const void* X, int T, int ldx, floa
       case WKind::Q4: expand(expand_stream_kernel<WKind::Q4>); break;
       case WKind::Q8: expand(expand_stream_kernel<WKind::Q8>); break;
       case WKind::FP8: expand(expand_stream_kernel<WKind::FP8>); break;
-      default: expand(expand_stream_kernel<WKind::S4>); break;
+      default: expand(expand_stream_kernel<WKind::Z4>); break;
     }
     const int row0 = tile0 * kUnitRows;
     gemm(out, row0, std::min(W.rows, (tile0 + n) * kUnitRows) - row0);

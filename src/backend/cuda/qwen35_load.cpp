@@ -201,7 +201,7 @@ LayerWeights CudaQwen35Weights::load_layer(const Qwen35Checkpoint& ck, const std
   const auto& c = cfg;
   const int H = c.hidden_size, hd = c.head_dim;
   // The bf16 mode takes transformers' formats in their native codecs
-  // (FP8 / S4 streamed); the fp32 mode dequantized, as the CPU runs them.
+  // (FP8 / Z4 streamed); the fp32 mode dequantized, as the CPU runs them.
   const MatrixForm form = act == Act::BF16 ? MatrixForm::Native : MatrixForm::Fp32;
   LayerWeights L;
   L.full = full;

@@ -37,7 +37,7 @@ void upload_dense_parts(const std::vector<WeightRef>& parts, size_t esz, uint8_t
 
 namespace {
 
-// FP8 / S4 parts (a native form of a transformers format): the codes and the
+// FP8 / Z4 parts (a native form of a transformers format): the codes and the
 // fp32 scales to the device, the streamed layout from them, then only the
 // layout is kept (these kinds have no other reader).
 DevMatrix upload_scaled_parts(const std::vector<WeightRef>& parts, Act act, DeviceMemory& mem, const char* what,
@@ -46,7 +46,8 @@ DevMatrix upload_scaled_parts(const std::vector<WeightRef>& parts, Act act, Devi
   if (act != Act::BF16 || use != WeightUse::Matmul)
     fail("--backend cuda: {}: {} weights run as matmuls in the bf16 mode only", w0.name, weight_codec_name(w0.codec()));
   DevMatrix m;
-  m.kind = w0.codec() == WeightCodec::Fp8 ? WKind::FP8 : WKind::S4;
+  m.kind = w0.codec() == WeightCodec::Fp8 ? WKind::FP8 : WKind::Z4;
+  const bool zeros = m.kind == WKind::Z4;
   m.cols = int(w0.cols);
   m.group = w0.quant.group_size;
   for (const auto& p : parts) m.rows += int(p.rows);
@@ -56,20 +57,27 @@ DevMatrix upload_scaled_parts(const std::vector<WeightRef>& parts, Act act, Devi
   const size_t groups = size_t(m.cols / m.group);
   auto* dw = mem.alloc<uint8_t>(size_t(m.rows) * code_bytes, what);
   auto* ds = mem.alloc<float>(size_t(m.rows) * groups * 4, what);
+  auto* dz = zeros ? mem.alloc<float>(size_t(m.rows) * groups * 4, what) : nullptr;
   m.w = dw;
   m.scales = ds;
+  m.biases = dz;  // Z4: the zeros (kernels.h)
   for (const auto& p : parts) {
-    if (p.scales->dtype != DType::F32) fail("internal: {}: native scales are not F32", p.name);
+    if (p.scales->dtype != DType::F32 || (zeros && (p.zeros == nullptr || p.zeros->dtype != DType::F32)))
+      fail("internal: {}: native scales or zeros are not F32", p.name);
     CUDA_CHECK(cudaMemcpy(dw, p.weight->data, size_t(p.rows) * code_bytes, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(ds, p.scales->data, size_t(p.rows) * groups * 4, cudaMemcpyHostToDevice));
+    if (zeros) CUDA_CHECK(cudaMemcpy(dz, p.zeros->data, size_t(p.rows) * groups * 4, cudaMemcpyHostToDevice));
     dw += size_t(p.rows) * code_bytes;
     ds += size_t(p.rows) * groups;
+    if (zeros) dz += size_t(p.rows) * groups;
   }
   pack_quant(m, mem.alloc<uint8_t>(size_t(pack_quant_bytes(m)), what), nullptr);
   mem.release(m.w);
   mem.release(m.scales);
+  if (zeros) mem.release(m.biases);
   m.w = nullptr;
   m.scales = nullptr;
+  m.biases = nullptr;
   return m;
 }
 
@@ -92,7 +100,7 @@ DevMatrix upload_weight_parts(const std::vector<WeightRef>& parts, Act act, Devi
            w0.name, storage(w0));
     m.rows += int(p.rows);
   }
-  if (w0.codec() == WeightCodec::Fp8 || w0.codec() == WeightCodec::SymInt)
+  if (w0.codec() == WeightCodec::Fp8 || w0.codec() == WeightCodec::ZeroInt)
     return upload_scaled_parts(parts, act, mem, what, splittable, use);
   if (w0.quantized()) {
     if (w0.quant.bits != 4 && w0.quant.bits != 8)

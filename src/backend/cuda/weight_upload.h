@@ -3,7 +3,7 @@
 // parts as bf16 (fp32 in the fp32 mode), converted on the host where the
 // stored dtype differs; MLX affine Q4/Q8 parts as their packed words with
 // fp32 scales and biases, then pack_quant's layouts (kernels.h); the native
-// FP8 / symmetric-int codecs of transformers' formats as FP8 / S4 matrices.
+// FP8 / int-with-zeros codecs of transformers' formats as FP8 / Z4 matrices.
 #pragma once
 #include <cstddef>
 #include <cstdint>
