@@ -128,6 +128,27 @@ std::shared_ptr<DecodedMatrix> native_int(int64_t rows, int64_t cols, int bits, 
   return d;
 }
 
+// An integer format handed over in `form` (not Checked) from its element
+// readers (native_int's): the native codec when `native_ok` and one fits,
+// else dequantized, w = scale * (q - zero) per element, rounded once.
+template <typename Q, typename S, typename Z>
+std::shared_ptr<DecodedMatrix> hand_over_int(MatrixForm form, bool native_ok, int64_t rows, int64_t cols, int bits,
+                                             int64_t src_group, Q&& q, S&& scale, Z&& zero, const std::string& label) {
+  std::shared_ptr<DecodedMatrix> d;
+  if (form == MatrixForm::Native && native_ok) d = native_int(rows, cols, bits, src_group, q, scale, zero);
+  if (!d) {
+    d = make(rows, cols);
+    ThreadPool pool(default_thread_count());
+    pool.parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          d->values[size_t(r * cols + c)] = scale(r, c) * float(int32_t(q(r, c)) - zero(r, c));
+    });
+  }
+  d->label = label;
+  return d;
+}
+
 // FP8 codes with one scale per (row, group of `src_group` columns): the stored
 // weight is the codec's (no copy); the scales are expanded to [rows, cols/g].
 template <typename S>
@@ -143,6 +164,25 @@ std::shared_ptr<DecodedMatrix> native_fp8(const TensorView& w, int64_t rows, int
   d->scales.resize(size_t(rows * ng));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < ng; ++j) d->scales[size_t(r * ng + j)] = scale(r, j * g);
+  return d;
+}
+
+// An FP8 weight handed over in `form` (not Checked): the native codec where
+// one fits, else dequantized, w = fp8 * scale per element (NaN codes refused).
+template <typename S>
+std::shared_ptr<DecodedMatrix> hand_over_fp8(const Module& m, const TensorView& w, MatrixForm form, int64_t rows,
+                                             int64_t cols, int64_t src_group, S&& scale, const std::string& label) {
+  std::shared_ptr<DecodedMatrix> d;
+  if (form == MatrixForm::Native) {
+    check_fp8_codes(m, w);
+    d = native_fp8(w, rows, cols, src_group, scale);
+  }
+  if (!d) {
+    d = make(rows, cols);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) d->values[size_t(r * cols + c)] = fp8_at(m, w, size_t(r * cols + c)) * scale(r, c);
+  }
+  d->label = label;
   return d;
 }
 
@@ -185,22 +225,8 @@ std::shared_ptr<DecodedMatrix> fp8(const Module& m, const HfQuant& q, int64_t ro
   if (form == MatrixForm::Checked) return nullptr;
   const int64_t sc = ceil_div(cols, bi);
   const std::string label = q.block_out ? fmt::format("fp8 b{}x{}", bo, bi) : std::string("fp8 per-tensor");
-  if (form == MatrixForm::Native) {
-    check_fp8_codes(m, w);
-    auto scale = [&](int64_t r, int64_t c) { return load_float(s.dtype, s.data, size_t((r / bo) * sc + c / bi)); };
-    if (auto d = native_fp8(w, rows, cols, bi, scale)) {
-      d->label = label;
-      return d;
-    }
-  }
-  auto d = make(rows, cols);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      const float scale = load_float(s.dtype, s.data, size_t((r / bo) * sc + c / bi));
-      d->values[size_t(r * cols + c)] = fp8_at(m, w, size_t(r * cols + c)) * scale;
-    }
-  d->label = label;
-  return d;
+  auto scale = [&](int64_t r, int64_t c) { return load_float(s.dtype, s.data, size_t((r / bo) * sc + c / bi)); };
+  return hand_over_fp8(m, w, form, rows, cols, bi, scale, label);
 }
 
 // gptq (v1): qweight [in*bits/32, out] packs along the input, first element
@@ -238,30 +264,12 @@ std::shared_ptr<DecodedMatrix> gptq(const Module& m, const HfQuant& q, int64_t r
     }
   }
   if (form == MatrixForm::Checked) return nullptr;
-  const std::string label = fmt::format("gptq q{} g{}", bits, g);
-  if (form == MatrixForm::Native && ordered) {
-    auto qv = [&](int64_t o, int64_t i) { return (word_at(qw, size_t((i / per) * rows + o)) >> ((i % per) * bits)) & mask; };
-    auto scale = [&](int64_t o, int64_t i) { return load_float(sc.dtype, sc.data, size_t((i / g) * rows + o)); };
-    auto zero = [&](int64_t o, int64_t i) {
-      return int32_t((word_at(qz, size_t((i / g) * (rows / per) + o / per)) >> ((o % per) * bits)) & mask) + 1;
-    };
-    if (auto d = native_int(rows, cols, bits, g, qv, scale, zero)) {
-      d->label = label;
-      return d;
-    }
-  }
-  auto d = make(rows, cols);
-  for (int64_t i = 0; i < cols; ++i) {
-    const int64_t gr = group[size_t(i)];
-    for (int64_t o = 0; o < rows; ++o) {
-      const uint32_t qv = (word_at(qw, size_t((i / per) * rows + o)) >> ((i % per) * bits)) & mask;
-      const uint32_t zv = (word_at(qz, size_t(gr * (rows / per) + o / per)) >> ((o % per) * bits)) & mask;
-      const float scale = load_float(sc.dtype, sc.data, size_t(gr * rows + o));
-      d->values[size_t(o * cols + i)] = scale * float(int32_t(qv) - (int32_t(zv) + 1));
-    }
-  }
-  d->label = label;
-  return d;
+  auto qv = [&](int64_t o, int64_t i) { return (word_at(qw, size_t((i / per) * rows + o)) >> ((i % per) * bits)) & mask; };
+  auto scale = [&](int64_t o, int64_t i) { return load_float(sc.dtype, sc.data, size_t(group[size_t(i)] * rows + o)); };
+  auto zero = [&](int64_t o, int64_t i) {  // stored minus one
+    return int32_t((word_at(qz, size_t(group[size_t(i)] * (rows / per) + o / per)) >> ((o % per) * bits)) & mask) + 1;
+  };
+  return hand_over_int(form, ordered, rows, cols, bits, g, qv, scale, zero, fmt::format("gptq q{} g{}", bits, g));
 }
 
 // awq gemm: qweight [in, out/8] and qzeros [groups, out/8] pack along the
@@ -282,31 +290,12 @@ std::shared_ptr<DecodedMatrix> awq(const Module& m, const HfQuant& q, int64_t ro
   m.float_dtype(sc);
   m.shape(sc, {ng, rows}, fmt::format("{} groups of {} x out {}", ng, g, rows));
   if (form == MatrixForm::Checked) return nullptr;
-  const std::string label = fmt::format("awq q4 g{}", g);
-  if (form == MatrixForm::Native) {
-    auto qv = [&](int64_t o, int64_t i) { return (word_at(qw, size_t(i * (rows / 8) + o / 8)) >> (4 * kAwqNibble[o % 8])) & 15u; };
-    auto scale = [&](int64_t o, int64_t i) { return load_float(sc.dtype, sc.data, size_t((i / g) * rows + o)); };
-    auto zero = [&](int64_t o, int64_t i) {
-      return int32_t((word_at(qz, size_t((i / g) * (rows / 8) + o / 8)) >> (4 * kAwqNibble[o % 8])) & 15u);
-    };
-    if (auto d = native_int(rows, cols, 4, g, qv, scale, zero)) {
-      d->label = label;
-      return d;
-    }
-  }
-  auto d = make(rows, cols);
-  for (int64_t i = 0; i < cols; ++i) {
-    const int64_t gr = i / g;
-    for (int64_t o = 0; o < rows; ++o) {
-      const int shift = 4 * kAwqNibble[o % 8];
-      const uint32_t qv = (word_at(qw, size_t(i * (rows / 8) + o / 8)) >> shift) & 15u;
-      const uint32_t zv = (word_at(qz, size_t(gr * (rows / 8) + o / 8)) >> shift) & 15u;
-      const float scale = load_float(sc.dtype, sc.data, size_t(gr * rows + o));
-      d->values[size_t(o * cols + i)] = scale * float(int32_t(qv) - int32_t(zv));
-    }
-  }
-  d->label = label;
-  return d;
+  auto qv = [&](int64_t o, int64_t i) { return (word_at(qw, size_t(i * (rows / 8) + o / 8)) >> (4 * kAwqNibble[o % 8])) & 15u; };
+  auto scale = [&](int64_t o, int64_t i) { return load_float(sc.dtype, sc.data, size_t((i / g) * rows + o)); };
+  auto zero = [&](int64_t o, int64_t i) {
+    return int32_t((word_at(qz, size_t((i / g) * (rows / 8) + o / 8)) >> (4 * kAwqNibble[o % 8])) & 15u);
+  };
+  return hand_over_int(form, true, rows, cols, 4, g, qv, scale, zero, fmt::format("awq q4 g{}", g));
 }
 
 // compressed-tensors scale shape per strategy: [1] (tensor), [out, 1]
@@ -360,36 +349,15 @@ std::shared_ptr<DecodedMatrix> ct_int(const Module& m, const CtScheme& s, int64_
   }
   if (form == MatrixForm::Checked) return nullptr;
   const size_t wpr = size_t(ceil_div(cols, per));
-  const std::string label =
-      fmt::format("ct int{} {}", bits, s.strategy == "group" ? fmt::format("g{}", s.group_size) : s.strategy);
-  if (form == MatrixForm::Native) {
-    // stored codes are q + offset; w = scale * (q_stored - zero_stored), zero_stored = offset when symmetric
-    auto qv = [&](int64_t r, int64_t c) { return (word_at(wp, size_t(r) * wpr + size_t(c / per)) >> ((c % per) * bits)) & mask; };
-    auto scale = [&](int64_t r, int64_t c) { return load_float(sc.dtype, sc.data, size_t((r / gd.ro) * gd.gc + c / gd.co)); };
-    auto zero = [&](int64_t r, int64_t c) {
-      if (!zp) return offset;
-      return int32_t((word_at(*zp, size_t((r / per) * gd.gc + c / gd.co)) >> ((r % per) * bits)) & mask);
-    };
-    if (auto d = native_int(rows, cols, bits, gd.co, qv, scale, zero)) {
-      d->label = label;
-      return d;
-    }
-  }
-  auto d = make(rows, cols);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      const int32_t qv = int32_t((word_at(wp, size_t(r) * wpr + size_t(c / per)) >> ((c % per) * bits)) & mask) - offset;
-      const int64_t gi = (r / gd.ro) * gd.gc + c / gd.co;
-      int32_t zv = 0;
-      if (zp) {
-        const uint32_t word = word_at(*zp, size_t((r / per) * gd.gc + c / gd.co));
-        zv = int32_t((word >> ((r % per) * bits)) & mask) - offset;
-      }
-      const float scale = load_float(sc.dtype, sc.data, size_t(gi));
-      d->values[size_t(r * cols + c)] = (float(qv) - float(zv)) * scale;
-    }
-  d->label = label;
-  return d;
+  // Stored codes and zeros are q + offset: w = scale * (q_stored - zero_stored), zero_stored = offset when symmetric.
+  auto qv = [&](int64_t r, int64_t c) { return (word_at(wp, size_t(r) * wpr + size_t(c / per)) >> ((c % per) * bits)) & mask; };
+  auto scale = [&](int64_t r, int64_t c) { return load_float(sc.dtype, sc.data, size_t((r / gd.ro) * gd.gc + c / gd.co)); };
+  auto zero = [&](int64_t r, int64_t c) {
+    if (!zp) return offset;
+    return int32_t((word_at(*zp, size_t((r / per) * gd.gc + c / gd.co)) >> ((r % per) * bits)) & mask);
+  };
+  return hand_over_int(form, true, rows, cols, bits, gd.co, qv, scale, zero,
+                       fmt::format("ct int{} {}", bits, s.strategy == "group" ? fmt::format("g{}", s.group_size) : s.strategy));
 }
 
 std::shared_ptr<DecodedMatrix> ct_float(const Module& m, const CtScheme& s, int64_t rows, int64_t cols, MatrixForm form) {
@@ -401,22 +369,8 @@ std::shared_ptr<DecodedMatrix> ct_float(const Module& m, const CtScheme& s, int6
   ct_scale_shape(m, sc, s, gd);
   if (form == MatrixForm::Checked) return nullptr;
   const std::string label = fmt::format("ct fp8 {}", s.strategy == "group" ? fmt::format("g{}", s.group_size) : s.strategy);
-  if (form == MatrixForm::Native) {
-    check_fp8_codes(m, w);
-    auto scale = [&](int64_t r, int64_t c) { return load_float(sc.dtype, sc.data, size_t((r / gd.ro) * gd.gc + c / gd.co)); };
-    if (auto d = native_fp8(w, rows, cols, gd.co, scale)) {
-      d->label = label;
-      return d;
-    }
-  }
-  auto d = make(rows, cols);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      const float scale = load_float(sc.dtype, sc.data, size_t((r / gd.ro) * gd.gc + c / gd.co));
-      d->values[size_t(r * cols + c)] = fp8_at(m, w, size_t(r * cols + c)) * scale;
-    }
-  d->label = label;
-  return d;
+  auto scale = [&](int64_t r, int64_t c) { return load_float(sc.dtype, sc.data, size_t((r / gd.ro) * gd.gc + c / gd.co)); };
+  return hand_over_fp8(m, w, form, rows, cols, gd.co, scale, label);
 }
 
 }  // namespace
