@@ -36,15 +36,6 @@ using json = nlohmann::json;
 
 const std::string kSrc = std::string(NEXTN_FIXTURES) + "/qwen35-causal-tied";
 
-uint8_t fp8_encode(float x) {  // nearest float8_e4m3fn code (ties: lower code); |x| <= 448
-  const uint8_t sign = x < 0 ? 0x80 : 0;
-  const float a = std::fabs(x);
-  uint8_t best = 0;
-  for (int c = 1; c < 0x7f; ++c)
-    if (std::fabs(fp8_e4m3_to_f32(uint8_t(c)) - a) < std::fabs(fp8_e4m3_to_f32(best) - a)) best = uint8_t(c);
-  return uint8_t(sign | best);
-}
-
 struct Out {  // tensors of the quantized copy; `deq` is the dequantized [out, in]
   std::vector<std::pair<std::string, std::pair<DType, std::vector<int64_t>>>> meta;
   std::deque<std::string> bytes;  // a deque: growing it never moves a string (small ones hold their bytes inline)
@@ -83,7 +74,7 @@ bool quantize(const std::string& fmt, const std::string& mod, const float* w, in
     for (int64_t r = 0; r < R; ++r)
       for (int64_t c = 0; c < C; ++c) {
         const float s = inv[size_t((r / B) * SC + c / B)];
-        q[size_t(r * C + c)] = fp8_encode(std::clamp(w[r * C + c] / s, -448.0f, 448.0f));
+        q[size_t(r * C + c)] = f32_to_fp8_e4m3(std::clamp(w[r * C + c] / s, -448.0f, 448.0f));
         out.deq[size_t(r * C + c)] = fp8_e4m3_to_f32(q[size_t(r * C + c)]) * s;
       }
     out.add(mod + ".weight", DType::F8_E4M3, {R, C}, q);
@@ -191,7 +182,7 @@ bool quantize(const std::string& fmt, const std::string& mod, const float* w, in
       const float s = bf16_round(amax > 0 ? amax / 448.0f : 1.0f);
       sc[size_t(o)] = f32_to_bf16(s);
       for (int64_t i = 0; i < C; ++i) {
-        q[size_t(o * C + i)] = fp8_encode(std::clamp(w[o * C + i] / s, -448.0f, 448.0f));
+        q[size_t(o * C + i)] = f32_to_fp8_e4m3(std::clamp(w[o * C + i] / s, -448.0f, 448.0f));
         out.deq[size_t(o * C + i)] = fp8_e4m3_to_f32(q[size_t(o * C + i)]) * s;
       }
     }
@@ -306,6 +297,14 @@ Outputs run(const std::string& dir, BackendKind backend = BackendKind::Cpu, cons
 
 class QuantE2E : public ::testing::TestWithParam<std::string> {};
 
+// Every format write_pair makes; test names with '_' for '-'.
+const auto kFormats = ::testing::Values("fp8", "gptq4", "gptq8", "awq", "ct-int4", "ct-int8", "ct-fp8");
+std::string format_test_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string s = info.param;
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+}
+
 TEST_P(QuantE2E, QuantizedCheckpointRunsItsDequantizedModelExactly) {
   const std::string fmt = GetParam();
   const bool mtp_bf16 = fmt == "gptq4" || fmt == "ct-int4";
@@ -350,12 +349,7 @@ TEST_P(QuantE2E, QuantizedCheckpointRunsItsDequantizedModelExactly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantE2E,
-                         ::testing::Values("fp8", "gptq4", "gptq8", "awq", "ct-int4", "ct-int8", "ct-fp8"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
+                         kFormats, format_test_name);
 
 #ifdef NEXTN_HAVE_CUDA
 // On the GPU: the fp32 mode runs each format as the dequantized copy, bit
@@ -391,12 +385,7 @@ TEST_P(QuantE2ECuda, Fp32ModeRunsTheDequantizedModelAndBf16SpeculationIsGreedy) 
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantE2ECuda,
-                         ::testing::Values("fp8", "gptq4", "gptq8", "awq", "ct-int4", "ct-int8", "ct-fp8"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
+                         kFormats, format_test_name);
 #endif  // NEXTN_HAVE_CUDA
 
 TEST(QuantE2ENoMtp, RunsGreedyAndRefusesDraftMtpInOneLine) {

@@ -79,6 +79,14 @@ float fp8_e4m3_to_f32(uint8_t b) {
   return sign ? -v : v;
 }
 
+uint8_t f32_to_fp8_e4m3(float x) {
+  const float a = std::fabs(x);
+  uint8_t best = 0;
+  for (int c = 1; c < 0x7f; ++c)
+    if (std::fabs(fp8_e4m3_to_f32(uint8_t(c)) - a) < std::fabs(fp8_e4m3_to_f32(best) - a)) best = uint8_t(c);
+  return uint8_t((x < 0 ? 0x80 : 0) | best);
+}
+
 uint16_t f32_to_f16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);

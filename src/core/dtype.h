@@ -38,6 +38,9 @@ float f16_to_f32(uint16_t h);
 // float8_e4m3fn (1 sign, 4 exponent bits biased 7, 3 mantissa bits, no
 // infinities, 0x7f/0xff NaN): exact in fp32.
 float fp8_e4m3_to_f32(uint8_t b);
+// The float8_e4m3fn code nearest x, for |x| <= 448 (ties: the smaller
+// magnitude; -0 gives code 0): writers of FP8 tensors and tests.
+uint8_t f32_to_fp8_e4m3(float x);
 uint16_t f32_to_f16(float f);
 
 template <typename T>

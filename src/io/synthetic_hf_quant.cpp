@@ -37,11 +37,8 @@ const CodeTable<uint8_t>& fp8_table() {
     CodeTable<uint8_t> t;
     double s2 = 0;
     for (int b = 0; b < 256; ++b) {
-      const float x = ((float(b) + 0.5f) / 256.0f * 2.0f - 1.0f) * 448.0f, a = std::fabs(x);
-      uint8_t best = 0;  // ties go to the smaller magnitude: the table stays symmetric
-      for (int c = 1; c < 0x7f; ++c)
-        if (std::fabs(fp8_e4m3_to_f32(uint8_t(c)) - a) < std::fabs(fp8_e4m3_to_f32(best) - a)) best = uint8_t(c);
-      t.code[size_t(b)] = uint8_t((x < 0 ? 0x80 : 0) | best);
+      // ties go to the smaller magnitude: the table stays symmetric
+      t.code[size_t(b)] = f32_to_fp8_e4m3(((float(b) + 0.5f) / 256.0f * 2.0f - 1.0f) * 448.0f);
       const double v = fp8_e4m3_to_f32(t.code[size_t(b)]);
       s2 += v * v;
     }
