@@ -11,6 +11,7 @@
 #include "bench/decode_roofline.h"
 #include "cli_util.h"
 #include "fixture_util.h"
+#include "synthetic_checkpoint_util.h"
 #include "io/checkpoint.h"
 #include "io/config.h"
 #include "io/synthetic.h"
@@ -21,21 +22,11 @@ namespace nextn {
 namespace {
 
 namespace fs = std::filesystem;
+using test::make_preset;
 using test::read_file;
 using test::run_cli;
 using test::TempDir;
 using test::tensor_bytes;
-
-std::string make(const std::string& dir, const std::string& quant, uint64_t seed, int threads, uint64_t shard) {
-  MakeCheckpointOptions o;
-  o.quant = quant;
-  o.seed = seed;
-  o.threads = threads;
-  o.shard_bytes = shard;
-  make_checkpoint(*synthetic_preset("test-tiny"), o, dir);
-  return dir;
-}
-
 
 TEST(MakeCheckpoint, RealPresetConfigs) {
   struct Want {
@@ -78,7 +69,7 @@ TEST(MakeCheckpoint, RealPresetConfigs) {
 TEST(MakeCheckpoint, LoadsBothLayoutsWithMtpAndDecodesFinite) {
   for (const char* q : {"q4", "bf16"}) {
     TempDir d;
-    make(d.str(), q, 3, 2, uint64_t(1) << 16);  // small shards: several files + index
+    make_preset("test-tiny", d.str(), q, 3, 2, uint64_t(1) << 16);  // small shards: several files + index
     EXPECT_TRUE(fs::exists(d.path / "model.safetensors.index.json"));
     const auto ck = Qwen35Checkpoint::open(d.str());
     ck.validate();
@@ -125,16 +116,16 @@ TEST(MakeCheckpoint, LoadsBothLayoutsWithMtpAndDecodesFinite) {
 
 TEST(MakeCheckpoint, SameSeedSameBytesAnyThreadsOrShards) {
   TempDir a, b, c;
-  make(a.str(), "q4", 11, 1, uint64_t(1) << 30);
-  make(b.str(), "q4", 11, 3, uint64_t(1) << 15);
-  make(c.str(), "q4", 12, 2, uint64_t(1) << 30);
+  make_preset("test-tiny", a.str(), "q4", 11, 1, uint64_t(1) << 30);
+  make_preset("test-tiny", b.str(), "q4", 11, 3, uint64_t(1) << 15);
+  make_preset("test-tiny", c.str(), "q4", 12, 2, uint64_t(1) << 30);
   const auto ta = tensor_bytes(a.str()), tb = tensor_bytes(b.str()), tc = tensor_bytes(c.str());
   EXPECT_EQ(ta, tb);
   EXPECT_NE(ta, tc);
   EXPECT_EQ(read_file((a.path / "config.json").string()), read_file((b.path / "config.json").string()));
   // One shard: the file itself is identical too.
   TempDir d;
-  make(d.str(), "q4", 11, 2, uint64_t(1) << 30);
+  make_preset("test-tiny", d.str(), "q4", 11, 2, uint64_t(1) << 30);
   EXPECT_EQ(read_file((a.path / "model-00001-of-00001.safetensors").string()),
             read_file((d.path / "model-00001-of-00001.safetensors").string()));
 }

@@ -15,6 +15,7 @@
 
 #include "cli_util.h"
 #include "fixture_util.h"
+#include "synthetic_checkpoint_util.h"
 #include "io/checkpoint.h"
 #include "io/config.h"
 #include "io/synthetic.h"
@@ -23,18 +24,9 @@ namespace nextn {
 namespace {
 
 namespace fs = std::filesystem;
+using test::make_preset;
 using test::run_cli;
 using test::TempDir;
-
-MakeCheckpointReport make(const std::string& dir, const std::string& quant, uint64_t seed, int threads,
-                          uint64_t shard, const std::string& preset = "test-tiny") {
-  MakeCheckpointOptions o;
-  o.quant = quant;
-  o.seed = seed;
-  o.threads = threads;
-  o.shard_bytes = shard;
-  return make_checkpoint(*synthetic_preset(preset), o, dir);
-}
 
 bool lists(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
@@ -83,7 +75,7 @@ TEST_P(MakeCheckpointHfQuantFormat, LoadsWithTheRealModulesLeftBf16AndBf16Std) {
   const std::string q = GetParam();
   const bool fp8 = q == "fp8";
   TempDir d;
-  const auto rep = make(d.str(), q, 3, 2, uint64_t(1) << 16);  // small shards: several files
+  const auto rep = make_preset("test-tiny", d.str(), q, 3, 2, uint64_t(1) << 16);  // small shards: several files
   EXPECT_GT(rep.files.size(), 1u);
   EXPECT_EQ(rep.bytes, synthetic_checkpoint_bytes(*synthetic_preset("test-tiny"), q));
   const auto ck = Qwen35Checkpoint::open(d.str());
@@ -170,9 +162,9 @@ TEST_P(MakeCheckpointHfQuantFormat, InspectNamesItAndMtpDraftsGiveTheGreedyToken
 TEST_P(MakeCheckpointHfQuantFormat, SameSeedSameBytesAnyThreadsOrShards) {
   const std::string q = GetParam();
   TempDir a, b, c;
-  make(a.str(), q, 11, 1, uint64_t(1) << 30);
-  make(b.str(), q, 11, 3, uint64_t(1) << 15);
-  make(c.str(), q, 12, 2, uint64_t(1) << 30);
+  make_preset("test-tiny", a.str(), q, 11, 1, uint64_t(1) << 30);
+  make_preset("test-tiny", b.str(), q, 11, 3, uint64_t(1) << 15);
+  make_preset("test-tiny", c.str(), q, 12, 2, uint64_t(1) << 30);
   const auto ta = test::tensor_bytes(a.str()), tb = test::tensor_bytes(b.str()), tc = test::tensor_bytes(c.str());
   EXPECT_EQ(ta, tb);
   EXPECT_NE(ta, tc);
@@ -185,7 +177,7 @@ INSTANTIATE_TEST_SUITE_P(Quant, MakeCheckpointHfQuantFormat, ::testing::Values("
 TEST(MakeCheckpointHfQuant, MoePresetLoadsWithExpertsQuantized) {
   for (const char* q : {"fp8", "gptq4"}) {
     TempDir d;
-    make(d.str(), q, 1, 2, uint64_t(1) << 30, "test-tiny-moe");
+    make_preset("test-tiny-moe", d.str(), q, 1, 2);
     const auto ck = Qwen35Checkpoint::open(d.str());
     ck.validate();
     const TensorStore& s = ck.store();

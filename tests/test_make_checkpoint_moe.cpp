@@ -12,6 +12,7 @@
 
 #include "cli_util.h"
 #include "fixture_util.h"
+#include "synthetic_checkpoint_util.h"
 #include "io/checkpoint.h"
 #include "io/config.h"
 #include "io/moe_experts.h"
@@ -23,22 +24,13 @@ namespace nextn {
 namespace {
 
 namespace fs = std::filesystem;
+using test::make_preset;
 using test::read_file;
 using test::run_cli;
 using test::TempDir;
 using test::tensor_bytes;
 
 const std::vector<int32_t> kPrompt{1, 7, 42, 99, 3, 250, 17, 8};
-
-void make_tiny_moe(const std::string& dir, const std::string& quant, uint64_t seed, int threads = 2,
-                   uint64_t shard = uint64_t(1) << 30) {
-  MakeCheckpointOptions o;
-  o.quant = quant;
-  o.seed = seed;
-  o.threads = threads;
-  o.shard_bytes = shard;
-  make_checkpoint(*synthetic_preset("test-tiny-moe"), o, dir);
-}
 
 TEST(MakeCheckpointMoe, Qwen35_35bA3bConfigAndSize) {
   const auto p = synthetic_preset("qwen3.5-35b-a3b");
@@ -95,7 +87,7 @@ TEST(MakeCheckpointMoe, TinyLoadsInBothLayoutsAndSpeculativeEqualsGreedy) {
     SCOPED_TRACE(q);
     const bool q4 = std::string(q) == "q4";
     TempDir d;
-    make_tiny_moe(d.str(), q, 3, 2, uint64_t(1) << 16);  // small shards: several files + index
+    make_preset("test-tiny-moe", d.str(), q, 3, 2, uint64_t(1) << 16);  // small shards: several files + index
     const auto ck = Qwen35Checkpoint::open(d.str());
     ck.validate();
     const Qwen35Config& c = ck.config();
@@ -161,15 +153,15 @@ TEST(MakeCheckpointMoe, TinyLoadsInBothLayoutsAndSpeculativeEqualsGreedy) {
 TEST(MakeCheckpointMoe, SameSeedSameBytesAnyThreadsOrShards) {
   for (const char* q : {"q4", "bf16"}) {
     TempDir a, b, c;
-    make_tiny_moe(a.str(), q, 11, 1);
-    make_tiny_moe(b.str(), q, 11, 3, uint64_t(1) << 15);
-    make_tiny_moe(c.str(), q, 12, 2);
+    make_preset("test-tiny-moe", a.str(), q, 11, 1);
+    make_preset("test-tiny-moe", b.str(), q, 11, 3, uint64_t(1) << 15);
+    make_preset("test-tiny-moe", c.str(), q, 12, 2);
     const auto ta = tensor_bytes(a.str());
     EXPECT_EQ(ta, tensor_bytes(b.str())) << q;
     EXPECT_NE(ta, tensor_bytes(c.str())) << q;
     EXPECT_EQ(read_file((a.path / "config.json").string()), read_file((b.path / "config.json").string())) << q;
     TempDir d;  // one shard: the file itself is identical too
-    make_tiny_moe(d.str(), q, 11, 2);
+    make_preset("test-tiny-moe", d.str(), q, 11, 2);
     EXPECT_EQ(read_file((a.path / "model-00001-of-00001.safetensors").string()),
               read_file((d.path / "model-00001-of-00001.safetensors").string()))
         << q;
