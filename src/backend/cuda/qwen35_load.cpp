@@ -49,6 +49,11 @@ void check_shapes(const Qwen35Config& c) {
   need(c.hidden_size % 32 == 0, fmt::format("hidden size {} (a multiple of 32)", c.hidden_size));
 }
 
+// How a trunk matrix in one of transformers' formats arrives: the bf16 mode
+// streams their native codecs (FP8 / Z4); the fp32 mode runs them
+// dequantized, as the CPU does. (The embedding and LM head: always dequantized.)
+MatrixForm trunk_form(Act act) { return act == Act::BF16 ? MatrixForm::Native : MatrixForm::Fp32; }
+
 // Device bytes the weights take in the kernels' layout (for the up-front
 // check). A transformers-format module arrives checked only (MatrixForm::
 // Checked, as dense): it is counted at the dense width, an upper bound of
@@ -133,8 +138,7 @@ CudaQwen35Weights::CudaQwen35Weights(const Qwen35Checkpoint& ck, int reserve_tok
     layers.push_back(load_layer(ck, "layers." + std::to_string(i), cfg.full_attention[size_t(i)]));
   has_mtp = ck.mtp_layers() > 0;
   if (has_mtp) {
-    mtp_fc = upload_matrix({ck.matrix("mtp.fc", H, 2 * H, act == Act::BF16 ? MatrixForm::Native : MatrixForm::Fp32)},
-                           "MTP fc", true);
+    mtp_fc = upload_matrix({ck.matrix("mtp.fc", H, 2 * H, trunk_form(act))}, "MTP fc", true);
     mtp_norm_emb = upload_floats(ck.norm("mtp.pre_fc_norm_embedding", H, true), "norms");
     mtp_norm_hid = upload_floats(ck.norm("mtp.pre_fc_norm_hidden", H, true), "norms");
     mtp_norm = upload_floats(ck.norm("mtp.norm", H, true), "norms");
@@ -200,9 +204,7 @@ Linear CudaQwen35Weights::upload_linear(const std::vector<WeightRef>& parts, con
 LayerWeights CudaQwen35Weights::load_layer(const Qwen35Checkpoint& ck, const std::string& p, bool full) {
   const auto& c = cfg;
   const int H = c.hidden_size, hd = c.head_dim;
-  // The bf16 mode takes transformers' formats in their native codecs
-  // (FP8 / Z4 streamed); the fp32 mode dequantized, as the CPU runs them.
-  const MatrixForm form = act == Act::BF16 ? MatrixForm::Native : MatrixForm::Fp32;
+  const MatrixForm form = trunk_form(act);
   LayerWeights L;
   L.full = full;
   L.input_norm = upload_floats(ck.norm(p + ".input_layernorm", H, true), "norms");
