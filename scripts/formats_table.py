@@ -9,7 +9,7 @@ device call) make one table, in their order.
 import json
 import sys
 
-QUANT_NAMES = {"q4": "MLX q4 g64", "fp8": "FP8 e4m3 b128", "gptq4": "GPTQ int4 g128"}
+QUANT_NAMES = {"q4": "MLX q4 g64", "fp8": "FP8 e4m3 b128", "fp8-w8a8": "FP8 e4m3 b128, W8A8", "gptq4": "GPTQ int4 g128"}
 
 
 def cell(v, fmt):

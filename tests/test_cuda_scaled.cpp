@@ -4,8 +4,9 @@
 // its exact value; products match an fp64 reference of the dequantized
 // matrix to fp32 accuracy (the weights are never rounded to bf16 on this
 // path: exact codes, each group's sum times its fp32 scale); rows are batch
-// invariant; the argmax epilogue and the prefill GEMM agree. Skipped
-// without a GPU.
+// invariant; the argmax epilogue and the prefill GEMM agree. W8A8 (FP8
+// weights, activations quantized in the kernel) against an fp64 reference
+// of the same quantization, batch invariant. Skipped without a GPU.
 #ifdef NEXTN_HAVE_CUDA
 #include <gtest/gtest.h>
 
@@ -190,6 +191,85 @@ TEST(CudaScaled, MatchesTheDequantizedMatrixAndIsBatchInvariant) {
       gemm.matmul(d.m, dxp.p, 64, sh.cols, dyp.as<float>(), sh.rows, false, scr.p);
       EXPECT_LT(test::rel_err(dyp.get<float>(size_t(64) * sh.rows), y64), 5e-3);
     }
+}
+
+// e4m3 nearest to x, ties to the even code, saturating at +-448: what the
+// kernel's cvt.rn.satfinite does.
+uint8_t e4m3_rne(float x) {
+  uint8_t c = f32_to_fp8_e4m3(x);  // nearest; a tie goes to the smaller magnitude
+  const uint8_t up = uint8_t(c + 1);
+  if ((c & 1) && (up & 0x7f) != 0x7f &&
+      std::fabs(fp8_e4m3_to_f32(up)) - std::fabs(x) == std::fabs(x) - std::fabs(fp8_e4m3_to_f32(c)))
+    c = up;
+  return c;
+}
+
+// W8A8: fp64 sums of the exact products of the weight codes and the
+// activations quantized as the kernel quantizes them (per token and 128
+// columns: scale a / 448, codes rn(x * (448 / a))), times both scales.
+std::vector<float> reference_w8a8(const ScaledMatrix& sm, const std::vector<float>& x, int T) {
+  const int K = sm.cols, gpc = 128 / sm.group;
+  std::vector<float> y(size_t(T) * sm.rows);
+  std::vector<float> xq(static_cast<size_t>(K)), xs(static_cast<size_t>(K / 128));
+  for (int t = 0; t < T; ++t) {
+    for (int u = 0; u < K / 128; ++u) {
+      float a = 0.0f;
+      for (int k = 0; k < 128; ++k) a = std::max(a, std::fabs(x[size_t(t) * K + 128 * u + k]));
+      const float inv = a > 0.0f ? 448.0f / a : 0.0f;
+      xs[size_t(u)] = a / 448.0f;
+      for (int k = 0; k < 128; ++k) xq[size_t(128 * u + k)] = fp8_e4m3_to_f32(e4m3_rne(x[size_t(t) * K + 128 * u + k] * inv));
+    }
+    for (int r = 0; r < sm.rows; ++r) {
+      double acc = 0;
+      for (int u = 0; u < K / 128; ++u)
+        for (int gi = 0; gi < gpc; ++gi) {
+          double sum = 0;
+          for (int k = u * 128 + gi * sm.group; k < u * 128 + (gi + 1) * sm.group; ++k)
+            sum += double(fp8_e4m3_to_f32(sm.codes[size_t(r) * K + k])) * double(xq[size_t(k)]);
+          acc += double(sm.scales[size_t(r) * (K / sm.group) + u * gpc + gi]) * double(xs[size_t(u)]) * sum;
+        }
+      y[size_t(t) * sm.rows + r] = float(acc);
+    }
+  }
+  return y;
+}
+
+TEST(CudaScaled, W8A8MatchesItsQuantizedActivationsAndIsBatchInvariant) {
+  NEXTN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  struct Shape {
+    int rows, cols, group;
+  };
+  for (const Shape& sh : {Shape{200, 1024, 128}, Shape{320, 2048, 64} /* split-K */, Shape{130, 512, 32},
+                          Shape{640, 4096, 128} /* many splits */}) {
+    SCOPED_TRACE(testing::Message() << "[" << sh.rows << "x" << sh.cols << "] g" << sh.group);
+    ScaledMatrix sm(rng, WeightCodec::Fp8, sh.rows, sh.cols, sh.group);
+    Device d(sm);
+    ASSERT_EQ(d.m.kind, WKind::FP8);
+    auto x = test::randn(rng, size_t(64) * sh.cols, 1.0f, true);
+    for (int k = 0; k < sh.cols; ++k) x[size_t(5) * sh.cols + k] = 0.0f;  // a zero row: scale 0, no NaN
+    for (int k = 0; k < sh.cols; k += 97) x[size_t(9) * sh.cols + k] *= 300.0f;  // outliers in one row
+    const auto exact = run(d.m, x, 64);  // W8A16
+    cuda::DevMatrix a8 = d.m;
+    a8.fp8_activations = true;
+    const auto y64 = run(a8, x, 64);
+    EXPECT_LT(test::rel_err(y64, reference_w8a8(sm, x, 64)), 1e-4);
+    // Quantizing the activations costs accuracy, not correctness: within a few percent of W8A16.
+    EXPECT_LT(test::rel_err(y64, exact), 0.05);
+    for (int r = 0; r < sh.rows; ++r) EXPECT_EQ(y64[size_t(5) * sh.rows + r], 0.0f);
+    for (int r : {0, 7, 8, 9, 31, 63}) {
+      const std::vector<float> xr(x.begin() + long(r) * sh.cols, x.begin() + long(r + 1) * sh.cols);
+      const auto y1 = run(a8, xr, 1);
+      EXPECT_EQ(0, std::memcmp(y1.data(), &y64[size_t(r) * sh.rows], size_t(sh.rows) * 4)) << "row " << r;
+    }
+    for (int T : {2, 13, 32}) {
+      const std::vector<float> xt(x.begin(), x.begin() + long(T) * sh.cols);
+      const auto yt = run(a8, xt, T);
+      EXPECT_EQ(0, std::memcmp(yt.data(), y64.data(), yt.size() * 4)) << "T=" << T;
+    }
+  }
 }
 
 }  // namespace

@@ -58,6 +58,9 @@ void add_runtime_options(CLI::App* cmd, RuntimeArgs* a) {
   cmd->add_option("--act", a->act,
                   "CUDA activations: bf16 (default) or fp32 (the parity mode: fp32 weights and activations, slow); "
                   "the CPU backend computes in fp32 either way");
+  cmd->add_option("--fp8-matmul", a->fp8_matmul,
+                  "CUDA, FP8 checkpoints: w8a16 (default: the weights decoded exactly, bf16 activations) or w8a8 "
+                  "(activations quantized to e4m3 per token and 128 columns, FP8 tensor cores; docs/formats.md)");
   cmd->add_option("--tensor-parallel", a->tensor_parallel,
                   "Split the model over N ranks (threads sharing --threads), Qwen3.5 on --backend cpu; the output "
                   "is deterministic and, on the fixtures, transformers' greedy tokens (docs/tensor-parallel.md; default 1)")
@@ -77,6 +80,7 @@ RuntimeOptions runtime_options(const RuntimeArgs& a) {
   RuntimeOptions o;
   o.cpu_threads = a.threads;
   o.act = parse_activations(a.act);
+  o.fp8_matmul = parse_fp8_matmul(a.fp8_matmul);
   o.tensor_parallel = a.tensor_parallel;
   o.cuda_graphs = parse_graphs(a.graphs);
   o.pdl = parse_pdl_policy(a.pdl);

@@ -283,15 +283,18 @@ void register_bench(CLI::App& app) {
   // nextn bench trunk (src/bench/trunk.h): issue 24's kernel table.
   auto tr = std::make_shared<bench::TrunkOptions>();
   auto trows = std::make_shared<std::string>("1,2,4,8,16,32");
+  auto tfp8 = std::make_shared<std::string>("w8a16");
   auto* trunk = bench_cmd->add_subcommand(
       "trunk", "Every trunk matrix of the Qwen3.5 presets per row count vs the device copy bandwidth");
   trunk->add_option("--presets", tr->presets, "Comma-separated presets (default qwen3.5-0.8b,qwen3.5-4b,qwen3.5-27b)")
       ->delimiter(',');
-  trunk->add_option("--quant", tr->quant, "q4 or q8 (default q4)");
+  trunk->add_option("--quant", tr->quant, "q4, q8 (MLX affine, group 64) or fp8 (128 x 128 blocks) (default q4)");
+  trunk->add_option("--fp8-matmul", *tfp8, "fp8: w8a16 (default) or w8a8, with its error against w8a16");
   trunk->add_option("--rows", *trows, "Comma-separated row counts (default 1,2,4,8,16,32)");
   trunk->add_option("--repeats", tr->repeats, "Timed calls per matrix and row count (default 30)")->check(number());
   trunk->add_flag("--json", tr->json, "Print one JSON object");
-  trunk->callback([tr, trows] {
+  trunk->callback([tr, trows, tfp8] {
+    tr->fp8_w8a8 = parse_fp8_matmul(*tfp8) == Fp8Matmul::W8A8;
     tr->rows.clear();
     for (int32_t r : parse_id_list(*trows, "--rows")) tr->rows.push_back(int(r));
     if (bench::run_trunk(*tr) != 0) throw Error("bench trunk: batch invariance check failed");

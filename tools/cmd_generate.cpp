@@ -73,7 +73,7 @@ void run(const GenerateArgs& a) {
   o.draft_vocab = draft_vocab_from_flag(o.draft, a.draft_vocab_opt->count() > 0, a.draft_vocab);
   const BackendKind kind = parse_backend(a.backend);
   const RuntimeOptions runtime = runtime_options(a.runtime);
-  check_tensor_parallel_backend(kind, runtime.tensor_parallel);  // the degree's fit to the model: once it is read
+  check_backend_options(kind, runtime);  // the tensor-parallel degree's fit to the model: once it is read
 
   const std::string dir = model_dir_or_default(a.model);
   // The tokenizer first: --prompt needs it, and a bad tokenizer.json is

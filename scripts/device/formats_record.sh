@@ -18,7 +18,8 @@
 # k4_round_over_step, commit, ...}; scripts/device/formats_rows.py),
 # $OUT/formats.md, $OUT/summary.txt and the raw output (each step's
 # make-checkpoint line or bench JSON) in $OUT/logs.tar.gz. Environment: NEXTN_BUILD (build-cuda),
-# NEXTN_FORMATS_QUANTS ("q4 fp8 gptq4"), NEXTN_BENCH_BUDGET seconds (450;
+# NEXTN_FORMATS_QUANTS ("q4 fp8 gptq4"; fp8-w8a8: the fp8 checkpoint timed
+# with --fp8-matmul w8a8, written once when it follows fp8), NEXTN_BENCH_BUDGET seconds (450;
 # steps that would start past it are skipped and say so), NEXTN_CK_DIR
 # (/tmp/nextn-ck), NEXTN_SEED (0).
 set -uo pipefail
@@ -45,15 +46,20 @@ for size in $SHAPES; do
   n=256
   [ "$size" = 27b ] && n=128
   for quant in $QUANTS; do
-    dir=$CK/$size-$quant
-    rm -rf "$dir"  # the disk holds one checkpoint at a time (27B fp8: ~30 GB)
-    run_step "make_${size}_$quant" 240 "$N" make-checkpoint --preset "qwen3.5-$size" --quant "$quant" --seed "$SEED" \
-      --out "$dir"
-    common=(bench decode --backend cuda -m "$dir" --prompt-len 16 -n "$n" --repeats 3 --json)
+    ck_quant=${quant%-w8a8}
+    mode=()
+    [ "$quant" != "$ck_quant" ] && mode=(--fp8-matmul w8a8)
+    dir=$CK/$size-$ck_quant
+    if [ ! -d "$dir" ]; then
+      rm -rf "$CK"/*  # the disk holds one checkpoint at a time (27B fp8: ~30 GB)
+      run_step "make_${size}_$quant" 240 "$N" make-checkpoint --preset "qwen3.5-$size" --quant "$ck_quant" \
+        --seed "$SEED" --out "$dir"
+    fi
+    common=(bench decode --backend cuda -m "$dir" --prompt-len 16 -n "$n" --repeats 3 --json "${mode[@]}")
     run_step "decode_${size}_$quant" 200 "$N" "${common[@]}"
     run_step "mtp4_${size}_$quant" 200 "$N" "${common[@]}" --draft mtp --block-size 4
-    rm -rf "$dir"
   done
+  rm -rf "$CK"/*
 done
 
 python3 scripts/device/formats_rows.py "$LOG" "$BUILD/COMMIT" $SHAPES -- $QUANTS >"$OUT/formats.json" 2>>"$SUMMARY"

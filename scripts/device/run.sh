@@ -93,6 +93,23 @@ else
     cmp -s <(head -1 "$LOG/fmt_${q}_k4.txt") <(head -1 "$LOG/fmt_${q}_greedy.txt") && same=yes
     say "formats 0.8b $q: greedy exit $rc, mtp K=4 exit $rc2, equals greedy: $same; $(tail -1 "$LOG/fmt_${q}_greedy.err" | cut -c1-160)"
     { [ $rc -ne 0 ] || [ $rc2 -ne 0 ] || [ $same != yes ]; } && status=1
+    if [ $q = fp8 ]; then  # W8A8: speculative == greedy at K = 2 and 4 (its own greedy)
+      "$BUILD/nextn" "${args[@]}" --fp8-matmul w8a8 >"$LOG/fmt_w8a8_greedy.txt" 2>"$LOG/fmt_w8a8_greedy.err"
+      rc=$?
+      for k in 2 4; do
+        "$BUILD/nextn" "${args[@]}" --fp8-matmul w8a8 --draft mtp --block-size $k >"$LOG/fmt_w8a8_k$k.txt" 2>&1
+        rc2=$?
+        same=no
+        cmp -s <(head -1 "$LOG/fmt_w8a8_k$k.txt") <(head -1 "$LOG/fmt_w8a8_greedy.txt") && same=yes
+        say "formats 0.8b fp8 w8a8: greedy exit $rc, mtp K=$k exit $rc2, equals greedy: $same"
+        { [ $rc -ne 0 ] || [ $rc2 -ne 0 ] || [ $same != yes ]; } && status=1
+      done
+    else  # a checkpoint without FP8 weights refuses W8A8 by name
+      "$BUILD/nextn" "${args[@]}" --fp8-matmul w8a8 >/dev/null 2>"$LOG/fmt_w8a8_refused.err"
+      rc=$?
+      say "formats 0.8b $q --fp8-matmul w8a8: exit $rc: $(head -c 200 "$LOG/fmt_w8a8_refused.err")"
+      { [ $rc -ne 1 ] || ! grep -q "has no FP8 weights" "$LOG/fmt_w8a8_refused.err"; } && status=1
+    fi
     rm -rf $m
   done
 

@@ -49,7 +49,7 @@ int run_projection(const ProjectionOptions& o) {
   cuda::ProjBenchConfig c;
   c.rows = rows;
   c.cols = cols;
-  c.bits = o.quant == "q4" ? 4 : 8;
+  c.quant = o.quant;
   c.group = o.group_size;
   c.widths = o.widths;
   c.argmax = o.argmax;

@@ -44,7 +44,9 @@ void check_options(const TrunkOptions& o) {
     if (!p || name.rfind("qwen3.5-", 0) != 0 || p->moe())  // trunk_matrices models the dense MLP only
       fail("bench trunk: --presets: '{}' is not qwen3.5-0.8b, qwen3.5-4b or qwen3.5-27b", name);
   }
-  if (o.quant != "q4" && o.quant != "q8") fail("bench trunk: --quant must be q4 or q8, got '{}'", o.quant);
+  if (o.quant != "q4" && o.quant != "q8" && o.quant != "fp8")
+    fail("bench trunk: --quant must be q4, q8 or fp8, got '{}'", o.quant);
+  if (o.fp8_w8a8 && o.quant != "fp8") fail("bench trunk: --fp8-matmul w8a8 needs --quant fp8");
   if (o.rows.empty()) fail("bench trunk: --rows is empty");
   for (int r : o.rows)
     if (r < 1 || r > 64) fail("bench trunk: --rows entries must be 1..64, got {}", r);
@@ -61,8 +63,10 @@ int run_trunk(const TrunkOptions& o) {
   MachineRecord machine = machine_begin("cuda");
   nlohmann::ordered_json out;
   out["benchmark"] = "bench trunk";
+  const bool fp8 = o.quant == "fp8";
   out["quant"] = o.quant;
-  out["group_size"] = 64;
+  out["fp8_matmul"] = fp8 ? (o.fp8_w8a8 ? "w8a8" : "w8a16") : "";
+  out["group_size"] = fp8 ? 128 : 64;
   out["rows"] = o.rows;
   out["repeats"] = o.repeats;
   double copy_min = 0, copy_max = 0;
@@ -77,12 +81,16 @@ int run_trunk(const TrunkOptions& o) {
     std::vector<double> step_us(o.rows.size(), 0.0);
     double step_bytes = 0, copy_sum = 0;
     std::string table;
+    int measured = 0;
     for (const TrunkMatrix& m : trunk_matrices(p)) {
+      if (fp8 && m.argmax) continue;  // FP8 checkpoints' LM heads are bf16, and nextn keeps them so
+      ++measured;
       cuda::ProjBenchConfig c;
       c.rows = m.rows;
       c.cols = m.cols;
-      c.bits = o.quant == "q4" ? 4 : 8;
-      c.group = 64;
+      c.quant = o.quant;
+      c.group = o.quant == "fp8" ? 128 : 64;
+      c.fp8_w8a8 = o.fp8_w8a8;
       c.widths = o.rows;
       c.argmax = m.argmax;
       c.repeats = o.repeats;
@@ -103,6 +111,11 @@ int run_trunk(const TrunkOptions& o) {
                                    {"splits", r.splits},
                                    {"copy_gbs", r.copy_gbs},
                                    {"batch_invariant", r.invariant}};
+      if (o.fp8_w8a8)
+        mj["w8a8_error"] = {{"rel_rms", r.w8a8_rel_rms},
+                            {"rel_max", r.w8a8_rel_max},
+                            {"outliers_rel_rms", r.w8a8_outlier_rel_rms},
+                            {"outliers_rel_max", r.w8a8_outlier_rel_max}};
       const double t1 = r.rows.front().ms_median;
       table += fmt::format("| {} | {}x{} | {:.1f} | {} |", m.name, m.rows, m.cols, r.weight_bytes / 1e6, m.per_token);
       for (size_t i = 0; i < r.rows.size(); ++i) {
@@ -118,12 +131,15 @@ int run_trunk(const TrunkOptions& o) {
                                  {"over_one_row", row.ms_median / t1}});
         table += fmt::format(" {:.1f} ({:.0f}%) |", row.ms_median * 1e3, 100.0 * gbs / r.copy_gbs);
       }
+      if (o.fp8_w8a8)
+        table += fmt::format(" {:.2e} / {:.2e} | {:.2e} / {:.2e} |", r.w8a8_rel_rms, r.w8a8_rel_max,
+                             r.w8a8_outlier_rel_rms, r.w8a8_outlier_rel_max);
       if (!r.invariant) table += fmt::format(" batch invariance FAILED:{}", r.invariant_detail);
       table += "\n";
       pj["matrices"].push_back(mj);
     }
     // The step's weight bytes at the preset's mean copy bandwidth, against its summed matmul time.
-    const double copy = copy_sum / double(trunk_matrices(p).size());
+    const double copy = copy_sum / double(measured);
     std::string step_line = "| step matmuls (weights only) | | " + fmt::format("{:.0f}", step_bytes / 1e6) + " | |";
     for (size_t i = 0; i < o.rows.size(); ++i) {
       const double share = step_bytes / (copy * 1e9) / (step_us[i] * 1e-6);
@@ -132,10 +148,14 @@ int run_trunk(const TrunkOptions& o) {
     }
     pj["step_weight_mb"] = step_bytes / 1e6;
     out["presets"].push_back(pj);
-    text += fmt::format("\n### {} {} (MLX affine, group 64)\n\n| matrix | rows x cols | MB | per token |", name, o.quant);
+    const std::string format = !fp8 ? "MLX affine, group 64"
+                               : o.fp8_w8a8 ? "e4m3 weights, 128 x 128 block scales, W8A8; LM head not FP8, not timed"
+                                            : "e4m3 weights, 128 x 128 block scales, W8A16; LM head not FP8, not timed";
+    text += fmt::format("\n### {} {} ({})\n\n| matrix | rows x cols | MB | per token |", name, o.quant, format);
     for (int r : o.rows) text += fmt::format(" R={} us (%copy) |", r);
+    if (o.fp8_w8a8) text += " W8A8 vs W8A16: rel rms / rel max | with outlier columns |";
     text += "\n|---|---|---:|---:|";
-    for (size_t i = 0; i < o.rows.size(); ++i) text += "---:|";
+    for (size_t i = 0; i < o.rows.size() + (o.fp8_w8a8 ? 2 : 0); ++i) text += "---:|";
     text += "\n" + table + step_line + "\n";
   }
   machine_end(machine, "cuda");

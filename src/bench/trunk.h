@@ -25,7 +25,8 @@ std::vector<TrunkMatrix> trunk_matrices(const SyntheticPreset& p);
 
 struct TrunkOptions {
   std::vector<std::string> presets{"qwen3.5-0.8b", "qwen3.5-4b", "qwen3.5-27b"};
-  std::string quant = "q4";  // q4 | q8 (MLX affine, group 64)
+  std::string quant = "q4";  // q4 | q8 (MLX affine, group 64) | fp8 (e4m3, 128 x 128 blocks; the LM head is not FP8)
+  bool fp8_w8a8 = false;     // fp8: the W8A8 kernel (--fp8-matmul w8a8), with its error against W8A16
   std::vector<int> rows{1, 2, 4, 8, 16, 32};
   int repeats = 30;
   bool json = false;

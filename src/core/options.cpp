@@ -10,6 +10,12 @@ Activations parse_activations(const std::string& text) {
   fail("--act '{}': expected bf16 or fp32", text);
 }
 
+Fp8Matmul parse_fp8_matmul(const std::string& text) {
+  if (text == "w8a16") return Fp8Matmul::W8A16;
+  if (text == "w8a8") return Fp8Matmul::W8A8;
+  fail("--fp8-matmul '{}': expected w8a16 or w8a8", text);
+}
+
 PdlPolicy parse_pdl_policy(const std::string& text) {
   if (text == "default") return PdlPolicy::Default;
   if (text == "on") return PdlPolicy::On;

@@ -15,6 +15,14 @@ namespace nextn {
 // CPU backend computes in fp32 whatever this says.
 enum class Activations { Bf16, Fp32 };
 
+// How the CUDA backend multiplies FP8 weights (--fp8-matmul). W8A16: the
+// e4m3 weights decoded exactly to bf16 against bf16 activations, the exact
+// default. W8A8: each token's activations quantized on the fly to e4m3 per
+// 128 columns (scale = amax / 448, as the FP8 releases' dynamic activation
+// scheme) and FP8 tensor-core MMAs; its error against W8A16 is measured in
+// docs/formats.md. Matrices in other formats are not affected.
+enum class Fp8Matmul { W8A16, W8A8 };
+
 // Programmatic dependent launch in the CUDA Qwen3.5 graphs (bench --pdl; it
 // changes time, never bits). Default: the measured choice, multi-row
 // forwards without PDL at hidden size >= 5120
@@ -39,6 +47,7 @@ struct RuntimeOptions {
   // backend refuses it (multi-GPU is not implemented).
   int tensor_parallel = 1;
   Activations act = Activations::Bf16;
+  Fp8Matmul fp8_matmul = Fp8Matmul::W8A16;
 
   // Benchmark and test seams: `generate` and `serve` leave them as they are.
   bool cuda_graphs = true;   // false (bench --graphs off): the same launches without graphs, the same bits
@@ -55,6 +64,7 @@ struct RuntimeOptions {
 
 // The flags' values; each throws Error naming its flag for anything else.
 Activations parse_activations(const std::string& text);  // --act: bf16 | fp32
+Fp8Matmul parse_fp8_matmul(const std::string& text);      // --fp8-matmul: w8a16 | w8a8
 PdlPolicy parse_pdl_policy(const std::string& text);      // --pdl: default | on | off | multi-row-off
 WalkVariant parse_walk_variant(const std::string& text);  // --walk: flag | while
 bool parse_prefill_path(const std::string& text);         // --prefill: gemm (true) | chunked (false)

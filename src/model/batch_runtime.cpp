@@ -102,7 +102,7 @@ std::unique_ptr<SequenceGroup> make_solo_group(ModelRuntime& sequence) { return 
 
 std::unique_ptr<SequenceGroup> make_sequence_group(const Qwen35Checkpoint& ckpt, BackendKind kind,
                                                    const RuntimeOptions& options) {
-  check_tensor_parallel_backend(kind, options.tensor_parallel);
+  check_backend_options(kind, options);
   if (kind == BackendKind::Cpu) return make_cpu_sequence_group(ckpt, cpu_options(options));
   refuse_moe_on_cuda(ckpt);
 #ifdef NEXTN_HAVE_CUDA

@@ -83,7 +83,13 @@ void ModelRuntime::reserve_step(std::span<const int32_t> tokens, int) {
     if (t < 0 || t >= V) fail("token id {} is outside the vocabulary [0, {})", t, V);
 }
 
-void check_tensor_parallel_backend(BackendKind kind, int degree) {
+void check_backend_options(BackendKind kind, const RuntimeOptions& options) {
+  const int degree = options.tensor_parallel;
+  if (options.fp8_matmul == Fp8Matmul::W8A8 && kind != BackendKind::Cuda)
+    fail("--fp8-matmul w8a8: the CPU backend runs FP8 weights as W8A16 (dequantized, fp32 activations); W8A8 is a "
+         "--backend cuda kernel");
+  if (options.fp8_matmul == Fp8Matmul::W8A8 && options.act == Activations::Fp32)
+    fail("--fp8-matmul w8a8: --act fp32 runs every weight dequantized in fp32; W8A8 is a bf16-mode kernel");
   if (degree < 1) fail("--tensor-parallel {}: expected a degree of at least 1", degree);
   if (kind == BackendKind::Cuda && degree != 1)
     fail("--tensor-parallel {}: --backend cuda runs on one GPU; tensor parallelism over several GPUs (NCCL) is not "
@@ -125,7 +131,7 @@ std::unique_ptr<ModelRuntime> make_runtime(const Qwen35Checkpoint& ckpt, Backend
     fail("{}: this run needs up to {} positions (prompt + tokens to generate + verify block) but config.json's "
          "max_position_embeddings is {}",
          ckpt.dir(), max_tokens, limit);
-  check_tensor_parallel_backend(kind, options.tensor_parallel);
+  check_backend_options(kind, options);
   if (kind == BackendKind::Cpu) return make_cpu_runtime(ckpt, max_tokens, cpu_options(options));
   refuse_moe_on_cuda(ckpt);
 #ifdef NEXTN_HAVE_CUDA

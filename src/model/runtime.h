@@ -122,10 +122,12 @@ using RuntimeFactory = std::function<std::unique_ptr<ModelRuntime>(int max_token
 
 enum class BackendKind { Cpu, Cuda };
 BackendKind parse_backend(const std::string& name);  // throws Error
-// Throws Error naming --tensor-parallel for a degree below 1, and for any
-// degree but 1 on the CUDA backend (one GPU per process: the NCCL
-// communicator and multi-GPU runs are not implemented).
-void check_tensor_parallel_backend(BackendKind kind, int degree);
+// The options a backend cannot honor, each refused naming its flag:
+// --tensor-parallel below 1, or other than 1 on the CUDA backend (one GPU per
+// process: the NCCL communicator and multi-GPU runs are not implemented);
+// --fp8-matmul w8a8 on the CPU backend or with --act fp32 (it is a bf16-mode
+// CUDA kernel).
+void check_backend_options(BackendKind kind, const RuntimeOptions& options);
 // Throws Error naming config.json's num_experts for a MoE checkpoint: the
 // CUDA backend runs dense Qwen3.5 only.
 void refuse_moe_on_cuda(const Qwen35Checkpoint& ckpt);

@@ -17,10 +17,12 @@ TargetModel open_target_model(const std::string& dir, BackendKind kind, const Ru
   const std::string gemma = gemma4_model_type(dir);
   if (gemma == "gemma4_assistant")
     fail("{}: a gemma4_assistant checkpoint is a drafter: pass its target with -m and it with --draft", dir);
-  check_tensor_parallel_backend(kind, options.tensor_parallel);
+  check_backend_options(kind, options);
   if (!gemma.empty()) {
     if (options.tensor_parallel != 1)
       fail("--tensor-parallel {}: {} is a Gemma 4 checkpoint; tensor parallelism splits Qwen3.5 only", options.tensor_parallel, dir);
+    if (options.fp8_matmul == Fp8Matmul::W8A8)
+      fail("--fp8-matmul w8a8: {} is a Gemma 4 checkpoint; its loader reads no FP8 weights", dir);
     auto ck = std::make_shared<const Gemma4Checkpoint>(Gemma4Checkpoint::open(dir));
     // Before the build check, as for Qwen3.5: a MoE checkpoint cannot run on CUDA in any build.
     if (kind == BackendKind::Cuda) refuse_moe_on_cuda(*ck);

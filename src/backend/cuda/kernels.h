@@ -54,6 +54,10 @@ struct DevMatrix {
   // matrices; others (e.g. fp32 scales) use the generic fp32-scale kernel:
   // chosen by the matrix, never by the row count.
   bool sb_exact = true;
+  // FP8 only: W8A8 (--fp8-matmul w8a8). The streamed kernel quantizes each
+  // token's activations per 128 columns to e4m3 (scale = amax / 448) and
+  // multiplies on the FP8 tensor cores; false: W8A16, the exact default.
+  bool fp8_activations = false;
 };
 
 // Bit position of element j (0..7) of a Q4 word after pack_quant: the even

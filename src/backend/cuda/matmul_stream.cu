@@ -297,6 +297,88 @@ __device__ __forceinline__ void unit_compute(const uint8_t* st, const LaneOffset
   }
 }
 
+// W8A8 (kFp8A8): the same unit, weights as their e4m3 bytes and each
+// token's activations over the unit's 128 columns quantized to e4m3 with
+// scale a / 448 (a: the largest |x| of the 128, shared by the two k halves
+// through `amax`), one FP8 MMA per piece; each group's sum is multiplied
+// by the weight scale and the token's activation scale. A token's codes and
+// scales depend on its own row only: batch invariant as the bf16 kinds.
+// amax: [2 parities][4 rg][2 kh][kMaxRows], the pair (rg, 0|1) meets on
+// named barrier 4 + rg once per unit.
+template <int NF, int GPC>
+__device__ __forceinline__ void unit_compute_a8(const uint8_t* st, const LaneOffsets& o, const bool (&tok)[NF],
+                                                float (&acc)[2][NF][4], float* amax, int rg, int kh, int lane) {
+  const int g = lane >> 2, c = lane & 3;
+  uint32_t wq[2][2][4], ws[2][2][2];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint4 v = *reinterpret_cast<const uint4*>(st + o.w + (m * 2 + h) * 32 * lane_bytes(8));
+      wq[m][h][0] = v.x;
+      wq[m][h][1] = v.y;
+      wq[m][h][2] = v.z;
+      wq[m][h][3] = v.w;
+      const uint32_t* sp = reinterpret_cast<const uint32_t*>(st + o.sb + (16 * m + 8 * h) * GPC * 4);
+      ws[m][h][0] = sp[0];
+      ws[m][h][1] = GPC == 4 ? sp[1] : ws[m][h][0];
+    }
+  // The largest |x| of token 8f + g over this warp's 64 columns (pieces
+  // 2kh, 2kh + 1; bf16 abs and max are exact), then over the unit's 128.
+  // The activations are read again afterwards rather than held: registers
+  // are what limits the blocks per multiprocessor.
+  auto load = [&](int f, int jj) {
+    return tok[f] ? *reinterpret_cast<const uint4*>(st + o.x + 8 * f * kXStride + 64 * jj) : make_uint4(0, 0, 0, 0);
+  };
+  float half_max[NF];
+#pragma unroll
+  for (int f = 0; f < NF; ++f) {
+    uint32_t m2 = 0;  // bf16 pair of maxima of |x|
+#pragma unroll
+    for (int jj = 0; jj < 2; ++jj) {
+      const uint4 v = load(f, jj);
+      m2 = bf2_max(bf2_max(m2, v.x & 0x7fff7fffu), bf2_max(v.y & 0x7fff7fffu, bf2_max(v.z & 0x7fff7fffu, v.w & 0x7fff7fffu)));
+    }
+    float a = fmaxf(__uint_as_float(m2 << 16), __uint_as_float(m2 & 0xffff0000u));
+    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1));
+    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 2));
+    if (c == 0) amax[(rg * 2 + kh) * kMaxRows + 8 * f + g] = a;
+    half_max[f] = a;
+  }
+  asm volatile("bar.sync %0, 64;\n" ::"r"(4 + rg) : "memory");
+#pragma unroll
+  for (int f = 0; f < NF; ++f) {
+    const float a = fmaxf(half_max[f], amax[(rg * 2 + (kh ^ 1)) * kMaxRows + 8 * f + g]);
+    const float inv = a > 0.0f ? 448.0f / a : 0.0f;
+    // The scales of this lane's accumulator columns: tokens 8f + 2c and 8f + 2c + 1.
+    const float scale = a / 448.0f;
+    const float xs0 = __shfl_sync(0xffffffffu, scale, 8 * c), xs1 = __shfl_sync(0xffffffffu, scale, 8 * c + 4);
+    float part[2][4];
+#pragma unroll
+    for (int jj = 0; jj < 2; ++jj) {
+      const uint4 v = load(f, jj);
+      auto lo = [&](uint32_t w) { return __uint_as_float(w << 16) * inv; };
+      auto hi = [&](uint32_t w) { return __uint_as_float(w & 0xffff0000u) * inv; };
+      const uint32_t b0 = pack_e4m3x4(lo(v.x), hi(v.x), lo(v.y), hi(v.y));
+      const uint32_t b1 = pack_e4m3x4(lo(v.z), hi(v.z), lo(v.w), hi(v.w));
+      if (jj == 0 || GPC == 4) {
+#pragma unroll
+        for (int m = 0; m < 2; ++m) part[m][0] = part[m][1] = part[m][2] = part[m][3] = 0.0f;
+      }
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+        mma_fp8(part[m], wq[m][0][2 * jj], wq[m][1][2 * jj], wq[m][0][2 * jj + 1], wq[m][1][2 * jj + 1], b0, b1);
+      if (jj == 1 || GPC == 4) {  // acc += weight scale * (activation scale * sum)
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            acc[m][f][i] = fmaf(__uint_as_float(ws[m][i >> 1][jj]), part[m][i] * ((i & 1) ? xs1 : xs0), acc[m][f][i]);
+      }
+    }
+  }
+}
+
 template <int FMT, int NF, int EPI, int MINB>
 __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamParams p) {
   constexpr int BITS = fmt_bits(FMT);
@@ -306,6 +388,7 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
   }
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
+  __shared__ float amax[FMT == kFp8A8 ? 2 * 4 * 2 * kMaxRows : 1];  // W8A8: the k halves' activation maxima
   __shared__ ArgMax best[4][kMaxRows];
   __shared__ int last;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -355,7 +438,7 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
 #pragma unroll
   for (int f = 0; f < NF; ++f) tok[f] = 8 * f + g < p.T;
   const int gpc = p.gpc, stage_smem = p.stage_smem, stages = p.stages;
-  int stage = 0;
+  int stage = 0, units_done = 0;
   uint32_t phase = 0;
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     const int tile = item / p.splits, s = item % p.splits;
@@ -368,13 +451,24 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
     for (int ch = c0; ch < c1; ++ch) {
       mbar_wait(&full[stage], phase);
       const uint8_t* st = smem + stage * stage_smem;
-      if (gpc == 2)
+      if constexpr (FMT == kFp8A8) {
+        // Two parities of the exchange: a half rewrites a slot only after
+        // the next unit's barrier, which its partner passes after reading it.
+        float* slot = amax + (units_done & 1) * (4 * 2 * kMaxRows);
+        if (gpc == 2)
+          unit_compute_a8<NF, 2>(st, off, tok, acc, slot, rg, kh, lane);
+        else if (gpc == 1)
+          unit_compute_a8<NF, 1>(st, off, tok, acc, slot, rg, kh, lane);
+        else
+          unit_compute_a8<NF, 4>(st, off, tok, acc, slot, rg, kh, lane);
+      } else if (gpc == 2)
         unit_compute<FMT, NF, 2>(st, off, tok, acc);
       else if (gpc == 1)
         unit_compute<FMT, NF, 1>(st, off, tok, acc);
       else
         unit_compute<FMT, NF, 4>(st, off, tok, acc);
       __syncwarp();
+      ++units_done;
       if (lane == 0) mbar_arrive(&empty[stage]);
       if (++stage == stages) {
         stage = 0;
@@ -536,6 +630,7 @@ KernelFn kernel_for(int fmt, int epi, int nf) {
     case kQ4: return kernel_for<kQ4>(epi, nf);
     case kQ8: return kernel_for<kQ8>(epi, nf);
     case kFp8: return kernel_for<kFp8>(epi, nf);
+    case kFp8A8: return kernel_for<kFp8A8>(epi, nf);
     default: return kernel_for<kZ4>(epi, nf);
   }
 }
@@ -554,7 +649,7 @@ void launch(const DevMatrix& W, int epi, StreamParams p, cudaStream_t s) {
   if (xa % 16 != 0 || p.ldx % 8 != 0)
     fail("matmul: activations must be 16-byte aligned with a row stride that is a multiple of 8 (got stride {})",
          p.ldx);
-  const int fmt = fmt_of(W.kind), nf = ceil_div(p.T, 8);
+  const int fmt = compute_fmt_of(W), nf = ceil_div(p.T, 8);
   p.tiles = ceil_div(W.rows, kRows);
   p.chunks = W.cols / kK;
   p.gpc = kK / W.group;
@@ -565,10 +660,12 @@ void launch(const DevMatrix& W, int epi, StreamParams p, cudaStream_t s) {
   const int red = 4 * 2 * nf * 4 * 32 * 4;
   // As many blocks per SM as registers allow while each keeps four stages
   // (more warps to dequantize); else fewer blocks with deeper rings.
+  // Each block's static shared memory (W8A8's activation maxima too) is set aside.
+  const int reserve = 2048 + (fmt == kFp8A8 ? 2 * 4 * 2 * kMaxRows * 4 : 0);
   int per_sm = std::min(max_per_sm(nf), g_cap_per_sm), budget = 0;
   for (; per_sm > 1; --per_sm)
-    if (4 * p.stage_smem + red <= kSmemPerSM / per_sm - 2048) break;
-  budget = per_sm == 1 ? kSmemMaxBlock : kSmemPerSM / per_sm - 2048;
+    if (4 * p.stage_smem + red <= kSmemPerSM / per_sm - reserve) break;
+  budget = per_sm == 1 ? kSmemMaxBlock - (reserve - 2048) : kSmemPerSM / per_sm - reserve;
   p.stages = std::min(g_cap_stages, (budget - red) / p.stage_smem);
   if (p.stages < 2) fail("matmul: stage of {} bytes does not fit in shared memory", p.stage_smem);
   const int smem = p.stages * p.stage_smem + red;
@@ -598,7 +695,7 @@ void init_kernels() {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
-  for (int fmt : {kQ4, kQ8, kFp8, kZ4})
+  for (int fmt : {kQ4, kQ8, kFp8, kZ4, kFp8A8})
     for (int epi : {int(kOut), int(kArgmax)})
       for (int nf = 1; nf <= 8; ++nf)
         CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel_for(fmt, epi, nf)),

@@ -2,12 +2,15 @@
 #include "backend/cuda/projection_bench.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <tuple>
+#include <utility>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
@@ -44,6 +47,42 @@ __global__ void fill_act(bf16* x, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     x[i] = __float2bfloat16_rn(float(hash32(i, seed) & 0xffff) / 32768.0f - 1.0f);
 }
+// FP8 weights as a block-quantized release has them: values about normal
+// (the sum of four uniforms) at std 100, at most 346 (e4m3 reaches 448;
+// satfinite: never NaN).
+__global__ void fill_fp8(uint8_t* w, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint32_t h = hash32(i, seed);
+    const float u = float((h & 0xff) + ((h >> 8) & 0xff) + ((h >> 16) & 0xff) + (h >> 24)) / 255.0f - 2.0f;
+    w[i] = uint8_t(__nv_cvt_float_to_fp8(u * 173.0f, __NV_SATFINITE, __NV_E4M3));
+  }
+}
+// One fp32 scale per 128 x 128 block, repeated over the block's rows.
+__global__ void fill_fp8_scales(float* s, int rows, int groups, float mag, uint32_t seed) {
+  const size_t n = size_t(rows) * groups;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const size_t block = (i / groups / 128) * groups + i % groups;
+    s[i] = mag * (0.5f + float(hash32(block, seed) & 0xffff) / 65536.0f);
+  }
+}
+// Every 64th column times 30: outlier channels.
+__global__ void scale_outlier_columns(bf16* x, size_t n, int cols) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    if (i % size_t(cols) % 64 == 0) x[i] = __float2bfloat16_rn(__bfloat162float(x[i]) * 30.0f);
+}
+
+// ||a - b|| / ||b|| and max |a - b| / max |b|.
+std::pair<double, double> relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0, dmax = 0, bmax = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = double(a[i]) - double(b[i]);
+    num += d * d;
+    den += double(b[i]) * double(b[i]);
+    dmax = std::max(dmax, std::fabs(d));
+    bmax = std::max(bmax, std::fabs(double(b[i])));
+  }
+  return {std::sqrt(num / den), dmax / bmax};
+}
 
 struct Buf {
   DeviceBuffer mem;  // owned (device_handles.h)
@@ -70,20 +109,24 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
     Caps(int per_sm, int stages) { set_stream_caps(per_sm, stages); }
     ~Caps() { set_stream_caps(0, 0); }
   } caps(c.stream_per_sm, c.stream_stages);
-  if (c.bits != 4 && c.bits != 8) fail("bench projection: --quant must be q4 or q8");
+  const bool fp8 = c.quant == "fp8";
+  if (c.quant != "q4" && c.quant != "q8" && !fp8) fail("bench projection: --quant must be q4, q8 or fp8");
+  if (fp8 && (c.group != 128 || c.argmax)) fail("bench projection: fp8 takes group 128 and no argmax (its head is bf16)");
+  if (c.fp8_w8a8 && !fp8) fail("bench projection: W8A8 is an fp8 mode");
+  const int bits = c.quant == "q4" ? 4 : 8;
   for (int W : c.widths)
     if (W < 1 || W > kMaxRows) fail("bench projection: width {} outside [1, {}]", W, kMaxRows);
 
   DevMatrix proto;
-  proto.kind = c.bits == 4 ? WKind::Q4 : WKind::Q8;
+  proto.kind = fp8 ? WKind::FP8 : bits == 4 ? WKind::Q4 : WKind::Q8;
   proto.rows = c.rows;
   proto.cols = c.cols;
   proto.group = c.group;
   proto.splits = c.argmax ? 1 : c.splits > 0 ? c.splits : choose_splits(c.rows, c.cols, proto.kind);
   check_matrix(proto, "bench");
   r.splits = proto.splits;
-  const size_t words = size_t(c.rows) * c.cols * c.bits / 32, groups = size_t(c.rows) * (c.cols / c.group);
-  // Bytes a projection must read: the packed weights and one bf16 (scale, bias) pair per group.
+  const size_t words = size_t(c.rows) * c.cols * bits / 32, groups = size_t(c.rows) * (c.cols / c.group);
+  // Bytes a projection must read: the packed weights and one bf16 (scale, bias) pair, or FP8's fp32 scale, per group.
   r.weight_bytes = double(words) * 4 + double(groups) * 4;
   // Rotate over enough copies that they total >= 512 MB (L2 is 50 MB).
   r.copies = std::max(2, int((512e6 + r.weight_bytes - 1) / r.weight_bytes));
@@ -99,9 +142,17 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
     m.w = w->p;
     m.scales = static_cast<const float*>(sc->p);
     m.biases = static_cast<const float*>(bi->p);
-    fill_words<<<4096, 256>>>(static_cast<uint32_t*>(w->p), words, 17u + i);
-    fill_scales<<<1024, 256>>>(static_cast<float*>(sc->p), static_cast<float*>(bi->p), groups,
-                               1.0f / std::sqrt(float(c.cols)), float((1 << c.bits) - 1), 101u + i);
+    if (fp8) {
+      fill_fp8<<<4096, 256>>>(static_cast<uint8_t*>(w->p), words * 4, 17u + i);
+      fill_fp8_scales<<<1024, 256>>>(static_cast<float*>(sc->p), c.rows, c.cols / c.group,
+                                     1.0f / (100.0f * std::sqrt(float(c.cols))), 101u + i);
+      m.biases = nullptr;
+      m.fp8_activations = c.fp8_w8a8;
+    } else {
+      fill_words<<<4096, 256>>>(static_cast<uint32_t*>(w->p), words, 17u + i);
+      fill_scales<<<1024, 256>>>(static_cast<float*>(sc->p), static_cast<float*>(bi->p), groups,
+                                 1.0f / std::sqrt(float(c.cols)), float((1 << bits) - 1), 101u + i);
+    }
     CUDA_CHECK_LAUNCH("bench fill");
     auto packed = std::make_unique<Buf>(size_t(pack_quant_bytes(m)));
     pack_quant(m, packed->p, nullptr);
@@ -150,6 +201,27 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
         r.invariant_detail += " row" + std::to_string(row);
       }
     }
+  }
+
+  // W8A8 against W8A16: the same weights and activations, 64 rows.
+  if (c.fp8_w8a8) {
+    DevMatrix exact = mats[0];
+    exact.fp8_activations = false;
+    auto outputs = [&](const DevMatrix& m) {
+      matmul(m, x.p, Act::BF16, kMaxRows, c.cols, static_cast<float*>(y.p), c.rows, false,
+             static_cast<float*>(scratch.p), nullptr);
+      std::vector<float> v(size_t(kMaxRows) * c.rows);
+      CUDA_CHECK(cudaMemcpy(v.data(), y.p, v.size() * 4, cudaMemcpyDeviceToHost));
+      return v;
+    };
+    std::tie(r.w8a8_rel_rms, r.w8a8_rel_max) = relative_error(outputs(mats[0]), outputs(exact));
+    Buf xo(xn * 2);
+    CUDA_CHECK(cudaMemcpy(xo.p, x.p, xn * 2, cudaMemcpyDeviceToDevice));
+    scale_outlier_columns<<<1024, 256>>>(static_cast<bf16*>(xo.p), xn, c.cols);
+    CUDA_CHECK_LAUNCH("bench outliers");
+    std::swap(x.p, xo.p);  // the outputs above read x
+    std::tie(r.w8a8_outlier_rel_rms, r.w8a8_outlier_rel_max) = relative_error(outputs(mats[0]), outputs(exact));
+    std::swap(x.p, xo.p);
   }
 
   const Event e0 = make_event(), e1 = make_event();

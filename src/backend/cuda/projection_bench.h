@@ -10,7 +10,11 @@
 namespace nextn::cuda {
 
 struct ProjBenchConfig {
-  int rows = 248320, cols = 5120, bits = 4, group = 64;
+  int rows = 248320, cols = 5120, group = 64;
+  // q4 | q8: MLX affine; fp8: e4m3 codes with an fp32 scale per 128 x 128
+  // block (Qwen's FP8 releases; group must be 128), W8A16 unless fp8_w8a8.
+  std::string quant = "q4";
+  bool fp8_w8a8 = false;
   std::vector<int> widths{1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32};
   bool argmax = false;
   int repeats = 30;  // timed launches per width, spread over interleaved rounds
@@ -36,6 +40,11 @@ struct ProjBenchResult {
   bool streamed = false;    // served by the streamed kernel (else the generic one)
   bool invariant = false;   // row r alone == row r inside the 64-row call, bitwise
   std::string invariant_detail;
+  // W8A8 only: its outputs against W8A16's (same weights and 64 rows of
+  // activations), as ||y8 - y16|| / ||y16|| and max |y8 - y16| / max |y16|,
+  // for activations uniform in [-1, 1] and for the same with every 64th
+  // column times 30 (outlier channels, as LLM activations have).
+  double w8a8_rel_rms = -1, w8a8_rel_max = -1, w8a8_outlier_rel_rms = -1, w8a8_outlier_rel_max = -1;
   std::vector<ProjBenchRow> rows;
 };
 

@@ -73,16 +73,16 @@ namespace {
 // make_cuda_runtime's weights, loaded once the capacity has passed its own
 // checks (a bad capacity costs no device work).
 std::shared_ptr<const CudaQwen35Weights> weights_for_one_sequence(const Qwen35Checkpoint& ck, int max_tokens,
-                                                                  int max_rows, Activations act) {
+                                                                  int max_rows, const RuntimeOptions& options) {
   check_max_rows(max_rows);
   (void)workspace_dims(ck.config(), max_tokens);
-  return std::make_shared<const CudaQwen35Weights>(ck, max_tokens, act);
+  return std::make_shared<const CudaQwen35Weights>(ck, max_tokens, options);
 }
 
 }  // namespace
 
 CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens, int max_rows, const RuntimeOptions& options)
-    : CudaQwen35(weights_for_one_sequence(ck, max_tokens, max_rows, options.act), max_tokens, max_rows, options) {}
+    : CudaQwen35(weights_for_one_sequence(ck, max_tokens, max_rows, options), max_tokens, max_rows, options) {}
 
 CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max_tokens, int max_rows,
                        const RuntimeOptions& options)

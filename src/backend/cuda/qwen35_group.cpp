@@ -228,7 +228,7 @@ class CudaSequenceGroup final : public SequenceGroup {
  public:
   CudaSequenceGroup(const Qwen35Checkpoint& ckpt, const RuntimeOptions& options)
       : options_(options),
-        weights_(std::make_shared<const CudaQwen35Weights>(ckpt, 0, options.act)),
+        weights_(std::make_shared<const CudaQwen35Weights>(ckpt, 0, options)),
         info_(qwen35_info(ckpt.config())),
         max_positions_(ckpt.config().max_position_embeddings) {}
   const char* backend_name() const override { return "cuda"; }

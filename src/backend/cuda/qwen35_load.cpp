@@ -111,8 +111,8 @@ size_t sequence_bytes(const Qwen35Config& c, int max_tokens, Act act, bool has_m
   return total + size_t(max_rows) * size_t(c.vocab_size) * 4;  // logits
 }
 
-CudaQwen35Weights::CudaQwen35Weights(const Qwen35Checkpoint& ck, int reserve_tokens, Activations mode)
-    : cfg(ck.config()), act(mode == Activations::Fp32 ? Act::F32 : Act::BF16) {
+CudaQwen35Weights::CudaQwen35Weights(const Qwen35Checkpoint& ck, int reserve_tokens, const RuntimeOptions& options)
+    : cfg(ck.config()), act(options.act == Activations::Fp32 ? Act::F32 : Act::BF16), fp8_matmul(options.fp8_matmul) {
   static_assert(kWorkspaceRows == kMaxRows && kMaxForwardRows == kMaxRows);
   if (reserve_tokens < 0) fail("internal: CudaQwen35Weights reserving {} tokens", reserve_tokens);
   (void)cuda_device_summary();
@@ -154,6 +154,8 @@ CudaQwen35Weights::CudaQwen35Weights(const Qwen35Checkpoint& ck, int reserve_tok
     if (L.full) L.kv_index = kv_layers++;
   if (has_mtp) mtp_layer.kv_index = kv_layers++;
   CUDA_CHECK(cudaDeviceSynchronize());
+  if (fp8_matmul == Fp8Matmul::W8A8 && fp8_matrices == 0)
+    fail("--fp8-matmul w8a8: {} has no FP8 weights (its quantization_config names no fp8 format)", ck.dir());
 }
 
 int64_t CudaQwen35Weights::splitk_floats_for(int max_rows) const {
@@ -182,7 +184,12 @@ float* CudaQwen35Weights::upload_floats(const std::vector<float>& v, const char*
 // Rows of all parts, concatenated, in the kernels' layout (weight_upload.h).
 DevMatrix CudaQwen35Weights::upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable,
                                            Use use) {
-  return upload_weight_parts(parts, act, mem, what, splittable, use);
+  DevMatrix m = upload_weight_parts(parts, act, mem, what, splittable, use);
+  if (m.kind == WKind::FP8) {
+    m.fp8_activations = fp8_matmul == Fp8Matmul::W8A8;
+    ++fp8_matrices;
+  }
+  return m;
 }
 
 // Fuses consecutive parts that share a storage format into one matrix.

@@ -71,14 +71,18 @@ struct LayerWeights {
 struct CudaQwen35Weights {
   // Checks the device and the shapes, then that the weights and one sequence
   // of `reserve_tokens` positions fit in free device memory (0: the weights
-  // and one sequence's fixed buffers), then uploads in the mode `act`
-  // (RuntimeOptions::act). The caller has checked reserve_tokens (workspace_dims).
-  CudaQwen35Weights(const Qwen35Checkpoint& ck, int reserve_tokens, Activations act);
+  // and one sequence's fixed buffers), then uploads in the mode of
+  // options.act, FP8 matrices multiplied as options.fp8_matmul says (W8A8
+  // is refused for a checkpoint with no FP8 matrix). The caller has checked
+  // reserve_tokens (workspace_dims).
+  CudaQwen35Weights(const Qwen35Checkpoint& ck, int reserve_tokens, const RuntimeOptions& options);
   CudaQwen35Weights(const CudaQwen35Weights&) = delete;
   CudaQwen35Weights& operator=(const CudaQwen35Weights&) = delete;
 
   Qwen35Config cfg;
   Act act = Act::BF16;
+  Fp8Matmul fp8_matmul = Fp8Matmul::W8A16;
+  int fp8_matrices = 0;  // matrices uploaded as FP8 (the W8A8 ones, under --fp8-matmul w8a8)
   DeviceMemory mem;
   DevMatrix embed, head;
   float* final_norm = nullptr;

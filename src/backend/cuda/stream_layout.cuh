@@ -14,12 +14,15 @@ constexpr int kK = kChunkK;         // k per stage unit
 
 // Weight formats of a stage unit: the bits per weight, and whether the
 // group's word is a bf16 (scale, bias) pair applied while decoding (affine)
-// or an fp32 scale applied to the group's MMA sums (scaled).
-enum Fmt : int { kQ4 = 0, kQ8 = 1, kFp8 = 2, kZ4 = 3 };
+// or an fp32 scale applied to the group's MMA sums (scaled). kFp8A8 is
+// kFp8's layout computed the W8A8 way (DevMatrix::fp8_activations): the
+// activations quantized to e4m3 in the kernel, FP8 MMAs.
+enum Fmt : int { kQ4 = 0, kQ8 = 1, kFp8 = 2, kZ4 = 3, kFp8A8 = 4 };
 constexpr int fmt_bits(int f) { return f == kQ4 || f == kZ4 ? 4 : 8; }
-constexpr bool fmt_scaled(int f) { return f == kFp8 || f == kZ4; }
+constexpr bool fmt_scaled(int f) { return f == kFp8 || f == kZ4 || f == kFp8A8; }
 // Bytes of a (row, group) entry.
 constexpr int group_entry_bytes(int f) { return f == kZ4 ? 8 : 4; }
+// The layout's format (the packing: kFp8A8 packs as kFp8).
 inline int fmt_of(WKind k) {
   switch (k) {
     case WKind::Q4: return kQ4;
@@ -28,6 +31,10 @@ inline int fmt_of(WKind k) {
     case WKind::Z4: return kZ4;
     default: fail("matmul: weight kind {} has no streamed layout", int(k));
   }
+}
+// The kernel's format: the layout's, or kFp8A8 for a W8A8 FP8 matrix.
+inline int compute_fmt_of(const DevMatrix& m) {
+  return m.kind == WKind::FP8 && m.fp8_activations ? kFp8A8 : fmt_of(m.kind);
 }
 
 // Bytes of packed weights per unit and per lane (of one (m, h) fragment pair).
