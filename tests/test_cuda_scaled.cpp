@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -205,29 +206,28 @@ uint8_t e4m3_rne(float x) {
 }
 
 // W8A8: fp64 sums of the exact products of the weight codes and the
-// activations quantized as the kernel quantizes them (per token and 128
-// columns: scale a / 448, codes rn(x * (448 / a))), times both scales.
+// activations quantized as the kernel quantizes them (per token and 64
+// columns: scale a * (1 / 448), codes rn(x * (448 * (1 / a)))), times both scales.
 std::vector<float> reference_w8a8(const ScaledMatrix& sm, const std::vector<float>& x, int T) {
-  const int K = sm.cols, gpc = 128 / sm.group;
+  const int K = sm.cols;
   std::vector<float> y(size_t(T) * sm.rows);
-  std::vector<float> xq(static_cast<size_t>(K)), xs(static_cast<size_t>(K / 128));
+  std::vector<float> xq(static_cast<size_t>(K)), xs(static_cast<size_t>(K / 64));
   for (int t = 0; t < T; ++t) {
-    for (int u = 0; u < K / 128; ++u) {
+    for (int u = 0; u < K / 64; ++u) {
       float a = 0.0f;
-      for (int k = 0; k < 128; ++k) a = std::max(a, std::fabs(x[size_t(t) * K + 128 * u + k]));
-      const float inv = a > 0.0f ? 448.0f / a : 0.0f;
-      xs[size_t(u)] = a / 448.0f;
-      for (int k = 0; k < 128; ++k) xq[size_t(128 * u + k)] = fp8_e4m3_to_f32(e4m3_rne(x[size_t(t) * K + 128 * u + k] * inv));
+      for (int k = 0; k < 64; ++k) a = std::max(a, std::fabs(x[size_t(t) * K + 64 * u + k]));
+      const float inv = a > 0.0f ? 448.0f * (1.0f / a) : 0.0f;
+      xs[size_t(u)] = a * (1.0f / 448.0f);
+      for (int k = 0; k < 64; ++k) xq[size_t(64 * u + k)] = fp8_e4m3_to_f32(e4m3_rne(x[size_t(t) * K + 64 * u + k] * inv));
     }
     for (int r = 0; r < sm.rows; ++r) {
       double acc = 0;
-      for (int u = 0; u < K / 128; ++u)
-        for (int gi = 0; gi < gpc; ++gi) {
-          double sum = 0;
-          for (int k = u * 128 + gi * sm.group; k < u * 128 + (gi + 1) * sm.group; ++k)
-            sum += double(fp8_e4m3_to_f32(sm.codes[size_t(r) * K + k])) * double(xq[size_t(k)]);
-          acc += double(sm.scales[size_t(r) * (K / sm.group) + u * gpc + gi]) * double(xs[size_t(u)]) * sum;
-        }
+      for (int k0 = 0; k0 < K; k0 += 32) {  // groups are 32, 64 or 128 wide: a 32-column piece has one of each scale
+        double sum = 0;
+        for (int k = k0; k < k0 + 32; ++k)
+          sum += double(fp8_e4m3_to_f32(sm.codes[size_t(r) * K + k])) * double(xq[size_t(k)]);
+        acc += double(sm.scales[size_t(r) * (K / sm.group) + k0 / sm.group]) * double(xs[size_t(k0 / 64)]) * sum;
+      }
       y[size_t(t) * sm.rows + r] = float(acc);
     }
   }
@@ -255,7 +255,13 @@ TEST(CudaScaled, W8A8MatchesItsQuantizedActivationsAndIsBatchInvariant) {
     cuda::DevMatrix a8 = d.m;
     a8.fp8_activations = true;
     const auto y64 = run(a8, x, 64);
-    EXPECT_LT(test::rel_err(y64, reference_w8a8(sm, x, 64)), 1e-4);
+    // The FP8 MMA's sums are not fp32-exact (Hopper's FP8 tensor cores keep
+    // fewer accumulator bits): measured about 1e-3 on these codes, whose
+    // magnitudes span e4m3's whole range; a wrong code, scale or order is 1e-1 or more.
+    const double err = test::rel_err(y64, reference_w8a8(sm, x, 64));
+    std::printf("[cuda w8a8] [%dx%d] g%d: relative L2 error against the fp64 sum of its codes: %.2e\n", sh.rows, sh.cols,
+                sh.group, err);
+    EXPECT_LT(err, 1e-2);
     // Quantizing the activations costs accuracy, not correctness: within a few percent of W8A16.
     EXPECT_LT(test::rel_err(y64, exact), 0.05);
     for (int r = 0; r < sh.rows; ++r) EXPECT_EQ(y64[size_t(5) * sh.rows + r], 0.0f);

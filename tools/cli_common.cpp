@@ -60,7 +60,7 @@ void add_runtime_options(CLI::App* cmd, RuntimeArgs* a) {
                   "the CPU backend computes in fp32 either way");
   cmd->add_option("--fp8-matmul", a->fp8_matmul,
                   "CUDA, FP8 checkpoints: w8a16 (default: the weights decoded exactly, bf16 activations) or w8a8 "
-                  "(activations quantized to e4m3 per token and 128 columns, FP8 tensor cores; docs/formats.md)");
+                  "(activations quantized to e4m3 per token and 64 columns, FP8 tensor cores; docs/formats.md)");
   cmd->add_option("--tensor-parallel", a->tensor_parallel,
                   "Split the model over N ranks (threads sharing --threads), Qwen3.5 on --backend cpu; the output "
                   "is deterministic and, on the fixtures, transformers' greedy tokens (docs/tensor-parallel.md; default 1)")

@@ -18,9 +18,10 @@ enum class Activations { Bf16, Fp32 };
 // How the CUDA backend multiplies FP8 weights (--fp8-matmul). W8A16: the
 // e4m3 weights decoded exactly to bf16 against bf16 activations, the exact
 // default. W8A8: each token's activations quantized on the fly to e4m3 per
-// 128 columns (scale = amax / 448, as the FP8 releases' dynamic activation
-// scheme) and FP8 tensor-core MMAs; its error against W8A16 is measured in
-// docs/formats.md. Matrices in other formats are not affected.
+// 64 columns (scale = amax / 448: the FP8 releases' dynamic activation
+// scheme, in groups of 64 rather than 128) and FP8 tensor-core MMAs; its
+// error against W8A16 and its speed are measured in docs/formats.md.
+// Matrices in other formats are not affected.
 enum class Fp8Matmul { W8A16, W8A8 };
 
 // Programmatic dependent launch in the CUDA Qwen3.5 graphs (bench --pdl; it

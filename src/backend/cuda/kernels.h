@@ -55,7 +55,7 @@ struct DevMatrix {
   // chosen by the matrix, never by the row count.
   bool sb_exact = true;
   // FP8 only: W8A8 (--fp8-matmul w8a8). The streamed kernel quantizes each
-  // token's activations per 128 columns to e4m3 (scale = amax / 448) and
+  // token's activations per 64 columns to e4m3 (scale = amax / 448) and
   // multiplies on the FP8 tensor cores; false: W8A16, the exact default.
   bool fp8_activations = false;
 };

@@ -298,17 +298,17 @@ __device__ __forceinline__ void unit_compute(const uint8_t* st, const LaneOffset
 }
 
 // W8A8 (kFp8A8): the same unit, weights as their e4m3 bytes and each
-// token's activations over the unit's 128 columns quantized to e4m3 with
-// scale a / 448 (a: the largest |x| of the 128, shared by the two k halves
-// through `amax`), one FP8 MMA per piece; each group's sum is multiplied
-// by the weight scale and the token's activation scale. A token's codes and
-// scales depend on its own row only: batch invariant as the bf16 kinds.
-// amax: [2 parities][4 rg][2 kh][kMaxRows], the pair (rg, 0|1) meets on
-// named barrier 4 + rg once per unit.
+// token's activations over the warp's 64 columns of the unit (its k half)
+// quantized to e4m3 with scale a / 448 (a: the largest |x| of the 64), one
+// FP8 MMA per piece; each group's sum is multiplied by the weight scale and
+// the token's activation scale. Groups of 64, not the releases' 128: each k
+// half quantizes alone, with no exchange between warps (a barrier per unit
+// measured 1.7x W8A16's time at one row). A token's codes and scales depend
+// on its own row only: batch invariant as the bf16 kinds.
 template <int NF, int GPC>
 __device__ __forceinline__ void unit_compute_a8(const uint8_t* st, const LaneOffsets& o, const bool (&tok)[NF],
-                                                float (&acc)[2][NF][4], float* amax, int rg, int kh, int lane) {
-  const int g = lane >> 2, c = lane & 3;
+                                                float (&acc)[2][NF][4], int lane) {
+  const int c = lane & 3;
   uint32_t wq[2][2][4], ws[2][2][2];
 #pragma unroll
   for (int m = 0; m < 2; ++m)
@@ -323,17 +323,14 @@ __device__ __forceinline__ void unit_compute_a8(const uint8_t* st, const LaneOff
       ws[m][h][0] = sp[0];
       ws[m][h][1] = GPC == 4 ? sp[1] : ws[m][h][0];
     }
-  // The largest |x| of token 8f + g over this warp's 64 columns (pieces
-  // 2kh, 2kh + 1; bf16 abs and max are exact), then over the unit's 128.
-  // The activations are read again afterwards rather than held: registers
-  // are what limits the blocks per multiprocessor.
   auto load = [&](int f, int jj) {
     return tok[f] ? *reinterpret_cast<const uint4*>(st + o.x + 8 * f * kXStride + 64 * jj) : make_uint4(0, 0, 0, 0);
   };
-  float half_max[NF];
 #pragma unroll
   for (int f = 0; f < NF; ++f) {
-    uint32_t m2 = 0;  // bf16 pair of maxima of |x|
+    // The largest |x| of token 8f + g over the warp's 64 columns (pieces
+    // 2kh, 2kh + 1 of the four lanes c; bf16 abs and max are exact).
+    uint32_t m2 = 0;
 #pragma unroll
     for (int jj = 0; jj < 2; ++jj) {
       const uint4 v = load(f, jj);
@@ -342,16 +339,9 @@ __device__ __forceinline__ void unit_compute_a8(const uint8_t* st, const LaneOff
     float a = fmaxf(__uint_as_float(m2 << 16), __uint_as_float(m2 & 0xffff0000u));
     a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1));
     a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 2));
-    if (c == 0) amax[(rg * 2 + kh) * kMaxRows + 8 * f + g] = a;
-    half_max[f] = a;
-  }
-  asm volatile("bar.sync %0, 64;\n" ::"r"(4 + rg) : "memory");
-#pragma unroll
-  for (int f = 0; f < NF; ++f) {
-    const float a = fmaxf(half_max[f], amax[(rg * 2 + (kh ^ 1)) * kMaxRows + 8 * f + g]);
-    const float inv = a > 0.0f ? 448.0f / a : 0.0f;
+    const float inv = a > 0.0f ? 448.0f * __frcp_rn(a) : 0.0f;  // x * inv <= 448 up to rounding: cvt saturates
     // The scales of this lane's accumulator columns: tokens 8f + 2c and 8f + 2c + 1.
-    const float scale = a / 448.0f;
+    const float scale = a * (1.0f / 448.0f);
     const float xs0 = __shfl_sync(0xffffffffu, scale, 8 * c), xs1 = __shfl_sync(0xffffffffu, scale, 8 * c + 4);
     float part[2][4];
 #pragma unroll
@@ -388,7 +378,6 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
   }
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
-  __shared__ float amax[FMT == kFp8A8 ? 2 * 4 * 2 * kMaxRows : 1];  // W8A8: the k halves' activation maxima
   __shared__ ArgMax best[4][kMaxRows];
   __shared__ int last;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -438,7 +427,7 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
 #pragma unroll
   for (int f = 0; f < NF; ++f) tok[f] = 8 * f + g < p.T;
   const int gpc = p.gpc, stage_smem = p.stage_smem, stages = p.stages;
-  int stage = 0, units_done = 0;
+  int stage = 0;
   uint32_t phase = 0;
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     const int tile = item / p.splits, s = item % p.splits;
@@ -452,15 +441,12 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
       mbar_wait(&full[stage], phase);
       const uint8_t* st = smem + stage * stage_smem;
       if constexpr (FMT == kFp8A8) {
-        // Two parities of the exchange: a half rewrites a slot only after
-        // the next unit's barrier, which its partner passes after reading it.
-        float* slot = amax + (units_done & 1) * (4 * 2 * kMaxRows);
         if (gpc == 2)
-          unit_compute_a8<NF, 2>(st, off, tok, acc, slot, rg, kh, lane);
+          unit_compute_a8<NF, 2>(st, off, tok, acc, lane);
         else if (gpc == 1)
-          unit_compute_a8<NF, 1>(st, off, tok, acc, slot, rg, kh, lane);
+          unit_compute_a8<NF, 1>(st, off, tok, acc, lane);
         else
-          unit_compute_a8<NF, 4>(st, off, tok, acc, slot, rg, kh, lane);
+          unit_compute_a8<NF, 4>(st, off, tok, acc, lane);
       } else if (gpc == 2)
         unit_compute<FMT, NF, 2>(st, off, tok, acc);
       else if (gpc == 1)
@@ -468,7 +454,6 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
       else
         unit_compute<FMT, NF, 4>(st, off, tok, acc);
       __syncwarp();
-      ++units_done;
       if (lane == 0) mbar_arrive(&empty[stage]);
       if (++stage == stages) {
         stage = 0;
@@ -660,12 +645,10 @@ void launch(const DevMatrix& W, int epi, StreamParams p, cudaStream_t s) {
   const int red = 4 * 2 * nf * 4 * 32 * 4;
   // As many blocks per SM as registers allow while each keeps four stages
   // (more warps to dequantize); else fewer blocks with deeper rings.
-  // Each block's static shared memory (W8A8's activation maxima too) is set aside.
-  const int reserve = 2048 + (fmt == kFp8A8 ? 2 * 4 * 2 * kMaxRows * 4 : 0);
   int per_sm = std::min(max_per_sm(nf), g_cap_per_sm), budget = 0;
   for (; per_sm > 1; --per_sm)
-    if (4 * p.stage_smem + red <= kSmemPerSM / per_sm - reserve) break;
-  budget = per_sm == 1 ? kSmemMaxBlock - (reserve - 2048) : kSmemPerSM / per_sm - reserve;
+    if (4 * p.stage_smem + red <= kSmemPerSM / per_sm - 2048) break;
+  budget = per_sm == 1 ? kSmemMaxBlock : kSmemPerSM / per_sm - 2048;
   p.stages = std::min(g_cap_stages, (budget - red) / p.stage_smem);
   if (p.stages < 2) fail("matmul: stage of {} bytes does not fit in shared memory", p.stage_smem);
   const int smem = p.stages * p.stage_smem + red;
