@@ -1,6 +1,6 @@
 // Small Gemma 4 target + assistant pairs from the 31B presets' generator
 // (io/synthetic_gemma4.h) with every width shrunk, for tests: any head dims,
-// written in a few milliseconds.
+// dense or MoE targets, written in a few milliseconds.
 #pragma once
 #include <string>
 
@@ -12,6 +12,7 @@ struct Gemma4Shape {
   int hidden = 64, assistant_hidden = 32, layers = 7, intermediate = 96, heads = 4;
   int head_dim = 16, kv_heads = 2, global_head_dim = 32, global_kv_heads = 1;
   int sliding_window = 6, vocab = 512;
+  int experts = 0, top_k_experts = 0, moe_intermediate = 0;  // a MoE target (the 26B-A4B's layer) when experts > 0
 };
 
 // The gemma4-31b (or -assistant) preset with `s`'s widths.
@@ -33,6 +34,10 @@ inline Gemma4SyntheticPreset shrunk_gemma4_preset(const Gemma4Shape& s, bool ass
     p.backbone_hidden = s.hidden;
     p.centroids = 16;
     p.centroid_top_k = 4;
+  } else {  // the assistant of a MoE target is dense
+    p.experts = s.experts;
+    p.top_k_experts = s.top_k_experts;
+    p.moe_intermediate = s.moe_intermediate;
   }
   return p;
 }
@@ -43,6 +48,17 @@ inline Gemma4Shape quantizable_gemma4_shape() {
   Gemma4Shape s;
   s.assistant_hidden = 64;
   s.intermediate = 128;  // the assistant's: 64
+  return s;
+}
+
+// A MoE shape: 8 experts top-2 of width `moe_intermediate` (64: every expert
+// projection quantizes at group 64; 48: down_proj stays dense, as mlx-lm
+// leaves it), beside the dense MLP of quantizable_gemma4_shape.
+inline Gemma4Shape moe_gemma4_shape(int moe_intermediate = 64) {
+  Gemma4Shape s = quantizable_gemma4_shape();
+  s.experts = 8;
+  s.top_k_experts = 2;
+  s.moe_intermediate = moe_intermediate;
   return s;
 }
 

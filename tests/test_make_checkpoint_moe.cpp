@@ -79,7 +79,6 @@ TEST(MakeCheckpointMoe, Qwen35_35bA3bConfigAndSize) {
   const double q4 = double(synthetic_checkpoint_bytes(*p, "q4"));
   EXPECT_GT(q4, params * 0.5625);
   EXPECT_LT(q4, params * 0.57);
-  EXPECT_FALSE(synthetic_preset("qwen3.5-122b-a10b"));  // not added: its config is not verified here
 }
 
 TEST(MakeCheckpointMoe, TinyLoadsInBothLayoutsAndSpeculativeEqualsGreedy) {

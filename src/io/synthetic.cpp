@@ -95,23 +95,35 @@ void fill_range(const Spec& s, uint64_t seed, int64_t begin, int64_t end, uint8_
 
 }  // namespace
 
+SpecSplit stored_split(const MatrixSplit& split, int row_axis, int64_t row_per, int col_axis, int64_t col_per) {
+  if (split.split == TensorParallelSplit::Replicated || (!split.cols && row_axis < 0)) return {};
+  return split.cols ? SpecSplit{split.split, split.unit, col_axis, col_per}
+                    : SpecSplit{split.split, split.unit, row_axis, row_per};
+}
+
 void push_matrix_specs(std::vector<Spec>& v, const std::string& mod, int64_t rows, int64_t cols, float std_, int bits,
-                       int64_t stack) {
+                       int64_t stack, MatrixSplit split) {
   // [rows, c] or, stacked, [stack, rows, c].
   auto shape = [&](int64_t c) {
     return stack > 0 ? std::vector<int64_t>{stack, rows, c} : std::vector<int64_t>{rows, c};
   };
+  const int row_axis = stack > 0 ? 1 : 0;
+  // Each tensor with the stored columns per logical column group it packs.
+  auto push = [&](Spec s, int64_t col_per) {
+    s.tp = stored_split(split, row_axis, 1, row_axis + 1, col_per);
+    v.push_back(std::move(s));
+  };
   if (bits == 0) {
     const float a = std_ * std::sqrt(3.0f);  // uniform in ±a has std std_
-    v.push_back({mod + ".weight", DType::BF16, shape(cols), Fill::Uniform, -a, a, mod + ".weight"});
+    push({mod + ".weight", DType::BF16, shape(cols), Fill::Uniform, -a, a, mod + ".weight"}, 1);
     return;
   }
   constexpr int64_t g = kSyntheticGroup;
   if (bits != 4 && bits != 8) fail("make-checkpoint: {}: {}-bit quantization (expected 4 or 8)", mod, bits);
   if (cols % g != 0) fail("make-checkpoint: {}: input size {} is not a multiple of the group size {}", mod, cols, g);
-  v.push_back({mod + ".weight", DType::U32, shape(cols * bits / 32), Fill::Packed, 0, 0, mod + ".weight"});
-  v.push_back({mod + ".scales", DType::BF16, shape(cols / g), Fill::Scales, 0, std_, mod + ".qparams", bits});
-  v.push_back({mod + ".biases", DType::BF16, shape(cols / g), Fill::Biases, 0, std_, mod + ".qparams", bits});
+  push({mod + ".weight", DType::U32, shape(cols * bits / 32), Fill::Packed, 0, 0, mod + ".weight"}, 32 / bits);
+  push({mod + ".scales", DType::BF16, shape(cols / g), Fill::Scales, 0, std_, mod + ".qparams", bits}, g);
+  push({mod + ".biases", DType::BF16, shape(cols / g), Fill::Biases, 0, std_, mod + ".qparams", bits}, g);
 }
 
 namespace {
@@ -149,10 +161,14 @@ std::vector<std::string> not_converted_modules(const SyntheticPreset& p) {
   return v;
 }
 
+}  // namespace
+
 // Every tensor of the checkpoint, by stored name: the MLX layout for q4, the
 // Hugging Face one for the others (fp8 and gptq4 quantize the decoder
-// layers' Linears but those not_converted_modules names).
-std::vector<Spec> tensor_specs(const SyntheticPreset& p, const std::string& quant) {
+// layers' Linears but those not_converted_modules names). Each says what a
+// tensor-parallel rank holds of it, as backend/cpu/qwen35_shard.cpp loads it.
+std::vector<Spec> qwen35_synthetic_specs(const SyntheticPreset& p, const std::string& quant) {
+  check_quant(quant);
   std::vector<Spec> v;
   const bool q4 = quant == "q4";
   const auto hf = hf_synthetic_quant(quant);
@@ -160,12 +176,18 @@ std::vector<Spec> tensor_specs(const SyntheticPreset& p, const std::string& quan
   const std::string pre = q4 ? "language_model.model." : "model.language_model.";
   const std::string head = q4 ? "language_model.lm_head" : "lm_head";
   const int64_t H = p.hidden;
-  auto matrix = [&](const std::string& mod, int64_t rows, int64_t cols, bool quantizable = true) {
+  auto matrix = [&](const std::string& mod, int64_t rows, int64_t cols, MatrixSplit split = {},
+                    bool quantizable = true) {
     if (hf && quantizable && mod.starts_with(pre + "layers."))
-      push_hf_quant_matrix_specs(v, mod, rows, cols, kProjStd, *hf, group);
+      push_hf_quant_matrix_specs(v, mod, rows, cols, kProjStd, *hf, group, split);
     else
-      push_matrix_specs(v, mod, rows, cols, kProjStd, q4 ? 4 : 0);
+      push_matrix_specs(v, mod, rows, cols, kProjStd, q4 ? 4 : 0, 0, split);
   };
+  using S = TensorParallelSplit;
+  auto rows_by = [](S s, int64_t unit = 1) { return MatrixSplit{s, unit, false}; };
+  auto cols_by = [](S s, int64_t unit = 1) { return MatrixSplit{s, unit, true}; };
+  // A vector (or conv taps) split along its first axis.
+  auto vector_split = [](S s) { return SpecSplit{s, 1, 0, 1}; };
   // (1+w) norms: the real gamma (q4, mlx stores it shifted) or gamma - 1 (HF).
   auto norm1p = [&](const std::string& mod, int64_t n) {
     const float c = q4 ? 1.0f : 0.0f;
@@ -173,10 +195,10 @@ std::vector<Spec> tensor_specs(const SyntheticPreset& p, const std::string& quan
   };
   auto attention = [&](const std::string& l) {
     const int64_t hd = p.head_dim;
-    matrix(l + "self_attn.q_proj", int64_t(p.heads) * hd * 2, H);
-    matrix(l + "self_attn.k_proj", int64_t(p.kv_heads) * hd, H);
-    matrix(l + "self_attn.v_proj", int64_t(p.kv_heads) * hd, H);
-    matrix(l + "self_attn.o_proj", H, int64_t(p.heads) * hd);
+    matrix(l + "self_attn.q_proj", int64_t(p.heads) * hd * 2, H, rows_by(S::QueryHeads, 2 * hd));  // [query | gate]
+    matrix(l + "self_attn.k_proj", int64_t(p.kv_heads) * hd, H, rows_by(S::KvHeads, hd));
+    matrix(l + "self_attn.v_proj", int64_t(p.kv_heads) * hd, H, rows_by(S::KvHeads, hd));
+    matrix(l + "self_attn.o_proj", H, int64_t(p.heads) * hd, cols_by(S::QueryHeads, hd));
     norm1p(l + "self_attn.q_norm", hd);
     norm1p(l + "self_attn.k_norm", hd);
   };
@@ -189,34 +211,34 @@ std::vector<Spec> tensor_specs(const SyntheticPreset& p, const std::string& quan
     norm1p(l + "input_layernorm", H);
     norm1p(l + "post_attention_layernorm", H);
     if (!p.moe()) {
-      matrix(l + "mlp.gate_proj", p.intermediate, H);
-      matrix(l + "mlp.up_proj", p.intermediate, H);
-      matrix(l + "mlp.down_proj", H, p.intermediate);
+      matrix(l + "mlp.gate_proj", p.intermediate, H, rows_by(S::Mlp));
+      matrix(l + "mlp.up_proj", p.intermediate, H, rows_by(S::Mlp));
+      matrix(l + "mlp.down_proj", H, p.intermediate, cols_by(S::Mlp));
       return;
     }
     const int64_t E = p.experts, I = p.moe_intermediate, Is = p.shared_intermediate;
     gate8(l + "mlp.gate", E);
     if (q4) {
-      push_matrix_specs(v, l + "mlp.switch_mlp.gate_proj", I, H, kProjStd, 4, E);
-      push_matrix_specs(v, l + "mlp.switch_mlp.up_proj", I, H, kProjStd, 4, E);
-      push_matrix_specs(v, l + "mlp.switch_mlp.down_proj", H, I, kProjStd, 4, E);
+      push_matrix_specs(v, l + "mlp.switch_mlp.gate_proj", I, H, kProjStd, 4, E, rows_by(S::ExpertMlp));
+      push_matrix_specs(v, l + "mlp.switch_mlp.up_proj", I, H, kProjStd, 4, E, rows_by(S::ExpertMlp));
+      push_matrix_specs(v, l + "mlp.switch_mlp.down_proj", H, I, kProjStd, 4, E, cols_by(S::ExpertMlp));
     } else {
       for (int64_t e = 0; e < E; ++e) {
         const std::string x = l + "mlp.experts." + std::to_string(e) + ".";
-        matrix(x + "gate_proj", I, H);
-        matrix(x + "up_proj", I, H);
-        matrix(x + "down_proj", H, I);
+        matrix(x + "gate_proj", I, H, rows_by(S::ExpertMlp));
+        matrix(x + "up_proj", I, H, rows_by(S::ExpertMlp));
+        matrix(x + "down_proj", H, I, cols_by(S::ExpertMlp));
       }
     }
-    matrix(l + "mlp.shared_expert.gate_proj", Is, H);
-    matrix(l + "mlp.shared_expert.up_proj", Is, H);
-    matrix(l + "mlp.shared_expert.down_proj", H, Is);
+    matrix(l + "mlp.shared_expert.gate_proj", Is, H, rows_by(S::SharedExpertMlp));
+    matrix(l + "mlp.shared_expert.up_proj", Is, H, rows_by(S::SharedExpertMlp));
+    matrix(l + "mlp.shared_expert.down_proj", H, Is, cols_by(S::SharedExpertMlp));
     gate8(l + "mlp.shared_expert_gate", 1);
   };
 
   matrix(pre + "embed_tokens", p.vocab, H);
   norm1p(pre + "norm", H);
-  if (!p.tie) matrix(head, p.vocab, H);
+  if (!p.tie) matrix(head, p.vocab, H, rows_by(S::Vocab));  // a tied head is the (replicated) embedding
   const int64_t kd = int64_t(p.lin_k_heads) * p.lin_k_dim, vd = int64_t(p.lin_v_heads) * p.lin_v_dim;
   const int64_t cd = 2 * kd + vd;
   for (int i = 0; i < p.layers; ++i) {
@@ -227,16 +249,19 @@ std::vector<Spec> tensor_specs(const SyntheticPreset& p, const std::string& quan
       continue;
     }
     const std::string g = l + "linear_attn.";
-    matrix(g + "in_proj_qkv", cd, H);
-    matrix(g + "in_proj_z", vd, H);
-    matrix(g + "in_proj_b", p.lin_v_heads, H, false);
-    matrix(g + "in_proj_a", p.lin_v_heads, H, false);
-    matrix(g + "out_proj", H, vd);
+    matrix(g + "in_proj_qkv", cd, H, rows_by(S::GdnChannels));
+    matrix(g + "in_proj_z", vd, H, rows_by(S::GdnValueHeads, p.lin_v_dim));
+    matrix(g + "in_proj_b", p.lin_v_heads, H, rows_by(S::GdnValueHeads), false);
+    matrix(g + "in_proj_a", p.lin_v_heads, H, rows_by(S::GdnValueHeads), false);
+    matrix(g + "out_proj", H, vd, cols_by(S::GdnValueHeads, p.lin_v_dim));
     const std::vector<int64_t> conv_shape =
         q4 ? std::vector<int64_t>{cd, p.conv_kernel, 1} : std::vector<int64_t>{cd, 1, p.conv_kernel};
     v.push_back({g + "conv1d.weight", DType::BF16, conv_shape, Fill::Uniform, -0.5f, 0.5f, g + "conv1d.weight"});
+    v.back().tp = vector_split(S::GdnChannels);
     v.push_back({g + "A_log", DType::F32, {p.lin_v_heads}, Fill::ALogF32, 0, 0, g + "A_log"});
+    v.back().tp = vector_split(S::GdnValueHeads);
     v.push_back({g + "dt_bias", DType::BF16, {p.lin_v_heads}, Fill::DtBias, 0, 0, g + "dt_bias"});
+    v.back().tp = vector_split(S::GdnValueHeads);
     // The gated output norm is an ordinary RMSNorm (w near 1) in both layouts.
     v.push_back({g + "norm.weight", DType::BF16, {p.lin_v_dim}, Fill::Uniform, 0.9f, 1.1f, g + "norm.weight"});
   }
@@ -250,6 +275,8 @@ std::vector<Spec> tensor_specs(const SyntheticPreset& p, const std::string& quan
   std::sort(v.begin(), v.end(), [](const Spec& a, const Spec& b) { return a.name < b.name; });
   return v;
 }
+
+namespace {
 
 int thread_count(int requested) {
   if (requested > 0) return requested;
@@ -273,6 +300,18 @@ std::optional<SyntheticPreset> synthetic_preset(const std::string& name) {
   // Qwen/Qwen3.5-35B-A3B's text config (transformers' Qwen3_5MoeTextConfig defaults).
   if (name == "qwen3.5-35b-a3b")
     return SyntheticPreset{name, 2048, 40, 0, 16, 2, 256, 16, 128, 32, 128, 4, 248320, false, 256, 8, 512, 512};
+  // Qwen/Qwen3.5-122B-A10B. Published (docs/moe.md lists the sources): 48 layers, 256 experts top-8,
+  // vocab 248320. Inferred from a published expert-parameter count (2 H I E L = 77.3B): hidden 3072,
+  // expert width 1024. Assumed, as the 397B-A17B's (its config.json was not found): 32 heads, 2 KV
+  // heads, head_dim 256, linear attention 16 key x 128 and 64 value heads x 128, shared expert width
+  // 1024, untied head. With these the parameters without the MTP layer come to the published 122.1B.
+  if (name == "qwen3.5-122b-a10b")
+    return SyntheticPreset{name, 3072, 48, 0, 32, 2, 256, 16, 128, 64, 128, 4, 248320, false, 256, 8, 1024, 1024};
+  // Qwen/Qwen3.5-397B-A17B: hidden 4096, 60 layers, 32 heads, 2 KV heads, head_dim 256, linear
+  // attention 16 key x 128 and 64 value heads x 128, 512 experts top-10, expert and shared width 1024,
+  // vocab 248320, untied (docs/moe.md lists the sources). About 800 GB in bf16: for sizing.
+  if (name == "qwen3.5-397b-a17b")
+    return SyntheticPreset{name, 4096, 60, 0, 32, 2, 256, 16, 128, 64, 128, 4, 248320, false, 512, 10, 1024, 1024};
   // Tests: 8 experts top-2; every matrix 64 columns wide or a multiple (q4 groups);
   // shared width != expert width so a swapped shape fails to load.
   if (name == "test-tiny-moe") return SyntheticPreset{name, 64, 4, 0, 2, 1, 32, 2, 16, 4, 16, 4, 512, false, 8, 2, 64, 128};
@@ -280,8 +319,8 @@ std::optional<SyntheticPreset> synthetic_preset(const std::string& name) {
 }
 
 std::vector<std::string> synthetic_preset_names() {
-  return {"qwen3.5-0.8b", "qwen3.5-4b", "qwen3.5-27b", "qwen3.5-35b-a3b", "test-tiny", "test-stream", "small-19m",
-          "test-tiny-moe"};
+  return {"qwen3.5-0.8b",      "qwen3.5-4b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b",
+          "qwen3.5-397b-a17b", "test-tiny",  "test-stream", "small-19m",       "test-tiny-moe"};
 }
 
 std::string synthetic_config_json(const SyntheticPreset& p, const std::string& quant) {
@@ -338,7 +377,7 @@ std::string synthetic_config_json(const SyntheticPreset& p, const std::string& q
            {"nextn_synthetic", {{"preset", p.name}, {"quant", quant}, {"note", "random weights at the real shapes"}}}};
   if (quant == "q4") {
     J q = {{"group_size", 64}, {"bits", 4}, {"mode", "affine"}};
-    if (p.moe()) {  // the 8-bit gates tensor_specs writes, by stored module path
+    if (p.moe()) {  // the 8-bit gates qwen35_synthetic_specs writes, by stored module path
       std::vector<std::string> layers;
       for (int i = 0; i < p.layers; ++i) layers.push_back("language_model.model.layers." + std::to_string(i) + ".");
       layers.push_back("mtp.layers.0.");
@@ -355,16 +394,14 @@ std::string synthetic_config_json(const SyntheticPreset& p, const std::string& q
 }
 
 uint64_t synthetic_checkpoint_bytes(const SyntheticPreset& p, const std::string& quant) {
-  check_quant(quant);
   uint64_t n = 0;
-  for (const Spec& s : tensor_specs(p, quant)) n += s.nbytes();
+  for (const Spec& s : qwen35_synthetic_specs(p, quant)) n += s.nbytes();
   return n;
 }
 
 MakeCheckpointReport make_checkpoint(const SyntheticPreset& p, const MakeCheckpointOptions& o,
                                      const std::string& out_dir) {
-  check_quant(o.quant);
-  return write_synthetic(tensor_specs(p, o.quant), synthetic_config_json(p, o.quant), o.quant == "q4" ? "mlx" : "pt", o,
+  return write_synthetic(qwen35_synthetic_specs(p, o.quant), synthetic_config_json(p, o.quant), o.quant == "q4" ? "mlx" : "pt", o,
                          out_dir);
 }
 

@@ -63,9 +63,10 @@ struct SyntheticPreset {
 // qwen3.5-0.8b, qwen3.5-4b, qwen3.5-27b (the real configs), test-tiny and
 // test-stream (small shapes for the unit tests, the second with every matrix
 // a multiple of 128 columns wide; not real models), small-19m (the size of a
-// small default model: CPU benchmarks), qwen3.5-35b-a3b (MoE, the real
-// config) and test-tiny-moe (MoE, small shapes for the unit tests). nullopt
-// for others.
+// small default model: CPU benchmarks), the MoE qwen3.5-35b-a3b and
+// qwen3.5-397b-a17b (the real configs), qwen3.5-122b-a10b (its published
+// shapes, some widths assumed: synthetic.cpp, docs/moe.md) and test-tiny-moe
+// (MoE, small shapes for the unit tests). nullopt for others.
 std::optional<SyntheticPreset> synthetic_preset(const std::string& name);
 std::vector<std::string> synthetic_preset_names();
 
@@ -91,6 +92,22 @@ std::string synthetic_config_json(const SyntheticPreset& p, const std::string& q
 // The tensor bytes make_checkpoint would write, without generating any (a
 // real preset's size is known before its tens of GB are written).
 uint64_t synthetic_checkpoint_bytes(const SyntheticPreset& p, const std::string& quant);
+
+// What `make-checkpoint --size-only` prints (io/synthetic_size.cpp).
+struct SyntheticCheckpointSize {
+  int tensors = 0;
+  uint64_t total = 0;              // every tensor's bytes: what make_checkpoint writes
+  std::vector<uint64_t> per_rank;  // [degree]: the tensor bytes each tensor-parallel rank holds
+};
+
+// The size of the checkpoint make_checkpoint would write, from the same
+// tensor list, nothing generated; and, split over `degree` ranks as
+// `--tensor-parallel` loads it (io/tensor_parallel_plan.h), the bytes of
+// the stored tensors each rank holds: replicated tensors whole, split ones
+// the rank's rows or columns (a cut inside a quantization group or an fp8
+// block counts the whole group or block on both sides). Throws Error for a
+// quant or a degree the model cannot take (check_tensor_parallel's message).
+SyntheticCheckpointSize synthetic_checkpoint_size(const SyntheticPreset& p, const std::string& quant, int degree = 1);
 
 // Writes the checkpoint into out_dir (created; must hold no safetensors).
 // Throws Error.

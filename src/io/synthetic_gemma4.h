@@ -1,6 +1,7 @@
-// `nextn make-checkpoint --preset gemma4-31b | gemma4-31b-assistant`:
-// random-weight Gemma 4 checkpoints at the 31B's real shapes, and its
-// assistant's, for timing (docs/gemma4.md). bf16 (the default), or MLX
+// `nextn make-checkpoint --preset gemma4-31b | gemma4-31b-assistant |
+// gemma4-26b-a4b | gemma4-26b-a4b-assistant`: random-weight Gemma 4
+// checkpoints at the 31B's and the 26B-A4B's (MoE) real shapes, and their
+// assistants', for timing (docs/gemma4.md, docs/moe.md). bf16 (the default), or MLX
 // affine q4 / q8 group 64 (every matrix whose width is a multiple of 64:
 // packed words, bf16 scales and biases, drawn as the Qwen3.5 q4 presets draw
 // them; norms, layer_scalar and token_ordering dense, config.json with the
@@ -10,6 +11,17 @@
 // (model.*, pre/post_projection, the centroid-masked head). Values as the
 // Qwen3.5 generator draws them (io/synthetic.h): a function of the seed,
 // the tensor name and the element index only.
+//
+// MoE targets (experts > 0, `enable_moe_block`): every layer keeps its dense
+// MLP and adds router.proj [E, H], router.scale [H],
+// router.per_expert_scale [E], pre_feedforward_layernorm_2 and
+// post_feedforward_layernorm_{1,2}, and the experts as the releases store
+// them: bf16 as transformers' save_pretrained writes Gemma 4
+// (experts.gate_up_proj [E, 2I, H], experts.down_proj [E, H, I]); q4 / q8
+// as mlx-lm does (experts.switch_glu.{gate,up,down}_proj [E, I, H],
+// [E, I, H], [E, H, I], a projection whose width is not a multiple of 64
+// left dense) with router.proj at 8 bits (a per-module override in the
+// quantization block).
 #pragma once
 #include <optional>
 #include <string>
@@ -31,9 +43,12 @@ struct Gemma4SyntheticPreset {
   int max_positions = 0;
   int backbone_hidden = 0;     // assistant: the target's hidden size
   int centroids = 0, centroid_top_k = 0;  // assistant: ordered-embedding head (0: plain tied head)
+  int experts = 0, top_k_experts = 0, moe_intermediate = 0;  // MoE target (0 experts: dense)
+  bool moe() const { return experts > 0; }
 };
 
-// gemma4-31b, gemma4-31b-assistant; nullopt for others.
+// gemma4-31b, gemma4-31b-assistant, gemma4-26b-a4b (MoE),
+// gemma4-26b-a4b-assistant; nullopt for others.
 std::optional<Gemma4SyntheticPreset> gemma4_synthetic_preset(const std::string& name);
 std::vector<std::string> gemma4_synthetic_preset_names();
 
@@ -43,5 +58,10 @@ std::string gemma4_synthetic_config_json(const Gemma4SyntheticPreset& p, const s
 // Writes the checkpoint (o.quant: bf16, q4 or q8). Throws Error.
 MakeCheckpointReport make_gemma4_checkpoint(const Gemma4SyntheticPreset& p, const MakeCheckpointOptions& o,
                                             const std::string& out_dir);
+
+// What make_gemma4_checkpoint would write, from the same tensor list,
+// nothing generated. Gemma 4 is not split (docs/tensor-parallel.md): one
+// rank, which holds it all.
+SyntheticCheckpointSize gemma4_synthetic_checkpoint_size(const Gemma4SyntheticPreset& p, const std::string& quant);
 
 }  // namespace nextn

@@ -78,24 +78,31 @@ std::optional<HfSyntheticQuant> hf_synthetic_quant(const std::string& quant) {
 }
 
 void push_hf_quant_matrix_specs(std::vector<Spec>& v, const std::string& mod, int64_t rows, int64_t cols, float std_,
-                                HfSyntheticQuant q, int64_t group) {
+                                HfSyntheticQuant q, int64_t group, MatrixSplit split) {
+  // Each tensor with the axes (and stored units) a rank's rows or columns fall on.
+  auto push = [&](Spec s, int row_axis, int64_t row_per, int col_axis, int64_t col_per) {
+    s.tp = stored_split(split, row_axis, row_per, col_axis, col_per);
+    v.push_back(std::move(s));
+  };
   if (q == HfSyntheticQuant::Fp8) {
     const int64_t b = kFp8Block;  // partial edge blocks are allowed (ceil)
-    v.push_back({mod + ".weight", DType::F8_E4M3, {rows, cols}, Fill::Fp8Codes, 0, std_, mod + ".weight"});
-    v.push_back({mod + ".weight_scale_inv", DType::F32, {(rows + b - 1) / b, (cols + b - 1) / b}, Fill::Fp8ScaleInv, 0,
-                 std_, mod + ".qparams"});
+    push({mod + ".weight", DType::F8_E4M3, {rows, cols}, Fill::Fp8Codes, 0, std_, mod + ".weight"}, 0, 1, 1, 1);
+    push({mod + ".weight_scale_inv", DType::F32, {(rows + b - 1) / b, (cols + b - 1) / b}, Fill::Fp8ScaleInv, 0, std_,
+          mod + ".qparams"},
+         0, b, 1, b);
     return;
   }
   if (group < 8 || cols % group != 0)
     fail("make-checkpoint: {}: gptq group size {} does not divide its {} inputs", mod, group, cols);
   if (rows % 8 != 0) fail("make-checkpoint: {}: {} outputs cannot be packed 8 per int32 (gptq qzeros)", mod, rows);
   const int64_t ng = cols / group;
-  v.push_back({mod + ".qweight", DType::I32, {cols / 8, rows}, Fill::GptqQweight, 0, std_, mod + ".qweight"});
-  v.push_back({mod + ".qzeros", DType::I32, {ng, rows / 8}, Fill::GptqZeros, 0, 0, mod + ".qzeros"});
-  v.push_back({mod + ".scales", DType::F16, {ng, rows}, Fill::GptqScales, 0, std_, mod + ".qparams"});
+  // GPTQ stores the transpose: inputs (packed 8 per word, or per group) first.
+  push({mod + ".qweight", DType::I32, {cols / 8, rows}, Fill::GptqQweight, 0, std_, mod + ".qweight"}, 1, 1, 0, 8);
+  push({mod + ".qzeros", DType::I32, {ng, rows / 8}, Fill::GptqZeros, 0, 0, mod + ".qzeros"}, 1, 8, 0, group);
+  push({mod + ".scales", DType::F16, {ng, rows}, Fill::GptqScales, 0, std_, mod + ".qparams"}, 1, 1, 0, group);
   Spec g{mod + ".g_idx", DType::I32, {cols}, Fill::GroupIndex, 0, 0, mod + ".g_idx"};
   g.group = group;
-  v.push_back(g);
+  push(std::move(g), -1, 1, 0, 1);
 }
 
 bool fill_hf_quant_range(const Spec& s, uint64_t key, int64_t begin, int64_t end, uint8_t* out) {

@@ -12,6 +12,7 @@
 
 #include "core/dtype.h"
 #include "io/synthetic.h"
+#include "io/tensor_parallel_plan.h"
 
 namespace nextn {
 
@@ -32,6 +33,25 @@ enum class Fill {
   GroupIndex,   // i32 g_idx: i / group (no activation order)
 };
 
+// The part of a stored tensor that a tensor-parallel rank holds: the
+// rank's `split` ranges (heads of `unit` elements) of the logical axis
+// stored as dimension `axis`, each stored index of which covers `per`
+// logical elements (packed words, quantization groups, fp8 blocks).
+struct SpecSplit {
+  TensorParallelSplit split = TensorParallelSplit::Replicated;
+  int64_t unit = 1;
+  int axis = 0;
+  int64_t per = 1;
+};
+
+// How a rank splits a logical [rows, cols] matrix: by `split` ranges of its
+// rows (outputs) or, with `cols`, of its columns (inputs).
+struct MatrixSplit {
+  TensorParallelSplit split = TensorParallelSplit::Replicated;
+  int64_t unit = 1;
+  bool cols = false;
+};
+
 struct Spec {
   std::string name;
   DType dtype = DType::BF16;
@@ -41,6 +61,7 @@ struct Spec {
   std::string key_name;  // RNG stream (the tensor's own name, or its module's for scales/biases)
   int bits = 4;          // Scales, Biases: the quantization's bits
   int64_t group = 0;     // GroupIndex: the group size
+  SpecSplit tp{};        // what a tensor-parallel rank holds (replicated unless set)
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -55,8 +76,9 @@ struct Spec {
 // q4 bytes are those the Qwen3.5 presets have always written. stack > 0:
 // `stack` such matrices in one [stack, rows, cols] tensor (MoE experts as
 // mlx-lm's switch_mlp stores them; the groups run along cols as for 2-D).
+// `split`: how a tensor-parallel rank cuts it (every stacked matrix alike).
 void push_matrix_specs(std::vector<Spec>& v, const std::string& mod, int64_t rows, int64_t cols, float std_, int bits,
-                       int64_t stack = 0);
+                       int64_t stack = 0, MatrixSplit split = {});
 constexpr int kSyntheticGroup = 64;
 
 // transformers' formats make-checkpoint writes beside MLX q4 (--quant fp8,
@@ -71,7 +93,24 @@ constexpr int64_t kGptqGroup = 128;  // group_size, unless a preset's inputs nee
 // gptq 4-bit symmetric (qweight, qzeros, fp16 scales, trivial g_idx) with
 // `group` inputs per group (must divide cols; rows a multiple of 8; else Error).
 void push_hf_quant_matrix_specs(std::vector<Spec>& v, const std::string& mod, int64_t rows, int64_t cols, float std_,
-                                HfSyntheticQuant q, int64_t group);
+                                HfSyntheticQuant q, int64_t group, MatrixSplit split = {});
+
+// `split` on a stored tensor whose logical rows are its dimension row_axis
+// (-1: it has none, so a rank holds all of it when the rows are split) and
+// whose columns are col_axis, each index covering row_per / col_per
+// logical elements.
+SpecSplit stored_split(const MatrixSplit& split, int row_axis, int64_t row_per, int col_axis, int64_t col_per);
+
+// Every tensor of a Qwen3.5 preset's checkpoint, sorted by name (what
+// make_checkpoint writes, in that order).
+std::vector<Spec> qwen35_synthetic_specs(const SyntheticPreset& p, const std::string& quant);
+
+// The bytes rank s holds of each tensor in `specs`, summed: a replicated
+// tensor whole, a split one the stored indices its ranges touch along the
+// split axis (a range that cuts a quantization group or an fp8 block
+// counts the whole group or block, which both neighbouring ranks then hold).
+// `c`: the whole model's config. At degree 1, every tensor's nbytes.
+uint64_t rank_tensor_bytes(const std::vector<Spec>& specs, const Qwen35Config& c, const TensorParallelShard& s);
 // Fills [begin, end) of a tensor with one of the formats' fills; false (and
 // nothing written) for any other fill. `key`: the spec's RNG stream.
 bool fill_hf_quant_range(const Spec& s, uint64_t key, int64_t begin, int64_t end, uint8_t* out);

@@ -69,4 +69,26 @@ TensorParallelShard tensor_parallel_shard(const Qwen35Config& c, int degree, int
   return s;
 }
 
+std::vector<IndexRange> tensor_parallel_ranges(TensorParallelSplit split, int64_t unit, const Qwen35Config& c,
+                                               const TensorParallelShard& s) {
+  auto times = [unit](IndexRange r) { return std::vector<IndexRange>{{r.begin * unit, r.end * unit}}; };
+  switch (split) {
+    case TensorParallelSplit::Replicated: return {};
+    case TensorParallelSplit::QueryHeads: return times(s.q_heads);
+    case TensorParallelSplit::KvHeads: return times(s.kv_heads);
+    case TensorParallelSplit::GdnChannels: {
+      const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim, kd = c.key_dim();
+      const IndexRange q{s.gdn_key_heads.begin * dk, s.gdn_key_heads.end * dk};
+      const IndexRange v{s.gdn_value_heads.begin * dv, s.gdn_value_heads.end * dv};
+      return {q, {kd + q.begin, kd + q.end}, {2 * kd + v.begin, 2 * kd + v.end}};
+    }
+    case TensorParallelSplit::GdnValueHeads: return times(s.gdn_value_heads);
+    case TensorParallelSplit::Mlp: return times(s.mlp);
+    case TensorParallelSplit::ExpertMlp: return times(s.expert_mlp);
+    case TensorParallelSplit::SharedExpertMlp: return times(s.shared_expert_mlp);
+    case TensorParallelSplit::Vocab: return times(s.vocab);
+  }
+  fail("internal: tensor-parallel split {}", int(split));
+}
+
 }  // namespace nextn

@@ -37,4 +37,27 @@ void check_tensor_parallel(const Qwen35Config& c, int degree);
 // Rank `rank`'s part; check_tensor_parallel first.
 TensorParallelShard tensor_parallel_shard(const Qwen35Config& c, int degree, int rank);
 
+// Which of a shard's ranges cut a tensor along its split axis: named once
+// here so that the CPU rank loader (backend/cpu/qwen35_shard.cpp) and code
+// that walks tensors generically (make-checkpoint's per-rank sizes,
+// io/synthetic_size.cpp) cut the same elements.
+enum class TensorParallelSplit {
+  Replicated,       // every rank holds all of it
+  QueryHeads,       // the rank's query heads
+  KvHeads,          // its KV heads (one, shared, when they are replicated)
+  GdnChannels,      // Gated DeltaNet conv channels [q | k | v] of its key and value heads
+  GdnValueHeads,    // its Gated DeltaNet value heads
+  Mlp,              // dense MLP intermediate columns
+  ExpertMlp,        // every routed expert's intermediate columns
+  SharedExpertMlp,  // the shared expert's intermediate columns
+  Vocab,            // LM head rows
+};
+
+// Rank s's element ranges along a tensor's split axis, in order: head
+// ranges times `unit` elements per head (1 for the widths that are not
+// heads; ignored for GdnChannels, whose head widths come from `c`). `c` is
+// the whole model's config, not the rank's. Empty for Replicated.
+std::vector<IndexRange> tensor_parallel_ranges(TensorParallelSplit split, int64_t unit, const Qwen35Config& c,
+                                               const TensorParallelShard& s);
+
 }  // namespace nextn

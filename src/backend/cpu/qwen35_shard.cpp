@@ -30,23 +30,30 @@ MatrixPtr load_part(const WeightRef& w, std::vector<IndexRange> rows, std::vecto
   return Matrix::load(part.ref());
 }
 
-// Heads [h.begin, h.end) of `width` elements each, as an element range.
-IndexRange elements(IndexRange heads, int64_t width) { return {heads.begin * width, heads.end * width}; }
+// The rank's element ranges of one split kind (io/tensor_parallel_plan.h).
+std::vector<IndexRange> part(TensorParallelSplit split, int64_t unit, const Qwen35Checkpoint& ck,
+                             const TensorParallelShard& s) {
+  return tensor_parallel_ranges(split, unit, ck.config(), s);
+}
 
 std::vector<IndexRange> times(std::vector<IndexRange> ranges, int64_t k) {
   for (IndexRange& r : ranges) r = {r.begin * k, r.end * k};
   return ranges;
 }
 
+using Split = TensorParallelSplit;
+
 AttentionWeights load_attention_part(const Qwen35Checkpoint& ck, const std::string& p, const TensorParallelShard& s) {
   const Qwen35Config& c = ck.config();
   const int H = c.hidden_size, hd = c.head_dim;
   AttentionWeights a;
   // q_proj rows are [query | gate] per head: a head range is one row range.
-  a.q = load_part(ck.matrix(p + ".q_proj", int64_t(c.num_attention_heads) * hd * 2, H), {elements(s.q_heads, 2 * hd)});
-  a.k = load_part(ck.matrix(p + ".k_proj", int64_t(c.num_key_value_heads) * hd, H), {elements(s.kv_heads, hd)});
-  a.v = load_part(ck.matrix(p + ".v_proj", int64_t(c.num_key_value_heads) * hd, H), {elements(s.kv_heads, hd)});
-  a.o = load_part(ck.matrix(p + ".o_proj", H, int64_t(c.num_attention_heads) * hd), {}, {elements(s.q_heads, hd)});
+  a.q = load_part(ck.matrix(p + ".q_proj", int64_t(c.num_attention_heads) * hd * 2, H),
+                  part(Split::QueryHeads, 2 * hd, ck, s));
+  a.k = load_part(ck.matrix(p + ".k_proj", int64_t(c.num_key_value_heads) * hd, H), part(Split::KvHeads, hd, ck, s));
+  a.v = load_part(ck.matrix(p + ".v_proj", int64_t(c.num_key_value_heads) * hd, H), part(Split::KvHeads, hd, ck, s));
+  a.o = load_part(ck.matrix(p + ".o_proj", H, int64_t(c.num_attention_heads) * hd), {},
+                  part(Split::QueryHeads, hd, ck, s));
   a.q_norm = ck.norm(p + ".q_norm", hd, true);
   a.k_norm = ck.norm(p + ".k_norm", hd, true);
   return a;
@@ -55,20 +62,20 @@ AttentionWeights load_attention_part(const Qwen35Checkpoint& ck, const std::stri
 GdnWeights load_gdn_part(const Qwen35Checkpoint& ck, const std::string& g, const TensorParallelShard& s) {
   const Qwen35Config& c = ck.config();
   const int H = c.hidden_size, Hv = c.linear_num_value_heads;
-  const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim, kd = c.key_dim();
+  const int64_t dv = c.linear_value_head_dim;
   // The conv channels are [q (key heads) | k (key heads) | v (value heads)].
-  const IndexRange q = elements(s.gdn_key_heads, dk), v = elements(s.gdn_value_heads, dv);
-  const std::vector<IndexRange> channels = {q, {kd + q.begin, kd + q.end}, {2 * kd + v.begin, 2 * kd + v.end}};
+  const std::vector<IndexRange> channels = part(Split::GdnChannels, 1, ck, s), v = part(Split::GdnValueHeads, dv, ck, s);
+  const std::vector<IndexRange> heads = part(Split::GdnValueHeads, 1, ck, s);
   GdnWeights w;
   w.qkv = load_part(ck.matrix(g + ".in_proj_qkv", c.conv_dim(), H), channels);
-  w.z = load_part(ck.matrix(g + ".in_proj_z", c.value_dim(), H), {v});
-  w.b = load_part(ck.matrix(g + ".in_proj_b", Hv, H), {s.gdn_value_heads});
-  w.a = load_part(ck.matrix(g + ".in_proj_a", Hv, H), {s.gdn_value_heads});
-  w.out = load_part(ck.matrix(g + ".out_proj", H, c.value_dim()), {}, {v});
+  w.z = load_part(ck.matrix(g + ".in_proj_z", c.value_dim(), H), v);
+  w.b = load_part(ck.matrix(g + ".in_proj_b", Hv, H), heads);
+  w.a = load_part(ck.matrix(g + ".in_proj_a", Hv, H), heads);
+  w.out = load_part(ck.matrix(g + ".out_proj", H, c.value_dim()), {}, v);
   const int K = c.linear_conv_kernel_dim;
   w.conv = slice_vector(ck.conv1d(g + ".conv1d", c.conv_dim(), K), times(channels, K));  // [channel][K]
-  w.a_log = slice_vector(ck.vector(g + ".A_log", Hv), std::vector<IndexRange>{s.gdn_value_heads});
-  w.dt_bias = slice_vector(ck.vector(g + ".dt_bias", Hv), std::vector<IndexRange>{s.gdn_value_heads});
+  w.a_log = slice_vector(ck.vector(g + ".A_log", Hv), heads);
+  w.dt_bias = slice_vector(ck.vector(g + ".dt_bias", Hv), heads);
   w.norm = ck.norm(g + ".norm", c.linear_value_head_dim, false);  // per value-head element: replicated
   return w;
 }
@@ -83,14 +90,14 @@ std::shared_ptr<const MoeWeights> load_moe_part(const Qwen35Checkpoint& ck, cons
   // its columns of each chosen expert: experts split, none sharded away.
   W->router = Matrix::load(ck.matrix(p + ".gate", c.num_experts, H));
   const ExpertLayout layout = expert_layout(ck, layer);
+  const std::vector<IndexRange> cols = part(Split::ExpertMlp, 1, ck, s), shared = part(Split::SharedExpertMlp, 1, ck, s);
   for (int e = 0; e < c.num_experts; ++e) {
     const ExpertMatrices m = expert_matrices(ck, layer, layout, e);
-    W->experts.push_back({load_part(m.gate, {s.expert_mlp}), load_part(m.up, {s.expert_mlp}),
-                          load_part(m.down, {}, {s.expert_mlp})});
+    W->experts.push_back({load_part(m.gate, cols), load_part(m.up, cols), load_part(m.down, {}, cols)});
   }
-  W->shared_gate = load_part(ck.matrix(p + ".shared_expert.gate_proj", Is, H), {s.shared_expert_mlp});
-  W->shared_up = load_part(ck.matrix(p + ".shared_expert.up_proj", Is, H), {s.shared_expert_mlp});
-  W->shared_down = load_part(ck.matrix(p + ".shared_expert.down_proj", H, Is), {}, {s.shared_expert_mlp});
+  W->shared_gate = load_part(ck.matrix(p + ".shared_expert.gate_proj", Is, H), shared);
+  W->shared_up = load_part(ck.matrix(p + ".shared_expert.up_proj", Is, H), shared);
+  W->shared_down = load_part(ck.matrix(p + ".shared_expert.down_proj", H, Is), {}, shared);
   W->shared_expert_gate = Matrix::load(ck.matrix(p + ".shared_expert_gate", 1, H));
   return W;
 }
@@ -110,9 +117,10 @@ LayerWeights load_layer_part(const Qwen35Checkpoint& ck, const std::string& p, b
     L.moe = load_moe_part(ck, p, s);
     return L;
   }
-  L.gate = load_part(ck.matrix(p + ".mlp.gate_proj", c.intermediate_size, H), {s.mlp});
-  L.up = load_part(ck.matrix(p + ".mlp.up_proj", c.intermediate_size, H), {s.mlp});
-  L.down = load_part(ck.matrix(p + ".mlp.down_proj", H, c.intermediate_size), {}, {s.mlp});
+  const std::vector<IndexRange> cols = part(Split::Mlp, 1, ck, s);
+  L.gate = load_part(ck.matrix(p + ".mlp.gate_proj", c.intermediate_size, H), cols);
+  L.up = load_part(ck.matrix(p + ".mlp.up_proj", c.intermediate_size, H), cols);
+  L.down = load_part(ck.matrix(p + ".mlp.down_proj", H, c.intermediate_size), {}, cols);
   return L;
 }
 
@@ -126,7 +134,7 @@ std::shared_ptr<CpuModel> load_tensor_parallel_rank(const Qwen35Checkpoint& ck, 
   const int H = c.hidden_size;
   const WeightRef embed = ck.matrix("embed_tokens", c.vocab_size, H);
   m->embed_tokens = rank0 ? rank0->embed_tokens : Matrix::load(embed);
-  m->lm_head = load_part(ck.lm_head(), {s.vocab});  // a tied head: the embedding's rows
+  m->lm_head = load_part(ck.lm_head(), part(Split::Vocab, 1, ck, s));  // a tied head: the embedding's rows
   m->final_norm = ck.norm("norm", H, true);
   for (int i = 0; i < c.num_hidden_layers; ++i)
     m->layers.push_back(load_layer_part(ck, "layers." + std::to_string(i), c.full_attention[size_t(i)], s));
