@@ -228,6 +228,19 @@ TEST(QuantFormatsBadInput, ConfigsNotRunAreRefusedByName) {
   ct["config_groups"]["group_0"]["weights"]["num_bits"] = 2;
   expect_has(err(ct), {"quantization_config.config_groups.group_0.weights.num_bits", "2-bit"});
   ct = find_case("ct-int4-g8-asym").at("config");
+  ct["sparsity_config"] = json::object();  // what compressed-tensors writes for a dense model: accepted
+  ct["transform_config"] = json::object();
+  EXPECT_EQ(config_of(ct).method, QuantMethod::CompressedTensors);
+  ct["sparsity_config"] = {{"format", "sparse-24-bitmask"}, {"sparsity_structure", "2:4"}};
+  expect_has(err(ct), {"quantization_config.sparsity_config", "sparse"});
+  ct["sparsity_config"] = json::object();
+  ct["transform_config"] = {{"config_groups", {{"R1", {{"type", "hadamard"}}}}}};
+  expect_has(err(ct), {"quantization_config.transform_config", "transformed"});
+  expect_has(err({{"quant_method", "awq"}, {"bits", 4}, {"group_size", 128}, {"version", "gemm"}, {"backend", "llm-awq"}}),
+             {"quantization_config.backend", "'llm-awq'"});
+  EXPECT_EQ(config_of({{"quant_method", "awq"}, {"bits", 4}, {"group_size", 128}, {"version", "gemm"}, {"backend", "auto"}}).method,
+            QuantMethod::Awq);
+  ct = find_case("ct-int4-g8-asym").at("config");
   ct["ignore"] = {"re:("};
   expect_has(err(ct), {"quantization_config.ignore[0]", "invalid regular expression"});
   expect_has(err({{"quant_method", "fp8"}, {"weight_block_size", {128}}}), {"quantization_config.weight_block_size"});

@@ -138,8 +138,9 @@ void parse_awq(const Block& b, HfQuant& q) {
                                    "and ipex pack differently)",
                                    printable(*v)));
   }
-  if (auto be = b.str("backend"); be && *be != "autoawq")
-    b.bad("backend", fmt::format("AWQ backend '{}' is not supported (supported: autoawq)", printable(*be)));
+  // transformers 5.23's AwqConfig saves backend "auto" (the same gemm packing, its kernel chosen at load).
+  if (auto be = b.str("backend"); be && *be != "autoawq" && *be != "auto")
+    b.bad("backend", fmt::format("AWQ backend '{}' is not supported (supported: autoawq, auto)", printable(*be)));
   q.bits = int(b.integer("bits").value_or(b.integer("w_bit").value_or(4)));
   if (q.bits != 4) b.bad("bits", fmt::format("{}-bit AWQ is not supported (supported: 4)", q.bits));
   const int64_t g = b.integer("group_size").value_or(b.integer("q_group_size").value_or(128));
@@ -221,8 +222,13 @@ void parse_ct(const Block& b, HfQuant& q) {
     b.bad("quantization_status", fmt::format("status '{}' is not supported (the weights must be stored "
                                              "compressed)",
                                              printable(*st)));
-  if (b.get("sparsity_config"))
+  // compressed-tensors writes both keys as {} for a dense, untransformed model
+  // (ModelCompressor.update_config, 0.20.1); anything in them changes the
+  // weights' meaning, so it is refused rather than ignored.
+  if (const json* sp = b.get("sparsity_config"); sp && !(sp->is_object() && sp->empty()))
     b.bad("sparsity_config", "sparse compressed-tensors checkpoints are not supported");
+  if (const json* tr = b.get("transform_config"); tr && !(tr->is_object() && tr->empty()))
+    b.bad("transform_config", "transformed (rotated) compressed-tensors checkpoints are not supported");
   const json* groups = b.get("config_groups");
   if (!groups || !groups->is_object() || groups->empty())
     b.bad("config_groups", "missing or empty (expected at least one group of quantized weights)");
