@@ -29,7 +29,13 @@ def main():
         for m in p["matrices"]:
             e = m["w8a8_error"]
             errors.append({"preset": p["preset"], "matrix": m["name"], "rows": m["rows"], "cols": m["cols"], **e})
-    out = {"w8a16_trunk": t16, "w8a8_trunk": t8, "decode": rows, "w8a8_error": errors,
+    # The summary: the per-token step of each kernel, the errors and the decode rows (the full
+    # bench outputs, every matrix and row count, are in the raw tarballs).
+    steps = {name: {"copy_gbs_min": t["copy_gbs_min"], "copy_gbs_max": t["copy_gbs_max"],
+                    "batch_invariant": t["batch_invariant"], "repeats": t["repeats"], "machine": t.get("machine"),
+                    "presets": [{"preset": p["preset"], "step": p["step"]} for p in t["presets"]]}
+             for name, t in (("w8a16", t16), ("w8a8", t8))}
+    out = {"trunk_step": steps, "decode": rows, "w8a8_error": errors,
            "w8a8_error_rel_rms_range": [min(e["rel_rms"] for e in errors), max(e["rel_rms"] for e in errors)],
            "w8a8_error_outliers_rel_rms_range": [min(e["outliers_rel_rms"] for e in errors),
                                                  max(e["outliers_rel_rms"] for e in errors)]}
