@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 
 #include "backend/cuda/device_handles.h"
@@ -115,6 +116,27 @@ std::vector<float> reference(const std::vector<float>& w, int rows, int cols, co
   return y;
 }
 
+struct Shape {
+  int rows, cols, group;
+};
+const Shape kShapes[] = {{200, 1024, 128}, {320, 2048, 64} /* split-K */, {130, 512, 32}, {640, 4096, 128} /* many splits */};
+
+// Rows `alone` run by themselves, and the first T rows for several T, give
+// the bits of the same rows inside the 64-row call y64.
+void expect_batch_invariant(const cuda::DevMatrix& m, const std::vector<float>& x, const std::vector<float>& y64,
+                            std::initializer_list<int> alone) {
+  for (int r : alone) {
+    const std::vector<float> xr(x.begin() + long(r) * m.cols, x.begin() + long(r + 1) * m.cols);
+    const auto y1 = run(m, xr, 1);
+    EXPECT_EQ(0, std::memcmp(y1.data(), &y64[size_t(r) * m.rows], size_t(m.rows) * 4)) << "row " << r;
+  }
+  for (int T : {2, 13, 32}) {
+    const std::vector<float> xt(x.begin(), x.begin() + long(T) * m.cols);
+    const auto yt = run(m, xt, T);
+    EXPECT_EQ(0, std::memcmp(yt.data(), y64.data(), yt.size() * 4)) << "T=" << T;
+  }
+}
+
 TEST(CudaScaled, EveryFp8CodeDecodesExactly) {
   NEXTN_REQUIRE_GPU();
   std::mt19937_64 rng(1);
@@ -143,12 +165,8 @@ TEST(CudaScaled, MatchesTheDequantizedMatrixAndIsBatchInvariant) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(seed);
   std::mt19937_64 rng(seed);
-  struct Shape {
-    int rows, cols, group;
-  };
   for (WeightCodec codec : {WeightCodec::Fp8, WeightCodec::ZeroInt})
-    for (const Shape& sh : {Shape{200, 1024, 128}, Shape{320, 2048, 64} /* split-K */, Shape{130, 512, 32},
-                            Shape{640, 4096, 128} /* many splits */}) {
+    for (const Shape& sh : kShapes) {
       SCOPED_TRACE(testing::Message() << weight_codec_name(codec) << " [" << sh.rows << "x" << sh.cols << "] g"
                                       << sh.group);
       ScaledMatrix sm(rng, codec, sh.rows, sh.cols, sh.group);
@@ -158,16 +176,7 @@ TEST(CudaScaled, MatchesTheDequantizedMatrixAndIsBatchInvariant) {
       const auto x = test::randn(rng, size_t(64) * sh.cols, 1.0f, true);
       const auto y64 = run(d.m, x, 64);
       EXPECT_LT(test::rel_err(y64, reference(w, sh.rows, sh.cols, x, 64)), 1e-5);
-      for (int r : {0, 7, 8, 31, 63}) {
-        const std::vector<float> xr(x.begin() + long(r) * sh.cols, x.begin() + long(r + 1) * sh.cols);
-        const auto y1 = run(d.m, xr, 1);
-        EXPECT_EQ(0, std::memcmp(y1.data(), &y64[size_t(r) * sh.rows], size_t(sh.rows) * 4)) << "row " << r;
-      }
-      for (int T : {2, 13, 32}) {
-        const std::vector<float> xt(x.begin(), x.begin() + long(T) * sh.cols);
-        const auto yt = run(d.m, xt, T);
-        EXPECT_EQ(0, std::memcmp(yt.data(), y64.data(), yt.size() * 4)) << "T=" << T;
-      }
+      expect_batch_invariant(d.m, x, y64, {0, 7, 8, 31, 63});
       // The argmax epilogue picks from the same sums.
       // (A head is never split along k: the same layout, one split.)
       cuda::DevMatrix head = d.m;
@@ -239,11 +248,7 @@ TEST(CudaScaled, W8A8MatchesItsQuantizedActivationsAndIsBatchInvariant) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(seed);
   std::mt19937_64 rng(seed);
-  struct Shape {
-    int rows, cols, group;
-  };
-  for (const Shape& sh : {Shape{200, 1024, 128}, Shape{320, 2048, 64} /* split-K */, Shape{130, 512, 32},
-                          Shape{640, 4096, 128} /* many splits */}) {
+  for (const Shape& sh : kShapes) {
     SCOPED_TRACE(testing::Message() << "[" << sh.rows << "x" << sh.cols << "] g" << sh.group);
     ScaledMatrix sm(rng, WeightCodec::Fp8, sh.rows, sh.cols, sh.group);
     Device d(sm);
@@ -265,16 +270,7 @@ TEST(CudaScaled, W8A8MatchesItsQuantizedActivationsAndIsBatchInvariant) {
     // Quantizing the activations costs accuracy, not correctness: within a few percent of W8A16.
     EXPECT_LT(test::rel_err(y64, exact), 0.05);
     for (int r = 0; r < sh.rows; ++r) EXPECT_EQ(y64[size_t(5) * sh.rows + r], 0.0f);
-    for (int r : {0, 7, 8, 9, 31, 63}) {
-      const std::vector<float> xr(x.begin() + long(r) * sh.cols, x.begin() + long(r + 1) * sh.cols);
-      const auto y1 = run(a8, xr, 1);
-      EXPECT_EQ(0, std::memcmp(y1.data(), &y64[size_t(r) * sh.rows], size_t(sh.rows) * 4)) << "row " << r;
-    }
-    for (int T : {2, 13, 32}) {
-      const std::vector<float> xt(x.begin(), x.begin() + long(T) * sh.cols);
-      const auto yt = run(a8, xt, T);
-      EXPECT_EQ(0, std::memcmp(yt.data(), y64.data(), yt.size() * 4)) << "T=" << T;
-    }
+    expect_batch_invariant(a8, x, y64, {0, 7, 8, 9, 31, 63});
   }
 }
 

@@ -99,6 +99,23 @@ std::vector<Spec> gemma4_specs(const Gemma4SyntheticPreset& p, int bits) {
   return v;
 }
 
+// The assistant drafter of target preset p (dense, as every gemma4_assistant): it reads the
+// target's K/V, so it keeps the target's head shapes, and takes the target's hidden size as its
+// backbone. Neither assistant's own config was found: 4 layers of hidden 1024, the target's
+// attention heads, MLP width 4096 and the 2048-centroid head (top 32) are this generator's
+// assumptions.
+Gemma4SyntheticPreset assistant_of(Gemma4SyntheticPreset p) {
+  p.assistant = true;
+  p.backbone_hidden = p.hidden;
+  p.hidden = 1024;
+  p.layers = 4;
+  p.intermediate = 4096;
+  p.centroids = 2048;
+  p.centroid_top_k = 32;
+  p.softcap = 0.0f;
+  return p;
+}
+
 // Gemma 4 26B-A4B, MoE (google/gemma-4-26B-A4B's text config; docs/moe.md lists the sources): 30
 // layers, 5 sliding (head_dim 256, 8 KV heads, window 1024) : 1 full (global_head_dim 512, 2 KV
 // heads, K = V), hidden 2816, dense MLP 2112, 16 heads, 128 experts top-8 of width 704, softcap 30,
@@ -124,21 +141,7 @@ std::optional<Gemma4SyntheticPreset> gemma4_26b_a4b_preset(const std::string& na
     p.moe_intermediate = 704;
     return p;
   }
-  if (name == "gemma4-26b-a4b-assistant") {
-    // Its assistant (google/gemma-4-26B-A4B-it-assistant, dense as every gemma4_assistant) reads the
-    // target's K/V (so the target's head shapes) and its hidden size 2816. Its own config was not
-    // found: 4 layers of hidden 1024, 16 heads (the target's), MLP width 4096 and the 2048-centroid
-    // head (top 32) are this generator's assumptions, as for gemma4-31b-assistant.
-    p.assistant = true;
-    p.hidden = 1024;
-    p.layers = 4;
-    p.intermediate = 4096;
-    p.backbone_hidden = 2816;
-    p.centroids = 2048;
-    p.centroid_top_k = 32;
-    p.softcap = 0.0f;
-    return p;
-  }
+  if (name == "gemma4-26b-a4b-assistant") return assistant_of(p);  // google/gemma-4-26B-A4B-it-assistant
   return std::nullopt;
 }
 
@@ -165,21 +168,7 @@ std::optional<Gemma4SyntheticPreset> gemma4_synthetic_preset(const std::string& 
     p.intermediate = 21504;
     return p;
   }
-  if (name == "gemma4-31b-assistant") {
-    // Its assistant: 4 layers of hidden 1024 reading the target's K/V (so the
-    // target's head shapes), backbone 5376, the 2048-centroid head (top 32).
-    // The attention heads (32) and MLP width (4096) are this generator's
-    // assumption, not read from a published config.
-    p.assistant = true;
-    p.hidden = 1024;
-    p.layers = 4;
-    p.intermediate = 4096;
-    p.backbone_hidden = 5376;
-    p.centroids = 2048;
-    p.centroid_top_k = 32;
-    p.softcap = 0.0f;
-    return p;
-  }
+  if (name == "gemma4-31b-assistant") return assistant_of(p);
   return std::nullopt;
 }
 
