@@ -172,18 +172,6 @@ TEST(MoeLayouts, BadExpertTensorsAreNamed) {
   }
 }
 
-TEST(MoeBackends, CudaRefusesMoeNamingTheField) {
-  const auto ck = Qwen35Checkpoint::open(kPerExpert);
-  try {
-    make_runtime(ck, BackendKind::Cuda, 16);
-    ADD_FAILURE() << "the CUDA backend accepted a MoE checkpoint";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("num_experts"), std::string::npos) << e.what();
-  }
-  test::expect_one_error_line(
-      test::run_cli("generate -m " + kPerExpert + " --backend cuda --prompt-ids 1,2,3 -n 2"), "num_experts");
-}
-
 TEST(MoeCli, InspectNamesTheExperts) {
   const auto r = test::run_cli("inspect " + kPerExpert);
   EXPECT_EQ(r.code, 0) << r.err;

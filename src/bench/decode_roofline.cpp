@@ -109,11 +109,16 @@ DecodeBytes decode_bytes(const Qwen35Checkpoint& ck) {
     b.stored_total += t.nbytes;
     b.device_weights += device_bytes(t);
     const std::string& l = *logical;
+    const bool routed = l.find(".mlp.experts.") != std::string::npos || l.find(".mlp.switch_mlp.") != std::string::npos;
     if (l.starts_with("mtp.")) b.mtp += t.nbytes;
     else if (l.starts_with("embed_tokens.")) embed += t.nbytes;
     else if (l.starts_with("lm_head.")) b.head += t.nbytes;
+    else if (routed) b.experts_stored += t.nbytes;
     else b.trunk += t.nbytes;  // layers.*, norm.weight
   }
+  // A token reads k of each layer's E routed experts (the active bytes).
+  const auto& c = ck.config();
+  if (c.moe) b.trunk += b.experts_stored * uint64_t(c.num_experts_per_tok) / uint64_t(c.num_experts);
   if (tied) b.head = embed;
   b.embed_row = embed / uint64_t(std::max(1, ck.config().vocab_size));
   return b;
@@ -161,6 +166,9 @@ std::string roofline_text(const DecodeBytes& b, const MemoryBudget& m, const Dev
       "bytes per decode token: {:.3f} GiB (trunk {:.3f} + LM head {:.3f} GiB incl. scales/biases + one embedding "
       "row {} B); MTP head {:.3f} GiB not read\n",
       double(b.per_token()) / kGiB, double(b.trunk) / kGiB, double(b.head) / kGiB, b.embed_row, double(b.mtp) / kGiB);
+  if (b.experts_stored > 0)
+    s += fmt::format("routed experts: {:.3f} GiB stored; the trunk counts the top-k share a token reads (active bytes)\n",
+                     double(b.experts_stored) / kGiB);
   if (f.host.gbs > 0) {
     // The CPU holds bf16 and quantized weights as stored (fp32 and f16 ones
     // widened to fp32: then it reads more than counted here).
@@ -208,6 +216,7 @@ nlohmann::ordered_json roofline_json(const DecodeBytes& b, const MemoryBudget& m
   nlohmann::ordered_json j;
   j["bytes_per_token"] = b.per_token();
   j["trunk_bytes"] = b.trunk;
+  j["routed_expert_bytes_stored"] = b.experts_stored;
   j["head_bytes"] = b.head;
   j["embed_row_bytes"] = b.embed_row;
   j["mtp_bytes"] = b.mtp;

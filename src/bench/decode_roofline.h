@@ -4,8 +4,9 @@
 //
 // Roofline tokens/s = copy bandwidth / bytes one greedy decode token must read:
 // the trunk (every tensor under layers.*, the final norm; packed weights,
-// scales and biases as stored) + the LM head (the embedding when tied) + one
-// embedding row. The MTP head is not read by plain greedy decoding.
+// scales and biases as stored; of a MoE layer's routed experts the share k/E
+// a token reads, the active bytes) + the LM head (the embedding when tied) +
+// one embedding row. The MTP head is not read by plain greedy decoding.
 //
 // Memory budget = the weights as stored (norms counted in fp32, as the
 // kernels read them; quantized scales and biases as stored) + KV caches (bf16, every full-attention
@@ -30,6 +31,7 @@ namespace nextn::bench {
 
 struct DecodeBytes {
   uint64_t trunk = 0, head = 0, embed_row = 0, mtp = 0, stored_total = 0;
+  uint64_t experts_stored = 0;  // routed experts under layers.* (trunk holds their k/E share)
   uint64_t device_weights = 0;  // the budget's weights (see above)
   uint64_t per_token() const { return trunk + head + embed_row; }
 };

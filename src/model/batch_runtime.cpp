@@ -104,7 +104,6 @@ std::unique_ptr<SequenceGroup> make_sequence_group(const Qwen35Checkpoint& ckpt,
                                                    const RuntimeOptions& options) {
   check_backend_options(kind, options);
   if (kind == BackendKind::Cpu) return make_cpu_sequence_group(ckpt, cpu_options(options));
-  refuse_moe_on_cuda(ckpt);
 #ifdef NEXTN_HAVE_CUDA
   return make_cuda_sequence_group(ckpt, options);
 #else

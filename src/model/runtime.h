@@ -128,11 +128,9 @@ BackendKind parse_backend(const std::string& name);  // throws Error
 // --fp8-matmul w8a8 on the CPU backend or with --act fp32 (it is a bf16-mode
 // CUDA kernel).
 void check_backend_options(BackendKind kind, const RuntimeOptions& options);
-// Throws Error naming config.json's num_experts for a MoE checkpoint: the
-// CUDA backend runs dense Qwen3.5 only.
-void refuse_moe_on_cuda(const Qwen35Checkpoint& ckpt);
-// The same for Gemma 4, naming enable_moe_block: the CUDA Gemma 4 runtime is
-// dense only.
+// Throws Error naming config.json's enable_moe_block for a Gemma 4 MoE
+// checkpoint: the CUDA Gemma 4 runtime is dense only (Qwen3.5 MoE runs on
+// both backends).
 void refuse_moe_on_cuda(const Gemma4Checkpoint& ckpt);
 
 // max_tokens bounds the caches (prompt + generated + block size).

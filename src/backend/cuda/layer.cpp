@@ -4,6 +4,7 @@
 #include "backend/cuda/layer.h"
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/moe_layer.h"
 #include "backend/cuda/prefill_workspace.h"
 #include "backend/cuda/qwen35_runtime.h"
 
@@ -71,6 +72,10 @@ void decoder_layer(const LayerContext& c, const LayerWeights& L, int T, const St
   }
   c.mark("norm");
   cuda::rmsnorm(b.x, Act::F32, H, L.post_norm, eps, T, H, b.xn, act, H, nullptr, stream);
+  if (L.is_moe) {
+    moe_block(c, L.moe, T, b.xn, H, b.x, H);
+    return;
+  }
   c.mark("mlp.gate_up");
   run_linear(c, L.gate_up, b.xn, T, H, b.proj, c.proj_ld, b);
   c.mark("mlp.swiglu");

@@ -21,6 +21,7 @@ namespace nextn::cuda {
 struct CudaQwen35Weights;
 struct Linear;
 struct LayerWeights;
+struct MoeScratch;
 class PrefillWorkspace;
 
 // A group pass's device table (group_entry.h): what decoder_layer's
@@ -76,6 +77,7 @@ struct LayerContext {
   float* attn_partial = nullptr;  // Workspace::attn_partial
   cudaStream_t stream = nullptr;
   Profiler& prof;
+  const MoeScratch* moe = nullptr;  // Workspace::moe (a MoE model's MLP rows)
   void mark(const char* op) const { prof.mark(op, stream); }
 };
 
@@ -85,7 +87,7 @@ void project(const LayerContext& c, const DevMatrix& W, const void* x, int T, in
 // Every part of a fused projection into its columns of y.
 void run_linear(const LayerContext& c, const Linear& lin, const void* x, int T, int ldx, float* y, int ldy,
                 const StepBuffers& b);
-// One decoder layer over T rows of b: x += attention or GDN, x += MLP.
+// One decoder layer over T rows of b: x += attention or GDN, x += MLP (dense or MoE).
 void decoder_layer(const LayerContext& c, const LayerWeights& L, int T, const StepBuffers& b, const SequenceView& s);
 
 }  // namespace nextn::cuda

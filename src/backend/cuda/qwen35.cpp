@@ -183,8 +183,10 @@ void CudaQwen35::check_tokens(std::span<const int32_t> tokens) const {
 // steps
 
 LayerContext CudaQwen35::layer_context() {
-  return {*w_, H_, act_, max_tokens_, max_rows_, attn_shape_, gdn_shape_, ws_.proj_ld, ws_.act_ld, ws_.splitk,
-          ws_.attn_partial, stream_, profiler_};
+  LayerContext c{*w_, H_, act_, max_tokens_, max_rows_, attn_shape_, gdn_shape_, ws_.proj_ld, ws_.act_ld, ws_.splitk,
+                 ws_.attn_partial, stream_, profiler_};
+  if (ws_.moe.present()) c.moe = &ws_.moe;
+  return c;
 }
 
 StepBuffers CudaQwen35::decode_buffers() const {

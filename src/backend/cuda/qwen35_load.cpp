@@ -20,6 +20,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "io/moe_experts.h"
 
 namespace nextn::cuda {
 
@@ -47,6 +48,10 @@ void check_shapes(const Qwen35Config& c) {
        fmt::format("{} GDN value heads over {} key heads", c.linear_num_value_heads, c.linear_num_key_heads));
   need(c.linear_conv_kernel_dim >= 1, "conv kernel");
   need(c.hidden_size % 32 == 0, fmt::format("hidden size {} (a multiple of 32)", c.hidden_size));
+  if (c.moe) {
+    need(c.num_experts <= kMaxExperts, fmt::format("{} experts (at most {})", c.num_experts, kMaxExperts));
+    need(c.num_experts_per_tok <= 32, fmt::format("{} experts per token (at most 32)", c.num_experts_per_tok));
+  }
 }
 
 // How a trunk matrix in one of transformers' formats arrives: the bf16 mode
@@ -86,6 +91,20 @@ size_t all_weight_bytes(const Qwen35Checkpoint& ck, Act act) {
       b += weight_bytes(ck.matrix(g + ".in_proj_qkv", c.conv_dim(), H, kChecked), act);
       b += weight_bytes(ck.matrix(g + ".in_proj_z", c.value_dim(), H, kChecked), act);
       b += weight_bytes(ck.matrix(g + ".out_proj", H, c.value_dim(), kChecked), act);
+    }
+    if (c.moe) {
+      const int Is = c.shared_expert_intermediate_size;
+      b += weight_bytes(ck.matrix(p + ".mlp.gate", c.num_experts, H, kChecked), act);
+      b += weight_bytes(ck.matrix(p + ".mlp.shared_expert_gate", 1, H, kChecked), act);
+      for (const char* n : {".mlp.shared_expert.gate_proj", ".mlp.shared_expert.up_proj"})
+        b += weight_bytes(ck.matrix(p + n, Is, H, kChecked), act);
+      b += weight_bytes(ck.matrix(p + ".mlp.shared_expert.down_proj", H, Is, kChecked), act);
+      const ExpertLayout layout = expert_layout(ck, p);
+      for (int e = 0; e < c.num_experts; ++e) {
+        const ExpertMatrices m = expert_matrices(ck, p, layout, e, kChecked);
+        b += weight_bytes(m.gate, act) + weight_bytes(m.up, act) + weight_bytes(m.down, act);
+      }
+      return b;
     }
     for (const char* n : {".mlp.gate_proj", ".mlp.up_proj"}) b += weight_bytes(ck.matrix(p + n, I, H, kChecked), act);
     b += weight_bytes(ck.matrix(p + ".mlp.down_proj", H, I, kChecked), act);
@@ -165,6 +184,8 @@ int64_t CudaQwen35Weights::splitk_floats_for(int max_rows) const {
     for (const auto& p : L.attn.qkv.parts) track(p.m);
     for (const auto& p : L.gdn_in.parts) track(p.m);
     for (const auto& p : L.gate_up.parts) track(p.m);
+    for (const auto& p : L.moe.gate_in.parts) track(p.m);
+    track(L.moe.shared_down);
     track(L.attn.o);
     track(L.gdn_out);
     track(L.down);
@@ -240,11 +261,47 @@ LayerWeights CudaQwen35Weights::load_layer(const Qwen35Checkpoint& ck, const std
     L.gdn_index = int(gdn.size());
     gdn.push_back(t);
   }
+  if (c.moe) {
+    L.is_moe = true;
+    L.moe = load_moe(ck, p);
+    return L;
+  }
   L.gate_up = upload_linear({ck.matrix(p + ".mlp.gate_proj", c.intermediate_size, H, form),
                              ck.matrix(p + ".mlp.up_proj", c.intermediate_size, H, form)},
                             "MLP gate/up");
   L.down = upload_matrix({ck.matrix(p + ".mlp.down_proj", H, c.intermediate_size, form)}, "MLP down", true);
   return L;
+}
+
+// The router and the shared expert as dense matrices (fused where they share
+// a format); the experts stacked. Experts of transformers' formats arrive
+// dequantized (MatrixForm::Fp32: bf16 in the bf16 mode): the grouped kernel
+// reads dense and MLX affine weights only.
+MoeLayer CudaQwen35Weights::load_moe(const Qwen35Checkpoint& ck, const std::string& p) {
+  const auto& c = cfg;
+  const int H = c.hidden_size;
+  const MatrixForm form = trunk_form(act);
+  const std::string m = p + ".mlp";
+  MoeLayer M;
+  M.E = c.num_experts;
+  M.k = c.num_experts_per_tok;
+  M.I = c.moe_intermediate_size;
+  M.Is = c.shared_expert_intermediate_size;
+  M.gate_in = upload_linear({ck.matrix(m + ".shared_expert.gate_proj", M.Is, H, form),
+                             ck.matrix(m + ".shared_expert.up_proj", M.Is, H, form), ck.matrix(m + ".gate", M.E, H, form),
+                             ck.matrix(m + ".shared_expert_gate", 1, H, form)},
+                            "MoE router and shared expert");
+  M.shared_down = upload_matrix({ck.matrix(m + ".shared_expert.down_proj", H, M.Is, form)}, "MoE shared expert", true);
+  const ExpertLayout layout = expert_layout(ck, p);
+  std::vector<std::vector<WeightRef>> gate_up, down;
+  for (int e = 0; e < M.E; ++e) {
+    const ExpertMatrices x = expert_matrices(ck, p, layout, e, MatrixForm::Fp32);
+    gate_up.push_back({x.gate, x.up});
+    down.push_back({x.down});
+  }
+  M.gate_up = upload_experts(gate_up, act, mem, "MoE experts");
+  M.down = upload_experts(down, act, mem, "MoE experts");
+  return M;
 }
 
 }  // namespace nextn::cuda

@@ -22,6 +22,7 @@
 #include "backend/cuda/group_entry.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/layer.h"
+#include "backend/cuda/moe.h"
 #include "backend/cuda/prefill_workspace.h"
 #include "backend/cuda/profiler.h"
 #include "backend/cuda/qwen35.h"
@@ -53,6 +54,16 @@ struct AttnWeights {
   float *q_norm = nullptr, *k_norm = nullptr;
 };
 
+// A Qwen3.5 MoE layer's MLP (moe_layer.h): the dense projections of the
+// router and the shared expert, and the routed experts stacked.
+struct MoeLayer {
+  int E = 0, k = 0, I = 0, Is = 0;  // experts, per token, expert width, shared expert width
+  Linear gate_in;          // [shared gate (Is) ; shared up (Is) ; router (E) ; shared_expert_gate (1)] x H
+  DevMatrix shared_down;   // [H, Is]
+  DevExperts gate_up;      // E x [2I, H]: gate rows, then up
+  DevExperts down;         // E x [H, I]
+};
+
 struct LayerWeights {
   bool full = false;
   float *input_norm = nullptr, *post_norm = nullptr;
@@ -60,8 +71,10 @@ struct LayerWeights {
   Linear gdn_in;  // [qkv (conv_dim) ; z (vd) ; b (Hv) ; a (Hv)]
   DevMatrix gdn_out;
   int gdn_index = -1;  // row of the GDN table
-  Linear gate_up;      // [gate (I) ; up (I)]
+  Linear gate_up;      // [gate (I) ; up (I)] (dense MLP)
   DevMatrix down;
+  bool is_moe = false;  // the MLP is `moe` instead
+  MoeLayer moe;
   int kv_index = -1;  // full attention: the sequence's KV cache pair (SequenceState::kv)
 };
 
@@ -105,6 +118,7 @@ struct CudaQwen35Weights {
                           Use use = Use::Matmul);
   Linear upload_linear(const std::vector<WeightRef>& parts, const char* what);
   LayerWeights load_layer(const Qwen35Checkpoint& ck, const std::string& p, bool full);
+  MoeLayer load_moe(const Qwen35Checkpoint& ck, const std::string& p);
 };
 
 // Device bytes one sequence of `max_tokens` positions, built for forwards of

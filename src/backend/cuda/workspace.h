@@ -14,6 +14,7 @@
 #include "backend/cuda/device_handles.h"
 #include "backend/cuda/head_counters.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/moe_layer.h"
 #include "backend/cuda/workspace_dims.h"
 
 namespace nextn::cuda {
@@ -75,6 +76,7 @@ struct Workspace {
   int32_t* d_group_drafts = nullptr; // [R][kMaxGroupSequences]: as a group's lead, chain step j's drafts at row j
   int* d_walk = nullptr;             // [2]: flag walk: stop flag, rows taken; while walk: row j, stopped
   HeadCounters* d_head = nullptr;    // [1] the head's work counters (head_work, reset)
+  MoeScratch moe;                    // a MoE model's MLP rows (R rows), else none
 
   static constexpr int kArgSlots = 16;
   PinnedBuffer<StepArgs> h_args;        // [kArgSlots] ring staging d_args

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Issue 25's MoE record, one device call: the MoE CUDA tests, then a random
+# Qwen3.5-35B-A3B q4 checkpoint written here (`nextn make-checkpoint`, never
+# committed): greedy decode against its active-bytes roofline (bench decode
+# --breakdown), MTP rounds at K = 2, 3, 4 against a decode step, and the
+# oracle at per-position acceptance 0.9 / 0.8 / 0.7 at the MTP head's cost
+# against plain greedy (generate --json, the same budget).
+#
+#   scripts/device/prepare.sh     # here: builds build-cuda/
+#   device run, carry [build-cuda.tar.xz]:
+#     bash scripts/device/moe_record.sh
+#
+# Environment: NEXTN_BUILD (build-cuda), NEXTN_BENCH_BUDGET seconds (540),
+# NEXTN_CK_DIR (/tmp/nextn-ck), NEXTN_MOE_PRESETS ("35b-a3b"),
+# NEXTN_MOE_TESTS (the gtest filter; "none" skips the tests).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/out}
+BUILD=${NEXTN_BUILD:-build-cuda}
+BUDGET=${NEXTN_BENCH_BUDGET:-540}
+CK=${NEXTN_CK_DIR:-/tmp/nextn-ck}
+LOG=$OUT/logs
+SUMMARY=$OUT/summary.txt
+START=$(date +%s)
+. scripts/device/lib.sh
+record_start
+link_source_root
+export_cuda_libs
+N=$BUILD/nextn
+mkdir -p "$CK"
+
+TESTS=${NEXTN_MOE_TESTS:-CudaMoeKernels.*:Fixtures/CudaMoe.*:Formats/CudaMoeSynthetic.*}
+if [ "$TESTS" != none ]; then
+  run_step tests 240 "$BUILD/nextn_tests" --gtest_filter="$TESTS"
+  grep -E "^\[  PASSED  \] [0-9]|^\[  FAILED  \] |^\[cuda|Failure|Expected|Which is|error:" "$LOG/tests.txt" | head -60 >>"$SUMMARY"
+fi
+
+for preset in ${NEXTN_MOE_PRESETS:-35b-a3b}; do
+  dir=$CK/$preset-q4
+  run_step "make_$preset" 240 "$N" make-checkpoint --preset "qwen3.5-$preset" --quant q4 --seed 0 --out "$dir"
+  common=(bench decode --backend cuda -m "$dir" --prompt-len 16 -n 128 --repeats 3)
+  run_step "decode_$preset" 120 "$N" "${common[@]}" --breakdown --json
+  for K in 2 3 4; do
+    run_step "mtp${K}_$preset" 90 "$N" "${common[@]}" --draft mtp --block-size $K --json
+  done
+  gen=(generate --backend cuda -m "$dir" --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 -n 256 --ignore-eos --json)
+  run_step "greedy_$preset" 60 "$N" "${gen[@]}"
+  for K in 3 4; do
+    run_step "oracle${K}_$preset" 60 "$N" "${gen[@]}" --draft oracle --accept-rates 0.9,0.8,0.7 --draft-cost mtp --block-size $K
+  done
+  rm -rf "$dir"
+done
+
+say "elapsed: $(( $(date +%s) - START )) s"
+record_finish

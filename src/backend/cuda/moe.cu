@@ -1,0 +1,318 @@
+// The mixture-of-experts kernels (moe.h): the router's top-k, the plan that
+// groups a call's (row, slot) pairs by expert, the grouped expert matmul
+// (one launch for every expert of a layer, each expert's weights read once
+// for all rows routed to it) and the weighted combine.
+#include <cub/block/block_scan.cuh>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/moe.h"
+#include "backend/cuda/weights.cuh"
+#include "core/error.h"
+
+namespace nextn::cuda {
+
+namespace {
+
+constexpr int kMaxTopK = 32;          // experts per token the plan's shared memory holds
+constexpr int kMaxPairs = kMaxRows * kMaxTopK;
+constexpr int kRouteThreads = 256;
+constexpr int kColsPerWarp = 4;       // output features per warp of the grouped matmul
+constexpr int kWarps = 8;
+constexpr int kColsPerBlock = kColsPerWarp * kWarps;
+constexpr int kRowsPerPass = 4;       // rows one pass over a warp's weights serves
+
+// ---- router -----------------------------------------------------------------
+
+__global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const float* logits, int ld, int E, int k,
+                                                                  int32_t* chosen, float* weights) {
+  pdl_prologue();
+  __shared__ float prob[kMaxExperts];
+  __shared__ float scratch[32];
+  __shared__ ArgMax best_of_warp[kRouteThreads / 32];
+  const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const float* l = logits + size_t(t) * ld;
+  float mx = -INFINITY;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) mx = fmaxf(mx, l[e]);
+  mx = block_max(mx, scratch);
+  float part = 0.0f;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    const float p = expf(l[e] - mx);
+    prob[e] = p;
+    part = add_rn(part, p);
+  }
+  const float sum = block_sum(part, scratch);
+  for (int e = threadIdx.x; e < E; e += blockDim.x) prob[e] = __fdiv_rn(prob[e], sum);
+  __syncthreads();
+  // k rounds of a block argmax (greater probability, then lower id); a taken
+  // expert's probability becomes -1, below every real one.
+  float top_sum = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    ArgMax b{-1.0f, E};
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+      if (prob[e] >= 0.0f && argmax_better(prob[e], e, b.v, b.i)) b = {prob[e], e};
+    b = warp_argmax(b);
+    if (lane == 0) best_of_warp[warp] = b;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      ArgMax w = best_of_warp[0];
+      for (int i = 1; i < kRouteThreads / 32; ++i)
+        if (argmax_better(best_of_warp[i].v, best_of_warp[i].i, w.v, w.i)) w = best_of_warp[i];
+      if (w.i >= E) {  // only NaN probabilities left (NaN logits): the lowest id not taken, weight 0
+        w = {0.0f, 0};
+        while (prob[w.i] < 0.0f) ++w.i;
+      }
+      chosen[size_t(t) * k + j] = w.i;
+      weights[size_t(t) * k + j] = w.v;
+      top_sum = add_rn(top_sum, w.v);
+      prob[w.i] = -1.0f;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    for (int j = 0; j < k; ++j) weights[size_t(t) * k + j] = __fdiv_rn(weights[size_t(t) * k + j], top_sum);
+}
+
+// ---- plan -------------------------------------------------------------------
+
+__global__ void __launch_bounds__(kMaxExperts) moe_plan_kernel(const int32_t* chosen, int P, int E, MoePlan plan) {
+  pdl_prologue();
+  using Scan = cub::BlockScan<int, kMaxExperts>;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ int count[kMaxExperts];
+  __shared__ int expert_of[kMaxPairs];
+  const int e = threadIdx.x;
+  count[e] = 0;
+  __syncthreads();
+  for (int p = threadIdx.x; p < P; p += blockDim.x) {
+    const int c = chosen[p];
+    expert_of[p] = c;
+    atomicAdd(&count[c], 1);
+  }
+  __syncthreads();
+  const int n = e < E ? count[e] : 0;
+  int slot = 0, first = 0, n_active = 0;
+  Scan(scan).ExclusiveSum(n > 0 ? 1 : 0, slot, n_active);
+  __syncthreads();
+  Scan(scan).ExclusiveSum(n, first);
+  if (n > 0) {
+    plan.active[slot] = e;
+    plan.start[slot] = first;
+    int at = first;
+    for (int p = 0; p < P; ++p)  // rising p: rows rising (a row takes an expert at most once)
+      if (expert_of[p] == e) plan.pairs[at++] = p;
+  }
+  if (e == 0) {
+    *plan.n_active = n_active;
+    plan.start[n_active] = P;
+  }
+}
+
+// ---- grouped matmul -----------------------------------------------------------
+
+template <typename TX>
+__device__ __forceinline__ void load_x8(const TX* x, float (&v)[8]) {
+  if constexpr (sizeof(TX) == 4) {
+    const float4 a = reinterpret_cast<const float4*>(x)[0], b = reinterpret_cast<const float4*>(x)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    const uint4 u = *reinterpret_cast<const uint4*>(x);
+    const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = __uint_as_float(words[i] << 16);
+      v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+    }
+  }
+}
+
+// Elements [c, c + 8) of row n of one expert's matrix, dequantized in fp32
+// (quantized: s * q + b with two roundings, as weight_at).
+template <WKind WK>
+__device__ __forceinline__ void load_w8(const void* w, const float* scales, const float* biases, int cols, int group,
+                                        int n, int c, float (&v)[8]) {
+  if constexpr (WK == WKind::F32) {
+    load_x8(static_cast<const float*>(w) + size_t(n) * cols + c, v);
+  } else if constexpr (WK == WKind::BF16) {
+    load_x8(static_cast<const bf16*>(w) + size_t(n) * cols + c, v);
+  } else {
+    const size_t gi = size_t(n) * (cols / group) + c / group;
+    const float s = scales[gi], b = biases[gi];
+    if constexpr (WK == WKind::Q4) {
+      const uint32_t word = static_cast<const uint32_t*>(w)[size_t(n) * (cols / 8) + c / 8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = add_rn(mul_rn(s, float((word >> q4_bit(j)) & 15u)), b);
+    } else {
+      const uint2 words = *reinterpret_cast<const uint2*>(static_cast<const uint32_t*>(w) + size_t(n) * (cols / 4) + c / 4);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = add_rn(mul_rn(s, float(((j < 4 ? words.x : words.y) >> (8 * (j & 3))) & 255u)), b);
+    }
+  }
+}
+
+// Block (u, tile): active expert u's output features [tile * kColsPerBlock,
+// +kColsPerBlock), kColsPerWarp per warp, over every pair routed to it,
+// kRowsPerPass at a time. Lane l sums the 8-element units l, l + 32, ...
+// (VEC) or the elements l, l + 32, ...; then a butterfly: the same order for
+// a row whatever rows share the pass.
+template <WKind WK, typename TX, bool VEC>
+__global__ void __launch_bounds__(kWarps * 32) moe_matmul_kernel(DevExperts W, MoePlan plan, int k, const TX* x,
+                                                                 int ldx, int x_per_pair, float* y, int ldy) {
+  pdl_prologue();
+  const int u = blockIdx.x;
+  if (u >= *plan.n_active) return;
+  const int e = plan.active[u], p0 = plan.start[u], p1 = plan.start[u + 1];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n0 = blockIdx.y * kColsPerBlock + warp * kColsPerWarp;
+  if (n0 >= W.rows) return;
+  const void* w = static_cast<const char*>(W.w) + size_t(e) * W.w_stride;
+  const float* sc = W.scales != nullptr ? W.scales + size_t(e) * W.sb_stride : nullptr;
+  const float* bi = W.biases != nullptr ? W.biases + size_t(e) * W.sb_stride : nullptr;
+  for (int q0 = p0; q0 < p1; q0 += kRowsPerPass) {
+    const int nr = min(kRowsPerPass, p1 - q0);
+    int pair[kRowsPerPass];
+    const TX* xr[kRowsPerPass];
+#pragma unroll
+    for (int r = 0; r < kRowsPerPass; ++r) {
+      pair[r] = plan.pairs[q0 + min(r, nr - 1)];
+      xr[r] = x + size_t(x_per_pair ? pair[r] : pair[r] / k) * ldx;
+    }
+    float acc[kColsPerWarp][kRowsPerPass] = {};
+    if constexpr (VEC) {
+      for (int c = lane * 8; c < W.cols; c += 32 * 8) {
+        float xv[kRowsPerPass][8];
+#pragma unroll
+        for (int r = 0; r < kRowsPerPass; ++r) load_x8(xr[r] + c, xv[r]);
+#pragma unroll
+        for (int i = 0; i < kColsPerWarp; ++i) {
+          if (n0 + i >= W.rows) break;
+          float wv[8];
+          load_w8<WK>(w, sc, bi, W.cols, W.group, n0 + i, c, wv);
+#pragma unroll
+          for (int r = 0; r < kRowsPerPass; ++r)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[i][r] = fmaf(wv[j], xv[r][j], acc[i][r]);
+        }
+      }
+    } else {
+      for (int c = lane; c < W.cols; c += 32)
+#pragma unroll
+        for (int i = 0; i < kColsPerWarp; ++i) {
+          if (n0 + i >= W.rows) break;
+          const float wv = weight_at<WK>(w, sc, bi, W.cols, W.group, n0 + i, c);
+#pragma unroll
+          for (int r = 0; r < kRowsPerPass; ++r) acc[i][r] = fmaf(wv, to_f32(xr[r][c]), acc[i][r]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < kColsPerWarp; ++i)
+#pragma unroll
+      for (int r = 0; r < kRowsPerPass; ++r) {
+        const float v = warp_sum(acc[i][r]);
+        if (lane == 0 && r < nr && n0 + i < W.rows) y[size_t(pair[r]) * ldy + n0 + i] = v;
+      }
+  }
+}
+
+template <WKind WK, typename TX>
+void launch_matmul(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, int ldx, bool x_per_pair,
+                   float* y, int ldy, cudaStream_t s) {
+  const dim3 grid(unsigned(moe_active_bound(T, k, W.E)), unsigned(ceil_div(W.rows, kColsPerBlock)));
+  const bool vec = W.cols % 8 == 0 && ldx % 8 == 0;
+  const auto* xt = static_cast<const TX*>(x);
+  if (vec)
+    CUDA_CHECK(launch_kernel(moe_matmul_kernel<WK, TX, true>, grid, kWarps * 32, 0, s, W, plan, k, xt, ldx,
+                             int(x_per_pair), y, ldy));
+  else
+    CUDA_CHECK(launch_kernel(moe_matmul_kernel<WK, TX, false>, grid, kWarps * 32, 0, s, W, plan, k, xt, ldx,
+                             int(x_per_pair), y, ldy));
+  CUDA_CHECK_LAUNCH("moe_matmul_kernel");
+}
+
+template <typename TX>
+void dispatch_matmul(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, int ldx, bool x_per_pair,
+                     float* y, int ldy, cudaStream_t s) {
+  switch (W.kind) {
+    case WKind::F32: return launch_matmul<WKind::F32, TX>(W, plan, T, k, x, ldx, x_per_pair, y, ldy, s);
+    case WKind::BF16: return launch_matmul<WKind::BF16, TX>(W, plan, T, k, x, ldx, x_per_pair, y, ldy, s);
+    case WKind::Q4: return launch_matmul<WKind::Q4, TX>(W, plan, T, k, x, ldx, x_per_pair, y, ldy, s);
+    case WKind::Q8: return launch_matmul<WKind::Q8, TX>(W, plan, T, k, x, ldx, x_per_pair, y, ldy, s);
+    default: fail("internal: moe_experts_matmul of weight kind {}", int(W.kind));
+  }
+}
+
+// ---- combine ------------------------------------------------------------------
+
+__global__ void __launch_bounds__(256) moe_combine_kernel(const float* y, const int32_t* chosen,
+                                                          const float* weights, int k, int H, const float* shared,
+                                                          const float* gate, int gate_ld, float* x, int ldx) {
+  pdl_prologue();
+  __shared__ int order[kMaxTopK];  // row t's slots by rising expert id
+  const int t = blockIdx.x;
+  const int32_t* c = chosen + size_t(t) * k;
+  if (threadIdx.x == 0) {
+    for (int j = 0; j < k; ++j) {
+      int i = j;
+      for (; i > 0 && c[order[i - 1]] > c[j]; --i) order[i] = order[i - 1];
+      order[i] = j;
+    }
+  }
+  __syncthreads();
+  const float g = sigmoid(gate[size_t(t) * gate_ld]);
+  for (int h = threadIdx.x; h < H; h += blockDim.x) {
+    float r = 0.0f;
+    for (int j = 0; j < k; ++j) {
+      const int slot = order[j];
+      r = add_rn(r, mul_rn(y[(size_t(t) * k + slot) * H + h], weights[size_t(t) * k + slot]));
+    }
+    r = add_rn(r, mul_rn(g, shared[size_t(t) * H + h]));
+    float* o = x + size_t(t) * ldx + h;
+    *o = add_rn(*o, r);
+  }
+}
+
+}  // namespace
+
+size_t moe_plan_ints(int rows, int k, int E) {
+  const size_t A = size_t(moe_active_bound(rows, k, E));
+  return 1 + A + (A + 1) + size_t(rows) * size_t(k);
+}
+
+MoePlan moe_plan_at(int* base, int rows, int k, int E) {
+  const size_t A = size_t(moe_active_bound(rows, k, E));
+  MoePlan p;
+  p.n_active = base;
+  p.active = base + 1;
+  p.start = p.active + A;
+  p.pairs = p.start + A + 1;
+  return p;
+}
+
+void moe_route(const float* logits, int ld, int T, int E, int k, int32_t* chosen, float* weights, cudaStream_t s) {
+  if (E > kMaxExperts || k < 1 || k > E || k > kMaxTopK)
+    fail("internal: moe_route of top-{} among {} experts", k, E);
+  CUDA_CHECK(launch_kernel(moe_route_kernel, unsigned(T), kRouteThreads, 0, s, logits, ld, E, k, chosen, weights));
+  CUDA_CHECK_LAUNCH("moe_route_kernel");
+}
+
+void moe_plan(const int32_t* chosen, int T, int k, int E, const MoePlan& plan, cudaStream_t s) {
+  if (T * k > kMaxPairs || E > kMaxExperts) fail("internal: moe_plan of {} x {} pairs among {} experts", T, k, E);
+  CUDA_CHECK(launch_kernel(moe_plan_kernel, 1u, kMaxExperts, 0, s, chosen, T * k, E, plan));
+  CUDA_CHECK_LAUNCH("moe_plan_kernel");
+}
+
+void moe_experts_matmul(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, Act act, int ldx,
+                        bool x_per_pair, float* y, int ldy, cudaStream_t s) {
+  if (act == Act::BF16) dispatch_matmul<bf16>(W, plan, T, k, x, ldx, x_per_pair, y, ldy, s);
+  else dispatch_matmul<float>(W, plan, T, k, x, ldx, x_per_pair, y, ldy, s);
+}
+
+void moe_combine(const float* y, const int32_t* chosen, const float* weights, int T, int k, int H,
+                 const float* shared, const float* gate, int gate_ld, float* x, int ldx, cudaStream_t s) {
+  CUDA_CHECK(launch_kernel(moe_combine_kernel, unsigned(T), 256, 0, s, y, chosen, weights, k, H, shared, gate,
+                           gate_ld, x, ldx));
+  CUDA_CHECK_LAUNCH("moe_combine_kernel");
+}
+
+}  // namespace nextn::cuda

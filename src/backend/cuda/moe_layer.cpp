@@ -1,0 +1,57 @@
+// The Qwen3.5 MoE block's launches and scratch (moe_layer.h).
+#ifdef NEXTN_HAVE_CUDA
+#include "backend/cuda/moe_layer.h"
+
+#include <algorithm>
+
+#include "backend/cuda/layer.h"
+#include "backend/cuda/qwen35_runtime.h"
+
+namespace nextn::cuda {
+
+MoeScratch::MoeScratch(const Qwen35Config& c, Act act, int R, DeviceMemory& mem) : rows(R) {
+  const size_t as = size_t(act_size(act)), H = size_t(c.hidden_size), I = size_t(c.moe_intermediate_size);
+  const size_t Is = size_t(c.shared_expert_intermediate_size), k = size_t(c.num_experts_per_tok);
+  const size_t P = size_t(R) * k;
+  gate_ld = int(2 * Is + size_t(c.num_experts) + 1);
+  gate_in = mem.alloc<float>(size_t(R) * size_t(gate_ld) * 4, "MoE router and shared expert");
+  chosen = mem.alloc<int32_t>(P * 4, "MoE routing");
+  weights = mem.alloc<float>(P * 4, "MoE routing");
+  plan = moe_plan_at(mem.alloc<int>(moe_plan_ints(R, int(k), c.num_experts) * 4, "MoE routing"), R, int(k),
+                     c.num_experts);
+  shared_act = mem.alloc(size_t(R) * Is * as, "MoE shared expert");
+  shared = mem.alloc<float>(size_t(R) * H * 4, "MoE shared expert");
+  h = mem.alloc<float>(P * 2 * I * 4, "MoE expert rows");
+  pair_act = mem.alloc(P * I * as, "MoE expert rows");
+  y = mem.alloc<float>(P * H * 4, "MoE expert rows");
+}
+
+void moe_block(const LayerContext& c, const MoeLayer& M, int T, const void* xn, int ldxn, float* x, int ldx) {
+  const MoeScratch& s = *c.moe;
+  const int H = c.H, E = M.E, k = M.k, I = M.I, Is = M.Is;
+  const size_t as = size_t(act_size(c.act));
+  const cudaStream_t st = c.stream;
+  for (int t0 = 0; t0 < T; t0 += s.rows) {
+    const int n = std::min(s.rows, T - t0);
+    const void* xr = static_cast<const char*>(xn) + size_t(t0) * size_t(ldxn) * as;
+    c.mark("moe.gate_in");
+    for (const auto& p : M.gate_in.parts)
+      cuda::matmul(p.m, xr, c.act, n, ldxn, s.gate_in + p.offset, s.gate_ld, false, c.splitk, st);
+    c.mark("moe.route");
+    cuda::moe_route(s.gate_in + 2 * Is, s.gate_ld, n, E, k, s.chosen, s.weights, st);
+    cuda::moe_plan(s.chosen, n, k, E, s.plan, st);
+    c.mark("moe.shared");
+    cuda::swiglu(s.gate_in, s.gate_ld, Is, n, s.shared_act, c.act, Is, st);
+    cuda::matmul(M.shared_down, s.shared_act, c.act, n, Is, s.shared, H, false, c.splitk, st);
+    c.mark("moe.experts");
+    cuda::moe_experts_matmul(M.gate_up, s.plan, n, k, xr, c.act, ldxn, false, s.h, 2 * I, st);
+    cuda::swiglu(s.h, 2 * I, I, n * k, s.pair_act, c.act, I, st);
+    cuda::moe_experts_matmul(M.down, s.plan, n, k, s.pair_act, c.act, I, true, s.y, H, st);
+    c.mark("moe.combine");
+    cuda::moe_combine(s.y, s.chosen, s.weights, n, k, H, s.shared, s.gate_in + 2 * Is + E, s.gate_ld,
+                      x + size_t(t0) * size_t(ldx), ldx, st);
+  }
+}
+
+}  // namespace nextn::cuda
+#endif  // NEXTN_HAVE_CUDA

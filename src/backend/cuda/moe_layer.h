@@ -1,0 +1,56 @@
+// The Qwen3.5 MoE block on the device (transformers' Qwen3_5MoeSparseMoeBlock,
+// docs/moe.md): its weights, the row scratch a sequence's workspace holds
+// for it, and the block's launches. Private to the CUDA runtime.
+//
+//   gate_in = xn . [shared gate ; shared up ; router ; shared_expert_gate]^T   (dense matmul)
+//   top-k of softmax(router logits), renormalized             (moe_route, moe_plan)
+//   shared  = shared_down(silu(shared gate) * shared up)       (swiglu, dense matmul)
+//   h       = expert gate_up of each (row, expert) pair         (moe_experts_matmul)
+//   y       = expert down(silu(h gate) * h up)                  (swiglu, moe_experts_matmul)
+//   x      += sum by rising id of w * y + sigmoid(gate) * shared (moe_combine)
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "backend/cuda/device_handles.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/moe.h"
+#include "io/checkpoint.h"
+#include "io/config.h"
+
+namespace nextn::cuda {
+
+struct LayerContext;
+struct MoeLayer;
+
+// Per sequence, for calls of up to `rows` rows (the decode workspace's R; a
+// prefill chunk runs in slices of R rows).
+struct MoeScratch {
+  MoeScratch() = default;  // none: a dense model
+  MoeScratch(const Qwen35Config& c, Act act, int rows, DeviceMemory& mem);
+  bool present() const { return rows > 0; }
+
+  int rows = 0, gate_ld = 0;
+  float* gate_in = nullptr;   // [rows][gate_ld] fp32: shared gate | shared up | router logits | shared_expert_gate
+  int32_t* chosen = nullptr;  // [rows][k] expert ids
+  float* weights = nullptr;   // [rows][k] their renormalized probabilities
+  MoePlan plan;               // moe_plan_ints(rows, k, E)
+  void* shared_act = nullptr; // [rows][Is] act: the shared expert's down input
+  float* shared = nullptr;    // [rows][H] fp32: the shared expert's output
+  float* h = nullptr;         // [rows * k][2I] fp32: each pair's gate | up
+  void* pair_act = nullptr;   // [rows * k][I] act: each pair's down input
+  float* y = nullptr;         // [rows * k][H] fp32: each pair's expert output
+};
+
+// experts[e]: expert e's parts (gate then up, or down), dense or MLX affine
+// q4 / q8, all experts in one format; stacked into one DevExperts
+// (moe_weights.cpp). Synchronous. Throws Error naming the tensor.
+DevExperts upload_experts(const std::vector<std::vector<WeightRef>>& experts, Act act, DeviceMemory& mem,
+                          const char* what);
+
+// x[t] += the MoE block of xn[t] for T rows (xn [T][ldxn] of c.act, x fp32
+// [T][ldx]), in slices of the scratch's rows.
+void moe_block(const LayerContext& c, const MoeLayer& M, int T, const void* xn, int ldxn, float* x, int ldx);
+
+}  // namespace nextn::cuda
