@@ -127,35 +127,75 @@ __device__ __forceinline__ void load_x8(const TX* x, float (&v)[8]) {
   }
 }
 
-// Elements [c, c + 8) of row n of one expert's matrix, dequantized in fp32
-// (quantized: s * q + b with two roundings, as weight_at).
+// Elements per lane per step of the grouped matmul: one 16-byte load of
+// the weights (bf16: 8, q8: 16, q4: 32; fp32: two loads of 4).
 template <WKind WK>
-__device__ __forceinline__ void load_w8(const void* w, const float* scales, const float* biases, int cols, int group,
-                                        int n, int c, float (&v)[8]) {
+constexpr int kUnit = WK == WKind::Q4 ? 32 : WK == WKind::Q8 ? 16 : 8;
+
+// A lane's raw weights for one unit of one output feature (and its group's
+// scale and bias: a unit never crosses a group, as groups are multiples of 32).
+struct WeightUnit {
+  uint4 a, b;  // b: fp32's second half
+  float s, z;
+};
+
+template <WKind WK>
+__device__ __forceinline__ WeightUnit load_unit(const void* w, const float* scales, const float* biases, int cols,
+                                                int group, int n, int c) {
+  WeightUnit u{};
   if constexpr (WK == WKind::F32) {
-    load_x8(static_cast<const float*>(w) + size_t(n) * cols + c, v);
+    const uint4* p = reinterpret_cast<const uint4*>(static_cast<const float*>(w) + size_t(n) * cols + c);
+    u.a = p[0];
+    u.b = p[1];
   } else if constexpr (WK == WKind::BF16) {
-    load_x8(static_cast<const bf16*>(w) + size_t(n) * cols + c, v);
+    u.a = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(w) + size_t(n) * cols + c);
   } else {
+    constexpr int per_word = WK == WKind::Q4 ? 8 : 4;
+    u.a = *reinterpret_cast<const uint4*>(static_cast<const uint32_t*>(w) + size_t(n) * (cols / per_word) + c / per_word);
     const size_t gi = size_t(n) * (cols / group) + c / group;
-    const float s = scales[gi], b = biases[gi];
-    if constexpr (WK == WKind::Q4) {
-      const uint32_t word = static_cast<const uint32_t*>(w)[size_t(n) * (cols / 8) + c / 8];
+    u.s = scales[gi];
+    u.z = biases[gi];
+  }
+  return u;
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// Elements [8 sub, 8 sub + 8) of a unit in fp32 (quantized: s * q + b with
+// two roundings, as weight_at).
+template <WKind WK>
+__device__ __forceinline__ void unit_values(const WeightUnit& u, int sub, float (&v)[8]) {
+  if constexpr (WK == WKind::F32) {  // kUnit 8: sub is 0
+    const uint4 a = u.a, b = u.b;
+    v[0] = __uint_as_float(a.x), v[1] = __uint_as_float(a.y), v[2] = __uint_as_float(a.z), v[3] = __uint_as_float(a.w);
+    v[4] = __uint_as_float(b.x), v[5] = __uint_as_float(b.y), v[6] = __uint_as_float(b.z), v[7] = __uint_as_float(b.w);
+  } else if constexpr (WK == WKind::BF16) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = add_rn(mul_rn(s, float((word >> q4_bit(j)) & 15u)), b);
-    } else {
-      const uint2 words = *reinterpret_cast<const uint2*>(static_cast<const uint32_t*>(w) + size_t(n) * (cols / 4) + c / 4);
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t wd = word_of(u.a, i);
+      v[2 * i] = __uint_as_float(wd << 16);
+      v[2 * i + 1] = __uint_as_float(wd & 0xffff0000u);
+    }
+  } else if constexpr (WK == WKind::Q4) {
+    const uint32_t wd = word_of(u.a, sub);  // 8 elements per word, pack_quant's order (q4_bit)
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = add_rn(mul_rn(s, float(((j < 4 ? words.x : words.y) >> (8 * (j & 3))) & 255u)), b);
+    for (int j = 0; j < 8; ++j) v[j] = add_rn(mul_rn(u.s, float((wd >> q4_bit(j)) & 15u)), u.z);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {  // 4 elements per word, MLX's order
+      const uint32_t wd = word_of(u.a, 2 * sub + j / 4);
+      v[j] = add_rn(mul_rn(u.s, float((wd >> (8 * (j & 3))) & 255u)), u.z);
     }
   }
 }
 
 // Block (u, tile): active expert u's output features [tile * kColsPerBlock,
 // +kColsPerBlock), kColsPerWarp per warp, over every pair routed to it,
-// kRowsPerPass at a time. Lane l sums the 8-element units l, l + 32, ...
-// (VEC) or the elements l, l + 32, ...; then a butterfly: the same order for
-// a row whatever rows share the pass.
+// kRowsPerPass at a time. Lane l sums the units l, l + 32, ... (VEC) or the
+// elements l, l + 32, ...; then a butterfly: the same order for a row
+// whatever rows share the pass.
 template <WKind WK, typename TX, bool VEC>
 __global__ void __launch_bounds__(kWarps * 32) moe_matmul_kernel(DevExperts W, MoePlan plan, int k, const TX* x,
                                                                  int ldx, int x_per_pair, float* y, int ldy) {
@@ -166,6 +206,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_matmul_kernel(DevExperts W, M
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n0 = blockIdx.y * kColsPerBlock + warp * kColsPerWarp;
   if (n0 >= W.rows) return;
+  const int ncols = min(kColsPerWarp, W.rows - n0);
   const void* w = static_cast<const char*>(W.w) + size_t(e) * W.w_stride;
   const float* sc = W.scales != nullptr ? W.scales + size_t(e) * W.sb_stride : nullptr;
   const float* bi = W.biases != nullptr ? W.biases + size_t(e) * W.sb_stride : nullptr;
@@ -180,27 +221,34 @@ __global__ void __launch_bounds__(kWarps * 32) moe_matmul_kernel(DevExperts W, M
     }
     float acc[kColsPerWarp][kRowsPerPass] = {};
     if constexpr (VEC) {
-      for (int c = lane * 8; c < W.cols; c += 32 * 8) {
-        float xv[kRowsPerPass][8];
+      constexpr int U = kUnit<WK>;
+#pragma unroll 2
+      for (int c = lane * U; c < W.cols; c += 32 * U) {
+        WeightUnit wu[kColsPerWarp];
 #pragma unroll
-        for (int r = 0; r < kRowsPerPass; ++r) load_x8(xr[r] + c, xv[r]);
+        for (int i = 0; i < kColsPerWarp; ++i)
+          wu[i] = load_unit<WK>(w, sc, bi, W.cols, W.group, n0 + min(i, ncols - 1), c);
 #pragma unroll
-        for (int i = 0; i < kColsPerWarp; ++i) {
-          if (n0 + i >= W.rows) break;
-          float wv[8];
-          load_w8<WK>(w, sc, bi, W.cols, W.group, n0 + i, c, wv);
+        for (int sub = 0; sub < U / 8; ++sub) {
+          float xv[kRowsPerPass][8];
 #pragma unroll
-          for (int r = 0; r < kRowsPerPass; ++r)
+          for (int r = 0; r < kRowsPerPass; ++r) load_x8(xr[r] + c + 8 * sub, xv[r]);
 #pragma unroll
-            for (int j = 0; j < 8; ++j) acc[i][r] = fmaf(wv[j], xv[r][j], acc[i][r]);
+          for (int i = 0; i < kColsPerWarp; ++i) {
+            float wv[8];
+            unit_values<WK>(wu[i], sub, wv);
+#pragma unroll
+            for (int r = 0; r < kRowsPerPass; ++r)
+#pragma unroll
+              for (int j = 0; j < 8; ++j) acc[i][r] = fmaf(wv[j], xv[r][j], acc[i][r]);
+          }
         }
       }
     } else {
       for (int c = lane; c < W.cols; c += 32)
 #pragma unroll
         for (int i = 0; i < kColsPerWarp; ++i) {
-          if (n0 + i >= W.rows) break;
-          const float wv = weight_at<WK>(w, sc, bi, W.cols, W.group, n0 + i, c);
+          const float wv = weight_at<WK>(w, sc, bi, W.cols, W.group, n0 + min(i, ncols - 1), c);
 #pragma unroll
           for (int r = 0; r < kRowsPerPass; ++r) acc[i][r] = fmaf(wv, to_f32(xr[r][c]), acc[i][r]);
         }
@@ -210,7 +258,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_matmul_kernel(DevExperts W, M
 #pragma unroll
       for (int r = 0; r < kRowsPerPass; ++r) {
         const float v = warp_sum(acc[i][r]);
-        if (lane == 0 && r < nr && n0 + i < W.rows) y[size_t(pair[r]) * ldy + n0 + i] = v;
+        if (lane == 0 && r < nr && i < ncols) y[size_t(pair[r]) * ldy + n0 + i] = v;
       }
   }
 }
