@@ -1,10 +1,11 @@
 // The MoE kernels of src/backend/cuda/moe.cu on random inputs:
-//  - moe_route == cpu::route_top_k (the same experts, ties to the lower id;
-//    weights within float rounding);
+//  - moe_route_plan's routing == cpu::route_top_k (the same experts, ties
+//    to the lower id; weights within float rounding), and its plan;
 //  - the grouped expert matmul over experts uploaded by upload_experts, in
 //    every expert kind (F32, BF16, MLX Q4 / Q8), against the dequantized
 //    rows in double, and each row's bits alone == among all rows (batch
-//    invariance), both input modes (one row per token, one per pair);
+//    invariance), both input modes (one row per token, one per pair), and
+//    the gate_up pass with SwiGLU in its epilogue == the plain pass + swiglu;
 //  - moe_combine against the host sum in rising expert id.
 #include <gtest/gtest.h>
 
@@ -34,9 +35,11 @@ TEST(CudaMoeKernels, RouteEqualsTheCpuRouterWithTies) {
     auto logits = test::randn(rng, size_t(T) * E, 2.0f);
     for (int e = 0; e < E; e += 3) logits[size_t(e)] = logits[1];  // row 0: ties (the lower id wins)
     for (int e = 0; e < E; ++e) logits[size_t(E) + e] = 0.5f;      // row 1: all equal
-    DevBuf dl(logits.size() * 4), dc(size_t(T) * k * 4), dw(size_t(T) * k * 4);
+    DevBuf dl(logits.size() * 4), dc(size_t(T) * k * 4), dw(size_t(T) * k * 4),
+        dplan(cuda::moe_plan_ints(T, k, E) * 4);
     dl.put(logits);
-    cuda::moe_route(dl.as<float>(), E, T, E, k, dc.as<int32_t>(), dw.as<float>(), nullptr);
+    const cuda::MoePlan plan = cuda::moe_plan_at(dplan.as<int>(), T, k, E);
+    cuda::moe_route_plan(dl.as<float>(), E, T, E, k, dc.as<int32_t>(), dw.as<float>(), plan, nullptr);
     const auto got_c = dc.get<int32_t>(size_t(T) * k);
     const auto got_w = dw.get<float>(size_t(T) * k);
     for (int t = 0; t < T; ++t) {
@@ -48,6 +51,21 @@ TEST(CudaMoeKernels, RouteEqualsTheCpuRouterWithTies) {
         EXPECT_NEAR(got_w[size_t(t) * k + j], w[size_t(j)], 1e-6f) << "E=" << E << " row " << t << " slot " << j;
       }
     }
+    // The plan: active experts rising, each one's pairs rising, every pair once.
+    const size_t A = size_t(cuda::moe_active_bound(T, k, E));
+    const auto raw = dplan.get<int>(cuda::moe_plan_ints(T, k, E));
+    const int n_active = raw[0];
+    std::vector<int> want_active(got_c.begin(), got_c.end());
+    std::sort(want_active.begin(), want_active.end());
+    want_active.erase(std::unique(want_active.begin(), want_active.end()), want_active.end());
+    ASSERT_EQ(n_active, int(want_active.size())) << "E=" << E;
+    std::vector<int> want_pairs;
+    for (int a : want_active)
+      for (int q = 0; q < T * k; ++q)
+        if (got_c[size_t(q)] == a) want_pairs.push_back(q);
+    EXPECT_EQ(std::vector<int>(raw.begin() + 1, raw.begin() + 1 + n_active), want_active) << "E=" << E;
+    EXPECT_EQ(raw[1 + A + size_t(n_active)], T * k) << "E=" << E;
+    EXPECT_EQ(std::vector<int>(raw.begin() + long(2 * A + 2), raw.end()), want_pairs) << "E=" << E;
   }
 }
 
@@ -84,19 +102,41 @@ void check_grouped_matmul(const ExpertCase& c, bool x_per_pair) {
   DevBuf dx(xf.size() * 4);
   if (act == Act::F32) dx.put(xf);
   else dx.put(test::to_bf16_bits(xf));
-  auto run = [&](const std::vector<int32_t>& ch, int T, const void* x) {
-    DevBuf dc(ch.size() * 4), dplan(cuda::moe_plan_ints(T, c.k, c.E) * 4), dy(size_t(T) * c.k * c.rows * 4);
-    dc.put(ch);
+  // Logits that make the router choose `ch` (row t's slot j gets 10 - j, the rest 0).
+  auto run = [&](const std::vector<int32_t>& ch, int T, const void* x, bool glu = false) {
+    std::vector<float> logits(size_t(T) * c.E, 0.0f);
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < c.k; ++j) logits[size_t(t) * c.E + ch[size_t(t * c.k + j)]] = 10.0f - float(j);
+    DevBuf dl(logits.size() * 4), dc(ch.size() * 4), dw(ch.size() * 4), dplan(cuda::moe_plan_ints(T, c.k, c.E) * 4),
+        dy(size_t(T) * c.k * c.rows * 4);
+    dl.put(logits);
     const cuda::MoePlan plan = cuda::moe_plan_at(dplan.as<int>(), T, c.k, c.E);
-    cuda::moe_plan(dc.as<int32_t>(), T, c.k, c.E, plan, nullptr);
-    cuda::moe_experts_matmul(W, plan, T, c.k, x, act, c.cols, x_per_pair, dy.as<float>(), c.rows, nullptr);
-    return dy.get<float>(size_t(T) * c.k * c.rows);
+    cuda::moe_route_plan(dl.as<float>(), c.E, T, c.E, c.k, dc.as<int32_t>(), dw.as<float>(), plan, nullptr);
+    EXPECT_EQ(dc.get<int32_t>(ch.size()), ch);
+    if (!glu) {
+      cuda::moe_experts_matmul(W, plan, T, c.k, x, act, c.cols, x_per_pair, dy.as<float>(), c.rows, nullptr);
+      return dy.get<float>(size_t(T) * c.k * c.rows);
+    }
+    const int I = c.rows / 2;
+    const size_t n = size_t(T) * c.k * I;
+    DevBuf da(n * 4);
+    cuda::moe_experts_glu(W, plan, T, c.k, x, act, c.cols, da.p, I, nullptr);
+    std::vector<float> out(n);
+    if (act == Act::F32) {
+      out = da.get<float>(n);
+    } else {
+      const auto b = da.get<uint16_t>(n);
+      for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(b[i]);
+    }
+    return out;
   };
   const auto y = run(chosen, c.T, dx.p);
+  std::vector<std::shared_ptr<cpu::Matrix>> ref;  // the CPU's dequantized view of each expert
+  for (auto& m : mats) ref.push_back(m->cpu());
   std::vector<float> wrow(static_cast<size_t>(c.cols));
   double worst = 0;
   for (int p = 0; p < P; ++p) {
-    const auto& m = *mats[size_t(chosen[size_t(p)])]->cpu();
+    const cpu::Matrix& m = *ref[size_t(chosen[size_t(p)])];
     const float* xr = &xf[size_t(x_per_pair ? p : p / c.k) * c.cols];
     for (int n = 0; n < c.rows; ++n) {
       m.row(n, wrow.data());
@@ -115,6 +155,20 @@ void check_grouped_matmul(const ExpertCase& c, bool x_per_pair) {
     for (int i = 0; i < c.k * c.rows; ++i)
       ASSERT_EQ(alone[size_t(i)], y[size_t(t) * c.k * c.rows + i]) << "row " << t << " element " << i;
   }
+  if (x_per_pair || c.rows % 2 != 0) return;
+  // gate_up with SwiGLU fused: the same bits as the plain pass, then swiglu().
+  const int I = c.rows / 2;
+  DevBuf dy(y.size() * 4), da(size_t(P) * I * 4);
+  dy.put(y);
+  cuda::swiglu(dy.as<float>(), c.rows, I, P, da.p, act, I, nullptr);
+  std::vector<float> want(size_t(P) * I);
+  if (act == Act::F32) {
+    want = da.get<float>(want.size());
+  } else {
+    const auto b = da.get<uint16_t>(want.size());
+    for (size_t i = 0; i < want.size(); ++i) want[i] = bf16_to_f32(b[i]);
+  }
+  EXPECT_EQ(run(chosen, c.T, dx.p, true), want);
 }
 
 TEST(CudaMoeKernels, GroupedMatmulEveryKindIsExactAndBatchInvariant) {
@@ -123,6 +177,7 @@ TEST(CudaMoeKernels, GroupedMatmulEveryKindIsExactAndBatchInvariant) {
     for (bool per_pair : {false, true}) {
       check_grouped_matmul({kind, 9, 40, 256, 13, 3}, per_pair);  // several passes of 4 rows per expert
       check_grouped_matmul({kind, 5, 70, 64, 2, 2}, per_pair);    // a tile partly past the rows
+      check_grouped_matmul({kind, 4, 16, 64, 64, 3}, per_pair);   // 64 rows: an expert's pairs in 16 passes
     }
   check_grouped_matmul({WKind::F32, 4, 24, 20, 5, 1}, false);  // a width that is no multiple of 8 (element loop)
 }

@@ -30,9 +30,10 @@ export_cuda_libs
 N=$BUILD/nextn
 mkdir -p "$CK"
 
-TESTS=${NEXTN_MOE_TESTS:-CudaMoeKernels.*:Fixtures/CudaMoe.*:Formats/CudaMoeSynthetic.*}
+# The MoE suites, and the dense model suites the shared layer path runs through.
+TESTS=${NEXTN_MOE_TESTS:-CudaMoeKernels.*:Fixtures/CudaMoe.*:Formats/CudaMoeSynthetic.*:*CudaModel.TeacherForced*:*CudaModel.Greedy*:*CudaModel.Graphs*:CudaModelStreamed.*:*CudaBatch.ForwardsTogetherEqualEachAlone*:CudaOps.*}
 if [ "$TESTS" != none ]; then
-  run_step tests 240 "$BUILD/nextn_tests" --gtest_filter="$TESTS"
+  run_step tests 300 "$BUILD/nextn_tests" --gtest_filter="$TESTS"
   grep -E "^\[  PASSED  \] [0-9]|^\[  FAILED  \] |^\[cuda|Failure|Expected|Which is|error:" "$LOG/tests.txt" | head -60 >>"$SUMMARY"
 fi
 

@@ -17,79 +17,82 @@ namespace {
 
 constexpr int kMaxTopK = 32;          // experts per token the plan's shared memory holds
 constexpr int kMaxPairs = kMaxRows * kMaxTopK;
-constexpr int kRouteThreads = 256;
-constexpr int kColsPerWarp = 4;       // output features per warp of the grouped matmul
+constexpr int kPerLane = kMaxExperts / 32;  // router logits a lane holds
+constexpr int kWeightRowsPerWarp = 4;  // weight rows per warp of the grouped matmul
 constexpr int kWarps = 8;
-constexpr int kColsPerBlock = kColsPerWarp * kWarps;
-constexpr int kRowsPerPass = 4;       // rows one pass over a warp's weights serves
+constexpr int kRowsPerPass = 4;        // rows one pass over a warp's weights serves
 
-// ---- router -----------------------------------------------------------------
+// ---- router and plan ----------------------------------------------------------
 
-__global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const float* logits, int ld, int E, int k,
-                                                                  int32_t* chosen, float* weights) {
-  pdl_prologue();
-  __shared__ float prob[kMaxExperts];
-  __shared__ float scratch[32];
-  __shared__ ArgMax best_of_warp[kRouteThreads / 32];
-  const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const float* l = logits + size_t(t) * ld;
+// Row t's top-k by warp `lane`s: lane l holds logits l, l + 32, ...; softmax
+// with a fixed order (each lane's values in turn, then a butterfly), then k
+// rounds of a warp argmax (greater probability, then lower id).
+__device__ void route_row(const float* l, int E, int k, int lane, int32_t* chosen, float* weights, int* expert_of) {
+  float p[kPerLane];
   float mx = -INFINITY;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) mx = fmaxf(mx, l[e]);
-  mx = block_max(mx, scratch);
-  float part = 0.0f;
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    const float p = expf(l[e] - mx);
-    prob[e] = p;
-    part = add_rn(part, p);
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    p[i] = e < E ? l[e] : -INFINITY;
+    mx = fmaxf(mx, p[i]);
   }
-  const float sum = block_sum(part, scratch);
-  for (int e = threadIdx.x; e < E; e += blockDim.x) prob[e] = __fdiv_rn(prob[e], sum);
-  __syncthreads();
-  // k rounds of a block argmax (greater probability, then lower id); a taken
-  // expert's probability becomes -1, below every real one.
+  mx = warp_max(mx);
+  float part = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    p[i] = lane + 32 * i < E ? expf(p[i] - mx) : 0.0f;
+    part = add_rn(part, p[i]);
+  }
+  const float sum = warp_sum(part);
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) p[i] = lane + 32 * i < E ? __fdiv_rn(p[i], sum) : -1.0f;
   float top_sum = 0.0f;
   for (int j = 0; j < k; ++j) {
     ArgMax b{-1.0f, E};
-    for (int e = threadIdx.x; e < E; e += blockDim.x)
-      if (prob[e] >= 0.0f && argmax_better(prob[e], e, b.v, b.i)) b = {prob[e], e};
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)  // a taken expert's probability is -1, below every real one
+      if (p[i] >= 0.0f && argmax_better(p[i], lane + 32 * i, b.v, b.i)) b = {p[i], lane + 32 * i};
     b = warp_argmax(b);
-    if (lane == 0) best_of_warp[warp] = b;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      ArgMax w = best_of_warp[0];
-      for (int i = 1; i < kRouteThreads / 32; ++i)
-        if (argmax_better(best_of_warp[i].v, best_of_warp[i].i, w.v, w.i)) w = best_of_warp[i];
-      if (w.i >= E) {  // only NaN probabilities left (NaN logits): the lowest id not taken, weight 0
-        w = {0.0f, 0};
-        while (prob[w.i] < 0.0f) ++w.i;
+    if (b.i >= E) {  // only NaN probabilities left (NaN logits): the lowest id not taken, weight 0
+      b = {0.0f, 0};
+      for (bool taken = true; taken; ) {
+        taken = false;
+        for (int q = 0; q < j; ++q) taken = taken || chosen[q] == b.i;
+        if (taken) ++b.i;
       }
-      chosen[size_t(t) * k + j] = w.i;
-      weights[size_t(t) * k + j] = w.v;
-      top_sum = add_rn(top_sum, w.v);
-      prob[w.i] = -1.0f;
     }
-    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (lane + 32 * i == b.i) p[i] = -1.0f;
+    if (lane == 0) {
+      chosen[j] = b.i;
+      weights[j] = b.v;
+      expert_of[j] = b.i;
+    }
+    __syncwarp();
+    top_sum = add_rn(top_sum, b.v);
   }
-  if (threadIdx.x == 0)
-    for (int j = 0; j < k; ++j) weights[size_t(t) * k + j] = __fdiv_rn(weights[size_t(t) * k + j], top_sum);
+  if (lane == 0)
+    for (int j = 0; j < k; ++j) weights[j] = __fdiv_rn(weights[j], top_sum);
 }
 
-// ---- plan -------------------------------------------------------------------
-
-__global__ void __launch_bounds__(kMaxExperts) moe_plan_kernel(const int32_t* chosen, int P, int E, MoePlan plan) {
+// One block: every row's top-k (a warp per row), then the plan of the T * k
+// pairs (moe.h).
+__global__ void __launch_bounds__(kMaxExperts) moe_route_plan_kernel(const float* logits, int ld, int T, int E, int k,
+                                                                     int32_t* chosen, float* weights, MoePlan plan) {
   pdl_prologue();
   using Scan = cub::BlockScan<int, kMaxExperts>;
   __shared__ typename Scan::TempStorage scan;
   __shared__ int count[kMaxExperts];
   __shared__ int expert_of[kMaxPairs];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, P = T * k;
+  for (int t = warp; t < T; t += kMaxExperts / 32)
+    route_row(logits + size_t(t) * ld, E, k, lane, chosen + size_t(t) * k, weights + size_t(t) * k,
+              expert_of + t * k);
   const int e = threadIdx.x;
   count[e] = 0;
   __syncthreads();
-  for (int p = threadIdx.x; p < P; p += blockDim.x) {
-    const int c = chosen[p];
-    expert_of[p] = c;
-    atomicAdd(&count[c], 1);
-  }
+  for (int q = threadIdx.x; q < P; q += blockDim.x) atomicAdd(&count[expert_of[q]], 1);
   __syncthreads();
   const int n = e < E ? count[e] : 0;
   int slot = 0, first = 0, n_active = 0;
@@ -100,8 +103,8 @@ __global__ void __launch_bounds__(kMaxExperts) moe_plan_kernel(const int32_t* ch
     plan.active[slot] = e;
     plan.start[slot] = first;
     int at = first;
-    for (int p = 0; p < P; ++p)  // rising p: rows rising (a row takes an expert at most once)
-      if (expert_of[p] == e) plan.pairs[at++] = p;
+    for (int q = 0; q < P; ++q)  // rising q: rows rising (a row takes an expert at most once)
+      if (expert_of[q] == e) plan.pairs[at++] = q;
   }
   if (e == 0) {
     *plan.n_active = n_active;
@@ -191,22 +194,29 @@ __device__ __forceinline__ void unit_values(const WeightUnit& u, int sub, float 
   }
 }
 
-// Block (u, tile): active expert u's output features [tile * kColsPerBlock,
-// +kColsPerBlock), kColsPerWarp per warp, over every pair routed to it,
-// kRowsPerPass at a time. Lane l sums the units l, l + 32, ... (VEC) or the
-// elements l, l + 32, ...; then a butterfly: the same order for a row
-// whatever rows share the pass.
-template <WKind WK, typename TX, bool VEC>
+// Block (u, tile): active expert u's outputs [tile * per_block, +per_block)
+// over every pair routed to it, kRowsPerPass pairs at a time; each warp
+// reads kWeightRowsPerWarp weight rows: as many outputs, or (GLU) half as
+// many, each from its gate row f and up row I + f, stored as
+// silu(gate) * up in the input's type (swiglu's formula). Lane l sums the
+// units l, l + 32, ... (VEC) or the elements l, l + 32, ...; then a
+// butterfly: the same order for a row whatever rows share the pass.
+template <WKind WK, typename TX, bool VEC, bool GLU>
 __global__ void __launch_bounds__(kWarps * 32) moe_matmul_kernel(DevExperts W, MoePlan plan, int k, const TX* x,
-                                                                 int ldx, int x_per_pair, float* y, int ldy) {
+                                                                 int ldx, int x_per_pair, void* out, int ldo) {
   pdl_prologue();
+  constexpr int C = kWeightRowsPerWarp, F = GLU ? C / 2 : C;  // weight rows, outputs per warp
   const int u = blockIdx.x;
+  const int e = plan.active[u], p0 = plan.start[u], p1 = plan.start[u + 1];  // in bounds; read before the check
   if (u >= *plan.n_active) return;
-  const int e = plan.active[u], p0 = plan.start[u], p1 = plan.start[u + 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int n0 = blockIdx.y * kColsPerBlock + warp * kColsPerWarp;
-  if (n0 >= W.rows) return;
-  const int ncols = min(kColsPerWarp, W.rows - n0);
+  const int features = GLU ? W.rows / 2 : W.rows;
+  const int f0 = (blockIdx.y * kWarps + warp) * F;
+  if (f0 >= features) return;
+  const int nf = min(F, features - f0);
+  int row[C];
+#pragma unroll
+  for (int i = 0; i < C; ++i) row[i] = (GLU && i >= F ? features : 0) + f0 + min(i % F, nf - 1);
   const void* w = static_cast<const char*>(W.w) + size_t(e) * W.w_stride;
   const float* sc = W.scales != nullptr ? W.scales + size_t(e) * W.sb_stride : nullptr;
   const float* bi = W.biases != nullptr ? W.biases + size_t(e) * W.sb_stride : nullptr;
@@ -219,73 +229,83 @@ __global__ void __launch_bounds__(kWarps * 32) moe_matmul_kernel(DevExperts W, M
       pair[r] = plan.pairs[q0 + min(r, nr - 1)];
       xr[r] = x + size_t(x_per_pair ? pair[r] : pair[r] / k) * ldx;
     }
-    float acc[kColsPerWarp][kRowsPerPass] = {};
+    float acc[C][kRowsPerPass] = {};
     if constexpr (VEC) {
       constexpr int U = kUnit<WK>;
 #pragma unroll 2
       for (int c = lane * U; c < W.cols; c += 32 * U) {
-        WeightUnit wu[kColsPerWarp];
+        WeightUnit wu[C];
 #pragma unroll
-        for (int i = 0; i < kColsPerWarp; ++i)
-          wu[i] = load_unit<WK>(w, sc, bi, W.cols, W.group, n0 + min(i, ncols - 1), c);
+        for (int i = 0; i < C; ++i) wu[i] = load_unit<WK>(w, sc, bi, W.cols, W.group, row[i], c);
 #pragma unroll
         for (int sub = 0; sub < U / 8; ++sub) {
           float xv[kRowsPerPass][8];
 #pragma unroll
-          for (int r = 0; r < kRowsPerPass; ++r) load_x8(xr[r] + c + 8 * sub, xv[r]);
+          for (int r = 0; r < kRowsPerPass; ++r)
+            if (r < nr) load_x8(xr[r] + c + 8 * sub, xv[r]);
 #pragma unroll
-          for (int i = 0; i < kColsPerWarp; ++i) {
+          for (int i = 0; i < C; ++i) {
             float wv[8];
             unit_values<WK>(wu[i], sub, wv);
 #pragma unroll
             for (int r = 0; r < kRowsPerPass; ++r)
+              if (r < nr)
 #pragma unroll
-              for (int j = 0; j < 8; ++j) acc[i][r] = fmaf(wv[j], xv[r][j], acc[i][r]);
+                for (int j = 0; j < 8; ++j) acc[i][r] = fmaf(wv[j], xv[r][j], acc[i][r]);
           }
         }
       }
     } else {
       for (int c = lane; c < W.cols; c += 32)
 #pragma unroll
-        for (int i = 0; i < kColsPerWarp; ++i) {
-          const float wv = weight_at<WK>(w, sc, bi, W.cols, W.group, n0 + min(i, ncols - 1), c);
+        for (int i = 0; i < C; ++i) {
+          const float wv = weight_at<WK>(w, sc, bi, W.cols, W.group, row[i], c);
 #pragma unroll
-          for (int r = 0; r < kRowsPerPass; ++r) acc[i][r] = fmaf(wv, to_f32(xr[r][c]), acc[i][r]);
+          for (int r = 0; r < kRowsPerPass; ++r)
+            if (r < nr) acc[i][r] = fmaf(wv, to_f32(xr[r][c]), acc[i][r]);
         }
     }
 #pragma unroll
-    for (int i = 0; i < kColsPerWarp; ++i)
+    for (int i = 0; i < C; ++i)
 #pragma unroll
-      for (int r = 0; r < kRowsPerPass; ++r) {
-        const float v = warp_sum(acc[i][r]);
-        if (lane == 0 && r < nr && i < ncols) y[size_t(pair[r]) * ldy + n0 + i] = v;
-      }
+      for (int r = 0; r < kRowsPerPass; ++r) acc[i][r] = warp_sum(acc[i][r]);
+    if (lane == 0)
+#pragma unroll
+      for (int i = 0; i < F; ++i)
+#pragma unroll
+        for (int r = 0; r < kRowsPerPass; ++r) {
+          if (r >= nr || i >= nf) continue;
+          const size_t o = size_t(pair[r]) * ldo + f0 + i;
+          if constexpr (GLU) static_cast<TX*>(out)[o] = from_f32<TX>(mul_rn(silu(acc[i][r]), acc[F + i][r]));
+          else static_cast<float*>(out)[o] = acc[i][r];
+        }
   }
 }
 
-template <WKind WK, typename TX>
+template <WKind WK, typename TX, bool GLU>
 void launch_matmul(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, int ldx, bool x_per_pair,
-                   float* y, int ldy, cudaStream_t s) {
-  const dim3 grid(unsigned(moe_active_bound(T, k, W.E)), unsigned(ceil_div(W.rows, kColsPerBlock)));
-  const bool vec = W.cols % 8 == 0 && ldx % 8 == 0;
+                   void* out, int ldo, cudaStream_t s) {
+  constexpr int per_block = kWarps * (GLU ? kWeightRowsPerWarp / 2 : kWeightRowsPerWarp);
+  const dim3 grid(unsigned(moe_active_bound(T, k, W.E)), unsigned(ceil_div(GLU ? W.rows / 2 : W.rows, per_block)));
+  const bool vec = W.cols % kUnit<WK> == 0 && ldx % 8 == 0;
   const auto* xt = static_cast<const TX*>(x);
   if (vec)
-    CUDA_CHECK(launch_kernel(moe_matmul_kernel<WK, TX, true>, grid, kWarps * 32, 0, s, W, plan, k, xt, ldx,
-                             int(x_per_pair), y, ldy));
+    CUDA_CHECK(launch_kernel(moe_matmul_kernel<WK, TX, true, GLU>, grid, kWarps * 32, 0, s, W, plan, k, xt, ldx,
+                             int(x_per_pair), out, ldo));
   else
-    CUDA_CHECK(launch_kernel(moe_matmul_kernel<WK, TX, false>, grid, kWarps * 32, 0, s, W, plan, k, xt, ldx,
-                             int(x_per_pair), y, ldy));
+    CUDA_CHECK(launch_kernel(moe_matmul_kernel<WK, TX, false, GLU>, grid, kWarps * 32, 0, s, W, plan, k, xt, ldx,
+                             int(x_per_pair), out, ldo));
   CUDA_CHECK_LAUNCH("moe_matmul_kernel");
 }
 
-template <typename TX>
+template <typename TX, bool GLU>
 void dispatch_matmul(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, int ldx, bool x_per_pair,
-                     float* y, int ldy, cudaStream_t s) {
+                     void* out, int ldo, cudaStream_t s) {
   switch (W.kind) {
-    case WKind::F32: return launch_matmul<WKind::F32, TX>(W, plan, T, k, x, ldx, x_per_pair, y, ldy, s);
-    case WKind::BF16: return launch_matmul<WKind::BF16, TX>(W, plan, T, k, x, ldx, x_per_pair, y, ldy, s);
-    case WKind::Q4: return launch_matmul<WKind::Q4, TX>(W, plan, T, k, x, ldx, x_per_pair, y, ldy, s);
-    case WKind::Q8: return launch_matmul<WKind::Q8, TX>(W, plan, T, k, x, ldx, x_per_pair, y, ldy, s);
+    case WKind::F32: return launch_matmul<WKind::F32, TX, GLU>(W, plan, T, k, x, ldx, x_per_pair, out, ldo, s);
+    case WKind::BF16: return launch_matmul<WKind::BF16, TX, GLU>(W, plan, T, k, x, ldx, x_per_pair, out, ldo, s);
+    case WKind::Q4: return launch_matmul<WKind::Q4, TX, GLU>(W, plan, T, k, x, ldx, x_per_pair, out, ldo, s);
+    case WKind::Q8: return launch_matmul<WKind::Q8, TX, GLU>(W, plan, T, k, x, ldx, x_per_pair, out, ldo, s);
     default: fail("internal: moe_experts_matmul of weight kind {}", int(W.kind));
   }
 }
@@ -297,7 +317,7 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(const float* y, const 
                                                           const float* gate, int gate_ld, float* x, int ldx) {
   pdl_prologue();
   __shared__ int order[kMaxTopK];  // row t's slots by rising expert id
-  const int t = blockIdx.x;
+  const int t = blockIdx.x, h = blockIdx.y * blockDim.x + threadIdx.x;
   const int32_t* c = chosen + size_t(t) * k;
   if (threadIdx.x == 0) {
     for (int j = 0; j < k; ++j) {
@@ -307,8 +327,9 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(const float* y, const 
     }
   }
   __syncthreads();
+  if (h >= H) return;
   const float g = sigmoid(gate[size_t(t) * gate_ld]);
-  for (int h = threadIdx.x; h < H; h += blockDim.x) {
+  {
     float r = 0.0f;
     for (int j = 0; j < k; ++j) {
       const int slot = order[j];
@@ -337,28 +358,30 @@ MoePlan moe_plan_at(int* base, int rows, int k, int E) {
   return p;
 }
 
-void moe_route(const float* logits, int ld, int T, int E, int k, int32_t* chosen, float* weights, cudaStream_t s) {
-  if (E > kMaxExperts || k < 1 || k > E || k > kMaxTopK)
-    fail("internal: moe_route of top-{} among {} experts", k, E);
-  CUDA_CHECK(launch_kernel(moe_route_kernel, unsigned(T), kRouteThreads, 0, s, logits, ld, E, k, chosen, weights));
-  CUDA_CHECK_LAUNCH("moe_route_kernel");
-}
-
-void moe_plan(const int32_t* chosen, int T, int k, int E, const MoePlan& plan, cudaStream_t s) {
-  if (T * k > kMaxPairs || E > kMaxExperts) fail("internal: moe_plan of {} x {} pairs among {} experts", T, k, E);
-  CUDA_CHECK(launch_kernel(moe_plan_kernel, 1u, kMaxExperts, 0, s, chosen, T * k, E, plan));
-  CUDA_CHECK_LAUNCH("moe_plan_kernel");
+void moe_route_plan(const float* logits, int ld, int T, int E, int k, int32_t* chosen, float* weights,
+                    const MoePlan& plan, cudaStream_t s) {
+  if (E > kMaxExperts || k < 1 || k > E || k > kMaxTopK || T * k > kMaxPairs)
+    fail("internal: moe_route_plan of {} rows, top-{} among {} experts", T, k, E);
+  CUDA_CHECK(launch_kernel(moe_route_plan_kernel, 1u, kMaxExperts, 0, s, logits, ld, T, E, k, chosen, weights, plan));
+  CUDA_CHECK_LAUNCH("moe_route_plan_kernel");
 }
 
 void moe_experts_matmul(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, Act act, int ldx,
                         bool x_per_pair, float* y, int ldy, cudaStream_t s) {
-  if (act == Act::BF16) dispatch_matmul<bf16>(W, plan, T, k, x, ldx, x_per_pair, y, ldy, s);
-  else dispatch_matmul<float>(W, plan, T, k, x, ldx, x_per_pair, y, ldy, s);
+  if (act == Act::BF16) dispatch_matmul<bf16, false>(W, plan, T, k, x, ldx, x_per_pair, y, ldy, s);
+  else dispatch_matmul<float, false>(W, plan, T, k, x, ldx, x_per_pair, y, ldy, s);
+}
+
+void moe_experts_glu(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, Act act, int ldx,
+                     void* out, int ldo, cudaStream_t s) {
+  if (W.rows % 2 != 0) fail("internal: moe_experts_glu of {} rows", W.rows);
+  if (act == Act::BF16) dispatch_matmul<bf16, true>(W, plan, T, k, x, ldx, false, out, ldo, s);
+  else dispatch_matmul<float, true>(W, plan, T, k, x, ldx, false, out, ldo, s);
 }
 
 void moe_combine(const float* y, const int32_t* chosen, const float* weights, int T, int k, int H,
                  const float* shared, const float* gate, int gate_ld, float* x, int ldx, cudaStream_t s) {
-  CUDA_CHECK(launch_kernel(moe_combine_kernel, unsigned(T), 256, 0, s, y, chosen, weights, k, H, shared, gate,
+  CUDA_CHECK(launch_kernel(moe_combine_kernel, dim3(unsigned(T), unsigned(ceil_div(H, 256))), 256, 0, s, y, chosen, weights, k, H, shared, gate,
                            gate_ld, x, ldx));
   CUDA_CHECK_LAUNCH("moe_combine_kernel");
 }

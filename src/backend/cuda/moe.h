@@ -51,14 +51,13 @@ inline int moe_active_bound(int rows, int k, int E) { return rows * k < E ? rows
 size_t moe_plan_ints(int rows, int k, int E);
 MoePlan moe_plan_at(int* base, int rows, int k, int E);
 
-// Router, transformers' Qwen3_5MoeTopKRouter: per row t, softmax in fp32
-// over logits[t][0, E) ([T][ld]); the k largest probabilities (ties to the
-// lower expert id) into chosen[t][j] (by falling probability) and
-// weights[t][j] = p / (sum of the k, added in that order).
-void moe_route(const float* logits, int ld, int T, int E, int k, int32_t* chosen, float* weights, cudaStream_t s);
-
-// The plan of chosen [T][k] (above).
-void moe_plan(const int32_t* chosen, int T, int k, int E, const MoePlan& plan, cudaStream_t s);
+// Router (transformers' Qwen3_5MoeTopKRouter) and plan in one launch: per
+// row t, softmax in fp32 over logits[t][0, E) ([T][ld]); the k largest
+// probabilities (ties to the lower expert id) into chosen[t][j] (by falling
+// probability) and weights[t][j] = p / (sum of the k, added in that order);
+// then the plan of the T * k pairs (above).
+void moe_route_plan(const float* logits, int ld, int T, int E, int k, int32_t* chosen, float* weights,
+                    const MoePlan& plan, cudaStream_t s);
 
 // y[p][n] = sum_c W_e[n][c] * x[in(p)][c] for every pair p = t * k + j
 // routed to an active expert e (n < W.rows): one launch for every expert,
@@ -67,6 +66,13 @@ void moe_plan(const int32_t* chosen, int T, int k, int E, const MoePlan& plan, c
 // [..][ldx] of `act`; y is fp32 [T * k][ldy].
 void moe_experts_matmul(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, Act act, int ldx,
                         bool x_per_pair, float* y, int ldy, cudaStream_t s);
+
+// The same over a gate_up stack (W.rows = 2I: gate rows, then up), SwiGLU
+// in the epilogue: out[p][f] = silu(gate_f) * up_f, f < I, in `act`'s type
+// ([T * k][ldo]); x holds the rows' input (in(p) = p / k). The same bits as
+// moe_experts_matmul followed by swiglu().
+void moe_experts_glu(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, Act act, int ldx,
+                     void* out, int ldo, cudaStream_t s);
 
 // x[t][h] += (sum over row t's experts by rising id of weights[t][j] *
 // y[t * k + j][h]) + sigmoid(gate[t * gate_ld]) * shared[t][h], h < H

@@ -21,7 +21,6 @@ MoeScratch::MoeScratch(const Qwen35Config& c, Act act, int R, DeviceMemory& mem)
                      c.num_experts);
   shared_act = mem.alloc(size_t(R) * Is * as, "MoE shared expert");
   shared = mem.alloc<float>(size_t(R) * H * 4, "MoE shared expert");
-  h = mem.alloc<float>(P * 2 * I * 4, "MoE expert rows");
   pair_act = mem.alloc(P * I * as, "MoE expert rows");
   y = mem.alloc<float>(P * H * 4, "MoE expert rows");
 }
@@ -38,14 +37,12 @@ void moe_block(const LayerContext& c, const MoeLayer& M, int T, const void* xn, 
     for (const auto& p : M.gate_in.parts)
       cuda::matmul(p.m, xr, c.act, n, ldxn, s.gate_in + p.offset, s.gate_ld, false, c.splitk, st);
     c.mark("moe.route");
-    cuda::moe_route(s.gate_in + 2 * Is, s.gate_ld, n, E, k, s.chosen, s.weights, st);
-    cuda::moe_plan(s.chosen, n, k, E, s.plan, st);
+    cuda::moe_route_plan(s.gate_in + 2 * Is, s.gate_ld, n, E, k, s.chosen, s.weights, s.plan, st);
     c.mark("moe.shared");
     cuda::swiglu(s.gate_in, s.gate_ld, Is, n, s.shared_act, c.act, Is, st);
     cuda::matmul(M.shared_down, s.shared_act, c.act, n, Is, s.shared, H, false, c.splitk, st);
     c.mark("moe.experts");
-    cuda::moe_experts_matmul(M.gate_up, s.plan, n, k, xr, c.act, ldxn, false, s.h, 2 * I, st);
-    cuda::swiglu(s.h, 2 * I, I, n * k, s.pair_act, c.act, I, st);
+    cuda::moe_experts_glu(M.gate_up, s.plan, n, k, xr, c.act, ldxn, s.pair_act, I, st);
     cuda::moe_experts_matmul(M.down, s.plan, n, k, s.pair_act, c.act, I, true, s.y, H, st);
     c.mark("moe.combine");
     cuda::moe_combine(s.y, s.chosen, s.weights, n, k, H, s.shared, s.gate_in + 2 * Is + E, s.gate_ld,

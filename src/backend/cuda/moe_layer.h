@@ -3,10 +3,10 @@
 // for it, and the block's launches. Private to the CUDA runtime.
 //
 //   gate_in = xn . [shared gate ; shared up ; router ; shared_expert_gate]^T   (dense matmul)
-//   top-k of softmax(router logits), renormalized             (moe_route, moe_plan)
+//   top-k of softmax(router logits), renormalized, the plan     (moe_route_plan)
 //   shared  = shared_down(silu(shared gate) * shared up)       (swiglu, dense matmul)
-//   h       = expert gate_up of each (row, expert) pair         (moe_experts_matmul)
-//   y       = expert down(silu(h gate) * h up)                  (swiglu, moe_experts_matmul)
+//   a       = silu(gate x) * up x per (row, expert) pair        (moe_experts_glu)
+//   y       = expert down(a)                                    (moe_experts_matmul)
 //   x      += sum by rising id of w * y + sigmoid(gate) * shared (moe_combine)
 #pragma once
 #include <cstddef>
@@ -38,7 +38,6 @@ struct MoeScratch {
   MoePlan plan;               // moe_plan_ints(rows, k, E)
   void* shared_act = nullptr; // [rows][Is] act: the shared expert's down input
   float* shared = nullptr;    // [rows][H] fp32: the shared expert's output
-  float* h = nullptr;         // [rows * k][2I] fp32: each pair's gate | up
   void* pair_act = nullptr;   // [rows * k][I] act: each pair's down input
   float* y = nullptr;         // [rows * k][H] fp32: each pair's expert output
 };
