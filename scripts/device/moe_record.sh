@@ -12,7 +12,9 @@
 #
 # Environment: NEXTN_BUILD (build-cuda), NEXTN_BENCH_BUDGET seconds (540),
 # NEXTN_CK_DIR (/tmp/nextn-ck), NEXTN_MOE_PRESETS ("35b-a3b"),
-# NEXTN_MOE_TESTS (the gtest filter; "none" skips the tests).
+# NEXTN_MOE_TESTS (the gtest filter; "none" skips the tests), NEXTN_MOE_NCU=1
+# (Nsight Compute kernel durations of a few decode steps, clocks left alone,
+# summed per kernel name: logs/ncu_<preset>.txt).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -40,8 +42,18 @@ fi
 for preset in ${NEXTN_MOE_PRESETS:-35b-a3b}; do
   dir=$CK/$preset-q4
   run_step "make_$preset" 240 "$N" make-checkpoint --preset "qwen3.5-$preset" --quant q4 --seed 0 --out "$dir"
+  if [ "${NEXTN_MOE_NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
+    # Past the load's packing kernels and the prompt's forward: about two decode steps' kernels.
+    run_step "ncu_raw_$preset" 180 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+      --launch-skip 4000 --launch-count 1200 "$N" generate --backend cuda -m "$dir" \
+      --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 -n 24 --ignore-eos
+    python3 scripts/device/ncu_sum.py "$LOG/ncu_raw_$preset.txt" >"$LOG/ncu_$preset.txt" 2>&1
+    rm -f "$LOG/ncu_raw_$preset.txt"
+    head -30 "$LOG/ncu_$preset.txt" >>"$SUMMARY"
+  fi
   common=(bench decode --backend cuda -m "$dir" --prompt-len 16 -n 128 --repeats 3)
   run_step "decode_$preset" 120 "$N" "${common[@]}" --breakdown --json
+  if [ "${NEXTN_MOE_QUICK:-0}" = 1 ]; then rm -rf "$dir"; continue; fi
   for K in 2 3 4; do
     run_step "mtp${K}_$preset" 90 "$N" "${common[@]}" --draft mtp --block-size $K --json
   done

@@ -266,9 +266,10 @@ __global__ void __launch_bounds__(kWarps * 32) moe_matmul_kernel(DevExperts W, M
         }
     }
 #pragma unroll
-    for (int i = 0; i < C; ++i)
+    for (int r = 0; r < kRowsPerPass; ++r)
+      if (r < nr)  // uniform over the warp
 #pragma unroll
-      for (int r = 0; r < kRowsPerPass; ++r) acc[i][r] = warp_sum(acc[i][r]);
+        for (int i = 0; i < C; ++i) acc[i][r] = warp_sum(acc[i][r]);
     if (lane == 0)
 #pragma unroll
       for (int i = 0; i < F; ++i)
