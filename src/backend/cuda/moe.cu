@@ -17,16 +17,18 @@ namespace {
 
 constexpr int kMaxTopK = 32;          // experts per token the plan's shared memory holds
 constexpr int kMaxPairs = kMaxRows * kMaxTopK;
-constexpr int kPerLane = kMaxExperts / 32;  // router logits a lane holds
+constexpr int kPlanThreads = 256;
+constexpr int kExpertsPerThread = kMaxExperts / kPlanThreads;  // the plan's scan, blocked
 constexpr int kWeightRowsPerWarp = 4;  // weight rows per warp of the grouped matmul
 constexpr int kWarps = 8;
-constexpr int kRowsPerPass = 4;        // rows one pass over a warp's weights serves
+constexpr int kRowsPerPass = 2;        // rows one pass over a warp's weights serves
 
 // ---- router and plan ----------------------------------------------------------
 
 // Row t's top-k by warp `lane`s: lane l holds logits l, l + 32, ...; softmax
 // with a fixed order (each lane's values in turn, then a butterfly), then k
 // rounds of a warp argmax (greater probability, then lower id).
+template <int kPerLane>  // router logits a lane holds: at least E / 32
 __device__ void route_row(const float* l, int E, int k, int lane, int32_t* chosen, float* weights, int* expert_of) {
   float p[kPerLane];
   float mx = -INFINITY;
@@ -77,36 +79,49 @@ __device__ void route_row(const float* l, int E, int k, int lane, int32_t* chose
 }
 
 // One block: every row's top-k (a warp per row), then the plan of the T * k
-// pairs (moe.h).
-__global__ void __launch_bounds__(kMaxExperts) moe_route_plan_kernel(const float* logits, int ld, int T, int E, int k,
-                                                                     int32_t* chosen, float* weights, MoePlan plan) {
+// pairs (moe.h). Within an expert the pairs land in any order: each pair's
+// result is the same bits in any pass (the grouped matmul is per row).
+template <int kPerLane>
+__global__ void __launch_bounds__(kPlanThreads) moe_route_plan_kernel(const float* logits, int ld, int T, int E, int k,
+                                                                      int32_t* chosen, float* weights, MoePlan plan) {
   pdl_prologue();
-  using Scan = cub::BlockScan<int, kMaxExperts>;
+  using Scan = cub::BlockScan<int, kPlanThreads>;
   __shared__ typename Scan::TempStorage scan;
   __shared__ int count[kMaxExperts];
+  __shared__ int cursor[kMaxExperts];
   __shared__ int expert_of[kMaxPairs];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, P = T * k;
-  for (int t = warp; t < T; t += kMaxExperts / 32)
-    route_row(logits + size_t(t) * ld, E, k, lane, chosen + size_t(t) * k, weights + size_t(t) * k,
-              expert_of + t * k);
-  const int e = threadIdx.x;
-  count[e] = 0;
+  for (int e = threadIdx.x; e < kMaxExperts; e += kPlanThreads) count[e] = 0;
+  for (int t = warp; t < T; t += kPlanThreads / 32)
+    route_row<kPerLane>(logits + size_t(t) * ld, E, k, lane, chosen + size_t(t) * k, weights + size_t(t) * k,
+                        expert_of + t * k);
   __syncthreads();
-  for (int q = threadIdx.x; q < P; q += blockDim.x) atomicAdd(&count[expert_of[q]], 1);
+  for (int q = threadIdx.x; q < P; q += kPlanThreads) atomicAdd(&count[expert_of[q]], 1);
   __syncthreads();
-  const int n = e < E ? count[e] : 0;
-  int slot = 0, first = 0, n_active = 0;
-  Scan(scan).ExclusiveSum(n > 0 ? 1 : 0, slot, n_active);
+  // Experts [kExpertsPerThread * thread, +kExpertsPerThread): active flags and counts, scanned.
+  int flag[kExpertsPerThread], n[kExpertsPerThread], slot[kExpertsPerThread], first[kExpertsPerThread];
+#pragma unroll
+  for (int i = 0; i < kExpertsPerThread; ++i) {
+    const int e = kExpertsPerThread * threadIdx.x + i;
+    n[i] = e < E ? count[e] : 0;
+    flag[i] = n[i] > 0 ? 1 : 0;
+  }
+  int n_active = 0;
+  Scan(scan).ExclusiveSum(flag, slot, n_active);
   __syncthreads();
   Scan(scan).ExclusiveSum(n, first);
-  if (n > 0) {
-    plan.active[slot] = e;
-    plan.start[slot] = first;
-    int at = first;
-    for (int q = 0; q < P; ++q)  // rising q: rows rising (a row takes an expert at most once)
-      if (expert_of[q] == e) plan.pairs[at++] = q;
+#pragma unroll
+  for (int i = 0; i < kExpertsPerThread; ++i) {
+    const int e = kExpertsPerThread * threadIdx.x + i;
+    cursor[e] = first[i];
+    if (n[i] > 0) {
+      plan.active[slot[i]] = e;
+      plan.start[slot[i]] = first[i];
+    }
   }
-  if (e == 0) {
+  __syncthreads();
+  for (int q = threadIdx.x; q < P; q += kPlanThreads) plan.pairs[atomicAdd(&cursor[expert_of[q]], 1)] = q;
+  if (threadIdx.x == 0) {
     *plan.n_active = n_active;
     plan.start[n_active] = P;
   }
@@ -202,7 +217,7 @@ __device__ __forceinline__ void unit_values(const WeightUnit& u, int sub, float 
 // units l, l + 32, ... (VEC) or the elements l, l + 32, ...; then a
 // butterfly: the same order for a row whatever rows share the pass.
 template <WKind WK, typename TX, bool VEC, bool GLU>
-__global__ void __launch_bounds__(kWarps * 32) moe_matmul_kernel(DevExperts W, MoePlan plan, int k, const TX* x,
+__global__ void __launch_bounds__(kWarps * 32, 2) moe_matmul_kernel(DevExperts W, MoePlan plan, int k, const TX* x,
                                                                  int ldx, int x_per_pair, void* out, int ldo) {
   pdl_prologue();
   constexpr int C = kWeightRowsPerWarp, F = GLU ? C / 2 : C;  // weight rows, outputs per warp
@@ -232,7 +247,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_matmul_kernel(DevExperts W, M
     float acc[C][kRowsPerPass] = {};
     if constexpr (VEC) {
       constexpr int U = kUnit<WK>;
-#pragma unroll 2
+#pragma unroll 1
       for (int c = lane * U; c < W.cols; c += 32 * U) {
         WeightUnit wu[C];
 #pragma unroll
@@ -363,7 +378,8 @@ void moe_route_plan(const float* logits, int ld, int T, int E, int k, int32_t* c
                     const MoePlan& plan, cudaStream_t s) {
   if (E > kMaxExperts || k < 1 || k > E || k > kMaxTopK || T * k > kMaxPairs)
     fail("internal: moe_route_plan of {} rows, top-{} among {} experts", T, k, E);
-  CUDA_CHECK(launch_kernel(moe_route_plan_kernel, 1u, kMaxExperts, 0, s, logits, ld, T, E, k, chosen, weights, plan));
+  auto kernel = E <= 256 ? moe_route_plan_kernel<8> : E <= 512 ? moe_route_plan_kernel<16> : moe_route_plan_kernel<32>;
+  CUDA_CHECK(launch_kernel(kernel, 1u, kPlanThreads, 0, s, logits, ld, T, E, k, chosen, weights, plan));
   CUDA_CHECK_LAUNCH("moe_route_plan_kernel");
 }
 

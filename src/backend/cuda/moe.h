@@ -44,7 +44,7 @@ struct MoePlan {
   int* n_active = nullptr;  // [1]
   int* active = nullptr;    // [A] active expert ids, rising
   int* start = nullptr;     // [A + 1] active expert u's pairs: pairs[start[u], start[u+1])
-  int* pairs = nullptr;     // [P] pair ids t * k + j, grouped by expert, rows rising within one
+  int* pairs = nullptr;     // [P] pair ids t * k + j, grouped by expert (any order within one)
 };
 inline int moe_active_bound(int rows, int k, int E) { return rows * k < E ? rows * k : E; }
 // Ints the four arrays take (a caller allocates one buffer and carves it with moe_plan_at).
