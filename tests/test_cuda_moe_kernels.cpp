@@ -83,20 +83,37 @@ struct ExpertCase {
   int E, rows, cols, T, k;
 };
 
-void check_grouped_matmul(const ExpertCase& c, bool x_per_pair) {
+// fp32_scales: quantized experts whose scales are not exact in bf16 (stored
+// F32), which the upload keeps as two fp32 arrays instead of bf16 pairs.
+void check_grouped_matmul(const ExpertCase& c, bool x_per_pair, bool fp32_scales = false) {
   SCOPED_TRACE(testing::Message() << "kind " << int(c.kind) << " E=" << c.E << " [" << c.rows << "x" << c.cols
-                                  << "] T=" << c.T << " k=" << c.k << (x_per_pair ? " x per pair" : ""));
+                                  << "] T=" << c.T << " k=" << c.k << (x_per_pair ? " x per pair" : "")
+                                  << (fp32_scales ? " fp32 scales" : ""));
   std::mt19937_64 rng(test::fresh_seed());
   std::vector<std::unique_ptr<test::TestMatrix>> mats;
   std::vector<std::vector<WeightRef>> refs;
+  std::vector<std::vector<float>> scales32(static_cast<size_t>(c.E));
+  std::vector<TensorView> scale_views(static_cast<size_t>(c.E));
   for (int e = 0; e < c.E; ++e) {
     mats.push_back(std::make_unique<test::TestMatrix>(rng, c.kind, c.rows, c.cols, 32));
     refs.push_back({mats.back()->ref()});
+    if (fp32_scales) {
+      for (uint16_t b : mats.back()->scales) scales32[size_t(e)].push_back(bf16_to_f32(b) * (1.0f + 1.0f / 1024));
+      TensorView& v = scale_views[size_t(e)];
+      v.name = "w.scales";
+      v.dtype = DType::F32;
+      v.data = reinterpret_cast<const uint8_t*>(scales32[size_t(e)].data());
+      v.nbytes = scales32[size_t(e)].size() * 4;
+      refs.back()[0].scales = &v;
+    }
   }
   const Act act = c.kind == WKind::F32 ? Act::F32 : Act::BF16;
   cuda::DeviceMemory mem;
   const cuda::DevExperts W = cuda::upload_experts(refs, act, mem, "test experts");
   EXPECT_EQ(W.kind, c.kind);
+  if (c.kind == WKind::Q4 || c.kind == WKind::Q8) {
+    EXPECT_EQ(W.sb16 == nullptr, fp32_scales);
+  }
   // Routing: row t takes k distinct experts, some experts by no row.
   std::vector<int32_t> chosen;
   for (int t = 0; t < c.T; ++t) {
@@ -140,7 +157,7 @@ void check_grouped_matmul(const ExpertCase& c, bool x_per_pair) {
   };
   const auto y = run(chosen, c.T, dx.p);
   std::vector<std::shared_ptr<cpu::Matrix>> ref;  // the CPU's dequantized view of each expert
-  for (auto& m : mats) ref.push_back(m->cpu());
+  for (const auto& r : refs) ref.push_back(cpu::Matrix::load(r[0]));
   std::vector<float> wrow(static_cast<size_t>(c.cols));
   double worst = 0;
   for (int p = 0; p < P; ++p) {
@@ -188,6 +205,7 @@ TEST(CudaMoeKernels, GroupedMatmulEveryKindIsExactAndBatchInvariant) {
       check_grouped_matmul({kind, 4, 16, 64, 64, 3}, per_pair);   // 64 rows: an expert's pairs in 16 passes
     }
   check_grouped_matmul({WKind::F32, 4, 24, 20, 5, 1}, false);  // a width that is no multiple of 8 (element loop)
+  for (WKind kind : {WKind::Q4, WKind::Q8}) check_grouped_matmul({kind, 6, 40, 128, 9, 2}, false, /*fp32_scales=*/true);
 }
 
 TEST(CudaMoeKernels, CombineAddsExpertsByRisingIdThenTheGatedSharedExpert) {

@@ -157,8 +157,22 @@ struct WeightUnit {
   float s, z;
 };
 
+// A quantized group's scale and bias: a bf16 pair (sb16, when exact) or two fp32 arrays.
+__device__ __forceinline__ void group_scale(const float* scales, const float* biases, const uint32_t* sb16, size_t gi,
+                                            float& s, float& z) {
+  if (sb16 != nullptr) {
+    const uint32_t v = sb16[gi];
+    s = __uint_as_float(v << 16);
+    z = __uint_as_float(v & 0xffff0000u);
+  } else {
+    s = scales[gi];
+    z = biases[gi];
+  }
+}
+
 template <WKind WK>
-__device__ __forceinline__ WeightUnit load_unit(const void* w, const float* scales, const float* biases, int cols,
+__device__ __forceinline__ WeightUnit load_unit(const void* w, const float* scales, const float* biases,
+                                                const uint32_t* sb16, int cols,
                                                 int group, int n, int c) {
   WeightUnit u{};
   if constexpr (WK == WKind::F32) {
@@ -171,8 +185,7 @@ __device__ __forceinline__ WeightUnit load_unit(const void* w, const float* scal
     constexpr int per_word = WK == WKind::Q4 ? 8 : 4;
     u.a = *reinterpret_cast<const uint4*>(static_cast<const uint32_t*>(w) + size_t(n) * (cols / per_word) + c / per_word);
     const size_t gi = size_t(n) * (cols / group) + c / group;
-    u.s = scales[gi];
-    u.z = biases[gi];
+    group_scale(scales, biases, sb16, gi, u.s, u.z);
   }
   return u;
 }
@@ -235,6 +248,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) moe_matmul_kernel(DevExperts W
   const void* w = static_cast<const char*>(W.w) + size_t(e) * W.w_stride;
   const float* sc = W.scales != nullptr ? W.scales + size_t(e) * W.sb_stride : nullptr;
   const float* bi = W.biases != nullptr ? W.biases + size_t(e) * W.sb_stride : nullptr;
+  const uint32_t* sb = W.sb16 != nullptr ? W.sb16 + size_t(e) * W.sb_stride : nullptr;
   for (int q0 = p0; q0 < p1; q0 += kRowsPerPass) {
     const int nr = min(kRowsPerPass, p1 - q0);
     int pair[kRowsPerPass];
@@ -251,7 +265,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) moe_matmul_kernel(DevExperts W
       for (int c = lane * U; c < W.cols; c += 32 * U) {
         WeightUnit wu[C];
 #pragma unroll
-        for (int i = 0; i < C; ++i) wu[i] = load_unit<WK>(w, sc, bi, W.cols, W.group, row[i], c);
+        for (int i = 0; i < C; ++i) wu[i] = load_unit<WK>(w, sc, bi, sb, W.cols, W.group, row[i], c);
 #pragma unroll
         for (int sub = 0; sub < U / 8; ++sub) {
           float xv[kRowsPerPass][8];
@@ -274,7 +288,17 @@ __global__ void __launch_bounds__(kWarps * 32, 2) moe_matmul_kernel(DevExperts W
       for (int c = lane; c < W.cols; c += 32)
 #pragma unroll
         for (int i = 0; i < C; ++i) {
-          const float wv = weight_at<WK>(w, sc, bi, W.cols, W.group, row[i], c);
+          float wv;
+          if constexpr (WK == WKind::F32 || WK == WKind::BF16) {
+            wv = weight_at<WK>(w, sc, bi, W.cols, W.group, row[i], c);
+          } else {  // as weight_at, with the group's scale from either layout
+            constexpr int bits = WK == WKind::Q4 ? 4 : 8, per = 32 / bits;
+            const uint32_t word = static_cast<const uint32_t*>(w)[size_t(row[i]) * (W.cols / per) + c / per];
+            const int bit = WK == WKind::Q4 ? q4_bit(c % per) : bits * (c % per);
+            float gs, gz;
+            group_scale(sc, bi, sb, size_t(row[i]) * (W.cols / W.group) + c / W.group, gs, gz);
+            wv = add_rn(mul_rn(gs, float((word >> bit) & ((1u << bits) - 1u))), gz);
+          }
 #pragma unroll
           for (int r = 0; r < kRowsPerPass; ++r)
             if (r < nr) acc[i][r] = fmaf(wv, to_f32(xr[r][c]), acc[i][r]);

@@ -24,17 +24,20 @@ constexpr int kMaxExperts = 1024;
 
 // One layer's E routed experts of one projection, stacked: expert e's
 // [rows][cols] matrix begins e * w_stride bytes into `w` (and e * sb_stride
-// floats into scales / biases). Kinds: F32 (the fp32 mode), BF16, and MLX
+// groups into the scales). Kinds: F32 (the fp32 mode), BF16, and MLX
 // affine Q4 / Q8 in the generic layout (kernels.h: Q4 words after
-// pack_quant's in-place repack, fp32 scales and biases [rows][cols/group]).
+// pack_quant's in-place repack), their [rows][cols/group] scales and
+// biases as bf16 pairs in one u32 (scale in the low half) where every one
+// is exact in bf16, as MLX stores them, else as two fp32 arrays.
 struct DevExperts {
   WKind kind = WKind::BF16;
   int E = 0, rows = 0, cols = 0, group = 0;
   const void* w = nullptr;
   const float* scales = nullptr;
   const float* biases = nullptr;
+  const uint32_t* sb16 = nullptr;  // the bf16 pairs (then scales and biases are null)
   size_t w_stride = 0;   // bytes per expert
-  size_t sb_stride = 0;  // floats per expert
+  size_t sb_stride = 0;  // groups per expert
 };
 
 // Where moe_plan writes a call's routing, for calls of up to `rows` rows of

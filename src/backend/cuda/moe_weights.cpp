@@ -54,29 +54,52 @@ DevExperts upload_experts(const std::vector<std::vector<WeightRef>>& experts, Ac
          w0.name, d.rows, d.cols, d.group);
   d.w_stride = elems * size_t(w0.quant.bits) / 8;
   d.sb_stride = size_t(d.rows) * size_t(d.cols / d.group);
+  // Every scale and bias exact in bf16: one u32 pair per group, half the bytes of two fp32 arrays.
+  bool exact = true;
+  for (const auto& parts : experts)
+    for (const auto& p : parts)
+      for (size_t i = 0, g = size_t(p.rows) * size_t(p.cols / p.quant.group_size); i < g && exact; ++i) {
+        const float s = load_float(p.scales->dtype, p.scales->data, i), b = load_float(p.biases->dtype, p.biases->data, i);
+        exact = bf16_to_f32(f32_to_bf16(s)) == s && bf16_to_f32(f32_to_bf16(b)) == b;
+      }
   auto* dw = mem.alloc<uint8_t>(E * d.w_stride, what);
-  auto* ds = mem.alloc<float>(E * d.sb_stride * 4, what);
-  auto* db = mem.alloc<float>(E * d.sb_stride * 4, what);
   d.w = dw;
-  d.scales = ds;
-  d.biases = db;
+  uint32_t* d16 = nullptr;
+  float *ds = nullptr, *db = nullptr;
+  if (exact) {
+    d16 = mem.alloc<uint32_t>(E * d.sb_stride * 4, what);
+    d.sb16 = d16;
+  } else {
+    ds = mem.alloc<float>(E * d.sb_stride * 4, what);
+    db = mem.alloc<float>(E * d.sb_stride * 4, what);
+    d.scales = ds;
+    d.biases = db;
+  }
   std::vector<float> s, b;
+  std::vector<uint32_t> pairs;
   for (const auto& parts : experts)
     for (const auto& p : parts) {
       const size_t bytes = size_t(p.rows) * size_t(p.cols) * size_t(p.quant.bits) / 8;
       const size_t groups = size_t(p.rows) * size_t(p.cols / p.quant.group_size);
       CUDA_CHECK(cudaMemcpy(dw, p.weight->data, bytes, cudaMemcpyHostToDevice));
+      dw += bytes;
       s.resize(groups);
       b.resize(groups);
       for (size_t i = 0; i < groups; ++i) {
         s[i] = load_float(p.scales->dtype, p.scales->data, i);
         b[i] = load_float(p.biases->dtype, p.biases->data, i);
       }
-      CUDA_CHECK(cudaMemcpy(ds, s.data(), groups * 4, cudaMemcpyHostToDevice));
-      CUDA_CHECK(cudaMemcpy(db, b.data(), groups * 4, cudaMemcpyHostToDevice));
-      dw += bytes;
-      ds += groups;
-      db += groups;
+      if (exact) {
+        pairs.resize(groups);
+        for (size_t i = 0; i < groups; ++i) pairs[i] = uint32_t(f32_to_bf16(s[i])) | uint32_t(f32_to_bf16(b[i])) << 16;
+        CUDA_CHECK(cudaMemcpy(d16, pairs.data(), groups * 4, cudaMemcpyHostToDevice));
+        d16 += groups;
+      } else {
+        CUDA_CHECK(cudaMemcpy(ds, s.data(), groups * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(db, b.data(), groups * 4, cudaMemcpyHostToDevice));
+        ds += groups;
+        db += groups;
+      }
     }
   if (d.kind == WKind::Q4) {  // the generic kernels' nibble order (kernels.h q4_bit), all experts at once
     DevMatrix all;

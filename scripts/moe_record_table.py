@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""The MoE record's tables and JSON summary (issue 25) from the logs of
+scripts/device/moe_record.sh, one directory per device call named by the
+binary's commit (docs/benchmark_results/moe-h200-<date>-raw.tar.gz unpacked):
+
+  python3 scripts/moe_record_table.py DIR [--json OUT.json]
+
+Per call: greedy decode (bench decode --json: median/min/max over the
+repeats, share of the active-bytes roofline, kernels per token), MTP rounds
+at K = 2, 3, 4 against a greedy step (bench decode --draft mtp: the random
+MTP head is never accepted, so a round is the cost of drafting and
+verifying K rows), and the oracle at per-position acceptance 0.9/0.8/0.7 at
+the MTP head's cost against plain greedy (generate --json, 256 tokens, one
+run each)."""
+import json
+import os
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def call_rows(d):
+    commit = os.path.basename(d.rstrip("/"))
+    dec = load(os.path.join(d, "decode_35b-a3b.txt"))
+    tps = dec["decode_tokens_per_second"]
+    step = dec["decode_ms_per_token"]["median"]
+    row = {
+        "shape": "qwen3.5-35b-a3b",
+        "quant": "q4",
+        "commit": dec["machine"]["commit"][:7],
+        "decode_tok_s": round(tps["median"], 1),
+        "decode_tok_s_min": round(tps["min"], 1),
+        "decode_tok_s_max": round(tps["max"], 1),
+        "repeats": tps["n"],
+        "roofline_tok_s": round(dec["roofline"]["roofline_tokens_per_second"], 1),
+        "roofline_share": round(dec["roofline"]["fraction_of_roofline"], 4),
+        "active_bytes_per_token": dec["roofline"]["bytes_per_token"],
+        "copy_gbs": round(dec["roofline"]["copy_gbs"], 1),
+        "peak_over_budget": round(dec["roofline"]["peak_over_budget"], 3),
+        "kernels_per_token": dec["breakdown"]["parts"][0]["kernels"],
+        "gpu": dec["machine"]["gpu"],
+    }
+    assert row["commit"] == commit[:7], (row["commit"], commit)
+    for K in (2, 3, 4):
+        m = load(os.path.join(d, f"mtp{K}_35b-a3b.txt"))
+        row[f"k{K}_round_over_step"] = round(m["decode_ms_per_round"]["median"] / step, 3)
+    greedy = load(os.path.join(d, "greedy_35b-a3b.txt"))["stats"]
+    row["generate_greedy_tok_s"] = round(greedy["tokens_per_second"], 1)
+    for K in (3, 4):
+        o = load(os.path.join(d, f"oracle{K}_35b-a3b.txt"))["stats"]
+        row[f"oracle_k{K}_tok_s"] = round(o["tokens_per_second"], 1)
+        row[f"oracle_k{K}_over_greedy"] = round(o["tokens_per_second"] / greedy["tokens_per_second"], 3)
+        row[f"oracle_k{K}_tokens_per_round"] = round(o["tokens_per_round"], 3)
+    return row
+
+
+def main():
+    root = sys.argv[1]
+    rows = [call_rows(os.path.join(root, c)) for c in sorted(os.listdir(root)) if os.path.isdir(os.path.join(root, c))]
+    if "--json" in sys.argv:
+        with open(sys.argv[sys.argv.index("--json") + 1], "w") as f:
+            json.dump({"record": "moe-h200", "targets": {"decode_roofline_share": 0.5, "oracle_over_greedy": 1.6},
+                       "rows": rows}, f, indent=1)
+            f.write("\n")
+    print("| commit | decode tok/s (median, min-max, n) | share of active-bytes roofline | kernels/token | K=2 / 3 / 4 round over step | oracle K=3 / K=4 over greedy |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['commit']} | {r['decode_tok_s']} ({r['decode_tok_s_min']}-{r['decode_tok_s_max']}, {r['repeats']}) | "
+              f"{r['roofline_share']:.1%} of {r['roofline_tok_s']} | {r['kernels_per_token']:.0f} | "
+              f"{r['k2_round_over_step']} / {r['k3_round_over_step']} / {r['k4_round_over_step']} | "
+              f"{r['oracle_k3_over_greedy']} / {r['oracle_k4_over_greedy']} "
+              f"({r['oracle_k3_tok_s']} / {r['oracle_k4_tok_s']} against {r['generate_greedy_tok_s']}) |")
+
+
+if __name__ == "__main__":
+    main()
