@@ -42,6 +42,8 @@ def call_rows(d):
         "peak_over_budget": round(dec["roofline"]["peak_over_budget"], 3),
         "kernels_per_token": dec["breakdown"]["parts"][0]["kernels"],
         "gpu": dec["machine"]["gpu"],
+        "started": dec["machine"]["started"],
+        "load_before": dec["machine"]["load_before"],
     }
     assert row["commit"] == commit[:7], (row["commit"], commit)
     for K in (2, 3, 4):
@@ -59,7 +61,8 @@ def call_rows(d):
 
 def main():
     root = sys.argv[1]
-    rows = [call_rows(os.path.join(root, c)) for c in sorted(os.listdir(root)) if os.path.isdir(os.path.join(root, c))]
+    rows = [call_rows(os.path.join(root, c)) for c in os.listdir(root) if os.path.isdir(os.path.join(root, c))]
+    rows.sort(key=lambda r: r["started"])
     if "--json" in sys.argv:
         with open(sys.argv[sys.argv.index("--json") + 1], "w") as f:
             json.dump({"record": "moe-h200", "targets": {"decode_roofline_share": 0.5, "oracle_over_greedy": 1.6},
