@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -105,5 +106,14 @@ inline Reference load_reference(const std::string& dir) {
 }
 
 inline std::string fixture_name(const std::string& dir) { return std::filesystem::path(dir).filename().string(); }
+
+// A gtest parameter name for a fixture directory ("" when there are none:
+// "none"): its name with every other character than letters and digits as '_'.
+inline std::string fixture_param_name(const std::string& dir) {
+  std::string n = dir.empty() ? "none" : fixture_name(dir);
+  for (auto& c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return n;
+}
 
 }  // namespace nextn::test

@@ -30,6 +30,7 @@
 #include "backend/cuda/qwen35.h"
 #include "batch_checks.h"
 #include "block_choice_util.h"
+#include "cuda_alone_util.h"
 #include "engine/generate.h"
 #include "engine/step_loop.h"
 #include "io/checkpoint.h"
@@ -44,9 +45,8 @@ namespace {
 
 #ifdef NEXTN_HAVE_CUDA
 
-RuntimeOptions cuda_options(bool fp32, bool graphs = true) {
-  return {.act = fp32 ? Activations::Fp32 : Activations::Bf16, .cuda_graphs = graphs};
-}
+using test::cuda_alone;
+RuntimeOptions cuda_options(bool fp32, bool graphs = true) { return test::cuda_mode_options(fp32, graphs); }
 
 std::unique_ptr<SequenceGroup> make_group(const Qwen35Checkpoint& ck, bool fp32, bool graphs = true) {
   auto group = make_sequence_group(ck, BackendKind::Cuda, cuda_options(fp32, graphs));
@@ -54,12 +54,6 @@ std::unique_ptr<SequenceGroup> make_group(const Qwen35Checkpoint& ck, bool fp32,
   EXPECT_TRUE(group->shares_forwards());
   EXPECT_EQ(group->max_sequences(), 32);
   return group;
-}
-
-test::RuntimeMaker cuda_alone(const Qwen35Checkpoint& ck, bool fp32, bool graphs = true) {
-  return [&ck, fp32, graphs](int cap) {
-    return make_cuda_runtime(ck, cap, kMaxForwardRows, cuda_options(fp32, graphs));
-  };
 }
 
 class CudaBatch : public testing::TestWithParam<std::string> {
@@ -355,12 +349,7 @@ std::vector<std::string> fixture_params() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaBatch, testing::ValuesIn(fixture_params()),
-                         [](const testing::TestParamInfo<std::string>& i) {
-                           std::string n = i.param.empty() ? "none" : test::fixture_name(i.param);
-                           for (auto& c : n)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return n;
-                         });
+                         [](const testing::TestParamInfo<std::string>& i) { return test::fixture_param_name(i.param); });
 
 // The fixtures are too narrow for the streamed kernel and for split-K: a
 // synthetic q4 g64 checkpoint whose matrices are all streamed, and a bf16

@@ -350,12 +350,7 @@ std::vector<std::string> fixture_params() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModel, testing::ValuesIn(fixture_params()),
-                         [](const testing::TestParamInfo<std::string>& i) {
-                           std::string n = i.param.empty() ? "none" : test::fixture_name(i.param);
-                           for (auto& c : n)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return n;
-                         });
+                         [](const testing::TestParamInfo<std::string>& i) { return test::fixture_param_name(i.param); });
 
 #endif  // NEXTN_HAVE_CUDA
 

@@ -20,6 +20,7 @@
 #ifdef NEXTN_HAVE_CUDA
 #include "backend/cuda/qwen35.h"
 #include "batch_checks.h"
+#include "cuda_alone_util.h"
 #include "engine/generate.h"
 #include "io/checkpoint.h"
 #include "io/synthetic.h"
@@ -34,13 +35,8 @@ namespace {
 
 #ifdef NEXTN_HAVE_CUDA
 
-RuntimeOptions mode_options(bool fp32, bool graphs = true) {
-  return {.act = fp32 ? Activations::Fp32 : Activations::Bf16, .cuda_graphs = graphs};
-}
-
-test::RuntimeMaker cuda_alone(const Qwen35Checkpoint& ck, bool fp32, bool graphs = true) {
-  return [&ck, fp32, graphs](int cap) { return make_cuda_runtime(ck, cap, kMaxForwardRows, mode_options(fp32, graphs)); };
-}
+using test::cuda_alone;
+RuntimeOptions mode_options(bool fp32) { return test::cuda_mode_options(fp32); }
 
 std::vector<std::string> moe_fixture_dirs() {
   std::vector<std::string> out;
@@ -127,12 +123,7 @@ TEST_P(CudaMoe, GroupFp32EqualsEachAlone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaMoe, testing::ValuesIn(moe_fixture_dirs()),
-                         [](const testing::TestParamInfo<std::string>& i) {
-                           std::string n = i.param.empty() ? "none" : test::fixture_name(i.param);
-                           for (auto& c : n)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return n;
-                         });
+                         [](const testing::TestParamInfo<std::string>& i) { return test::fixture_param_name(i.param); });
 
 // test-tiny-moe (hidden 64, 8 experts top-2, expert width 64, shared 128,
 // MTP layer) written in one storage format.
