@@ -25,6 +25,7 @@
 #include "io/checkpoint.h"
 #include "io/synthetic.h"
 #include "model/batch_runtime.h"
+#include "model/bench_interfaces.h"
 #include "model/mtp_head.h"
 #include "model/runtime.h"
 #include "test_cuda_util.h"
@@ -215,6 +216,35 @@ TEST_P(CudaMoeSynthetic, GroupBf16EqualsEachAlone) {
   auto group = make_sequence_group(ck, BackendKind::Cuda, mode_options(false));
   test::check_together_equals_alone(cuda_alone(ck, false), *group, prompt_, {1, 2, 7});
   for (int K : {4, 8}) test::check_stepped_generations(cuda_alone(ck, false), *group, prompt_, DraftKind::Mtp, K);
+}
+
+// The grouped kernels' byte counter (RuntimeProbe::expert_bytes_read): a
+// one-row step reads each layer's k experts once, weights and scales; four
+// rows read more, at most four times as much (the union of their experts).
+TEST_P(CudaMoeSynthetic, ExpertBytesCounterCountsWhatTheKernelsRead) {
+  NEXTN_REQUIRE_GPU();
+  const auto ck = Qwen35Checkpoint::open(dir_);
+  const auto& c = ck.config();
+  const bool q4 = std::string(GetParam()) == "q4";
+  const uint64_t weights = uint64_t(3) * uint64_t(c.moe_intermediate_size) * uint64_t(c.hidden_size);  // gate, up, down
+  const uint64_t per_expert = q4 ? weights / 2 + weights / 64 * 4  // nibbles + a bf16 (scale, bias) per group of 64
+                                 : weights * 2;                    // bf16
+  auto rt = cuda_alone(ck, false)(64);
+  RuntimeProbe& probe = probe_of(*rt);
+  rt->target_forward(prompt_);
+  uint64_t before = probe.expert_bytes_read();
+  const int32_t one = 5;
+  rt->target_forward({&one, 1});
+  const uint64_t step = probe.expert_bytes_read() - before;
+  EXPECT_EQ(step, uint64_t(c.num_hidden_layers) * uint64_t(c.num_experts_per_tok) * per_expert);
+  before = probe.expert_bytes_read();
+  const std::vector<int32_t> four{7, 300, 41, 9};
+  rt->target_forward(four);
+  const uint64_t block = probe.expert_bytes_read() - before;
+  EXPECT_GT(block, step);
+  EXPECT_LE(block, 4 * step);
+  std::printf("[cuda bf16] test-tiny-moe %s: expert bytes per 1-row step %llu, per 4-row forward %llu\n", GetParam(),
+              (unsigned long long)step, (unsigned long long)block);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaMoeSynthetic, testing::Values("bf16", "q4"),

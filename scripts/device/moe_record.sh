@@ -55,7 +55,7 @@ for preset in ${NEXTN_MOE_PRESETS:-35b-a3b}; do
   run_step "decode_$preset" 120 "$N" "${common[@]}" --breakdown --json
   if [ "${NEXTN_MOE_QUICK:-0}" = 1 ]; then rm -rf "$dir"; continue; fi
   for K in 2 3 4; do
-    run_step "mtp${K}_$preset" 90 "$N" "${common[@]}" --draft mtp --block-size $K --json
+    run_step "mtp${K}_$preset" 90 "$N" "${common[@]}" --draft mtp --block-size $K --breakdown --json
   done
   gen=(generate --backend cuda -m "$dir" --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 -n 256 --ignore-eos --json)
   run_step "greedy_$preset" 60 "$N" "${gen[@]}"

@@ -26,13 +26,19 @@ int64_t kernels_of(const ModelRuntime& rt) {
   return probe ? probe->kernels_launched() : 0;
 }
 
+uint64_t expert_bytes_of(const ModelRuntime& rt) {
+  const RuntimeProbe* probe = find_probe(rt);
+  return probe ? probe->expert_bytes_read() : 0;
+}
+
 // (after - before) / units, as rows sorted by time.
 Breakdown difference(const std::string& unit, double units, const Timings& before, const Timings& after,
-                     double kernels) {
+                     double kernels, double expert_bytes) {
   Breakdown b;
   b.unit = unit;
   b.units = units;
   b.kernels = kernels / units;
+  b.expert_bytes = expert_bytes / units;
   for (const auto& [op, t] : after) {
     auto it = before.find(op);
     const int64_t n = t.first - (it == before.end() ? 0 : it->second.first);
@@ -48,6 +54,7 @@ Breakdown difference(const std::string& unit, double units, const Timings& befor
 struct Run {
   Timings t;
   int64_t kernels = 0;
+  double expert_bytes = 0;
   GenerateResult g;
 };
 
@@ -55,6 +62,7 @@ Run run_once(ModelRuntime& rt, const std::vector<int32_t>& prompt, int n, const 
   rt.reset();
   if (RuntimeProbe* probe = find_probe(rt)) probe->clear_op_timings();
   const int64_t k0 = kernels_of(rt);
+  const uint64_t b0 = expert_bytes_of(rt);
   Run r;
   if (o.draft == DraftKind::None) {
     r.g = greedy_generate(rt, prompt, n, /*ignore_eos=*/true);
@@ -69,6 +77,7 @@ Run run_once(ModelRuntime& rt, const std::vector<int32_t>& prompt, int n, const 
   }
   r.t = timings_of(rt);
   r.kernels = kernels_of(rt) - k0;
+  r.expert_bytes = double(expert_bytes_of(rt) - b0);
   return r;
 }
 
@@ -88,12 +97,14 @@ BreakdownReport run_breakdown(const RuntimeFactory& factory, int vocab, const De
     const Run all = run_once(*rt, prompt, n, o);
     rep.measured = true;
     if (o.draft == DraftKind::None) {
-      rep.parts.push_back(difference("token", double(n - 1), one.t, all.t, double(all.kernels - one.kernels)));
+      rep.parts.push_back(difference("token", double(n - 1), one.t, all.t, double(all.kernels - one.kernels),
+                                     all.expert_bytes - one.expert_bytes));
     } else {
       const double rounds = double(all.g.stats.counters.rounds - one.g.stats.counters.rounds);
       if (rounds <= 0) fail("bench decode --breakdown: no speculative rounds to measure (-n {})", n);
       rep.parts.push_back(
-          difference(fmt::format("round (K = {})", o.block_size), rounds, one.t, all.t, double(all.kernels - one.kernels)));
+          difference(fmt::format("round (K = {})", o.block_size), rounds, one.t, all.t, double(all.kernels - one.kernels),
+                     all.expert_bytes - one.expert_bytes));
     }
   }
   if (o.prefill_len > 0) {
@@ -103,7 +114,8 @@ BreakdownReport run_breakdown(const RuntimeFactory& factory, int vocab, const De
     const auto long_prompt = synthetic_prompt(o.prefill_len, vocab);
     (void)run_once(*rt, long_prompt, 1, greedy);
     const Run p = run_once(*rt, long_prompt, 1, greedy);
-    rep.parts.push_back(difference(fmt::format("prefill of {} tokens", o.prefill_len), 1.0, {}, p.t, double(p.kernels)));
+    rep.parts.push_back(difference(fmt::format("prefill of {} tokens", o.prefill_len), 1.0, {}, p.t, double(p.kernels),
+                                     p.expert_bytes));
   }
   return rep;
 }
@@ -120,6 +132,9 @@ std::string breakdown_text(const BreakdownReport& r) {
                        b.total_ms > 0 ? 100.0 * row.ms / b.total_ms : 0.0);
     s += fmt::format("    {:<24} {:>10} {:>12.1f}   (kernels launched per {}: {:.1f})\n", "total", "",
                      b.total_ms * 1000.0, b.unit, b.kernels);
+    if (b.expert_bytes > 0)
+      s += fmt::format("    routed-expert bytes read per {}: {:.1f} MB (counted by the grouped expert kernels)\n", b.unit,
+                       b.expert_bytes / 1e6);
   }
   return s;
 }
@@ -134,6 +149,7 @@ nlohmann::ordered_json breakdown_json(const BreakdownReport& r) {
     p["units"] = b.units;
     p["total_ms"] = b.total_ms;
     p["kernels"] = b.kernels;
+    if (b.expert_bytes > 0) p["expert_bytes"] = b.expert_bytes;
     p["ops"] = nlohmann::ordered_json::array();
     for (const auto& row : b.rows) p["ops"].push_back({{"op", row.op}, {"launches", row.launches}, {"ms", row.ms}});
     j["parts"].push_back(p);

@@ -27,6 +27,7 @@ struct Breakdown {
   std::vector<BreakdownRow> rows;  // by time, largest first
   double total_ms = 0;         // their sum per unit
   double kernels = 0;          // kernel launches per unit (graph kernel nodes)
+  double expert_bytes = 0;     // routed-expert bytes read per unit (MoE; RuntimeProbe::expert_bytes_read)
 };
 
 struct BreakdownReport {

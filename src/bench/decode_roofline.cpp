@@ -76,6 +76,7 @@ class MemoryProbe final : public ModelRuntime, public VerifyHeadArms, public Run
   std::vector<OpTiming> op_timings() const override { return probe().op_timings(); }
   void clear_op_timings() override { probe_of(*rt_).clear_op_timings(); }
   int64_t kernels_launched() const override { return probe().kernels_launched(); }
+  uint64_t expert_bytes_read() const override { return probe().expert_bytes_read(); }
   std::vector<MemoryUse> device_memory() const override { return probe().device_memory(); }
 
  private:

@@ -64,6 +64,10 @@ class RuntimeProbe {
   virtual void clear_op_timings() = 0;
   // Kernels launched so far (CUDA: the kernel nodes of every graph replayed).
   virtual int64_t kernels_launched() const = 0;
+  // Routed-expert weight bytes read so far by a MoE model's grouped expert
+  // passes on this runtime's workspace (0 for a dense model), as the kernels
+  // count them.
+  virtual uint64_t expert_bytes_read() const = 0;
   // Device memory the runtime allocated itself, per use, largest first.
   // What the driver and libraries take besides (CUDA graphs, kernel
   // modules, cuBLAS) is not in it.

@@ -231,12 +231,20 @@ __device__ __forceinline__ void unit_values(const WeightUnit& u, int sub, float 
 // butterfly: the same order for a row whatever rows share the pass.
 template <WKind WK, typename TX, bool VEC, bool GLU>
 __global__ void __launch_bounds__(kWarps * 32, 2) moe_matmul_kernel(DevExperts W, MoePlan plan, int k, const TX* x,
-                                                                 int ldx, int x_per_pair, void* out, int ldo) {
+                                                                 int ldx, int x_per_pair, void* out, int ldo,
+                                                                 unsigned long long* bytes_read) {
   pdl_prologue();
   constexpr int C = kWeightRowsPerWarp, F = GLU ? C / 2 : C;  // weight rows, outputs per warp
   const int u = blockIdx.x;
   const int e = plan.active[u], p0 = plan.start[u], p1 = plan.start[u + 1];  // in bounds; read before the check
   if (u >= *plan.n_active) return;
+  // The expert's first tile counts what the expert's blocks read: its
+  // weights and scales once per pass (one atomic per active expert).
+  if (bytes_read != nullptr && blockIdx.y == 0 && threadIdx.x == 0) {
+    const size_t sb_bytes = W.sb16 != nullptr ? 4 : W.scales != nullptr ? 8 : 0;
+    atomicAdd(bytes_read, (unsigned long long)((p1 - p0 + kRowsPerPass - 1) / kRowsPerPass) *
+                              (unsigned long long)(W.w_stride + W.sb_stride * sb_bytes));
+  }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int features = GLU ? W.rows / 2 : W.rows;
   const int f0 = (blockIdx.y * kWarps + warp) * F;
@@ -324,28 +332,28 @@ __global__ void __launch_bounds__(kWarps * 32, 2) moe_matmul_kernel(DevExperts W
 
 template <WKind WK, typename TX, bool GLU>
 void launch_matmul(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, int ldx, bool x_per_pair,
-                   void* out, int ldo, cudaStream_t s) {
+                   void* out, int ldo, unsigned long long* bytes_read, cudaStream_t s) {
   constexpr int per_block = kWarps * (GLU ? kWeightRowsPerWarp / 2 : kWeightRowsPerWarp);
   const dim3 grid(unsigned(moe_active_bound(T, k, W.E)), unsigned(ceil_div(GLU ? W.rows / 2 : W.rows, per_block)));
   const bool vec = W.cols % kUnit<WK> == 0 && ldx % 8 == 0;
   const auto* xt = static_cast<const TX*>(x);
   if (vec)
     CUDA_CHECK(launch_kernel(moe_matmul_kernel<WK, TX, true, GLU>, grid, kWarps * 32, 0, s, W, plan, k, xt, ldx,
-                             int(x_per_pair), out, ldo));
+                             int(x_per_pair), out, ldo, bytes_read));
   else
     CUDA_CHECK(launch_kernel(moe_matmul_kernel<WK, TX, false, GLU>, grid, kWarps * 32, 0, s, W, plan, k, xt, ldx,
-                             int(x_per_pair), out, ldo));
+                             int(x_per_pair), out, ldo, bytes_read));
   CUDA_CHECK_LAUNCH("moe_matmul_kernel");
 }
 
 template <typename TX, bool GLU>
 void dispatch_matmul(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, int ldx, bool x_per_pair,
-                     void* out, int ldo, cudaStream_t s) {
+                     void* out, int ldo, unsigned long long* bytes_read, cudaStream_t s) {
   switch (W.kind) {
-    case WKind::F32: return launch_matmul<WKind::F32, TX, GLU>(W, plan, T, k, x, ldx, x_per_pair, out, ldo, s);
-    case WKind::BF16: return launch_matmul<WKind::BF16, TX, GLU>(W, plan, T, k, x, ldx, x_per_pair, out, ldo, s);
-    case WKind::Q4: return launch_matmul<WKind::Q4, TX, GLU>(W, plan, T, k, x, ldx, x_per_pair, out, ldo, s);
-    case WKind::Q8: return launch_matmul<WKind::Q8, TX, GLU>(W, plan, T, k, x, ldx, x_per_pair, out, ldo, s);
+    case WKind::F32: return launch_matmul<WKind::F32, TX, GLU>(W, plan, T, k, x, ldx, x_per_pair, out, ldo, bytes_read, s);
+    case WKind::BF16: return launch_matmul<WKind::BF16, TX, GLU>(W, plan, T, k, x, ldx, x_per_pair, out, ldo, bytes_read, s);
+    case WKind::Q4: return launch_matmul<WKind::Q4, TX, GLU>(W, plan, T, k, x, ldx, x_per_pair, out, ldo, bytes_read, s);
+    case WKind::Q8: return launch_matmul<WKind::Q8, TX, GLU>(W, plan, T, k, x, ldx, x_per_pair, out, ldo, bytes_read, s);
     default: fail("internal: moe_experts_matmul of weight kind {}", int(W.kind));
   }
 }
@@ -408,16 +416,16 @@ void moe_route_plan(const float* logits, int ld, int T, int E, int k, int32_t* c
 }
 
 void moe_experts_matmul(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, Act act, int ldx,
-                        bool x_per_pair, float* y, int ldy, cudaStream_t s) {
-  if (act == Act::BF16) dispatch_matmul<bf16, false>(W, plan, T, k, x, ldx, x_per_pair, y, ldy, s);
-  else dispatch_matmul<float, false>(W, plan, T, k, x, ldx, x_per_pair, y, ldy, s);
+                        bool x_per_pair, float* y, int ldy, cudaStream_t s, unsigned long long* bytes_read) {
+  if (act == Act::BF16) dispatch_matmul<bf16, false>(W, plan, T, k, x, ldx, x_per_pair, y, ldy, bytes_read, s);
+  else dispatch_matmul<float, false>(W, plan, T, k, x, ldx, x_per_pair, y, ldy, bytes_read, s);
 }
 
 void moe_experts_glu(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, Act act, int ldx,
-                     void* out, int ldo, cudaStream_t s) {
+                     void* out, int ldo, cudaStream_t s, unsigned long long* bytes_read) {
   if (W.rows % 2 != 0) fail("internal: moe_experts_glu of {} rows", W.rows);
-  if (act == Act::BF16) dispatch_matmul<bf16, true>(W, plan, T, k, x, ldx, false, out, ldo, s);
-  else dispatch_matmul<float, true>(W, plan, T, k, x, ldx, false, out, ldo, s);
+  if (act == Act::BF16) dispatch_matmul<bf16, true>(W, plan, T, k, x, ldx, false, out, ldo, bytes_read, s);
+  else dispatch_matmul<float, true>(W, plan, T, k, x, ldx, false, out, ldo, bytes_read, s);
 }
 
 void moe_combine(const float* y, const int32_t* chosen, const float* weights, int T, int k, int H,

@@ -66,16 +66,18 @@ void moe_route_plan(const float* logits, int ld, int T, int E, int k, int32_t* c
 // routed to an active expert e (n < W.rows): one launch for every expert,
 // each expert's weights read once for all its rows. in(p) = p / k (the
 // rows' input, x_per_pair false) or p (x holds one row per pair). x is
-// [..][ldx] of `act`; y is fp32 [T * k][ldy].
+// [..][ldx] of `act`; y is fp32 [T * k][ldy]. bytes_read (may be null): +
+// the weight and scale bytes the launch reads, an expert's once per pass of
+// kRowsPerPass (moe.cu) of its pairs, added by the kernel.
 void moe_experts_matmul(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, Act act, int ldx,
-                        bool x_per_pair, float* y, int ldy, cudaStream_t s);
+                        bool x_per_pair, float* y, int ldy, cudaStream_t s, unsigned long long* bytes_read = nullptr);
 
 // The same over a gate_up stack (W.rows = 2I: gate rows, then up), SwiGLU
 // in the epilogue: out[p][f] = silu(gate_f) * up_f, f < I, in `act`'s type
 // ([T * k][ldo]); x holds the rows' input (in(p) = p / k). The same bits as
 // moe_experts_matmul followed by swiglu().
 void moe_experts_glu(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, Act act, int ldx,
-                     void* out, int ldo, cudaStream_t s);
+                     void* out, int ldo, cudaStream_t s, unsigned long long* bytes_read = nullptr);
 
 // x[t][h] += (sum over row t's experts by rising id of weights[t][j] *
 // y[t * k + j][h]) + sigmoid(gate[t * gate_ld]) * shared[t][h], h < H

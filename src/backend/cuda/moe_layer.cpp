@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/check.h"
 #include "backend/cuda/layer.h"
 #include "backend/cuda/qwen35_runtime.h"
 
@@ -23,6 +24,8 @@ MoeScratch::MoeScratch(const Qwen35Config& c, Act act, int R, DeviceMemory& mem)
   shared = mem.alloc<float>(size_t(R) * H * 4, "MoE shared expert");
   pair_act = mem.alloc(P * I * as, "MoE expert rows");
   y = mem.alloc<float>(P * H * 4, "MoE expert rows");
+  expert_bytes = mem.alloc<unsigned long long>(8, "MoE counters");
+  CUDA_CHECK(cudaMemset(expert_bytes, 0, 8));
 }
 
 void moe_block(const LayerContext& c, const MoeLayer& M, int T, const void* xn, int ldxn, float* x, int ldx) {
@@ -42,8 +45,8 @@ void moe_block(const LayerContext& c, const MoeLayer& M, int T, const void* xn, 
     cuda::swiglu(s.gate_in, s.gate_ld, Is, n, s.shared_act, c.act, Is, st);
     cuda::matmul(M.shared_down, s.shared_act, c.act, n, Is, s.shared, H, false, c.splitk, st);
     c.mark("moe.experts");
-    cuda::moe_experts_glu(M.gate_up, s.plan, n, k, xr, c.act, ldxn, s.pair_act, I, st);
-    cuda::moe_experts_matmul(M.down, s.plan, n, k, s.pair_act, c.act, I, true, s.y, H, st);
+    cuda::moe_experts_glu(M.gate_up, s.plan, n, k, xr, c.act, ldxn, s.pair_act, I, st, s.expert_bytes);
+    cuda::moe_experts_matmul(M.down, s.plan, n, k, s.pair_act, c.act, I, true, s.y, H, st, s.expert_bytes);
     c.mark("moe.combine");
     cuda::moe_combine(s.y, s.chosen, s.weights, n, k, H, s.shared, s.gate_in + 2 * Is + E, s.gate_ld,
                       x + size_t(t0) * size_t(ldx), ldx, st);

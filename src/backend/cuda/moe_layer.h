@@ -40,6 +40,9 @@ struct MoeScratch {
   float* shared = nullptr;    // [rows][H] fp32: the shared expert's output
   void* pair_act = nullptr;   // [rows * k][I] act: each pair's down input
   float* y = nullptr;         // [rows * k][H] fp32: each pair's expert output
+  // [1] routed-expert bytes read by the grouped passes this scratch served
+  // (RuntimeProbe::expert_bytes_read), added by the kernels; zeroed at allocation.
+  unsigned long long* expert_bytes = nullptr;
 };
 
 // experts[e]: expert e's parts (gate then up, or down), dense or MLX affine

@@ -165,6 +165,14 @@ std::vector<MemoryUse> CudaQwen35::device_memory() const {
 
 std::vector<OpTiming> CudaQwen35::op_timings() const { return profiler_.timings(); }
 
+uint64_t CudaQwen35::expert_bytes_read() const {
+  if (!ws_.moe.present()) return 0;
+  unsigned long long n = 0;
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaMemcpy(&n, ws_.moe.expert_bytes, sizeof(n), cudaMemcpyDeviceToHost));
+  return uint64_t(n);
+}
+
 // ---------------------------------------------------------------------------
 // host side
 

@@ -227,6 +227,7 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
   std::vector<OpTiming> op_timings() const override;
   void clear_op_timings() override { profiler_.clear(); }
   int64_t kernels_launched() const override { return graphs_.kernels_launched(); }
+  uint64_t expert_bytes_read() const override;
   std::vector<MemoryUse> device_memory() const override;
 
   const CudaQwen35Weights* weights() const { return w_.get(); }
