@@ -21,24 +21,26 @@ Timings timings_of(const ModelRuntime& rt) {
   return t;
 }
 
-int64_t kernels_of(const ModelRuntime& rt) {
-  const RuntimeProbe* probe = find_probe(rt);
-  return probe ? probe->kernels_launched() : 0;
-}
+// The probe's work counters (kernels launched, routed-expert bytes read), as doubles for the per-unit division.
+struct Counts {
+  double kernels = 0, expert_bytes = 0;
+  Counts operator-(const Counts& o) const { return {kernels - o.kernels, expert_bytes - o.expert_bytes}; }
+};
 
-uint64_t expert_bytes_of(const ModelRuntime& rt) {
+Counts counts_of(const ModelRuntime& rt) {
   const RuntimeProbe* probe = find_probe(rt);
-  return probe ? probe->expert_bytes_read() : 0;
+  if (probe == nullptr) return {};
+  return {double(probe->kernels_launched()), double(probe->expert_bytes_read())};
 }
 
 // (after - before) / units, as rows sorted by time.
 Breakdown difference(const std::string& unit, double units, const Timings& before, const Timings& after,
-                     double kernels, double expert_bytes) {
+                     const Counts& counts) {
   Breakdown b;
   b.unit = unit;
   b.units = units;
-  b.kernels = kernels / units;
-  b.expert_bytes = expert_bytes / units;
+  b.kernels = counts.kernels / units;
+  b.expert_bytes = counts.expert_bytes / units;
   for (const auto& [op, t] : after) {
     auto it = before.find(op);
     const int64_t n = t.first - (it == before.end() ? 0 : it->second.first);
@@ -53,16 +55,14 @@ Breakdown difference(const std::string& unit, double units, const Timings& befor
 
 struct Run {
   Timings t;
-  int64_t kernels = 0;
-  double expert_bytes = 0;
+  Counts counts;
   GenerateResult g;
 };
 
 Run run_once(ModelRuntime& rt, const std::vector<int32_t>& prompt, int n, const DecodeBenchOptions& o) {
   rt.reset();
   if (RuntimeProbe* probe = find_probe(rt)) probe->clear_op_timings();
-  const int64_t k0 = kernels_of(rt);
-  const uint64_t b0 = expert_bytes_of(rt);
+  const Counts c0 = counts_of(rt);
   Run r;
   if (o.draft == DraftKind::None) {
     r.g = greedy_generate(rt, prompt, n, /*ignore_eos=*/true);
@@ -76,8 +76,7 @@ Run run_once(ModelRuntime& rt, const std::vector<int32_t>& prompt, int n, const 
     r.g = generate(rt, prompt, spec);
   }
   r.t = timings_of(rt);
-  r.kernels = kernels_of(rt) - k0;
-  r.expert_bytes = double(expert_bytes_of(rt) - b0);
+  r.counts = counts_of(rt) - c0;
   return r;
 }
 
@@ -97,14 +96,12 @@ BreakdownReport run_breakdown(const RuntimeFactory& factory, int vocab, const De
     const Run all = run_once(*rt, prompt, n, o);
     rep.measured = true;
     if (o.draft == DraftKind::None) {
-      rep.parts.push_back(difference("token", double(n - 1), one.t, all.t, double(all.kernels - one.kernels),
-                                     all.expert_bytes - one.expert_bytes));
+      rep.parts.push_back(difference("token", double(n - 1), one.t, all.t, all.counts - one.counts));
     } else {
       const double rounds = double(all.g.stats.counters.rounds - one.g.stats.counters.rounds);
       if (rounds <= 0) fail("bench decode --breakdown: no speculative rounds to measure (-n {})", n);
       rep.parts.push_back(
-          difference(fmt::format("round (K = {})", o.block_size), rounds, one.t, all.t, double(all.kernels - one.kernels),
-                     all.expert_bytes - one.expert_bytes));
+          difference(fmt::format("round (K = {})", o.block_size), rounds, one.t, all.t, all.counts - one.counts));
     }
   }
   if (o.prefill_len > 0) {
@@ -114,8 +111,7 @@ BreakdownReport run_breakdown(const RuntimeFactory& factory, int vocab, const De
     const auto long_prompt = synthetic_prompt(o.prefill_len, vocab);
     (void)run_once(*rt, long_prompt, 1, greedy);
     const Run p = run_once(*rt, long_prompt, 1, greedy);
-    rep.parts.push_back(difference(fmt::format("prefill of {} tokens", o.prefill_len), 1.0, {}, p.t, double(p.kernels),
-                                     p.expert_bytes));
+    rep.parts.push_back(difference(fmt::format("prefill of {} tokens", o.prefill_len), 1.0, {}, p.t, p.counts));
   }
   return rep;
 }

@@ -15,8 +15,7 @@ namespace nextn::cuda {
 
 namespace {
 
-constexpr int kMaxTopK = 32;          // experts per token the plan's shared memory holds
-constexpr int kMaxPairs = kMaxRows * kMaxTopK;
+constexpr int kMaxPairs = kMaxRows * kMaxExpertsPerToken;  // (row, slot) pairs the plan's shared memory holds
 constexpr int kPlanThreads = 256;
 constexpr int kExpertsPerThread = kMaxExperts / kPlanThreads;  // the plan's scan, blocked
 constexpr int kWeightRowsPerWarp = 4;  // weight rows per warp of the grouped matmul
@@ -129,19 +128,23 @@ __global__ void __launch_bounds__(kPlanThreads) moe_route_plan_kernel(const floa
 
 // ---- grouped matmul -----------------------------------------------------------
 
+// Eight bf16 values (one 16-byte load) in fp32.
+__device__ __forceinline__ void bf16x8(const uint4& u, float (&v)[8]) {
+  const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = __uint_as_float(words[i] << 16);
+    v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+  }
+}
+
 template <typename TX>
 __device__ __forceinline__ void load_x8(const TX* x, float (&v)[8]) {
   if constexpr (sizeof(TX) == 4) {
     const float4 a = reinterpret_cast<const float4*>(x)[0], b = reinterpret_cast<const float4*>(x)[1];
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
   } else {
-    const uint4 u = *reinterpret_cast<const uint4*>(x);
-    const uint32_t words[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[2 * i] = __uint_as_float(words[i] << 16);
-      v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-    }
+    bf16x8(*reinterpret_cast<const uint4*>(x), v);
   }
 }
 
@@ -156,19 +159,6 @@ struct WeightUnit {
   uint4 a, b;  // b: fp32's second half
   float s, z;
 };
-
-// A quantized group's scale and bias: a bf16 pair (sb16, when exact) or two fp32 arrays.
-__device__ __forceinline__ void group_scale(const float* scales, const float* biases, const uint32_t* sb16, size_t gi,
-                                            float& s, float& z) {
-  if (sb16 != nullptr) {
-    const uint32_t v = sb16[gi];
-    s = __uint_as_float(v << 16);
-    z = __uint_as_float(v & 0xffff0000u);
-  } else {
-    s = scales[gi];
-    z = biases[gi];
-  }
-}
 
 template <WKind WK>
 __device__ __forceinline__ WeightUnit load_unit(const void* w, const float* scales, const float* biases,
@@ -185,7 +175,13 @@ __device__ __forceinline__ WeightUnit load_unit(const void* w, const float* scal
     constexpr int per_word = WK == WKind::Q4 ? 8 : 4;
     u.a = *reinterpret_cast<const uint4*>(static_cast<const uint32_t*>(w) + size_t(n) * (cols / per_word) + c / per_word);
     const size_t gi = size_t(n) * (cols / group) + c / group;
-    group_scale(scales, biases, sb16, gi, u.s, u.z);
+    if (sb16 != nullptr) {  // a bf16 (scale, bias) pair, scale in the low half
+      u.s = __uint_as_float(sb16[gi] << 16);
+      u.z = __uint_as_float(sb16[gi] & 0xffff0000u);
+    } else {
+      u.s = scales[gi];
+      u.z = biases[gi];
+    }
   }
   return u;
 }
@@ -203,12 +199,7 @@ __device__ __forceinline__ void unit_values(const WeightUnit& u, int sub, float 
     v[0] = __uint_as_float(a.x), v[1] = __uint_as_float(a.y), v[2] = __uint_as_float(a.z), v[3] = __uint_as_float(a.w);
     v[4] = __uint_as_float(b.x), v[5] = __uint_as_float(b.y), v[6] = __uint_as_float(b.z), v[7] = __uint_as_float(b.w);
   } else if constexpr (WK == WKind::BF16) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t wd = word_of(u.a, i);
-      v[2 * i] = __uint_as_float(wd << 16);
-      v[2 * i + 1] = __uint_as_float(wd & 0xffff0000u);
-    }
+    bf16x8(u.a, v);
   } else if constexpr (WK == WKind::Q4) {
     const uint32_t wd = word_of(u.a, sub);  // 8 elements per word, pack_quant's order (q4_bit)
 #pragma unroll
@@ -292,21 +283,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) moe_matmul_kernel(DevExperts W
           }
         }
       }
-    } else {
+    } else {  // dense only (launch_matmul): a width that is no multiple of the unit
+      static_assert(WK == WKind::F32 || WK == WKind::BF16, "quantized experts take the unit loop");
       for (int c = lane; c < W.cols; c += 32)
 #pragma unroll
         for (int i = 0; i < C; ++i) {
-          float wv;
-          if constexpr (WK == WKind::F32 || WK == WKind::BF16) {
-            wv = weight_at<WK>(w, sc, bi, W.cols, W.group, row[i], c);
-          } else {  // as weight_at, with the group's scale from either layout
-            constexpr int bits = WK == WKind::Q4 ? 4 : 8, per = 32 / bits;
-            const uint32_t word = static_cast<const uint32_t*>(w)[size_t(row[i]) * (W.cols / per) + c / per];
-            const int bit = WK == WKind::Q4 ? q4_bit(c % per) : bits * (c % per);
-            float gs, gz;
-            group_scale(sc, bi, sb, size_t(row[i]) * (W.cols / W.group) + c / W.group, gs, gz);
-            wv = add_rn(mul_rn(gs, float((word >> bit) & ((1u << bits) - 1u))), gz);
-          }
+          const float wv = weight_at<WK>(w, sc, bi, W.cols, W.group, row[i], c);
 #pragma unroll
           for (int r = 0; r < kRowsPerPass; ++r)
             if (r < nr) acc[i][r] = fmaf(wv, to_f32(xr[r][c]), acc[i][r]);
@@ -337,12 +319,18 @@ void launch_matmul(const DevExperts& W, const MoePlan& plan, int T, int k, const
   const dim3 grid(unsigned(moe_active_bound(T, k, W.E)), unsigned(ceil_div(GLU ? W.rows / 2 : W.rows, per_block)));
   const bool vec = W.cols % kUnit<WK> == 0 && ldx % 8 == 0;
   const auto* xt = static_cast<const TX*>(x);
-  if (vec)
+  if constexpr (WK == WKind::Q4 || WK == WKind::Q8) {
+    // upload_experts keeps quantized widths multiples of 32; the callers' inputs are as wide.
+    if (!vec) fail("internal: moe_experts_matmul of a quantized [{}, {}] over rows {} wide", W.rows, W.cols, ldx);
     CUDA_CHECK(launch_kernel(moe_matmul_kernel<WK, TX, true, GLU>, grid, kWarps * 32, 0, s, W, plan, k, xt, ldx,
                              int(x_per_pair), out, ldo, bytes_read));
-  else
+  } else if (vec) {
+    CUDA_CHECK(launch_kernel(moe_matmul_kernel<WK, TX, true, GLU>, grid, kWarps * 32, 0, s, W, plan, k, xt, ldx,
+                             int(x_per_pair), out, ldo, bytes_read));
+  } else {
     CUDA_CHECK(launch_kernel(moe_matmul_kernel<WK, TX, false, GLU>, grid, kWarps * 32, 0, s, W, plan, k, xt, ldx,
                              int(x_per_pair), out, ldo, bytes_read));
+  }
   CUDA_CHECK_LAUNCH("moe_matmul_kernel");
 }
 
@@ -364,7 +352,7 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(const float* y, const 
                                                           const float* weights, int k, int H, const float* shared,
                                                           const float* gate, int gate_ld, float* x, int ldx) {
   pdl_prologue();
-  __shared__ int order[kMaxTopK];  // row t's slots by rising expert id
+  __shared__ int order[kMaxExpertsPerToken];  // row t's slots by rising expert id
   const int t = blockIdx.x, h = blockIdx.y * blockDim.x + threadIdx.x;
   const int32_t* c = chosen + size_t(t) * k;
   if (threadIdx.x == 0) {
@@ -408,7 +396,7 @@ MoePlan moe_plan_at(int* base, int rows, int k, int E) {
 
 void moe_route_plan(const float* logits, int ld, int T, int E, int k, int32_t* chosen, float* weights,
                     const MoePlan& plan, cudaStream_t s) {
-  if (E > kMaxExperts || k < 1 || k > E || k > kMaxTopK || T * k > kMaxPairs)
+  if (E > kMaxExperts || k < 1 || k > E || k > kMaxExpertsPerToken || T * k > kMaxPairs)
     fail("internal: moe_route_plan of {} rows, top-{} among {} experts", T, k, E);
   auto kernel = E <= 256 ? moe_route_plan_kernel<8> : E <= 512 ? moe_route_plan_kernel<16> : moe_route_plan_kernel<32>;
   CUDA_CHECK(launch_kernel(kernel, 1u, kPlanThreads, 0, s, logits, ld, T, E, k, chosen, weights, plan));

@@ -18,9 +18,10 @@
 
 namespace nextn::cuda {
 
-// Experts are routed among at most this many per layer (a block-wide scan
-// holds one expert per thread).
+// Experts are routed among at most this many per layer (the plan's block
+// scan holds them in shared memory), at most kMaxExpertsPerToken per token.
 constexpr int kMaxExperts = 1024;
+constexpr int kMaxExpertsPerToken = 32;
 
 // One layer's E routed experts of one projection, stacked: expert e's
 // [rows][cols] matrix begins e * w_stride bytes into `w` (and e * sb_stride

@@ -54,14 +54,21 @@ DevExperts upload_experts(const std::vector<std::vector<WeightRef>>& experts, Ac
          w0.name, d.rows, d.cols, d.group);
   d.w_stride = elems * size_t(w0.quant.bits) / 8;
   d.sb_stride = size_t(d.rows) * size_t(d.cols / d.group);
-  // Every scale and bias exact in bf16: one u32 pair per group, half the bytes of two fp32 arrays.
+  // Every part's scales and biases in fp32, once; exact in bf16 throughout
+  // (as MLX stores them): one u32 pair per group, half the bytes of two fp32 arrays.
+  std::vector<std::vector<float>> scales, biases;
   bool exact = true;
   for (const auto& parts : experts)
-    for (const auto& p : parts)
-      for (size_t i = 0, g = size_t(p.rows) * size_t(p.cols / p.quant.group_size); i < g && exact; ++i) {
-        const float s = load_float(p.scales->dtype, p.scales->data, i), b = load_float(p.biases->dtype, p.biases->data, i);
-        exact = bf16_to_f32(f32_to_bf16(s)) == s && bf16_to_f32(f32_to_bf16(b)) == b;
+    for (const auto& p : parts) {
+      const size_t groups = size_t(p.rows) * size_t(p.cols / p.quant.group_size);
+      auto& s = scales.emplace_back(groups);
+      auto& b = biases.emplace_back(groups);
+      for (size_t i = 0; i < groups; ++i) {
+        s[i] = load_float(p.scales->dtype, p.scales->data, i);
+        b[i] = load_float(p.biases->dtype, p.biases->data, i);
+        exact = exact && bf16_to_f32(f32_to_bf16(s[i])) == s[i] && bf16_to_f32(f32_to_bf16(b[i])) == b[i];
       }
+    }
   auto* dw = mem.alloc<uint8_t>(E * d.w_stride, what);
   d.w = dw;
   uint32_t* d16 = nullptr;
@@ -75,20 +82,15 @@ DevExperts upload_experts(const std::vector<std::vector<WeightRef>>& experts, Ac
     d.scales = ds;
     d.biases = db;
   }
-  std::vector<float> s, b;
   std::vector<uint32_t> pairs;
+  size_t part = 0;
   for (const auto& parts : experts)
     for (const auto& p : parts) {
-      const size_t bytes = size_t(p.rows) * size_t(p.cols) * size_t(p.quant.bits) / 8;
-      const size_t groups = size_t(p.rows) * size_t(p.cols / p.quant.group_size);
+      const std::vector<float>& s = scales[part];
+      const std::vector<float>& b = biases[part++];
+      const size_t bytes = size_t(p.rows) * size_t(p.cols) * size_t(p.quant.bits) / 8, groups = s.size();
       CUDA_CHECK(cudaMemcpy(dw, p.weight->data, bytes, cudaMemcpyHostToDevice));
       dw += bytes;
-      s.resize(groups);
-      b.resize(groups);
-      for (size_t i = 0; i < groups; ++i) {
-        s[i] = load_float(p.scales->dtype, p.scales->data, i);
-        b[i] = load_float(p.biases->dtype, p.biases->data, i);
-      }
       if (exact) {
         pairs.resize(groups);
         for (size_t i = 0; i < groups; ++i) pairs[i] = uint32_t(f32_to_bf16(s[i])) | uint32_t(f32_to_bf16(b[i])) << 16;

@@ -50,7 +50,8 @@ void check_shapes(const Qwen35Config& c) {
   need(c.hidden_size % 32 == 0, fmt::format("hidden size {} (a multiple of 32)", c.hidden_size));
   if (c.moe) {
     need(c.num_experts <= kMaxExperts, fmt::format("{} experts (at most {})", c.num_experts, kMaxExperts));
-    need(c.num_experts_per_tok <= 32, fmt::format("{} experts per token (at most 32)", c.num_experts_per_tok));
+    need(c.num_experts_per_tok <= kMaxExpertsPerToken,
+         fmt::format("{} experts per token (at most {})", c.num_experts_per_tok, kMaxExpertsPerToken));
   }
 }
 
