@@ -37,7 +37,6 @@ namespace {
 #ifdef NEXTN_HAVE_CUDA
 
 using test::cuda_alone;
-RuntimeOptions mode_options(bool fp32) { return test::cuda_mode_options(fp32); }
 
 std::vector<std::string> moe_fixture_dirs() {
   std::vector<std::string> out;
@@ -117,7 +116,7 @@ TEST_P(CudaMoe, GroupFp32EqualsEachAlone) {
   NEXTN_REQUIRE_GPU();
   const auto ck = Qwen35Checkpoint::open(GetParam());
   const auto ref = test::load_reference(GetParam());
-  auto group = make_sequence_group(ck, BackendKind::Cuda, mode_options(true));
+  auto group = make_sequence_group(ck, BackendKind::Cuda, test::cuda_mode_options(true));
   test::check_together_equals_alone(cuda_alone(ck, true), *group, ref.prompt, {2, 7});
   if (ck.mtp_layers() > 0)
     test::check_stepped_generations(cuda_alone(ck, true), *group, ref.prompt, DraftKind::Mtp, 4);
@@ -213,7 +212,7 @@ TEST_P(CudaMoeSynthetic, GraphsMatchEagerLaunches) {
 TEST_P(CudaMoeSynthetic, GroupBf16EqualsEachAlone) {
   NEXTN_REQUIRE_GPU();
   const auto ck = Qwen35Checkpoint::open(dir_);
-  auto group = make_sequence_group(ck, BackendKind::Cuda, mode_options(false));
+  auto group = make_sequence_group(ck, BackendKind::Cuda, test::cuda_mode_options(false));
   test::check_together_equals_alone(cuda_alone(ck, false), *group, prompt_, {1, 2, 7});
   for (int K : {4, 8}) test::check_stepped_generations(cuda_alone(ck, false), *group, prompt_, DraftKind::Mtp, K);
 }
