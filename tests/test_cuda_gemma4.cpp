@@ -1,5 +1,5 @@
 // The CUDA Gemma 4 runtime (backend/cuda/gemma4.h) on the transformers
-// fixtures (tests/fixtures/gemma4):
+// fixtures (tests/fixtures/gemma4, dense and MoE targets):
 //  - fp32 mode (--act fp32): teacher-forced logits within 1e-4 of the
 //    largest reference logit, greedy tokens equal to transformers' (also
 //    on a run that wraps the sliding rings);
@@ -11,8 +11,8 @@
 //    reading the CUDA target (Gemma4Target);
 //  - the Gemma4Target view (last hidden row, scaled embedding, cached K/V)
 //    close to the CPU runtime's in the fp32 mode, round after round;
-//  - an MLX q4 pair from make-checkpoint against the CPU runtime, and
-//    speculative == greedy on it (CudaGemma4Quantized).
+//  - an MLX q4 pair from make-checkpoint (a dense and a MoE target) against
+//    the CPU runtime, and speculative == greedy on it (CudaGemma4Quantized).
 // Skipped without a GPU (the device suite runs them: scripts/device/run.sh).
 #include <gtest/gtest.h>
 
@@ -384,15 +384,6 @@ TEST(CudaGemma4Errors, RefusesAnAssistantCheckpointAndABadCapacity) {
   EXPECT_THROW((void)make_cuda_gemma4_runtime(assistant, 16), Error);
   EXPECT_THROW((void)make_cuda_gemma4_runtime(ck, 0), Error);
   EXPECT_THROW((void)make_cuda_gemma4_runtime(ck, ck.config().max_position_embeddings + 1), Error);
-  for (const std::string& dir : test::gemma4_fixture_dirs(/*moe=*/true)) {  // MoE: refused by name, nothing uploaded
-    const auto moe = Gemma4Checkpoint::open(dir + "/target");
-    try {
-      (void)make_cuda_gemma4_runtime(moe, 16);
-      ADD_FAILURE() << dir << ": the CUDA runtime accepted a MoE target";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("enable_moe_block"), std::string::npos) << e.what();
-    }
-  }
   auto rt = make_rt(ck, 8, Mode{true});
   const std::vector<int32_t> nine(9, 1);
   EXPECT_THROW(rt->target_forward(nine), Error);
@@ -481,17 +472,27 @@ TEST(CudaGemma4Wide, HeadDim512MatchesTheCpuRuntimeAndSpeculatesExactly) {
 
 // MLX q4 Gemma 4 (the make-checkpoint generator's q4 pair, every matrix
 // quantized, widths multiples of 128 so the bf16 mode takes the streamed q4
-// kernel) against the CPU runtime, which dequantizes exactly: the fp32 mode's
+// kernel; dense, and a MoE target of 8 experts top-2 whose stacked experts
+// run through the grouped q4 expert kernels) against the CPU runtime, which
+// dequantizes exactly: the fp32 mode's
 // teacher-forced logits within 1e-3 std of the CPU's and its greedy tokens
 // equal; the bf16 mode's argmax equal on every row whose CPU top-1/top-2 gap
 // exceeds 1.5 std (every logit error below half of that), as the Qwen3.5 q4
 // tests check; speculative output equal to greedy on CUDA in both modes for
 // K = 2..8, with the CPU assistant (q4 too) and with an oracle.
-TEST(CudaGemma4Quantized, Q4MatchesTheCpuRuntimeAndSpeculatesExactly) {
+class CudaGemma4Quantized : public ::testing::TestWithParam<bool> {};  // param: a MoE target
+
+TEST_P(CudaGemma4Quantized, Q4MatchesTheCpuRuntimeAndSpeculatesExactly) {
   NEXTN_REQUIRE_GPU();
   const test::TempDir tmp;
-  const test::Gemma4Shape shape = wide_shape(32, 64);
+  test::Gemma4Shape shape = wide_shape(32, 64);
+  if (GetParam()) {
+    shape.experts = 8;
+    shape.top_k_experts = 2;
+    shape.moe_intermediate = 128;
+  }
   test::write_shrunk_gemma4_pair(shape, tmp.path.string(), "q4");
+  ASSERT_EQ(Gemma4Checkpoint::open((tmp.path / "target").string()).config().moe, GetParam());
   const auto ck = Gemma4Checkpoint::open((tmp.path / "target").string());
   const int V = ck.config().vocab_size;
   ASSERT_TRUE(ck.matrix("embed_tokens", V, ck.config().hidden_size).quantized());
@@ -535,8 +536,8 @@ TEST(CudaGemma4Quantized, Q4MatchesTheCpuRuntimeAndSpeculatesExactly) {
         }
       }
       EXPECT_LT(max_err_std, mode.fp32 ? 1e-3 : 0.75);
-      std::printf("[cuda %s] gemma4 q4: rows %d, margin-checked %d, argmax agree %d, max |logit err| / std %.3g\n",
-                  mode.name(), L, checked, agree, max_err_std);
+      std::printf("[cuda %s] gemma4%s q4: rows %d, margin-checked %d, argmax agree %d, max |logit err| / std %.3g\n",
+                  mode.name(), GetParam() ? " MoE" : "", L, checked, agree, max_err_std);
     }
     const RuntimeFactory factory = [&](int cap) { return make_rt(ck, cap, mode); };
     const std::vector<int32_t> truth = generate_fresh(factory, prompt, g).tokens;
@@ -548,10 +549,12 @@ TEST(CudaGemma4Quantized, Q4MatchesTheCpuRuntimeAndSpeculatesExactly) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGemma4, ::testing::ValuesIn(test::gemma4_fixture_dirs(/*moe=*/false)),
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGemma4, ::testing::ValuesIn(test::gemma4_fixture_dirs()),
                          [](const auto& info) { return test::gemma4_case_name(info.param); });
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGemma4Spec, ::testing::ValuesIn(test::gemma4_fixture_dirs(/*moe=*/false)),
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGemma4Spec, ::testing::ValuesIn(test::gemma4_fixture_dirs()),
                          [](const auto& info) { return test::gemma4_case_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Targets, CudaGemma4Quantized, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? std::string("Moe") : std::string("Dense"); });
 
 }  // namespace
 }  // namespace nextn

@@ -1,23 +1,28 @@
 // The MoE kernels of src/backend/cuda/moe.cu on random inputs:
 //  - moe_route_plan's routing == cpu::route_top_k (the same experts, ties
-//    to the lower id; weights within float rounding), and its plan (the
-//    active experts rising, each one's pairs, every pair once);
+//    to the lower id; weights within float rounding; with a per-expert
+//    scale, each weight times its expert's), and its plan (the active
+//    experts rising, each one's pairs, every pair once);
 //  - the grouped expert matmul over experts uploaded by upload_experts, in
 //    every expert kind (F32, BF16, MLX Q4 / Q8), against the dequantized
 //    rows in double, and each row's bits alone == among all rows (batch
 //    invariance), both input modes (one row per token, one per pair), and
-//    the gate_up pass with SwiGLU in its epilogue == the plain pass + swiglu;
-//  - moe_combine against the host sum in rising expert id.
+//    the gate_up pass with the GLU in its epilogue == the plain pass +
+//    swiglu (Qwen3.5) or + gemma4_geglu (Gemma 4);
+//  - moe_combine against the host sum in rising expert id, with the gated
+//    shared expert into the residual and without it stored fresh.
 #include <gtest/gtest.h>
 
 #ifdef NEXTN_HAVE_CUDA
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include "backend/cpu/moe_router.h"
+#include "backend/cuda/gemma4_kernels.h"
 #include "backend/cuda/moe_layer.h"
 #include "test_cuda_util.h"
 
@@ -40,9 +45,18 @@ TEST(CudaMoeKernels, RouteEqualsTheCpuRouterWithTies) {
         dplan(cuda::moe_plan_ints(T, k, E) * 4);
     dl.put(logits);
     const cuda::MoePlan plan = cuda::moe_plan_at(dplan.as<int>(), T, k, E);
-    cuda::moe_route_plan(dl.as<float>(), E, T, E, k, dc.as<int32_t>(), dw.as<float>(), plan, nullptr);
+    cuda::moe_route_plan(dl.as<float>(), E, T, E, k, nullptr, dc.as<int32_t>(), dw.as<float>(), plan, nullptr);
     const auto got_c = dc.get<int32_t>(size_t(T) * k);
     const auto got_w = dw.get<float>(size_t(T) * k);
+    // With a per-expert scale (Gemma 4's per_expert_scale): the same experts, each weight times its scale.
+    const auto scale = test::randn(rng, size_t(E), 1.0f);
+    DevBuf ds(scale.size() * 4), dw2(size_t(T) * k * 4);
+    ds.put(scale);
+    cuda::moe_route_plan(dl.as<float>(), E, T, E, k, ds.as<float>(), dc.as<int32_t>(), dw2.as<float>(), plan, nullptr);
+    EXPECT_EQ(dc.get<int32_t>(size_t(T) * k), got_c) << "E=" << E;
+    const auto got_ws = dw2.get<float>(size_t(T) * k);
+    for (size_t q = 0; q < got_ws.size(); ++q)
+      EXPECT_EQ(got_ws[q], got_w[q] * scale[size_t(got_c[q])]) << "E=" << E << " pair " << q;
     for (int t = 0; t < T; ++t) {
       std::vector<int32_t> c(static_cast<size_t>(k));
       std::vector<float> w(static_cast<size_t>(k));
@@ -128,7 +142,8 @@ void check_grouped_matmul(const ExpertCase& c, bool x_per_pair, bool fp32_scales
   if (act == Act::F32) dx.put(xf);
   else dx.put(test::to_bf16_bits(xf));
   // Logits that make the router choose `ch` (row t's slot j gets 10 - j, the rest 0).
-  auto run = [&](const std::vector<int32_t>& ch, int T, const void* x, bool glu = false) {
+  // gate: none (the plain pass) or the GLU's activation.
+  auto run = [&](const std::vector<int32_t>& ch, int T, const void* x, std::optional<cuda::MoeGate> gate = {}) {
     std::vector<float> logits(size_t(T) * c.E, 0.0f);
     for (int t = 0; t < T; ++t)
       for (int j = 0; j < c.k; ++j) logits[size_t(t) * c.E + ch[size_t(t * c.k + j)]] = 10.0f - float(j);
@@ -136,16 +151,16 @@ void check_grouped_matmul(const ExpertCase& c, bool x_per_pair, bool fp32_scales
         dy(size_t(T) * c.k * c.rows * 4);
     dl.put(logits);
     const cuda::MoePlan plan = cuda::moe_plan_at(dplan.as<int>(), T, c.k, c.E);
-    cuda::moe_route_plan(dl.as<float>(), c.E, T, c.E, c.k, dc.as<int32_t>(), dw.as<float>(), plan, nullptr);
+    cuda::moe_route_plan(dl.as<float>(), c.E, T, c.E, c.k, nullptr, dc.as<int32_t>(), dw.as<float>(), plan, nullptr);
     EXPECT_EQ(dc.get<int32_t>(ch.size()), ch);
-    if (!glu) {
+    if (!gate) {
       cuda::moe_experts_matmul(W, plan, T, c.k, x, act, c.cols, x_per_pair, dy.as<float>(), c.rows, nullptr);
       return dy.get<float>(size_t(T) * c.k * c.rows);
     }
     const int I = c.rows / 2;
     const size_t n = size_t(T) * c.k * I;
     DevBuf da(n * 4);
-    cuda::moe_experts_glu(W, plan, T, c.k, x, act, c.cols, da.p, I, nullptr);
+    cuda::moe_experts_glu(W, *gate, plan, T, c.k, x, act, c.cols, da.p, I, nullptr);
     std::vector<float> out(n);
     if (act == Act::F32) {
       out = da.get<float>(n);
@@ -181,19 +196,23 @@ void check_grouped_matmul(const ExpertCase& c, bool x_per_pair, bool fp32_scales
       ASSERT_EQ(alone[size_t(i)], y[size_t(t) * c.k * c.rows + i]) << "row " << t << " element " << i;
   }
   if (x_per_pair || c.rows % 2 != 0) return;
-  // gate_up with SwiGLU fused: the same bits as the plain pass, then swiglu().
+  // gate_up with the GLU fused: the same bits as the plain pass, then
+  // swiglu() (Qwen3.5) or gemma4_geglu() (Gemma 4).
   const int I = c.rows / 2;
   DevBuf dy(y.size() * 4), da(size_t(P) * I * 4);
   dy.put(y);
-  cuda::swiglu(dy.as<float>(), c.rows, I, P, da.p, act, I, nullptr);
-  std::vector<float> want(size_t(P) * I);
-  if (act == Act::F32) {
-    want = da.get<float>(want.size());
-  } else {
-    const auto b = da.get<uint16_t>(want.size());
-    for (size_t i = 0; i < want.size(); ++i) want[i] = bf16_to_f32(b[i]);
+  for (cuda::MoeGate gate : {cuda::MoeGate::Silu, cuda::MoeGate::GeluTanh}) {
+    if (gate == cuda::MoeGate::Silu) cuda::swiglu(dy.as<float>(), c.rows, I, P, da.p, act, I, nullptr);
+    else cuda::gemma4_geglu(dy.as<float>(), c.rows, I, P, da.p, act, I, nullptr);
+    std::vector<float> want(size_t(P) * I);
+    if (act == Act::F32) {
+      want = da.get<float>(want.size());
+    } else {
+      const auto b = da.get<uint16_t>(want.size());
+      for (size_t i = 0; i < want.size(); ++i) want[i] = bf16_to_f32(b[i]);
+    }
+    EXPECT_EQ(run(chosen, c.T, dx.p, gate), want) << (gate == cuda::MoeGate::Silu ? "silu" : "gelu_tanh");
   }
-  EXPECT_EQ(run(chosen, c.T, dx.p, true), want);
 }
 
 TEST(CudaMoeKernels, GroupedMatmulEveryKindIsExactAndBatchInvariant) {
@@ -220,8 +239,14 @@ TEST(CudaMoeKernels, CombineAddsExpertsByRisingIdThenTheGatedSharedExpert) {
       dx(x0.size() * 4);
   dc.put(chosen), dw.put(w), dy.put(y), ds.put(shared), dg.put(gate), dx.put(x0);
   cuda::moe_combine(dy.as<float>(), dc.as<int32_t>(), dw.as<float>(), T, k, H, ds.as<float>(), dg.as<float>() + 2,
-                    gate_ld, dx.as<float>(), H, nullptr);
+                    gate_ld, dx.as<float>(), H, cuda::CombineInto::Residual, nullptr);
   const auto got = dx.get<float>(x0.size());
+  // No shared expert, stored fresh (Gemma 4): the routed sum alone.
+  DevBuf dr(x0.size() * 4);
+  dr.put(x0);
+  cuda::moe_combine(dy.as<float>(), dc.as<int32_t>(), dw.as<float>(), T, k, H, nullptr, nullptr, 0, dr.as<float>(), H,
+                    cuda::CombineInto::Fresh, nullptr);
+  const auto routed = dr.get<float>(x0.size());
   for (int t = 0; t < T; ++t) {
     std::vector<int> order(static_cast<size_t>(k));
     std::iota(order.begin(), order.end(), 0);
@@ -230,6 +255,7 @@ TEST(CudaMoeKernels, CombineAddsExpertsByRisingIdThenTheGatedSharedExpert) {
     for (int h = 0; h < H; ++h) {
       float r = 0.0f;
       for (int j : order) r += y[(size_t(t) * k + j) * H + h] * w[size_t(t) * k + j];
+      EXPECT_NEAR(routed[size_t(t) * H + h], r, 1e-5f) << "row " << t << " h " << h;
       r += g * shared[size_t(t) * H + h];
       EXPECT_NEAR(got[size_t(t) * H + h], x0[size_t(t) * H + h] + r, 1e-5f) << "row " << t << " h " << h;
     }

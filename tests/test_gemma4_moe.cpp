@@ -8,8 +8,9 @@
 // (test_gemma4_group.cpp), the CLI and the server. Here: those fixtures
 // cover several expert counts and top-k; the block against a naive forward
 // written from transformers' code, ties to the lower expert id, rows
-// independent of their neighbours; the config's MoE fields; the CUDA backend
-// refusing MoE. Expert layouts and their errors: test_gemma4_moe_layouts.cpp.
+// independent of their neighbours; the config's MoE fields. Expert layouts
+// and their errors: test_gemma4_moe_layouts.cpp; the CUDA backend on these
+// fixtures: test_cuda_gemma4.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,7 +29,6 @@
 #include "io/gemma4_checkpoint.h"
 #include "io/gemma4_config.h"
 #include "io/moe_experts.h"
-#include "model/target_model.h"
 
 namespace nextn {
 namespace {
@@ -342,33 +342,6 @@ TEST(Gemma4MoeConfig, FieldsAreReadAndBadOnesAreOneLineNamingTheField) {
   fs::copy_file(src + "/model.safetensors", tmp.path / "model.safetensors");
   test::expect_one_error_line(test::run_cli("generate -m " + tmp.str() + " --prompt-ids 1,2,3 -n 2"),
                               "'top_k_experts'");
-}
-
-// ---------------------------------------------------------------------------
-// Backends
-
-TEST(Gemma4MoeBackends, CudaRefusesMoeNamingTheField) {
-  for (const std::string& dir : moe_dirs()) {
-    const std::string target = dir + "/target";
-    try {
-      (void)open_target_model(target, BackendKind::Cuda);
-      ADD_FAILURE() << dir << ": --backend cuda accepted a MoE target";
-    } catch (const Error& e) {
-      const std::string m = e.what();
-      EXPECT_NE(m.find("enable_moe_block"), std::string::npos) << m;
-      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
-    }
-    test::expect_one_error_line(
-        test::run_cli("generate -m " + target + " --backend cuda --prompt-ids 1,2,3 -n 2 --draft " + dir +
-                      "/assistant"),
-        "enable_moe_block");
-  }
-  // A dense target is not refused for MoE (whatever else the build says).
-  try {
-    (void)open_target_model(test::gemma4_fixture_dirs(/*moe=*/false).front() + "/target", BackendKind::Cuda);
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()).find("enable_moe_block"), std::string::npos) << e.what();
-  }
 }
 
 }  // namespace

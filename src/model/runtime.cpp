@@ -5,7 +5,6 @@
 #include "backend/cpu/qwen35.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
-#include "io/gemma4_checkpoint.h"
 #include "model/bench_interfaces.h"
 #ifdef NEXTN_HAVE_CUDA
 #include "backend/cuda/qwen35.h"
@@ -95,14 +94,6 @@ void check_backend_options(BackendKind kind, const RuntimeOptions& options) {
     fail("--tensor-parallel {}: --backend cuda runs on one GPU; tensor parallelism over several GPUs (NCCL) is not "
          "implemented (it runs on --backend cpu, docs/tensor-parallel.md)",
          degree);
-}
-
-void refuse_moe_on_cuda(const Gemma4Checkpoint& ckpt) {
-  const Gemma4TextConfig& c = ckpt.config();
-  if (c.moe)
-    fail("{}: config.json: field 'enable_moe_block' (true, {} experts): --backend cuda runs dense Gemma 4 only; a "
-         "mixture of experts runs on --backend cpu (the grouped expert kernel serves Qwen3.5 MoE only so far, docs/moe.md)",
-         ckpt.dir(), c.num_experts);
 }
 
 BackendKind parse_backend(const std::string& name) {

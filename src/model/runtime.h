@@ -36,7 +36,6 @@ namespace nextn {
 inline constexpr int kMaxForwardRows = 64;
 
 class Qwen35Checkpoint;
-class Gemma4Checkpoint;
 
 // The kernel path of an LM-head call, as recorded by the code that ran it.
 enum class HeadPath : int32_t { None = 0, Batched = 1, Padded = 2, Fused = 3, Walk = 4, WalkFlag = 5 };
@@ -128,11 +127,6 @@ BackendKind parse_backend(const std::string& name);  // throws Error
 // --fp8-matmul w8a8 on the CPU backend or with --act fp32 (it is a bf16-mode
 // CUDA kernel).
 void check_backend_options(BackendKind kind, const RuntimeOptions& options);
-// Throws Error naming config.json's enable_moe_block for a Gemma 4 MoE
-// checkpoint: the CUDA Gemma 4 runtime is dense only (Qwen3.5 MoE runs on
-// both backends).
-void refuse_moe_on_cuda(const Gemma4Checkpoint& ckpt);
-
 // max_tokens bounds the caches (prompt + generated + block size).
 // options: what the user or a benchmark chose (core/options.h); each backend
 // reads the fields that apply to it.

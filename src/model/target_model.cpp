@@ -24,8 +24,6 @@ TargetModel open_target_model(const std::string& dir, BackendKind kind, const Ru
     if (options.fp8_matmul == Fp8Matmul::W8A8)
       fail("--fp8-matmul w8a8: {} is a Gemma 4 checkpoint; its loader reads no FP8 weights", dir);
     auto ck = std::make_shared<const Gemma4Checkpoint>(Gemma4Checkpoint::open(dir));
-    // Before the build check, as for Qwen3.5: a MoE checkpoint cannot run on CUDA in any build.
-    if (kind == BackendKind::Cuda) refuse_moe_on_cuda(*ck);
 #ifndef NEXTN_HAVE_CUDA
     if (kind == BackendKind::Cuda)
       fail("--backend cuda: this nextn was built without the CUDA backend (no nvcc at build time, or -DNEXTN_CUDA=OFF)");

@@ -36,6 +36,12 @@ __device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, 
 
 __device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, add_rn(1.0f, expf(-x))); }
 __device__ __forceinline__ float sigmoid(float x) { return __fdiv_rn(1.0f, add_rn(1.0f, expf(-x))); }
+// transformers' gelu_pytorch_tanh, in cpu::gelu_tanh's order of operations.
+__device__ __forceinline__ float gelu_tanh(float x) {
+  const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+  const float cube = mul_rn(mul_rn(mul_rn(0.044715f, x), x), x);
+  return mul_rn(mul_rn(0.5f, x), add_rn(1.0f, tanhf(mul_rn(c, add_rn(x, cube)))));
+}
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 // Butterfly sum over the 32 lanes; every lane gets the same bits.

@@ -6,6 +6,7 @@
 //   x = embed(token) * embed_scale
 //   per layer: h = x + post_attn_norm(o(attn(input_norm(x))))
 //              x = (h + post_ff_norm(down(gelu_tanh(gate(n)) * up(n)))) * layer_scalar,  n = pre_ff_norm(h)
+//              (a MoE layer: the MLP's output normed and joined by its routed experts', gemma4_moe.cpp)
 //   hidden = norm(x)
 // KV caches are fp32 ring buffers, sliding layers sliding_window + 1 + 64
 // slots, full layers max_tokens; forwards run in chunks of at most 64 rows,
@@ -66,6 +67,7 @@ Gemma4DevLayer CudaGemma4::load_layer(const Gemma4Checkpoint& ck, int index) {
   L.gate_up =
       upload_matrix({ck.matrix(p + "mlp.gate_proj", I_, H), ck.matrix(p + "mlp.up_proj", I_, H)}, "MLP gate/up", true);
   L.down = upload_matrix({ck.matrix(p + "mlp.down_proj", H, I_)}, "MLP down", true);
+  if (cfg_.moe) L.moe = load_moe(ck, index);
   // As cpu::gemma4_rope_table: fp32(1 / theta^(2i/hd)) for the rotating pairs.
   std::vector<float> inv(size_t(hd / 2), 0.0f);
   for (int i = 0; i < L.spec.rope_pairs && i < hd / 2; ++i)
@@ -126,9 +128,11 @@ CudaGemma4::CudaGemma4(const Gemma4Checkpoint& ck, int max_tokens, Activations a
   q_ = mem_.alloc<float>(size_t(R) * Hq_ * max_hd * 4, "activations");
   act_buf_ = mem_.alloc(size_t(R) * act_ld_ * as, "activations");
   y_ = mem_.alloc<float>(size_t(R) * H_ * 4, "activations");
+  if (cfg_.moe) moe_ = MoeScratch({H_, cfg_.num_experts, cfg_.top_k_experts, cfg_.moe_intermediate_size, 0}, act_, R, mem_);
   int64_t splitk = 0;
   for (const auto& L : layers_)
-    for (const DevMatrix* m : {&L.qkv, &L.o, &L.gate_up, &L.down}) splitk = std::max(splitk, splitk_scratch_floats(*m));
+    for (const DevMatrix* m : {&L.qkv, &L.o, &L.gate_up, &L.down, &L.moe.router})
+      splitk = std::max(splitk, splitk_scratch_floats(*m));
   splitk_ = mem_.alloc<float>(size_t(splitk) * 4, "split-K partials");
   CUDA_CHECK(cudaMemset(splitk_, 0, size_t(splitk) * 4));  // counters start at zero (kernels.h)
   hidden_ = mem_.alloc(size_t(max_tokens_) * H_ * as, "hidden rows");
@@ -182,6 +186,7 @@ void CudaGemma4::decoder_layer(const Gemma4DevLayer& L, int pos, int T) {
   matmul(L.gate_up, xn_, act_, T, H_, proj_, proj_ld_, false, splitk_, s);
   gemma4_geglu(proj_, proj_ld_, I_, T, act_buf_, act_, I_, s);
   matmul(L.down, act_buf_, act_, T, I_, y_, H_, false, splitk_, s);
+  if (L.moe.E > 0) moe_half(L.moe, T);
   gemma4_norm_residual(y_, H_, L.post_ff_norm, eps_, T, H_, L.layer_scalar, x_, H_, s);
 }
 
@@ -280,7 +285,6 @@ const float* CudaGemma4::cached(int layer, int pos, bool key) const {
 std::unique_ptr<ModelRuntime> make_cuda_gemma4_runtime(const Gemma4Checkpoint& ckpt, int max_tokens,
                                                        const RuntimeOptions& options) {
   ckpt.check_target_capacity(max_tokens);
-  refuse_moe_on_cuda(ckpt);  // before any upload: the device layers have no experts
   return std::make_unique<cuda::CudaGemma4>(ckpt, max_tokens, options.act);
 }
 

@@ -1,6 +1,7 @@
 // The kernels only Gemma 4 needs (gemma4_kernels.h): q/k/v norms + RoPE into
 // the ring KV caches, sliding-window attention with scale 1.0, GeGLU, the
-// sandwich norm into the residual, and two elementwise scalings.
+// sandwich norm into the residual, the MoE block's router input and merge,
+// and two elementwise scalings.
 //
 // Batch invariance: each block computes one (token, head) or one token row
 // from that row's inputs, with block-shape-fixed reductions (common.cuh);
@@ -138,13 +139,6 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(Gemma4AttnShape
   }
 }
 
-// transformers' gelu_pytorch_tanh, in cpu::gelu_tanh's order of operations.
-__device__ __forceinline__ float gelu_tanh(float x) {
-  const float c = 0.7978845608028654f;  // sqrt(2 / pi)
-  const float cube = mul_rn(mul_rn(mul_rn(0.044715f, x), x), x);
-  return mul_rn(mul_rn(0.5f, x), add_rn(1.0f, tanhf(mul_rn(c, add_rn(x, cube)))));
-}
-
 template <typename TO>
 __global__ void __launch_bounds__(256) geglu_kernel(const float* gu, int ld, int I, TO* out, int ldo) {
   pdl_prologue();
@@ -165,6 +159,33 @@ __global__ void __launch_bounds__(256) norm_residual_kernel(const float* y, int 
   const float inv = rms_inverse(block_sum_sq(yr, n, scratch), n, eps);
   for (int i = threadIdx.x; i < n; i += blockDim.x)
     xr[i] = mul_rn(add_rn(xr[i], mul_rn(mul_rn(yr[i], inv), gamma[i])), scale);
+}
+
+// The MoE router's input, one block per row: ((x * inv) * scale[i]) * root,
+// the norm without a weight first (as cpu::gemma4_moe_mix).
+template <typename TO>
+__global__ void __launch_bounds__(256) router_input_kernel(const float* x, int ldx, const float* scale, float root,
+                                                           float eps, int n, TO* out, int ldo) {
+  pdl_prologue();
+  __shared__ float scratch[32];
+  const float* xr = x + size_t(blockIdx.x) * ldx;
+  const float inv = rms_inverse(block_sum_sq(xr, n, scratch), n, eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    out[size_t(blockIdx.x) * ldo + i] = from_f32<TO>(mul_rn(mul_rn(mul_rn(xr[i], inv), scale[i]), root));
+}
+
+// y = rmsnorm(y) * g_mlp + rmsnorm(routed) * g_experts, one block per row
+// (in place: both sums of squares are taken before any element is written).
+__global__ void __launch_bounds__(256) moe_merge_kernel(float* y, int ldy, const float* routed, int ldr,
+                                                        const float* g_mlp, const float* g_experts, float eps, int n) {
+  pdl_prologue();
+  __shared__ float scratch[32];
+  float* yr = y + size_t(blockIdx.x) * ldy;
+  const float* rr = routed + size_t(blockIdx.x) * ldr;
+  const float inv_y = rms_inverse(block_sum_sq(yr, n, scratch), n, eps);
+  const float inv_r = rms_inverse(block_sum_sq(rr, n, scratch), n, eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    yr[i] = add_rn(mul_rn(mul_rn(yr[i], inv_y), g_mlp[i]), mul_rn(mul_rn(rr[i], inv_r), g_experts[i]));
 }
 
 __global__ void __launch_bounds__(256) scale_kernel(float* x, int64_t n, float scale) {
@@ -225,6 +246,23 @@ void gemma4_norm_residual(const float* y, int ldy, const float* gamma, float eps
                           int ldx, cudaStream_t s) {
   CUDA_CHECK(launch_kernel(norm_residual_kernel, unsigned(T), 256, 0, s, y, ldy, gamma, eps, n, scale, x, ldx));
   CUDA_CHECK_LAUNCH("gemma4 norm_residual_kernel");
+}
+
+void gemma4_router_input(const float* x, int ldx, const float* scale, float root, float eps, int T, int n, void* out,
+                         Act act, int ldo, cudaStream_t s) {
+  if (act == Act::BF16)
+    CUDA_CHECK(launch_kernel(router_input_kernel<bf16>, unsigned(T), 256, 0, s, x, ldx, scale, root, eps, n,
+                             static_cast<bf16*>(out), ldo));
+  else
+    CUDA_CHECK(launch_kernel(router_input_kernel<float>, unsigned(T), 256, 0, s, x, ldx, scale, root, eps, n,
+                             static_cast<float*>(out), ldo));
+  CUDA_CHECK_LAUNCH("gemma4 router_input_kernel");
+}
+
+void gemma4_moe_merge(float* y, int ldy, const float* routed, int ldr, const float* g_mlp, const float* g_experts,
+                      float eps, int T, int n, cudaStream_t s) {
+  CUDA_CHECK(launch_kernel(moe_merge_kernel, unsigned(T), 256, 0, s, y, ldy, routed, ldr, g_mlp, g_experts, eps, n));
+  CUDA_CHECK_LAUNCH("gemma4 moe_merge_kernel");
 }
 
 void scale_floats(float* x, int64_t n, float scale, cudaStream_t s) {

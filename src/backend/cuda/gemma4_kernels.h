@@ -50,6 +50,17 @@ void gemma4_geglu(const float* gu, int ld, int I, int T, void* out, Act act, int
 void gemma4_norm_residual(const float* y, int ldy, const float* gamma, float eps, int T, int n, float scale, float* x,
                           int ldx, cudaStream_t s);
 
+// The MoE router's input (Gemma4TextRouter): out[t][i] = rmsnorm(x[t])[i]
+// (no weight) * scale[i] * root, x fp32 [T][ldx], out `act` [T][ldo], rows of n.
+void gemma4_router_input(const float* x, int ldx, const float* scale, float root, float eps, int T, int n, void* out,
+                         Act act, int ldo, cudaStream_t s);
+
+// The MoE layer's two feed-forward halves joined, in place:
+// y[t] = rmsnorm(y[t]) * g_mlp + rmsnorm(routed[t]) * g_experts (the dense
+// MLP's output and the experts' sum, each under its post-norm), fp32, rows of n.
+void gemma4_moe_merge(float* y, int ldy, const float* routed, int ldr, const float* g_mlp, const float* g_experts,
+                      float eps, int T, int n, cudaStream_t s);
+
 // x[i] *= scale for i < n (the embedding scale).
 void scale_floats(float* x, int64_t n, float scale, cudaStream_t s);
 

@@ -10,6 +10,7 @@
 #include "backend/cuda/device_handles.h"
 #include "backend/cuda/gemma4_kernels.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/moe_layer.h"
 #include "backend/cuda/weight_upload.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
@@ -24,6 +25,20 @@ class Gemma4Checkpoint;
 
 namespace nextn::cuda {
 
+// A MoE layer's routed half (enable_moe_block; backend/cpu/gemma4_moe.cpp
+// has the formulas), beside the dense MLP.
+struct Gemma4DevMoe {
+  int E = 0, k = 0, I = 0;          // experts, per token, expert width (E 0: a dense layer)
+  DevMatrix router;                 // [E][H]
+  float* router_scale = nullptr;    // [H]
+  float* expert_scale = nullptr;    // [E] per_expert_scale
+  DevExperts gate_up;               // E x [2I][H]: gate rows, then up
+  DevExperts down;                  // E x [H][I]
+  float *post_mlp_norm = nullptr;   // [H] post_feedforward_layernorm_1
+  float *pre_experts_norm = nullptr;  // [H] pre_feedforward_layernorm_2
+  float *post_experts_norm = nullptr; // [H] post_feedforward_layernorm_2
+};
+
 struct Gemma4DevLayer {
   Gemma4LayerSpec spec;
   float *input_norm = nullptr, *post_attn_norm = nullptr;  // [H]
@@ -34,6 +49,7 @@ struct Gemma4DevLayer {
   DevMatrix o;                // [H][Hq*hd]
   DevMatrix gate_up;          // [2I][H]: gate | up
   DevMatrix down;             // [H][I]
+  Gemma4DevMoe moe;           // E 0 unless enable_moe_block
   float layer_scalar = 1.0f;
   int slots = 0;                                   // ring slots: position p at p % slots
   float *k_cache = nullptr, *v_cache = nullptr;    // fp32 [slots][kv*hd]
@@ -80,9 +96,12 @@ class CudaGemma4 final : public Gemma4Runtime, public VerifyHeadArms {
   DevMatrix upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable,
                           WeightUse use = WeightUse::Matmul);
   Gemma4DevLayer load_layer(const Gemma4Checkpoint& ck, int index);
+  Gemma4DevMoe load_moe(const Gemma4Checkpoint& ck, int index);  // gemma4_moe.cpp
   // the forward
   void forward_chunk(const int32_t* tokens, int pos, int T, void* hidden_out);
   void decoder_layer(const Gemma4DevLayer& L, int pos, int T);
+  // y_ (the dense MLP's output) = post_mlp_norm(y_) + post_experts_norm(experts(x_)) (gemma4_moe.cpp)
+  void moe_half(const Gemma4DevMoe& M, int T);
   // the head (gemma4_head.cpp)
   void gather_hidden(int first, int n_real, int width);
   HeadTally tally(HeadPath path) const { return {d_head_, int(path)}; }
@@ -118,6 +137,7 @@ class CudaGemma4 final : public Gemma4Runtime, public VerifyHeadArms {
   void* act_buf_ = nullptr;      // [R][act_ld_] act: attention output / GeGLU output
   int act_ld_ = 0;
   float* y_ = nullptr;           // [R][H] fp32: o_proj / down outputs before their norm
+  MoeScratch moe_;               // R rows of the MoE layers' routing and expert rows (a MoE target)
   float* splitk_ = nullptr;      // split-K scratch (bf16 mode)
   void* hidden_ = nullptr;       // [max_tokens][H] act: post-norm rows of the last forward
   void* head_in_ = nullptr;      // [R][H] act

@@ -28,7 +28,8 @@ constexpr int kRowsPerPass = 2;        // rows one pass over a warp's weights se
 // with a fixed order (each lane's values in turn, then a butterfly), then k
 // rounds of a warp argmax (greater probability, then lower id).
 template <int kPerLane>  // router logits a lane holds: at least E / 32
-__device__ void route_row(const float* l, int E, int k, int lane, int32_t* chosen, float* weights, int* expert_of) {
+__device__ void route_row(const float* l, int E, int k, const float* expert_scale, int lane, int32_t* chosen,
+                          float* weights, int* expert_of) {
   float p[kPerLane];
   float mx = -INFINITY;
 #pragma unroll
@@ -74,7 +75,10 @@ __device__ void route_row(const float* l, int E, int k, int lane, int32_t* chose
     top_sum = add_rn(top_sum, b.v);
   }
   if (lane == 0)
-    for (int j = 0; j < k; ++j) weights[j] = __fdiv_rn(weights[j], top_sum);
+    for (int j = 0; j < k; ++j) {
+      weights[j] = __fdiv_rn(weights[j], top_sum);
+      if (expert_scale != nullptr) weights[j] = mul_rn(weights[j], expert_scale[chosen[j]]);
+    }
 }
 
 // One block: every row's top-k (a warp per row), then the plan of the T * k
@@ -82,7 +86,8 @@ __device__ void route_row(const float* l, int E, int k, int lane, int32_t* chose
 // result is the same bits in any pass (the grouped matmul is per row).
 template <int kPerLane>
 __global__ void __launch_bounds__(kPlanThreads) moe_route_plan_kernel(const float* logits, int ld, int T, int E, int k,
-                                                                      int32_t* chosen, float* weights, MoePlan plan) {
+                                                                      const float* expert_scale, int32_t* chosen,
+                                                                      float* weights, MoePlan plan) {
   pdl_prologue();
   using Scan = cub::BlockScan<int, kPlanThreads>;
   __shared__ typename Scan::TempStorage scan;
@@ -92,8 +97,8 @@ __global__ void __launch_bounds__(kPlanThreads) moe_route_plan_kernel(const floa
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, P = T * k;
   for (int e = threadIdx.x; e < kMaxExperts; e += kPlanThreads) count[e] = 0;
   for (int t = warp; t < T; t += kPlanThreads / 32)
-    route_row<kPerLane>(logits + size_t(t) * ld, E, k, lane, chosen + size_t(t) * k, weights + size_t(t) * k,
-                        expert_of + t * k);
+    route_row<kPerLane>(logits + size_t(t) * ld, E, k, expert_scale, lane, chosen + size_t(t) * k,
+                        weights + size_t(t) * k, expert_of + t * k);
   __syncthreads();
   for (int q = threadIdx.x; q < P; q += kPlanThreads) atomicAdd(&count[expert_of[q]], 1);
   __syncthreads();
@@ -217,13 +222,13 @@ __device__ __forceinline__ void unit_values(const WeightUnit& u, int sub, float 
 // over every pair routed to it, kRowsPerPass pairs at a time; each warp
 // reads kWeightRowsPerWarp weight rows: as many outputs, or (GLU) half as
 // many, each from its gate row f and up row I + f, stored as
-// silu(gate) * up in the input's type (swiglu's formula). Lane l sums the
+// act(gate) * up in the input's type (swiglu's or gemma4_geglu's formula). Lane l sums the
 // units l, l + 32, ... (VEC) or the elements l, l + 32, ...; then a
 // butterfly: the same order for a row whatever rows share the pass.
 template <WKind WK, typename TX, bool VEC, bool GLU>
 __global__ void __launch_bounds__(kWarps * 32, 2) moe_matmul_kernel(DevExperts W, MoePlan plan, int k, const TX* x,
-                                                                 int ldx, int x_per_pair, void* out, int ldo,
-                                                                 unsigned long long* bytes_read) {
+                                                                 int ldx, int x_per_pair, MoeGate gate, void* out,
+                                                                 int ldo, unsigned long long* bytes_read) {
   pdl_prologue();
   constexpr int C = kWeightRowsPerWarp, F = GLU ? C / 2 : C;  // weight rows, outputs per warp
   const int u = blockIdx.x;
@@ -306,7 +311,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) moe_matmul_kernel(DevExperts W
         for (int r = 0; r < kRowsPerPass; ++r) {
           if (r >= nr || i >= nf) continue;
           const size_t o = size_t(pair[r]) * ldo + f0 + i;
-          if constexpr (GLU) static_cast<TX*>(out)[o] = from_f32<TX>(mul_rn(silu(acc[i][r]), acc[F + i][r]));
+          if constexpr (GLU) {
+            const float g = gate == MoeGate::Silu ? silu(acc[i][r]) : gelu_tanh(acc[i][r]);
+            static_cast<TX*>(out)[o] = from_f32<TX>(mul_rn(g, acc[F + i][r]));
+          }
           else static_cast<float*>(out)[o] = acc[i][r];
         }
   }
@@ -314,7 +322,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) moe_matmul_kernel(DevExperts W
 
 template <WKind WK, typename TX, bool GLU>
 void launch_matmul(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, int ldx, bool x_per_pair,
-                   void* out, int ldo, unsigned long long* bytes_read, cudaStream_t s) {
+                   MoeGate gate, void* out, int ldo, unsigned long long* bytes_read, cudaStream_t s) {
   constexpr int per_block = kWarps * (GLU ? kWeightRowsPerWarp / 2 : kWeightRowsPerWarp);
   const dim3 grid(unsigned(moe_active_bound(T, k, W.E)), unsigned(ceil_div(GLU ? W.rows / 2 : W.rows, per_block)));
   const bool vec = W.cols % kUnit<WK> == 0 && ldx % 8 == 0;
@@ -323,25 +331,25 @@ void launch_matmul(const DevExperts& W, const MoePlan& plan, int T, int k, const
     // upload_experts keeps quantized widths multiples of 32; the callers' inputs are as wide.
     if (!vec) fail("internal: moe_experts_matmul of a quantized [{}, {}] over rows {} wide", W.rows, W.cols, ldx);
     CUDA_CHECK(launch_kernel(moe_matmul_kernel<WK, TX, true, GLU>, grid, kWarps * 32, 0, s, W, plan, k, xt, ldx,
-                             int(x_per_pair), out, ldo, bytes_read));
+                             int(x_per_pair), gate, out, ldo, bytes_read));
   } else if (vec) {
     CUDA_CHECK(launch_kernel(moe_matmul_kernel<WK, TX, true, GLU>, grid, kWarps * 32, 0, s, W, plan, k, xt, ldx,
-                             int(x_per_pair), out, ldo, bytes_read));
+                             int(x_per_pair), gate, out, ldo, bytes_read));
   } else {
     CUDA_CHECK(launch_kernel(moe_matmul_kernel<WK, TX, false, GLU>, grid, kWarps * 32, 0, s, W, plan, k, xt, ldx,
-                             int(x_per_pair), out, ldo, bytes_read));
+                             int(x_per_pair), gate, out, ldo, bytes_read));
   }
   CUDA_CHECK_LAUNCH("moe_matmul_kernel");
 }
 
 template <typename TX, bool GLU>
 void dispatch_matmul(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, int ldx, bool x_per_pair,
-                     void* out, int ldo, unsigned long long* bytes_read, cudaStream_t s) {
+                     MoeGate gate, void* out, int ldo, unsigned long long* bytes_read, cudaStream_t s) {
   switch (W.kind) {
-    case WKind::F32: return launch_matmul<WKind::F32, TX, GLU>(W, plan, T, k, x, ldx, x_per_pair, out, ldo, bytes_read, s);
-    case WKind::BF16: return launch_matmul<WKind::BF16, TX, GLU>(W, plan, T, k, x, ldx, x_per_pair, out, ldo, bytes_read, s);
-    case WKind::Q4: return launch_matmul<WKind::Q4, TX, GLU>(W, plan, T, k, x, ldx, x_per_pair, out, ldo, bytes_read, s);
-    case WKind::Q8: return launch_matmul<WKind::Q8, TX, GLU>(W, plan, T, k, x, ldx, x_per_pair, out, ldo, bytes_read, s);
+    case WKind::F32: return launch_matmul<WKind::F32, TX, GLU>(W, plan, T, k, x, ldx, x_per_pair, gate, out, ldo, bytes_read, s);
+    case WKind::BF16: return launch_matmul<WKind::BF16, TX, GLU>(W, plan, T, k, x, ldx, x_per_pair, gate, out, ldo, bytes_read, s);
+    case WKind::Q4: return launch_matmul<WKind::Q4, TX, GLU>(W, plan, T, k, x, ldx, x_per_pair, gate, out, ldo, bytes_read, s);
+    case WKind::Q8: return launch_matmul<WKind::Q8, TX, GLU>(W, plan, T, k, x, ldx, x_per_pair, gate, out, ldo, bytes_read, s);
     default: fail("internal: moe_experts_matmul of weight kind {}", int(W.kind));
   }
 }
@@ -350,7 +358,8 @@ void dispatch_matmul(const DevExperts& W, const MoePlan& plan, int T, int k, con
 
 __global__ void __launch_bounds__(256) moe_combine_kernel(const float* y, const int32_t* chosen,
                                                           const float* weights, int k, int H, const float* shared,
-                                                          const float* gate, int gate_ld, float* x, int ldx) {
+                                                          const float* gate, int gate_ld, float* x, int ldx,
+                                                          CombineInto into) {
   pdl_prologue();
   __shared__ int order[kMaxExpertsPerToken];  // row t's slots by rising expert id
   const int t = blockIdx.x, h = blockIdx.y * blockDim.x + threadIdx.x;
@@ -364,17 +373,14 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(const float* y, const 
   }
   __syncthreads();
   if (h >= H) return;
-  const float g = sigmoid(gate[size_t(t) * gate_ld]);
-  {
-    float r = 0.0f;
-    for (int j = 0; j < k; ++j) {
-      const int slot = order[j];
-      r = add_rn(r, mul_rn(y[(size_t(t) * k + slot) * H + h], weights[size_t(t) * k + slot]));
-    }
-    r = add_rn(r, mul_rn(g, shared[size_t(t) * H + h]));
-    float* o = x + size_t(t) * ldx + h;
-    *o = add_rn(*o, r);
+  float r = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    const int slot = order[j];
+    r = add_rn(r, mul_rn(y[(size_t(t) * k + slot) * H + h], weights[size_t(t) * k + slot]));
   }
+  if (shared != nullptr) r = add_rn(r, mul_rn(sigmoid(gate[size_t(t) * gate_ld]), shared[size_t(t) * H + h]));
+  float* o = x + size_t(t) * ldx + h;
+  *o = into == CombineInto::Residual ? add_rn(*o, r) : r;
 }
 
 }  // namespace
@@ -394,32 +400,33 @@ MoePlan moe_plan_at(int* base, int rows, int k, int E) {
   return p;
 }
 
-void moe_route_plan(const float* logits, int ld, int T, int E, int k, int32_t* chosen, float* weights,
-                    const MoePlan& plan, cudaStream_t s) {
+void moe_route_plan(const float* logits, int ld, int T, int E, int k, const float* expert_scale, int32_t* chosen,
+                    float* weights, const MoePlan& plan, cudaStream_t s) {
   if (E > kMaxExperts || k < 1 || k > E || k > kMaxExpertsPerToken || T * k > kMaxPairs)
     fail("internal: moe_route_plan of {} rows, top-{} among {} experts", T, k, E);
   auto kernel = E <= 256 ? moe_route_plan_kernel<8> : E <= 512 ? moe_route_plan_kernel<16> : moe_route_plan_kernel<32>;
-  CUDA_CHECK(launch_kernel(kernel, 1u, kPlanThreads, 0, s, logits, ld, T, E, k, chosen, weights, plan));
+  CUDA_CHECK(launch_kernel(kernel, 1u, kPlanThreads, 0, s, logits, ld, T, E, k, expert_scale, chosen, weights, plan));
   CUDA_CHECK_LAUNCH("moe_route_plan_kernel");
 }
 
 void moe_experts_matmul(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, Act act, int ldx,
                         bool x_per_pair, float* y, int ldy, cudaStream_t s, unsigned long long* bytes_read) {
-  if (act == Act::BF16) dispatch_matmul<bf16, false>(W, plan, T, k, x, ldx, x_per_pair, y, ldy, bytes_read, s);
-  else dispatch_matmul<float, false>(W, plan, T, k, x, ldx, x_per_pair, y, ldy, bytes_read, s);
+  if (act == Act::BF16) dispatch_matmul<bf16, false>(W, plan, T, k, x, ldx, x_per_pair, MoeGate::Silu, y, ldy, bytes_read, s);
+  else dispatch_matmul<float, false>(W, plan, T, k, x, ldx, x_per_pair, MoeGate::Silu, y, ldy, bytes_read, s);
 }
 
-void moe_experts_glu(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, Act act, int ldx,
-                     void* out, int ldo, cudaStream_t s, unsigned long long* bytes_read) {
+void moe_experts_glu(const DevExperts& W, MoeGate gate, const MoePlan& plan, int T, int k, const void* x, Act act,
+                     int ldx, void* out, int ldo, cudaStream_t s, unsigned long long* bytes_read) {
   if (W.rows % 2 != 0) fail("internal: moe_experts_glu of {} rows", W.rows);
-  if (act == Act::BF16) dispatch_matmul<bf16, true>(W, plan, T, k, x, ldx, false, out, ldo, bytes_read, s);
-  else dispatch_matmul<float, true>(W, plan, T, k, x, ldx, false, out, ldo, bytes_read, s);
+  if (act == Act::BF16) dispatch_matmul<bf16, true>(W, plan, T, k, x, ldx, false, gate, out, ldo, bytes_read, s);
+  else dispatch_matmul<float, true>(W, plan, T, k, x, ldx, false, gate, out, ldo, bytes_read, s);
 }
 
 void moe_combine(const float* y, const int32_t* chosen, const float* weights, int T, int k, int H,
-                 const float* shared, const float* gate, int gate_ld, float* x, int ldx, cudaStream_t s) {
-  CUDA_CHECK(launch_kernel(moe_combine_kernel, dim3(unsigned(T), unsigned(ceil_div(H, 256))), 256, 0, s, y, chosen, weights, k, H, shared, gate,
-                           gate_ld, x, ldx));
+                 const float* shared, const float* gate, int gate_ld, float* x, int ldx, CombineInto into,
+                 cudaStream_t s) {
+  CUDA_CHECK(launch_kernel(moe_combine_kernel, dim3(unsigned(T), unsigned(ceil_div(H, 256))), 256, 0, s, y, chosen,
+                           weights, k, H, shared, gate, gate_ld, x, ldx, into));
   CUDA_CHECK_LAUNCH("moe_combine_kernel");
 }
 

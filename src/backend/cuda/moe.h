@@ -55,13 +55,14 @@ inline int moe_active_bound(int rows, int k, int E) { return rows * k < E ? rows
 size_t moe_plan_ints(int rows, int k, int E);
 MoePlan moe_plan_at(int* base, int rows, int k, int E);
 
-// Router (transformers' Qwen3_5MoeTopKRouter) and plan in one launch: per
-// row t, softmax in fp32 over logits[t][0, E) ([T][ld]); the k largest
-// probabilities (ties to the lower expert id) into chosen[t][j] (by falling
-// probability) and weights[t][j] = p / (sum of the k, added in that order);
-// then the plan of the T * k pairs (above).
-void moe_route_plan(const float* logits, int ld, int T, int E, int k, int32_t* chosen, float* weights,
-                    const MoePlan& plan, cudaStream_t s);
+// Router (transformers' Qwen3_5MoeTopKRouter, Gemma4TextRouter's top-k) and
+// plan in one launch: per row t, softmax in fp32 over logits[t][0, E)
+// ([T][ld]); the k largest probabilities (ties to the lower expert id) into
+// chosen[t][j] (by falling probability) and weights[t][j] = p / (sum of the
+// k, added in that order), times expert_scale[e] where given (Gemma 4's
+// per_expert_scale [E]); then the plan of the T * k pairs (above).
+void moe_route_plan(const float* logits, int ld, int T, int E, int k, const float* expert_scale, int32_t* chosen,
+                    float* weights, const MoePlan& plan, cudaStream_t s);
 
 // y[p][n] = sum_c W_e[n][c] * x[in(p)][c] for every pair p = t * k + j
 // routed to an active expert e (n < W.rows): one launch for every expert,
@@ -73,18 +74,28 @@ void moe_route_plan(const float* logits, int ld, int T, int E, int k, int32_t* c
 void moe_experts_matmul(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, Act act, int ldx,
                         bool x_per_pair, float* y, int ldy, cudaStream_t s, unsigned long long* bytes_read = nullptr);
 
-// The same over a gate_up stack (W.rows = 2I: gate rows, then up), SwiGLU
-// in the epilogue: out[p][f] = silu(gate_f) * up_f, f < I, in `act`'s type
-// ([T * k][ldo]); x holds the rows' input (in(p) = p / k). The same bits as
-// moe_experts_matmul followed by swiglu().
-void moe_experts_glu(const DevExperts& W, const MoePlan& plan, int T, int k, const void* x, Act act, int ldx,
-                     void* out, int ldo, cudaStream_t s, unsigned long long* bytes_read = nullptr);
+// The gate activation of a gated expert: Qwen3.5's SwiGLU, Gemma 4's GeGLU
+// (gelu_pytorch_tanh).
+enum class MoeGate { Silu, GeluTanh };
 
-// x[t][h] += (sum over row t's experts by rising id of weights[t][j] *
+// The same over a gate_up stack (W.rows = 2I: gate rows, then up), the GLU
+// in the epilogue: out[p][f] = act(gate_f) * up_f, f < I, in `act`'s type
+// ([T * k][ldo]); x holds the rows' input (in(p) = p / k). The same bits as
+// moe_experts_matmul followed by swiglu() (or gemma4_geglu()).
+void moe_experts_glu(const DevExperts& W, MoeGate gate, const MoePlan& plan, int T, int k, const void* x, Act act,
+                     int ldx, void* out, int ldo, cudaStream_t s, unsigned long long* bytes_read = nullptr);
+
+// Where the combined rows go: added to a residual stream (Qwen3.5), or
+// stored (Gemma 4 norms the experts' sum before it joins the stream).
+enum class CombineInto { Residual, Fresh };
+
+// r[t][h] = (sum over row t's experts by rising id of weights[t][j] *
 // y[t * k + j][h]) + sigmoid(gate[t * gate_ld]) * shared[t][h], h < H
 // (transformers' order: the routed sum into zeros, then the gated shared
-// expert). y is [T * k][H], shared [T][H], x [T][ldx], all fp32.
+// expert; no shared term where shared is null); x[t][h] += r (Residual) or
+// x[t][h] = r (Fresh). y is [T * k][H], shared [T][H], x [T][ldx], all fp32.
 void moe_combine(const float* y, const int32_t* chosen, const float* weights, int T, int k, int H,
-                 const float* shared, const float* gate, int gate_ld, float* x, int ldx, cudaStream_t s);
+                 const float* shared, const float* gate, int gate_ld, float* x, int ldx, CombineInto into,
+                 cudaStream_t s);
 
 }  // namespace nextn::cuda

@@ -24,20 +24,31 @@ namespace nextn::cuda {
 struct LayerContext;
 struct MoeLayer;
 
+// A MoE block's sizes: the routed experts (E, k, width I), and either
+// Qwen3.5's shared expert (width Is > 0: gate_in holds its projections
+// beside the router's) or none (Is 0: Gemma 4, whose dense MLP runs beside).
+struct MoeShape {
+  int H = 0, E = 0, k = 0, I = 0, Is = 0;
+  int gate_ld() const { return Is > 0 ? 2 * Is + E + 1 : E; }
+};
+MoeShape moe_shape(const Qwen35Config& c);
+
 // Per sequence, for calls of up to `rows` rows (the decode workspace's R; a
 // prefill chunk runs in slices of R rows).
 struct MoeScratch {
   MoeScratch() = default;  // none: a dense model
-  MoeScratch(const Qwen35Config& c, Act act, int rows, DeviceMemory& mem);
+  MoeScratch(const MoeShape& m, Act act, int rows, DeviceMemory& mem);
   bool present() const { return rows > 0; }
 
   int rows = 0, gate_ld = 0;
   float* gate_in = nullptr;   // [rows][gate_ld] fp32: shared gate | shared up | router logits | shared_expert_gate
+                              // (Is 0: the router logits alone)
   int32_t* chosen = nullptr;  // [rows][k] expert ids
-  float* weights = nullptr;   // [rows][k] their renormalized probabilities
+  float* weights = nullptr;   // [rows][k] their renormalized probabilities (times any per-expert scale)
   MoePlan plan;               // moe_plan_ints(rows, k, E)
-  void* shared_act = nullptr; // [rows][Is] act: the shared expert's down input
-  float* shared = nullptr;    // [rows][H] fp32: the shared expert's output
+  void* shared_act = nullptr; // [rows][Is] act: the shared expert's down input (Is > 0)
+  float* shared = nullptr;    // [rows][H] fp32: the shared expert's output (Is > 0)
+  float* routed = nullptr;    // [rows][H] fp32: the experts' weighted sum (Is 0; Gemma 4 norms it)
   void* pair_act = nullptr;   // [rows * k][I] act: each pair's down input
   float* y = nullptr;         // [rows * k][H] fp32: each pair's expert output
   // [1] routed-expert bytes read by the grouped passes this scratch served

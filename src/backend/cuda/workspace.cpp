@@ -43,7 +43,7 @@ Workspace::Workspace(const CudaQwen35Weights& w, const WorkspaceDims& dims, cons
   d_walk = mem.alloc<int>(2 * sizeof(int), "walk counters");
   d_head = mem.alloc<HeadCounters>(sizeof(HeadCounters), "head counters");
   CUDA_CHECK(cudaMemset(d_head, 0, sizeof(HeadCounters)));
-  if (c.moe) moe = MoeScratch(c, act, R, mem);
+  if (c.moe) moe = MoeScratch(moe_shape(c), act, R, mem);
 
   h_args = make_pinned<StepArgs>(kArgSlots);
   h_out = make_pinned<int32_t>(size_t(R) + 2);
