@@ -11,7 +11,8 @@
 #     bash scripts/device/moe_record.sh
 #
 # Environment: NEXTN_BUILD (build-cuda), NEXTN_BENCH_BUDGET seconds (540),
-# NEXTN_CK_DIR (/tmp/nextn-ck), NEXTN_MOE_PRESETS ("35b-a3b"),
+# NEXTN_CK_DIR (/tmp/nextn-ck), NEXTN_MOE_PRESETS ("35b-a3b"; a Qwen3.5 MoE
+# preset without its "qwen3.5-", or gemma4-26b-a4b),
 # NEXTN_MOE_TESTS (the gtest filter; "none" skips the tests), NEXTN_MOE_NCU=1
 # (Nsight Compute kernel durations of a few decode steps, clocks left alone,
 # summed per kernel name: logs/ncu_<preset>.txt).
@@ -39,7 +40,30 @@ if [ "$TESTS" != none ]; then
   grep -E "^\[  PASSED  \] [0-9]|^\[  FAILED  \] |^\[cuda|Failure|Expected|Which is|error:" "$LOG/tests.txt" | head -60 >>"$SUMMARY"
 fi
 
+# Gemma 4 26B-A4B q4 with its assistant (preset "gemma4-26b-a4b"): greedy
+# decode (bench decode), then generate --json: greedy, the oracle at
+# acceptance 0.9 / 0.8 / 0.7 without a draft cost, and the real (random)
+# assistant, which runs on the CPU reading the GPU target's K/V: its rounds
+# are what an assistant draft costs today.
+gemma_preset() {
+  local preset=$1 dir=$CK/$1-q4
+  run_step "make_$preset" 240 "$N" make-checkpoint --preset "$preset" --quant q4 --seed 0 --out "$dir/target"
+  run_step "make_${preset}_assistant" 60 "$N" make-checkpoint --preset "$preset-assistant" --quant q4 --seed 0 \
+    --out "$dir/assistant"
+  run_step "decode_$preset" 150 "$N" bench decode --backend cuda -m "$dir/target" --prompt-len 16 -n 128 --repeats 3 \
+    --json
+  local gen=(generate --backend cuda -m "$dir/target" --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 -n 256
+    --ignore-eos --json)
+  run_step "greedy_$preset" 90 "$N" "${gen[@]}"
+  for K in 3 4; do
+    run_step "oracle${K}_$preset" 90 "$N" "${gen[@]}" --draft oracle --accept-rates 0.9,0.8,0.7 --block-size $K
+    run_step "assistant${K}_$preset" 150 "$N" "${gen[@]}" --draft "$dir/assistant" --block-size $K
+  done
+  rm -rf "$dir"
+}
+
 for preset in ${NEXTN_MOE_PRESETS:-35b-a3b}; do
+  case $preset in gemma4-*) gemma_preset "$preset"; continue ;; esac
   dir=$CK/$preset-q4
   run_step "make_$preset" 240 "$N" make-checkpoint --preset "qwen3.5-$preset" --quant q4 --seed 0 --out "$dir"
   if [ "${NEXTN_MOE_NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
