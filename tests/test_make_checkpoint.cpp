@@ -1,10 +1,12 @@
 // nextn make-checkpoint (src/io/synthetic.h): the real presets' configs, the
 // layouts the loader reads (q4 mlx, bf16 HF) with the MTP head, finite and
 // varying outputs through every layer, and byte-for-byte reproducibility from
-// preset + quant + seed (independent of threads and shard size).
+// preset + quant + seed (independent of threads and shard size), also when
+// generated in memory for bench decode --preset.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <set>
 
@@ -130,6 +132,41 @@ TEST(MakeCheckpoint, SameSeedSameBytesAnyThreadsOrShards) {
             read_file((d.path / "model-00001-of-00001.safetensors").string()));
 }
 
+// bench decode --preset's checkpoint, generated in memory: the tensors
+// (names, dtypes, shapes, bytes) and config of the one make-checkpoint
+// writes, and the same greedy tokens.
+TEST(MakeCheckpoint, InMemoryEqualsTheWrittenCheckpoint) {
+  for (const char* quant : {"q4", "bf16"}) {
+    SCOPED_TRACE(quant);
+    TempDir d;
+    make_preset("test-tiny-moe", d.str(), quant, 7, 2, uint64_t(1) << 30);
+    MakeCheckpointOptions o;
+    o.quant = quant;
+    o.seed = 7;
+    o.threads = 3;
+    const Qwen35Checkpoint mem = synthetic_checkpoint_in_memory(*synthetic_preset("test-tiny-moe"), o);
+    const Qwen35Checkpoint disk = Qwen35Checkpoint::open(d.str());
+    EXPECT_NE(mem.dir().find("test-tiny-moe"), std::string::npos) << mem.dir();
+    ASSERT_EQ(mem.store().names(), disk.store().names());
+    for (const std::string& n : disk.store().names()) {
+      const TensorView &a = mem.store().get(n), &b = disk.store().get(n);
+      EXPECT_EQ(a.dtype, b.dtype) << n;
+      EXPECT_EQ(a.shape, b.shape) << n;
+      ASSERT_EQ(a.nbytes, b.nbytes) << n;
+      EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes), 0) << n;
+    }
+    EXPECT_EQ(mem.config().num_experts, disk.config().num_experts);
+    EXPECT_EQ(mem.mtp_layers(), disk.mtp_layers());
+    EXPECT_EQ(mem.layout(), disk.layout());
+    const std::vector<int32_t> prompt{1, 5, 9, 2};
+    auto greedy = [&](const Qwen35Checkpoint& ck) {
+      auto rt = make_runtime(ck, BackendKind::Cpu, 32, RuntimeOptions{.cpu_threads = 2});
+      return greedy_generate(*rt, prompt, 8, /*ignore_eos=*/true).tokens;
+    };
+    EXPECT_EQ(greedy(mem), greedy(disk));
+  }
+}
+
 TEST(MakeCheckpoint, Cli) {
   TempDir d;
   const auto out = (d.path / "m").string();
@@ -149,6 +186,16 @@ TEST(MakeCheckpoint, Cli) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("bytes per decode token"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("prefill 8 tokens/s"), std::string::npos) << r.out;
+  // --preset: generated in memory, named in the report; its flags checked.
+  r = run_cli("bench decode --backend cpu --preset test-tiny --quant bf16 --seed 5 --prompt-len 4 -n 3 --repeats 1 "
+              "--threads 2 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"model\":\"preset test-tiny (bf16, seed 5, in memory)\""), std::string::npos) << r.out;
+  test::expect_one_error_line(run_cli("bench decode --preset qwen3.5-9b"), "unknown preset 'qwen3.5-9b'");
+  test::expect_one_error_line(run_cli("bench decode --preset gemma4-31b"), "unknown preset 'gemma4-31b'");
+  test::expect_one_error_line(run_cli("bench decode --preset test-tiny -m " + out), "not both");
+  test::expect_one_error_line(run_cli("bench decode -m " + out + " --seed 3"), "--preset only");
+  test::expect_one_error_line(run_cli("bench decode --preset test-tiny --quant q8"), "q8");
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
+#include "io/synthetic.h"
 #include "model/runtime.h"
 #include "model/target_model.h"
 
@@ -24,13 +25,34 @@ namespace nextn::cli {
 namespace {
 
 struct DecodeArgs {
-  std::string model, backend = "cpu", draft = "none";
+  std::string model, backend = "cpu", draft = "none", preset, quant = "q4";
+  uint64_t seed = 0;
+  CLI::Option *quant_opt = nullptr, *seed_opt = nullptr;
   RuntimeArgs runtime;
   int max_rows = 0;  // 0: the rows the decode uses
   CLI::Option *block_opt = nullptr, *draft_vocab_opt = nullptr;
   bench::DecodeBenchOptions o;
   bool json = false, breakdown = false;
 };
+
+// -m DIR, or --preset NAME generated in host memory (no file: io/synthetic.h).
+Qwen35Checkpoint open_decode_checkpoint(const DecodeArgs& a) {
+  if (a.preset.empty()) {
+    if (a.quant_opt->count() > 0 || a.seed_opt->count() > 0) fail("--quant and --seed apply to --preset only");
+    return Qwen35Checkpoint::open(model_dir_or_default(a.model));
+  }
+  if (!a.model.empty()) fail("--preset {}: give -m or --preset, not both", a.preset);
+  const auto p = synthetic_preset(a.preset);
+  if (!p) {
+    std::string known;
+    for (const auto& n : synthetic_preset_names()) known += (known.empty() ? "" : ", ") + n;
+    fail("--preset: unknown preset '{}' (bench decode generates Qwen3.5 presets: {})", a.preset, known);
+  }
+  MakeCheckpointOptions o;
+  o.quant = a.quant;
+  o.seed = a.seed;
+  return synthetic_checkpoint_in_memory(*p, o);
+}
 
 void run_decode(const DecodeArgs& a) {
   const BackendKind kind = parse_backend(a.backend);
@@ -46,8 +68,8 @@ void run_decode(const DecodeArgs& a) {
     check_block_size(o.block_size);
   }
   o.draft_vocab = draft_vocab_from_flag(o.draft, a.draft_vocab_opt->count() > 0, a.o.draft_vocab);
-  const std::string dir = model_dir_or_default(a.model);
-  const auto ckpt = Qwen35Checkpoint::open(dir);
+  const auto ckpt = open_decode_checkpoint(a);
+  const std::string& dir = ckpt.dir();
   // Clamped as the runtime clamps it, so the report says what the drafts covered.
   if (o.draft_vocab > 0) o.draft_vocab = effective_draft_vocab(o.draft_vocab, ckpt.config().vocab_size);
   if (o.draft == DraftKind::Mtp && ckpt.mtp_layers() == 0)
@@ -208,6 +230,11 @@ void register_bench(CLI::App& app) {
   auto d = std::make_shared<DecodeArgs>();
   auto* dec = bench_cmd->add_subcommand("decode", "Prefill and plain greedy decode tokens/s");
   dec->add_option("-m,--model", d->model, "Checkpoint directory (default: the shipped model)");
+  dec->add_option("--preset", d->preset,
+                  "Instead of -m: a make-checkpoint Qwen3.5 preset generated in host memory, no file written (a "
+                  "checkpoint larger than the disk, e.g. qwen3.5-122b-a10b)");
+  d->quant_opt = dec->add_option("--quant", d->quant, "--preset: q4 (default), bf16, fp8 or gptq4");
+  d->seed_opt = dec->add_option("--seed", d->seed, "--preset: RNG seed (default 0; the bytes make-checkpoint writes)");
   dec->add_option("--backend", d->backend, "cpu or cuda (default cpu)");
   dec->add_option("--prompt-len", d->o.prompt_len, "Synthetic prompt length (default 64)");
   dec->add_option("-n", d->o.max_new_tokens, "Tokens to generate (default 64)");

@@ -79,11 +79,17 @@ bool is_one_plus_norm(const std::string& logical_in) {
 }
 
 Qwen35Checkpoint Qwen35Checkpoint::open(const std::string& dir) {
+  std::string label = dir;
+  while (label.size() > 1 && label.back() == '/') label.pop_back();
+  Qwen35Config config = load_qwen35_config(dir);
+  return assemble(label, std::move(config), TensorStore::open(dir));
+}
+
+Qwen35Checkpoint Qwen35Checkpoint::assemble(const std::string& label, Qwen35Config config, TensorStore store) {
   Qwen35Checkpoint ck;
-  ck.dir_ = dir;
-  while (ck.dir_.size() > 1 && ck.dir_.back() == '/') ck.dir_.pop_back();
-  ck.config_ = load_qwen35_config(dir);
-  ck.store_ = TensorStore::open(dir);
+  ck.dir_ = label;
+  ck.config_ = std::move(config);
+  ck.store_ = std::move(store);
   const std::vector<std::string> names = ck.store_.names();
 
   std::string why;

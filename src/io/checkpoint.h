@@ -84,6 +84,9 @@ class Qwen35Checkpoint {
   // one MTP layer, tie_word_embeddings false without a stored LM head, or true
   // with a stored head whose bytes differ from the embedding's).
   static Qwen35Checkpoint open(const std::string& dir);
+  // The same checks over a config and tensors already at hand (a checkpoint
+  // generated in memory, io/synthetic.h); `label` stands for the directory.
+  static Qwen35Checkpoint assemble(const std::string& label, Qwen35Config config, TensorStore store);
 
   const Qwen35Config& config() const { return config_; }
   Layout layout() const { return layout_; }

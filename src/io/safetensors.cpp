@@ -326,6 +326,20 @@ TensorStore TensorStore::open(const std::string& path) {
   return s;
 }
 
+TensorStore TensorStore::in_memory(const std::string& label, std::vector<TensorView> views,
+                                   std::shared_ptr<const void> memory) {
+  TensorStore s;
+  s.path_ = label;
+  s.label_ = std::make_shared<const std::string>(label);
+  s.memory_ = std::move(memory);
+  s.views_ = std::move(views);  // not resized again: index_ points into it
+  for (TensorView& v : s.views_) {
+    v.file = s.label_.get();
+    if (!s.index_.emplace(v.name, &v).second) fail("{}: tensor '{}' given twice", label, printable(v.name));
+  }
+  return s;
+}
+
 const TensorView* TensorStore::find(const std::string& name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : it->second;

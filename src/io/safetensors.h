@@ -68,6 +68,12 @@ class TensorStore {
   // `path` is a directory (model.safetensors, or model.safetensors.index.json
   // and its shards, or else every *.safetensors in it) or one .safetensors file.
   static TensorStore open(const std::string& path);  // throws Error
+  // Tensors held in memory, no file behind them (a checkpoint generated for a
+  // benchmark, io/synthetic.h): the views point into `memory`, which the
+  // store keeps alive; `label` stands for the path in messages. Throws Error
+  // for a name given twice.
+  static TensorStore in_memory(const std::string& label, std::vector<TensorView> views,
+                               std::shared_ptr<const void> memory);
 
   const TensorView* find(const std::string& name) const;  // nullptr if absent
   const TensorView& get(const std::string& name) const;   // throws "error: <dir>: missing tensor <name>"
@@ -77,6 +83,10 @@ class TensorStore {
  private:
   std::string path_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  // in_memory: the views (their `file` points at *label_) and their bytes.
+  std::vector<TensorView> views_;
+  std::shared_ptr<const std::string> label_;
+  std::shared_ptr<const void> memory_;
   std::map<std::string, const TensorView*> index_;
 };
 

@@ -15,8 +15,14 @@
 #include <numeric>
 #include <thread>
 
+#include <sys/mman.h>
+
+#include <cerrno>
+
 #include "core/dtype.h"
 #include "core/error.h"
+#include "io/checkpoint.h"
+#include "io/config.h"
 #include "io/safetensors.h"
 #include "io/synthetic_rng.h"
 #include "io/synthetic_specs.h"
@@ -403,6 +409,50 @@ MakeCheckpointReport make_checkpoint(const SyntheticPreset& p, const MakeCheckpo
                                      const std::string& out_dir) {
   return write_synthetic(qwen35_synthetic_specs(p, o.quant), synthetic_config_json(p, o.quant), o.quant == "q4" ? "mlx" : "pt", o,
                          out_dir);
+}
+
+Qwen35Checkpoint synthetic_checkpoint_in_memory(const SyntheticPreset& p, const MakeCheckpointOptions& o) {
+  const std::vector<Spec> specs = qwen35_synthetic_specs(p, o.quant);
+  const std::string label = fmt::format("preset {} ({}, seed {}, in memory)", p.name, o.quant, o.seed);
+  // One anonymous mapping for every tensor, each at a 64-byte offset; its
+  // pages are touched first by the threads that fill them.
+  std::vector<uint64_t> at(specs.size());
+  uint64_t total = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    at[i] = total;
+    total += (specs[i].nbytes() + 63) / 64 * 64;
+  }
+  void* map = ::mmap(nullptr, std::max<uint64_t>(total, 1), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map == MAP_FAILED)
+    fail("{}: cannot map {:.2f} GiB of host memory: {}", label, double(total) / double(1ull << 30), std::strerror(errno));
+  std::shared_ptr<const void> memory(map, [size = std::max<uint64_t>(total, 1)](const void* m) {
+    ::munmap(const_cast<void*>(m), size);
+  });
+  auto* base = static_cast<uint8_t*>(map);
+  struct Task {
+    size_t t;
+    int64_t begin, end;
+  };
+  std::vector<Task> tasks;
+  constexpr int64_t kChunk = int64_t(1) << 20;
+  for (size_t i = 0; i < specs.size(); ++i)
+    for (int64_t c = 0, n = specs[i].numel(); c < n; c += kChunk) tasks.push_back({i, c, std::min(n, c + kChunk)});
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < tasks.size();)
+      fill_range(specs[tasks[k].t], o.seed, tasks[k].begin, tasks[k].end, base + at[tasks[k].t]);
+  };
+  std::vector<std::thread> pool;
+  for (int i = 1; i < thread_count(o.threads); ++i) pool.emplace_back(worker);
+  worker();
+  for (auto& th : pool) th.join();
+  std::vector<TensorView> views;
+  views.reserve(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i)
+    views.push_back({specs[i].name, specs[i].dtype, specs[i].shape, base + at[i], size_t(specs[i].nbytes()), nullptr});
+  const std::string config = synthetic_config_json(p, o.quant);
+  return Qwen35Checkpoint::assemble(label, parse_qwen35_config(config, label + " config.json"),
+                                    TensorStore::in_memory(label, std::move(views), std::move(memory)));
 }
 
 MakeCheckpointReport write_synthetic(const std::vector<Spec>& specs, const std::string& config_json,

@@ -49,6 +49,8 @@
 
 namespace nextn {
 
+class Qwen35Checkpoint;
+
 struct SyntheticPreset {
   std::string name;
   int hidden = 0, layers = 0, intermediate = 0, heads = 0, kv_heads = 0, head_dim = 0;
@@ -113,5 +115,11 @@ SyntheticCheckpointSize synthetic_checkpoint_size(const SyntheticPreset& p, cons
 // Throws Error.
 MakeCheckpointReport make_checkpoint(const SyntheticPreset& p, const MakeCheckpointOptions& o,
                                      const std::string& out_dir);
+
+// The same checkpoint (the same bytes: shard_bytes aside, o as above) in host
+// memory, opened, without a file: what `bench decode --preset` runs, so a
+// preset larger than the disk (the 122B-A10B at q4 is 65 GiB) loads straight
+// from memory to the device. Throws Error (the mapping's failure included).
+Qwen35Checkpoint synthetic_checkpoint_in_memory(const SyntheticPreset& p, const MakeCheckpointOptions& o);
 
 }  // namespace nextn
