@@ -12,7 +12,9 @@
 #
 # Environment: NEXTN_BUILD (build-cuda), NEXTN_BENCH_BUDGET seconds (540),
 # NEXTN_CK_DIR (/tmp/nextn-ck), NEXTN_MOE_PRESETS ("35b-a3b"; a Qwen3.5 MoE
-# preset without its "qwen3.5-", or gemma4-26b-a4b),
+# preset without its "qwen3.5-", or gemma4-26b-a4b), NEXTN_MOE_MEMORY_PRESETS
+# (none; Qwen3.5 presets run from host memory, e.g. "122b-a10b"; last),
+# NEXTN_MOE_VERIFY=1 (the verify arms on each Qwen3.5 preset),
 # NEXTN_MOE_TESTS (the gtest filter; "none" skips the tests), NEXTN_MOE_NCU=1
 # (Nsight Compute kernel durations of a few decode steps, clocks left alone,
 # summed per kernel name: logs/ncu_<preset>.txt).
@@ -62,10 +64,29 @@ gemma_preset() {
   rm -rf "$dir"
 }
 
+# A Qwen3.5 preset generated in host memory by bench decode --preset (no
+# file: the 122B-A10B q4 is 65 GiB, the disk's size): greedy decode against
+# its roofline, then MTP rounds at K = 3 (each bench generates it again).
+memory_preset() {
+  local preset=$1
+  local common=(bench decode --backend cuda --preset "qwen3.5-$preset" --quant q4 --seed 0 --prompt-len 16 -n 64)
+  run_step "decode_$preset" 240 "$N" "${common[@]}" --repeats 2 --json
+  run_step "mtp3_$preset" 200 "$N" "${common[@]}" --repeats 1 --draft mtp --block-size 3 --json
+}
+
+# The verify arms at the MoE shape (NEXTN_MOE_VERIFY=1): bench verify with
+# the oracle at acceptance 0.8 at the MTP head's cost, K = 2, 3, 4, 8, every arm.
+verify_rows() {
+  local preset=$1 dir=$2
+  run_step "verify_$preset" 240 "$N" bench verify --backend cuda -m "$dir" --draft oracle --accept-rate 0.8 \
+    --draft-cost mtp --block-sizes 2,3,4,8 --verify batched,walk,pad,fused --repeats 3 -n 64 --json
+}
+
 for preset in ${NEXTN_MOE_PRESETS:-35b-a3b}; do
   case $preset in gemma4-*) gemma_preset "$preset"; continue ;; esac
   dir=$CK/$preset-q4
   run_step "make_$preset" 240 "$N" make-checkpoint --preset "qwen3.5-$preset" --quant q4 --seed 0 --out "$dir"
+  if [ "${NEXTN_MOE_VERIFY:-0}" = 1 ]; then verify_rows "$preset" "$dir"; fi
   if [ "${NEXTN_MOE_NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
     # Past the load's packing kernels and the prompt's forward: about two decode steps' kernels.
     run_step "ncu_raw_$preset" 180 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
@@ -88,6 +109,8 @@ for preset in ${NEXTN_MOE_PRESETS:-35b-a3b}; do
   done
   rm -rf "$dir"
 done
+
+for preset in ${NEXTN_MOE_MEMORY_PRESETS:-}; do memory_preset "$preset"; done
 
 say "elapsed: $(( $(date +%s) - START )) s"
 record_finish
