@@ -15,7 +15,8 @@
 # test phases by one; NEXTN_T_{OPS,MODEL,SPEC,GEMMA4,BENCH} are the phase limits (s);
 # NEXTN_DEVICE_SYNTH=1 times decoding on a random 0.8B-shape checkpoint;
 # NEXTN_UNSEEN_GEMMA4=1 runs scripts/fixtures/check_unseen_gemma4.py on the
-# GPU in the fp32 mode (needs torch and transformers, as the machine has).
+# GPU in the fp32 mode (needs torch and transformers, as the machine has);
+# NEXTN_UNSEEN_QWEN_MOE=1 runs check_unseen.py's Qwen3.5 MoE variants likewise.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -45,6 +46,8 @@ else
   phases+=("batch|*CudaBatch.*:CudaBatchSynthetic.*|${NEXTN_T_BATCH:-300}")
   # Gemma 4 (tests/test_cuda_gemma4.cpp): parity, then speculative == greedy.
   phases+=("gemma4|*CudaGemma4.*:CudaGemma4Errors.*:CudaGemma4Wide.*:*CudaGemma4Spec.*:CudaGemma4Quantized.*|${NEXTN_T_GEMMA4:-300}")
+  # Mixture of experts (tests/test_cuda_moe_kernels.cpp, test_cuda_moe.cpp; Gemma 4 MoE is in the gemma4 phase).
+  phases+=("moe|CudaMoeKernels.*:Fixtures/CudaMoe.*:Formats/CudaMoeSynthetic.*|${NEXTN_T_MOE:-180}")
   # transformers' formats (tests/test_hf_quant_e2e.cpp): fp32 mode == the dequantized copy and the CPU.
   phases+=("formats|Formats/QuantE2ECuda.*|${NEXTN_T_FORMATS:-240}")
   [ "${NEXTN_DEVICE_BENCH:-0}" = 1 ] && phases+=("bench|CudaBench.*|${NEXTN_T_BENCH:-90}")
@@ -135,15 +138,31 @@ else
     done
   fi
 
-  # Gemma 4 checkpoints no test has seen (new seeds, sizes, windows), made by
-  # transformers here: the GPU in the fp32 mode gives transformers' greedy
-  # tokens, plainly and with the assistant at K = 2, 3, 5, 8.
+  # Gemma 4 checkpoints no test has seen (new seeds, sizes, windows; MoE
+  # targets among them), made by transformers here: the GPU in the fp32 mode
+  # gives transformers' greedy tokens, plainly and with the assistant at
+  # K = 2, 3, 5, 8. NEXTN_UNSEEN_GEMMA4_ONLY: "--only NAME ..." of the script.
   if [ "${NEXTN_UNSEEN_GEMMA4:-0}" = 1 ]; then
+    # shellcheck disable=SC2086
     timeout "${NEXTN_T_UNSEEN:-300}" python3 scripts/fixtures/check_unseen_gemma4.py \
-      --nextn "$BUILD/nextn" --backend cuda >"$LOG/unseen_gemma4.txt" 2>&1
+      --nextn "$BUILD/nextn" --backend cuda ${NEXTN_UNSEEN_GEMMA4_ONLY:-} >"$LOG/unseen_gemma4.txt" 2>&1
     rc=$?
     say "unseen gemma4 (cuda, fp32 mode): exit $rc; $(tail -1 "$LOG/unseen_gemma4.txt")"
     grep -v ": ok$" "$LOG/unseen_gemma4.txt" | head -20 >>"$SUMMARY"
+    [ $rc -ne 0 ] && status=1
+  fi
+  # Qwen3.5 MoE checkpoints no test has seen (scripts/fixtures/check_unseen.py's
+  # um-* variants: per-expert, stacked, top-k = E, mlx switch_mlp q4), made by
+  # transformers here: the fp32 mode gives transformers' greedy tokens and MTP
+  # drafts, and speculative == greedy at K = 2, 3, 5.
+  if [ "${NEXTN_UNSEEN_QWEN_MOE:-0}" = 1 ]; then
+    only=()
+    for v in um-e16k4-h64 um-cond-e8k2-stacked um-e4k4 um-e12k3-mlx-q4; do only+=(--only "$v"); done
+    timeout "${NEXTN_T_UNSEEN:-300}" python3 scripts/fixtures/check_unseen.py --nextn "$BUILD/nextn" --backend cuda \
+      "${only[@]}" >"$LOG/unseen_qwen_moe.txt" 2>&1
+    rc=$?
+    say "unseen qwen3.5 moe (cuda, fp32 mode): exit $rc; $(tail -1 "$LOG/unseen_qwen_moe.txt")"
+    grep -E "^\| um|FAIL|Error|error" "$LOG/unseen_qwen_moe.txt" | head -20 >>"$SUMMARY"
     [ $rc -ne 0 ] && status=1
   fi
 fi
