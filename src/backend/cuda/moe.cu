@@ -48,7 +48,10 @@ __device__ void route_row(const float* l, int E, int k, const float* expert_scal
   const float sum = warp_sum(part);
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) p[i] = lane + 32 * i < E ? __fdiv_rn(p[i], sum) : -1.0f;
-  float top_sum = 0.0f;
+  // Slot j's expert and probability stay in lane j's registers (k <= 32):
+  // no global round trip per slot; the lanes write their slots at the end.
+  float top_sum = 0.0f, mine_v = 0.0f;
+  int mine_i = 0;
   for (int j = 0; j < k; ++j) {
     ArgMax b{-1.0f, E};
 #pragma unroll
@@ -57,28 +60,24 @@ __device__ void route_row(const float* l, int E, int k, const float* expert_scal
     b = warp_argmax(b);
     if (b.i >= E) {  // only NaN probabilities left (NaN logits): the lowest id not taken, weight 0
       b = {0.0f, 0};
-      for (bool taken = true; taken; ) {
-        taken = false;
-        for (int q = 0; q < j; ++q) taken = taken || chosen[q] == b.i;
-        if (taken) ++b.i;
-      }
+      while (__any_sync(0xffffffffu, lane < j && mine_i == b.i)) ++b.i;
     }
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i)
       if (lane + 32 * i == b.i) p[i] = -1.0f;
-    if (lane == 0) {
-      chosen[j] = b.i;
-      weights[j] = b.v;
-      expert_of[j] = b.i;
+    if (lane == j) {
+      mine_v = b.v;
+      mine_i = b.i;
     }
-    __syncwarp();
     top_sum = add_rn(top_sum, b.v);
   }
-  if (lane == 0)
-    for (int j = 0; j < k; ++j) {
-      weights[j] = __fdiv_rn(weights[j], top_sum);
-      if (expert_scale != nullptr) weights[j] = mul_rn(weights[j], expert_scale[chosen[j]]);
-    }
+  if (lane < k) {
+    float w = __fdiv_rn(mine_v, top_sum);
+    if (expert_scale != nullptr) w = mul_rn(w, expert_scale[mine_i]);
+    chosen[lane] = mine_i;
+    weights[lane] = w;
+    expert_of[lane] = mine_i;
+  }
 }
 
 // One block: every row's top-k (a warp per row), then the plan of the T * k
@@ -362,8 +361,10 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(const float* y, const 
                                                           CombineInto into) {
   pdl_prologue();
   __shared__ int order[kMaxExpertsPerToken];  // row t's slots by rising expert id
+  __shared__ int32_t c[kMaxExpertsPerToken];  // row t's experts, read once in parallel
   const int t = blockIdx.x, h = blockIdx.y * blockDim.x + threadIdx.x;
-  const int32_t* c = chosen + size_t(t) * k;
+  if (threadIdx.x < k) c[threadIdx.x] = chosen[size_t(t) * k + threadIdx.x];
+  __syncthreads();
   if (threadIdx.x == 0) {
     for (int j = 0; j < k; ++j) {
       int i = j;
