@@ -17,7 +17,6 @@ namespace {
 
 constexpr int kMaxPairs = kMaxRows * kMaxExpertsPerToken;  // (row, slot) pairs the plan's shared memory holds
 constexpr int kPlanThreads = 256;
-constexpr int kExpertsPerThread = kMaxExperts / kPlanThreads;  // the plan's scan, blocked
 constexpr int kWeightRowsPerWarp = 4;  // weight rows per warp of the grouped matmul
 constexpr int kWarps = 8;
 constexpr int kRowsPerPass = 2;        // rows one pass over a warp's weights serves
@@ -90,11 +89,15 @@ __global__ void __launch_bounds__(kPlanThreads) moe_route_plan_kernel(const floa
   pdl_prologue();
   using Scan = cub::BlockScan<int, kPlanThreads>;
   __shared__ typename Scan::TempStorage scan;
-  __shared__ int count[kMaxExperts];
-  __shared__ int cursor[kMaxExperts];
+  // The plan's scan covers the experts the lanes can hold (32 kPerLane, at
+  // least E), blocked: a thread takes kExpertsPerThread consecutive ones.
+  constexpr int kExperts = 32 * kPerLane, kExpertsPerThread = kExperts / kPlanThreads;
+  static_assert(kExpertsPerThread >= 1 && kExperts <= kMaxExperts, "the scan's experts");
+  __shared__ int count[kExperts];
+  __shared__ int cursor[kExperts];
   __shared__ int expert_of[kMaxPairs];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, P = T * k;
-  for (int e = threadIdx.x; e < kMaxExperts; e += kPlanThreads) count[e] = 0;
+  for (int e = threadIdx.x; e < kExperts; e += kPlanThreads) count[e] = 0;
   for (int t = warp; t < T; t += kPlanThreads / 32)
     route_row<kPerLane>(logits + size_t(t) * ld, E, k, expert_scale, lane, chosen + size_t(t) * k,
                         weights + size_t(t) * k, expert_of + t * k);
