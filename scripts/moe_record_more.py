@@ -10,6 +10,8 @@ Whatever each call's logs hold of:
     greedy decode (median/min/max, share of the active-bytes roofline, peak
     memory over the budget) and the MTP round at K = 3 (random MTP head,
     never accepted: a round is drafting + verifying 3 rows) over a step;
+  - the 35B-A3B greedy decode (bench decode --json) and, where the call ran
+    Nsight Compute, the routing kernels' mean durations;
   - the verify arms at the 35B-A3B shape (bench verify --json): tokens/s per
     K and arm, each arm over batched;
   - Gemma 4 26B-A4B q4 (generate --json, 256 tokens, one run each): greedy,
@@ -49,6 +51,25 @@ def rows_122b(d, commit):
         mtp = load(m)
         step = dec["decode_ms_per_token"]["median"]
         row["k3_round_over_step"] = round(mtp["decode_ms_per_round"]["median"] / step, 3)
+    return [row]
+
+
+def rows_35b(d, commit):
+    """The 35B-A3B greedy decode of a call, and its routing kernels' mean
+    durations under Nsight Compute where the call took them."""
+    p = os.path.join(d, "decode_35b-a3b.txt")
+    if not os.path.exists(p):
+        return []
+    dec = load(p)
+    row = {"shape": "qwen3.5-35b-a3b", "quant": "q4", "commit": commit,
+           "decode_tok_s": summary(dec["decode_tokens_per_second"]),
+           "roofline_share": round(dec["roofline"]["fraction_of_roofline"], 4)}
+    n = os.path.join(d, "ncu_35b-a3b.txt")
+    if os.path.exists(n):
+        for line in open(n):
+            for k in ("moe_route_plan_kernel", "moe_combine_kernel", "moe_matmul_kernel"):
+                if k in line:
+                    row[k + "_mean_us"] = float(line.split()[-2])
     return [row]
 
 
@@ -103,12 +124,13 @@ def main():
     if len(sys.argv) < 2:
         sys.exit("usage: moe_record_more.py DIR [--json OUT.json]")
     root = sys.argv[1]
-    rows = {"qwen122b": [], "verify": [], "gemma": []}
+    rows = {"qwen122b": [], "qwen35b": [], "verify": [], "gemma": []}
     for c in sorted(os.listdir(root)):
         d = os.path.join(root, c)
         if not os.path.isdir(d):
             continue
         rows["qwen122b"] += rows_122b(d, c)
+        rows["qwen35b"] += rows_35b(d, c)
         rows["verify"] += rows_verify(d, c)
         rows["gemma"] += rows_gemma(d, c)
     print("| shape | commit | decode tok/s median [min, max] (repeats) | roofline tok/s | share | peak / budget | K=3 round / step |")
@@ -117,6 +139,14 @@ def main():
         t = r["decode_tok_s"]
         print(f"| {r['shape']} q4 (host memory) | {r['commit']} | {t['median']} [{t['min']}, {t['max']}] ({t['repeats']}) | "
               f"{r['roofline_tok_s']} | {r['roofline_share']:.1%} | {r['peak_over_budget']} | {r.get('k3_round_over_step', '-')} |")
+    print()
+    print("| shape | commit | decode tok/s median [min, max] (repeats) | share | route_plan us | combine us |")
+    print("|---|---|---|---|---|---|")
+    for r in rows["qwen35b"]:
+        t = r["decode_tok_s"]
+        print(f"| {r['shape']} q4 | {r['commit']} | {t['median']} [{t['min']}, {t['max']}] ({t['repeats']}) | "
+              f"{r['roofline_share']:.1%} | {r.get('moe_route_plan_kernel_mean_us', '-')} | "
+              f"{r.get('moe_combine_kernel_mean_us', '-')} |")
     print()
     print("| K | arm | tok/s median [min, max] | over batched | round ms | tokens match |")
     print("|---|---|---|---|---|---|")
