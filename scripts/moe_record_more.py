@@ -120,6 +120,20 @@ def rows_gemma(d, commit):
     return [row]
 
 
+def spread(t, repeats=True):
+    """"median [min, max] (repeats)" of a summary()."""
+    return f"{t['median']} [{t['min']}, {t['max']}]" + (f" ({t['repeats']})" if repeats else "")
+
+
+def table(header, rows):
+    """A markdown table and a blank line after it."""
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for r in rows:
+        print("| " + " | ".join(str(c) for c in r) + " |")
+    print()
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit("usage: moe_record_more.py DIR [--json OUT.json]")
@@ -133,28 +147,18 @@ def main():
         rows["qwen35b"] += rows_35b(d, c)
         rows["verify"] += rows_verify(d, c)
         rows["gemma"] += rows_gemma(d, c)
-    print("| shape | commit | decode tok/s median [min, max] (repeats) | roofline tok/s | share | peak / budget | K=3 round / step |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows["qwen122b"]:
-        t = r["decode_tok_s"]
-        print(f"| {r['shape']} q4 (host memory) | {r['commit']} | {t['median']} [{t['min']}, {t['max']}] ({t['repeats']}) | "
-              f"{r['roofline_tok_s']} | {r['roofline_share']:.1%} | {r['peak_over_budget']} | {r.get('k3_round_over_step', '-')} |")
-    print()
-    print("| shape | commit | decode tok/s median [min, max] (repeats) | share | route_plan us | combine us |")
-    print("|---|---|---|---|---|---|")
-    for r in rows["qwen35b"]:
-        t = r["decode_tok_s"]
-        print(f"| {r['shape']} q4 | {r['commit']} | {t['median']} [{t['min']}, {t['max']}] ({t['repeats']}) | "
-              f"{r['roofline_share']:.1%} | {r.get('moe_route_plan_kernel_mean_us', '-')} | "
-              f"{r.get('moe_combine_kernel_mean_us', '-')} |")
-    print()
-    print("| K | arm | tok/s median [min, max] | over batched | round ms | tokens match |")
-    print("|---|---|---|---|---|---|")
-    for r in rows["verify"]:
-        t = r["tok_s"]
-        print(f"| {r['block_size']} | {r['verify']} | {t['median']} [{t['min']}, {t['max']}] | {r['over_batched']:.3f} | "
-              f"{r['round_ms']} | {r['tokens_match']} |")
-    print()
+    table(["shape", "commit", "decode tok/s median [min, max] (repeats)", "roofline tok/s", "share",
+           "peak / budget", "K=3 round / step"],
+          [[f"{r['shape']} q4 (host memory)", r["commit"], spread(r["decode_tok_s"]), r["roofline_tok_s"],
+            f"{r['roofline_share']:.1%}", r["peak_over_budget"], r.get("k3_round_over_step", "-")]
+           for r in rows["qwen122b"]])
+    table(["shape", "commit", "decode tok/s median [min, max] (repeats)", "share", "route_plan us", "combine us"],
+          [[f"{r['shape']} q4", r["commit"], spread(r["decode_tok_s"]), f"{r['roofline_share']:.1%}",
+            r.get("moe_route_plan_kernel_mean_us", "-"), r.get("moe_combine_kernel_mean_us", "-")]
+           for r in rows["qwen35b"]])
+    table(["K", "arm", "tok/s median [min, max]", "over batched", "round ms", "tokens match"],
+          [[r["block_size"], r["verify"], spread(r["tok_s"], repeats=False), f"{r['over_batched']:.3f}", r["round_ms"],
+            r["tokens_match"]] for r in rows["verify"]])
     for r in rows["gemma"]:
         print(f"gemma4-26b-a4b q4 ({r['commit']}): greedy {r['greedy_tok_s']} tok/s ({r['step_ms']} ms/step)")
         for k in (3, 4):

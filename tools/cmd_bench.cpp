@@ -2,6 +2,8 @@
 // `verify` prints every arm's counters before any timing and refuses (exit 2,
 // no table) when an arm's counters do not match its identity or the arms
 // disagree on tokens (src/bench/verify_bench.h).
+#include <fmt/ranges.h>
+
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -43,11 +45,9 @@ Qwen35Checkpoint open_decode_checkpoint(const DecodeArgs& a) {
   }
   if (!a.model.empty()) fail("--preset {}: give -m or --preset, not both", a.preset);
   const auto p = synthetic_preset(a.preset);
-  if (!p) {
-    std::string known;
-    for (const auto& n : synthetic_preset_names()) known += (known.empty() ? "" : ", ") + n;
-    fail("--preset: unknown preset '{}' (bench decode generates Qwen3.5 presets: {})", a.preset, known);
-  }
+  if (!p)
+    fail("--preset: unknown preset '{}' (bench decode generates Qwen3.5 presets: {})", a.preset,
+         fmt::join(synthetic_preset_names(), ", "));
   MakeCheckpointOptions o;
   o.quant = a.quant;
   o.seed = a.seed;

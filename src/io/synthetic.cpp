@@ -289,6 +289,31 @@ int thread_count(int requested) {
   return int(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+// Fills specs [b, e) into out[i - b] (each specs[i].nbytes() long) on
+// `threads` threads, in chunks of 2^20 elements taken in turn: every element
+// is a function of (seed, name, index), so the bytes do not depend on the
+// thread count.
+void fill_specs(const std::vector<Spec>& specs, size_t b, size_t e, const std::vector<uint8_t*>& out, uint64_t seed,
+                int threads) {
+  struct Task {
+    size_t t;
+    int64_t begin, end;
+  };
+  std::vector<Task> tasks;
+  constexpr int64_t kChunk = int64_t(1) << 20;
+  for (size_t i = b; i < e; ++i)
+    for (int64_t c = 0, n = specs[i].numel(); c < n; c += kChunk) tasks.push_back({i, c, std::min(n, c + kChunk)});
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < tasks.size();)
+      fill_range(specs[tasks[k].t], seed, tasks[k].begin, tasks[k].end, out[tasks[k].t - b]);
+  };
+  std::vector<std::thread> pool;
+  for (int i = 1; i < threads; ++i) pool.emplace_back(worker);
+  worker();
+  for (auto& th : pool) th.join();
+}
+
 }  // namespace
 
 std::optional<SyntheticPreset> synthetic_preset(const std::string& name) {
@@ -429,23 +454,9 @@ Qwen35Checkpoint synthetic_checkpoint_in_memory(const SyntheticPreset& p, const 
     ::munmap(const_cast<void*>(m), size);
   });
   auto* base = static_cast<uint8_t*>(map);
-  struct Task {
-    size_t t;
-    int64_t begin, end;
-  };
-  std::vector<Task> tasks;
-  constexpr int64_t kChunk = int64_t(1) << 20;
-  for (size_t i = 0; i < specs.size(); ++i)
-    for (int64_t c = 0, n = specs[i].numel(); c < n; c += kChunk) tasks.push_back({i, c, std::min(n, c + kChunk)});
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t k; (k = next.fetch_add(1)) < tasks.size();)
-      fill_range(specs[tasks[k].t], o.seed, tasks[k].begin, tasks[k].end, base + at[tasks[k].t]);
-  };
-  std::vector<std::thread> pool;
-  for (int i = 1; i < thread_count(o.threads); ++i) pool.emplace_back(worker);
-  worker();
-  for (auto& th : pool) th.join();
+  std::vector<uint8_t*> out(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) out[i] = base + at[i];
+  fill_specs(specs, 0, specs.size(), out, o.seed, thread_count(o.threads));
   std::vector<TensorView> views;
   views.reserve(specs.size());
   for (size_t i = 0; i < specs.size(); ++i)
@@ -492,30 +503,14 @@ MakeCheckpointReport write_synthetic(const std::vector<Spec>& specs, const std::
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   for (size_t s = 0; s < shards.size(); ++s) {
     const std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
-    const size_t b = shards[s].first, e = shards[s].second;  // not a structured binding: clang 14 cannot capture one
+    const size_t b = shards[s].first, e = shards[s].second;
     std::vector<std::vector<uint8_t>> bufs(e - b);
-    struct Task {
-      size_t t;
-      int64_t begin, end;
-    };
-    std::vector<Task> tasks;
-    constexpr int64_t kChunk = int64_t(1) << 20;
+    std::vector<uint8_t*> dst(e - b);
     for (size_t i = b; i < e; ++i) {
       bufs[i - b].resize(specs[i].nbytes());
-      const int64_t n = specs[i].numel();
-      for (int64_t c = 0; c < n; c += kChunk) tasks.push_back({i, c, std::min(n, c + kChunk)});
+      dst[i - b] = bufs[i - b].data();
     }
-    std::atomic<size_t> next{0};
-    auto worker = [&] {
-      for (size_t k; (k = next.fetch_add(1)) < tasks.size();) {
-        const Task& t = tasks[k];
-        fill_range(specs[t.t], o.seed, t.begin, t.end, bufs[t.t - b].data());
-      }
-    };
-    std::vector<std::thread> pool;
-    for (int i = 1; i < threads; ++i) pool.emplace_back(worker);
-    worker();
-    for (auto& th : pool) th.join();
+    fill_specs(specs, b, e, dst, o.seed, threads);
 
     std::vector<TensorToWrite> out;
     for (size_t i = b; i < e; ++i) {
