@@ -447,25 +447,29 @@ TEST(CudaOps, AttentionMatchesCpuAndIsBatchInvariant) {
       std::vector<float> inv(static_cast<size_t>(a.rd / 2));
       for (size_t i = 0; i < inv.size(); ++i) inv[i] = float(1.0 / std::pow(1e7, double(2 * i) / double(a.rd)));
       DevBuf dproj(proj.size() * 4), dqn(qn.size() * 4), dkn(kn.size() * 4), dinv(inv.size() * 4), dpos(4),
-          dq(size_t(c.T) * a.Hq * hd * 4), dk(cache_k.size() * esz), dv(cache_v.size() * esz),
-          part(size_t(cuda::attn_partial_floats(a, c.max_tokens)) * 4), dout(size_t(c.T) * a.Hq * hd * esz);
+          dq(size_t(c.T) * a.Hq * hd * 4), part(size_t(cuda::attn_partial_floats(a, c.max_tokens)) * 4), dout(size_t(c.T) * a.Hq * hd * esz);
       dproj.put(proj);
       dqn.put(qn);
       dkn.put(kn);
       dinv.put(inv);
       dpos.put(std::vector<int>{c.pos});
+      test::PagedKv kv(c.max_tokens, size_t(kv_row) * esz);
       if (act == Act::F32) {
-        dk.put(cache_k);
-        dv.put(cache_v);
+        kv.put(0, cache_k);
+        kv.put(1, cache_v);
       } else {
-        dk.put(test::to_bf16_bits(cache_k));
-        dv.put(test::to_bf16_bits(cache_v));
+        kv.put(0, test::to_bf16_bits(cache_k));
+        kv.put(1, test::to_bf16_bits(cache_v));
       }
       cuda::attn_prepare(a, dproj.as<float>(), ld, c.T, dqn.as<float>(), dkn.as<float>(), dinv.as<float>(),
-                         dpos.as<int>(), dq.as<float>(), dk.p, dv.p, act, nullptr);
+                         dpos.as<int>(), dq.as<float>(), kv.view(), act, nullptr);
       // q, k (norm + rope) and v against the CPU ops
       const auto q = dq.get<float>(size_t(c.T) * a.Hq * hd);
-      const auto kc = as_floats(dk, cache_k.size(), act), vc = as_floats(dv, cache_v.size(), act);
+      auto held = [&](int which) {
+        return act == Act::F32 ? kv.get<float>(which, c.max_tokens)
+                               : test::bf16_bits_to_f32(kv.get<uint16_t>(which, c.max_tokens));
+      };
+      const auto kc = held(0), vc = held(1);
       std::vector<float> ref_q(q.size()), ref_k, got_k, ref_v, got_v;
       std::vector<float> cs(static_cast<size_t>(a.rd / 2)), sn(static_cast<size_t>(a.rd / 2));
       for (int t = 0; t < c.T; ++t) {
@@ -491,7 +495,7 @@ TEST(CudaOps, AttentionMatchesCpuAndIsBatchInvariant) {
       EXPECT_LT(rel_err(got_k, ref_k), act == Act::F32 ? 1e-5 : 4e-3);
       EXPECT_LT(rel_err(got_v, ref_v), act == Act::F32 ? 1e-7 : 4e-3);
       // attention over the cache as the GPU holds it
-      cuda::attention(a, dq.as<float>(), dk.p, dv.p, act, dproj.as<float>(), ld, c.T, dpos.as<int>(), c.max_tokens,
+      cuda::attention(a, dq.as<float>(), kv.view(), act, dproj.as<float>(), ld, c.T, dpos.as<int>(), c.max_tokens,
                       part.as<float>(), dout.p, nullptr);
       const auto out = as_floats(dout, size_t(c.T) * a.Hq * hd, act);
       const auto ref = cpu_attention(c, q, kc, vc, proj, ld);
@@ -503,8 +507,8 @@ TEST(CudaOps, AttentionMatchesCpuAndIsBatchInvariant) {
         pos1.put(std::vector<int>{c.pos + t});
         const float* proj_t = dproj.as<float>() + size_t(t) * ld;
         cuda::attn_prepare(a, proj_t, ld, 1, dqn.as<float>(), dkn.as<float>(), dinv.as<float>(), pos1.as<int>(),
-                           q1.as<float>(), dk.p, dv.p, act, nullptr);
-        cuda::attention(a, q1.as<float>(), dk.p, dv.p, act, proj_t, ld, 1, pos1.as<int>(), c.max_tokens,
+                           q1.as<float>(), kv.view(), act, nullptr);
+        cuda::attention(a, q1.as<float>(), kv.view(), act, proj_t, ld, 1, pos1.as<int>(), c.max_tokens,
                         part.as<float>(), out1.p, nullptr);
         const auto o1 = out1.get<uint8_t>(size_t(a.Hq) * hd * esz);
         EXPECT_EQ(0, std::memcmp(o1.data(), &out_raw[size_t(t) * a.Hq * hd * esz], o1.size())) << "query " << t;

@@ -53,27 +53,25 @@ TEST(CudaOps, PrefillAttentionCloseToDecodeKernel) {
                                     << " T " << c.T << " q std " << c.q_std);
     const auto q = test::randn(rng, size_t(c.T) * qd, c.q_std);
     const auto proj = test::randn(rng, size_t(c.T) * ld, 1.0f);  // only the gates are read
-    std::vector<uint16_t> kbits(size_t(max_tokens) * kv_row, 0xffff), vbits(kbits.size(), 0xffff);
     const auto k = test::to_bf16_bits(test::randn(rng, size_t(nk) * kv_row, 1.0f));
     const auto v = test::to_bf16_bits(test::randn(rng, size_t(nk) * kv_row, 1.0f));
-    std::copy(k.begin(), k.end(), kbits.begin());
-    std::copy(v.begin(), v.end(), vbits.begin());
-    DevBuf dq(q.size() * 4), dproj(proj.size() * 4), dk(kbits.size() * 2), dv(vbits.size() * 2),
+    test::PagedKv kv(max_tokens, size_t(kv_row) * 2);  // rows past nk stay NaN
+    kv.put(0, k);
+    kv.put(1, v);
+    DevBuf dq(q.size() * 4), dproj(proj.size() * 4),
         dpos(size_t((c.T + cuda::kMaxRows - 1) / cuda::kMaxRows) * 4), dref(size_t(c.T) * qd * 2), dgot(dref.bytes),
         part(size_t(cuda::attn_partial_floats(a, max_tokens)) * 4);
     dq.put(q);
     dproj.put(proj);
-    dk.put(kbits);
-    dv.put(vbits);
     std::vector<int> pos;
     for (int t0 = 0; t0 < c.T; t0 += cuda::kMaxRows) pos.push_back(c.pos0 + t0);
     dpos.put(pos);
     // The reference: the decode kernel in kMaxRows slices (the split path of prefill_attention).
     for (int t0 = 0, i = 0; t0 < c.T; t0 += cuda::kMaxRows, ++i)
-      cuda::attention(a, dq.as<float>() + size_t(t0) * qd, dk.p, dv.p, cuda::Act::BF16,
+      cuda::attention(a, dq.as<float>() + size_t(t0) * qd, kv.view(), cuda::Act::BF16,
                       dproj.as<float>() + size_t(t0) * ld, ld, std::min(cuda::kMaxRows, c.T - t0), dpos.as<int>() + i,
                       max_tokens, part.as<float>(), static_cast<uint16_t*>(dref.p) + size_t(t0) * qd, nullptr);
-    cuda::attention_prefill(a, dq.as<float>(), dk.p, dv.p, dproj.as<float>(), ld, c.T, dpos.as<int>(), dgot.p,
+    cuda::attention_prefill(a, dq.as<float>(), kv.view(), dproj.as<float>(), ld, c.T, dpos.as<int>(), dgot.p,
                             nullptr);
     const auto ref = test::bf16_bits_to_f32(dref.get<uint16_t>(size_t(c.T) * qd));
     const auto got = test::bf16_bits_to_f32(dgot.get<uint16_t>(size_t(c.T) * qd));

@@ -204,9 +204,21 @@ TEST(CudaRows, DeviceMemoryShowsTheBuiltRows) {
     }
   EXPECT_LE(n.at("split-K partials"), w.at("split-K partials"));  // 16 bytes each where no matrix splits
   // Not row-count workspaces: the same at both sizes.
-  for (const char* what : {"the KV cache", "GDN recurrent state", "GDN conv state", "hidden rows"})
+  for (const char* what : {"GDN recurrent state", "GDN conv state", "hidden rows"})
     EXPECT_EQ(n.at(what), w.at(what)) << what;
-  for (const auto& [what, bytes] : w) EXPECT_FALSE(what.starts_with("prefill")) << what << " before any prompt";
+  for (const auto& [what, bytes] : w) {
+    EXPECT_FALSE(what.starts_with("prefill")) << what << " before any prompt";
+    EXPECT_NE(what, "the KV cache") << "KV blocks before any forward";
+  }
+  // KV blocks as the sequence grows: 3 blocks of 64 positions for 130, each
+  // every full-attention layer's and the MTP layer's keys and values.
+  std::vector<int32_t> prompt(130);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(i % 97 + 5);
+  narrow->target_forward(prompt);
+  int kv_layers = ck.mtp_layers() > 0 ? 1 : 0;
+  for (bool full : c.full_attention) kv_layers += full ? 1 : 0;
+  EXPECT_EQ(uses_of(*narrow).at("the KV cache"),
+            uint64_t(3) * uint64_t(kv_layers) * 2 * 64 * uint64_t(c.num_key_value_heads) * uint64_t(c.head_dim) * 2);
 }
 
 }  // namespace

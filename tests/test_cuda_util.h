@@ -93,6 +93,57 @@ struct DevBuf {
   }
 };
 
+// One attention layer's cache in KV blocks (kernels.h, KvBlocks) as the
+// runtime lays them out, for the kernel tests: `positions` rows of
+// `row_bytes`, in blocks of `layers` layers each, this cache layer `layer`;
+// the table lists the blocks in reverse address order, so a kernel that
+// ignored it would read the wrong rows. Unwritten bytes are NaN (0xff).
+struct PagedKv {
+  PagedKv(int positions, size_t row_bytes, int layers = 2, int layer = 1)
+      : n_blocks(kv_blocks_for(positions)),
+        row(row_bytes),
+        block_bytes(size_t(layers) * 2 * kKvBlockTokens * row_bytes),
+        layer_(layer),
+        image(size_t(n_blocks) * block_bytes, 0xff),
+        blocks(size_t(n_blocks) * block_bytes),
+        table(size_t(n_blocks) * sizeof(void*)) {
+    std::vector<void*> t(static_cast<size_t>(n_blocks));
+    for (int b = 0; b < n_blocks; ++b) t[size_t(b)] = static_cast<char*>(blocks.p) + at(b);
+    table.put(t);
+  }
+  // Keys (which 0) or values (1) of positions [0, n) from `rows` ([n][row_bytes]).
+  void put(int which, const void* rows, int n) {
+    for (int p = 0; p < n; ++p)
+      std::memcpy(&image[offset(which, p)], static_cast<const char*>(rows) + size_t(p) * row, row);
+    blocks.put(image);
+  }
+  template <typename T>
+  void put(int which, const std::vector<T>& rows) {
+    put(which, rows.data(), int(rows.size() * sizeof(T) / row));
+  }
+  // Keys or values of positions [0, n) as the device holds them, [n][row_bytes].
+  template <typename T>
+  std::vector<T> get(int which, int n) const {
+    const auto all = blocks.get<uint8_t>(image.size());
+    std::vector<T> out(size_t(n) * row / sizeof(T));
+    for (int p = 0; p < n; ++p) std::memcpy(reinterpret_cast<char*>(out.data()) + size_t(p) * row, &all[offset(which, p)], row);
+    return out;
+  }
+  cuda::KvBlocks view() const { return {table.as<void*>(), layer_}; }
+
+  const int n_blocks;
+  const size_t row, block_bytes;
+
+ private:
+  size_t at(int b) const { return size_t(n_blocks - 1 - b) * block_bytes; }  // block b's bytes in `blocks`
+  size_t offset(int which, int p) const {
+    return at(p / kKvBlockTokens) + (size_t(layer_ * 2 + which) * kKvBlockTokens + size_t(p % kKvBlockTokens)) * row;
+  }
+  int layer_;
+  std::vector<uint8_t> image;
+  DevBuf blocks, table;
+};
+
 // A fresh synthetic q4 g64 checkpoint of preset test-stream (every matrix
 // a multiple of 128 columns wide, so the whole model takes the streamed
 // kernel) in the test temp dir under `name`; returns its directory.

@@ -33,7 +33,7 @@ namespace {
 
 struct ServeArgs {
   std::string model, draft = "none", host = "127.0.0.1", backend = "cpu", served_name, block_size, draft_cost = "free";
-  int port = 8000, draft_vocab = 0, prefill_chunk = kDefaultPrefillChunk;
+  int port = 8000, draft_vocab = 0, prefill_chunk = kDefaultPrefillChunk, kv_cache_tokens = 0;
   RuntimeArgs runtime;
   OracleArgs oracle;
   int max_body_kib = 1024, max_prompt_tokens = 2048, max_tokens = 1024, queue_depth = 16, max_batch = 8;
@@ -79,6 +79,7 @@ void run(const ServeArgs& a) {
   if (a.queue_depth < 1) fail("--queue-depth {} must be at least 1", a.queue_depth);
   if (a.max_batch < 1) fail("--max-batch {} must be at least 1", a.max_batch);
   if (a.prefill_chunk < 1) fail("--prefill-chunk {} must be at least 1", a.prefill_chunk);
+  if (a.kv_cache_tokens < 0) fail("--kv-cache-tokens {} must not be negative", a.kv_cache_tokens);
   if (a.max_connections < 1) fail("--max-connections {} must be at least 1", a.max_connections);
   for (const auto& [flag, v] : {std::pair{"--header-timeout", a.header_timeout}, {"--body-timeout", a.body_timeout},
                                 {"--idle-timeout", a.idle_timeout}, {"--write-timeout", a.write_timeout}})
@@ -136,6 +137,7 @@ void run(const ServeArgs& a) {
   eo.oracle = oracle;
   eo.draft_cost = draft_cost;
   eo.prefill_chunk = a.prefill_chunk;
+  eo.kv_cache_tokens = a.kv_cache_tokens;
   std::string model_name =
       a.served_name.empty() ? std::filesystem::path(dir).lexically_normal().filename().string() : a.served_name;
   if (model_name.empty()) model_name = "nextn";
@@ -224,6 +226,11 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-tokens", a->max_tokens, "Largest max_tokens a request may ask (default 1024; above: 400)")
       ->check(number());
   cmd->add_option("--queue-depth", a->queue_depth, "Requests that may wait behind the running ones (default 16; above: 429)")
+      ->check(number());
+  cmd->add_option("--kv-cache-tokens", a->kv_cache_tokens,
+                  "Positions the KV cache may hold across all requests (default: --max-batch requests of "
+                  "--max-prompt-tokens plus --max-tokens); it grows with use in blocks of 64 and a request waits "
+                  "in the queue until its prompt plus max_tokens fits (Qwen3.5)")
       ->check(number());
   cmd->add_option("--max-batch", a->max_batch,
                   "Requests generating at once, their target forwards shared (default 8; cuda: at most 32; Gemma 4: 1); "

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/allocator.h"
+#include "model/kv_pool.h"
 #include "model/runtime.h"
 
 namespace nextn {
@@ -89,6 +90,10 @@ class SequenceGroup {
   virtual void mtp_draft_together(std::span<ModelRuntime* const> sequences, std::span<const int> n, int32_t* out);
 
   StepWork step_work() const { return step_work_; }
+  // The pool the sequences' KV blocks come from (model/kv_pool.h), which
+  // admission promises blocks against; null where each sequence holds its
+  // own caches (Gemma 4, the serial and solo groups).
+  virtual KvBlockPool* kv_pool() { return nullptr; }
 
   // A test seam (docs/engine.md, "Failures"), no product setting: the
   // allocator that the reservations of this group's sequences

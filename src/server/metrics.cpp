@@ -99,6 +99,17 @@ void Metrics::set_queue(int waiting, int running) {
   running_ = running;
 }
 
+void Metrics::kv_pool(const KvPoolStats& stats) {
+  std::lock_guard<std::mutex> lock(mu_);
+  kv_ = stats;
+  has_kv_pool_ = true;
+}
+
+void Metrics::kv_wait() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++kv_waits_;
+}
+
 void Metrics::connections(int open) {
   std::lock_guard<std::mutex> lock(mu_);
   connections_open_ = open;
@@ -146,6 +157,21 @@ std::string Metrics::render() const {
                      "nextn_queue_waiting {}\n", waiting_);
   out += fmt::format("# HELP nextn_requests_running Requests the engine is generating.\n"
                      "# TYPE nextn_requests_running gauge\nnextn_requests_running {}\n", running_);
+  if (has_kv_pool_) {
+    auto gauge = [&](const char* name, const char* help, int64_t v) {
+      out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, v);
+    };
+    gauge("nextn_kv_block_positions", "Positions per KV cache block.", kKvBlockTokens);
+    gauge("nextn_kv_blocks_limit", "KV cache blocks the pool may hold (--kv-cache-tokens).", kv_.limit);
+    gauge("nextn_kv_blocks_allocated", "KV cache blocks whose memory the pool holds (it grows with use).",
+          kv_.allocated);
+    gauge("nextn_kv_blocks_in_use", "KV cache blocks held by running requests.", kv_.in_use);
+    gauge("nextn_kv_blocks_promised", "KV cache blocks promised to running requests (their whole budgets).",
+          kv_.promised);
+    counter("nextn_kv_admission_waits_total",
+            "Admissions deferred because the next request's KV budget did not fit beside the running ones'.",
+            kv_waits_);
+  }
   counter("nextn_engine_steps_total", "Engine steps run (one trunk forward each, over every running request).", steps_);
   counter("nextn_engine_step_rows_total", "Token rows those steps' trunk forwards covered, all requests together.",
           step_rows_);

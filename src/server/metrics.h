@@ -15,6 +15,7 @@
 
 #include "engine/step_loop.h"
 #include "model/batch_runtime.h"
+#include "model/kv_pool.h"
 
 namespace nextn::server {
 
@@ -60,6 +61,10 @@ class Metrics {
   void connection_evicted();
   void connection_timed_out();
   void connection_refused();
+  // The KV pool's blocks (model/kv_pool.h), and an admission that found the
+  // pool's promises full (the queue's head waits for running requests).
+  void kv_pool(const KvPoolStats& stats);
+  void kv_wait();
   std::string render() const;
 
  private:
@@ -77,6 +82,9 @@ class Metrics {
   uint64_t truths_run_ = 0, truths_replayed_ = 0;
   int connections_open_ = 0;
   uint64_t evicted_ = 0, timed_out_ = 0, refused_ = 0;
+  KvPoolStats kv_;
+  bool has_kv_pool_ = false;
+  uint64_t kv_waits_ = 0;
   Histogram queue_, first_token_, latency_, step_sequences_, step_rows_hist_, between_tokens_, block_size_;
 };
 

@@ -111,29 +111,52 @@ CpuQwen35::CpuQwen35(std::shared_ptr<CpuModel> model, int max_tokens)
       draft_vocab_(m_->cfg.vocab_size) {
   if (max_tokens < 1) fail("--backend cpu: max_tokens {} must be positive", max_tokens);
   const Qwen35Config& cfg = m_->cfg;
-  const int kv_row = cfg.num_key_value_heads * cfg.head_dim;
   for (const LayerWeights& L : m_->layers) {
-    KvCache kv;
     GdnState st(&m_->allocator);
-    if (L.full) {
-      kv.k = std::make_unique_for_overwrite<float[]>(size_t(max_tokens) * kv_row);
-      kv.v = std::make_unique_for_overwrite<float[]>(size_t(max_tokens) * kv_row);
-    } else {
+    if (!L.full) {
       st.conv.assign(size_t(cfg.linear_conv_kernel_dim - 1) * cfg.conv_dim(), 0.0f);
       st.S.assign(size_t(cfg.linear_num_value_heads) * cfg.linear_key_head_dim * cfg.linear_value_head_dim, 0.0f);
     }
-    kv_.push_back(std::move(kv));
     gdn_.push_back(std::move(st));
-  }
-  if (m_->has_mtp) {
-    mtp_kv_.k = std::make_unique_for_overwrite<float[]>(size_t(max_tokens) * kv_row);
-    mtp_kv_.v = std::make_unique_for_overwrite<float[]>(size_t(max_tokens) * kv_row);
   }
 }
 
+CpuQwen35::~CpuQwen35() {
+  for (float* b : kv_blocks_) m_->kv_pool().give(b);
+}
+
+KvBlockPool& CpuModel::kv_pool() {
+  if (!kv_pool_) {
+    const size_t row = size_t(cfg.num_key_value_heads) * size_t(cfg.head_dim);
+    kv_pool_ = std::make_unique<KvBlockPool>(size_t(kv_layers()) * 2 * kKvBlockTokens * row * sizeof(float), 4,
+                                             host_allocator());
+  }
+  return *kv_pool_;
+}
+
+int CpuModel::kv_layers() const {
+  int n = has_mtp ? 1 : 0;
+  for (const LayerWeights& L : layers) n += L.full ? 1 : 0;
+  return n;
+}
+
+KvLayer CpuModel::kv_layer(const std::vector<float*>& blocks, int index) const {
+  const size_t row = size_t(cfg.num_key_value_heads) * size_t(cfg.head_dim);
+  const size_t k_at = size_t(index) * 2 * kKvBlockTokens * row;
+  return KvLayer{blocks.data(), k_at, k_at + kKvBlockTokens * row, row};
+}
+
+void CpuQwen35::hold_kv(int positions) {
+  if (m_->kv_layers() == 0) return;  // no attention layer: no cache
+  while (int(kv_blocks_.size()) * kKvBlockTokens < positions)
+    kv_blocks_.push_back(static_cast<float*>(m_->kv_pool().take("the KV cache")));
+}
+
 void CpuQwen35::reset() {
-  // KV rows past the length are never read, so truncating is clearing; the
-  // GDN states are read from position 0 and must be zero again.
+  // The KV blocks go back to the pool (their rows are written before they
+  // are read); the GDN states are read from position 0 and must be zero again.
+  for (float* b : kv_blocks_) m_->kv_pool().give(b);
+  kv_blocks_.clear();
   for (GdnState& st : gdn_) {
     std::fill(st.conv.begin(), st.conv.end(), 0.0f);
     std::fill(st.S.begin(), st.S.end(), 0.0f);
@@ -159,11 +182,12 @@ void CpuModel::embed(const int32_t* tokens, int T, float* x) const {
   for (int t = 0; t < T; ++t) embed_tokens->row(tokens[t], x + size_t(t) * cfg.hidden_size);
 }
 
-void CpuQwen35::check_forward(std::span<const int32_t> tokens) const {
+void CpuQwen35::check_forward(std::span<const int32_t> tokens) {
   const int T = int(tokens.size());
   if (T <= 0) fail("target_forward: no tokens");
   if (length_ + T > max_tokens_) fail("sequence of {} tokens exceeds the cache capacity {}", length_ + T, max_tokens_);
   m_->check_tokens(tokens);
+  hold_kv(length_ + T);
 }
 
 void CpuQwen35::reserve_step(std::span<const int32_t> tokens, int mtp_end) {
@@ -171,6 +195,7 @@ void CpuQwen35::reserve_step(std::span<const int32_t> tokens, int mtp_end) {
   if (mtp_end > 0 && !m_->has_mtp)
     fail("this checkpoint has no MTP head (mtp_num_hidden_layers is 0 and no mtp.layers.* tensors)");
   if (mtp_end > max_tokens_) fail("MTP cache capacity {} exceeded ({} entries)", max_tokens_, mtp_end);
+  hold_kv(mtp_end);
   reserve_rows(int(tokens.size()), mtp_end > 0);
 }
 
@@ -220,12 +245,12 @@ void CpuQwen35::forward_together(std::span<CpuQwen35* const> seqs, std::span<con
   std::vector<Segment> segs(seqs.size());
   for (size_t s = 0, row = 0; s < seqs.size(); row += tokens[s].size(), ++s) {
     m.embed(tokens[s].data(), int(tokens[s].size()), &x[row * H]);
-    segs[s] = Segment{nullptr, nullptr, seqs[s]->length_, int(row), int(tokens[s].size())};
+    segs[s] = Segment{{}, nullptr, seqs[s]->length_, int(row), int(tokens[s].size())};
   }
-  for (size_t i = 0; i < m.layers.size(); ++i) {
+  for (size_t i = 0, kv_index = 0; i < m.layers.size(); kv_index += m.layers[i].full ? 1 : 0, ++i) {
     for (size_t s = 0; s < seqs.size(); ++s) {
       CpuQwen35& q = *seqs[s];
-      segs[s].kv = &q.kv_[i];
+      if (m.layers[i].full) segs[s].kv = m.kv_layer(q.kv_blocks_, int(kv_index));
       segs[s].gdn = m.layers[i].full ? nullptr : &q.gdn_[i];
       if (segs[s].gdn && segs[s].T > 1) {  // snapshot for rollback
         segs[s].gdn->conv_before.assign(segs[s].gdn->conv.begin(), segs[s].gdn->conv.end());
@@ -331,9 +356,8 @@ void CpuModel::attention(const AttentionWeights& W, std::span<const Segment> seg
         float* kh = &k[r * kv_row + h * hd];
         cpu::rmsnorm(kh, W.k_norm.data(), eps, hd, tmp.data());
         cpu::rope(tmp.data(), rd, cs.data(), sn.data());
-        std::copy(tmp.begin(), tmp.end(), &sg.kv->k[size_t(sg.pos + t) * kv_row + h * hd]);
-        std::copy(&v[r * kv_row + h * hd], &v[r * kv_row + h * hd] + hd,
-                  &sg.kv->v[size_t(sg.pos + t) * kv_row + h * hd]);
+        std::copy(tmp.begin(), tmp.end(), sg.kv.key(sg.pos + t) + h * hd);
+        std::copy(&v[r * kv_row + h * hd], &v[r * kv_row + h * hd] + hd, sg.kv.value(sg.pos + t) + h * hd);
       }
     }
   }
@@ -344,7 +368,7 @@ void CpuModel::attention(const AttentionWeights& W, std::span<const Segment> seg
     std::vector<float> q(static_cast<size_t>(hd)), scores(static_cast<size_t>(max_keys)), acc(static_cast<size_t>(hd));
     std::vector<float> cs(static_cast<size_t>(rd / 2)), sn(static_cast<size_t>(rd / 2));
     for (const Segment& sg : segs) {  // each row attends to its own sequence's cache
-      const KvCache& kv = *sg.kv;
+      const KvLayer& kv = sg.kv;
       for (int t = 0; t < sg.T; ++t) {
         const size_t r = size_t(sg.row0 + t);
         cpu::rope_angles(sg.pos + t, rd, cfg.rope_theta, cs.data(), sn.data());
@@ -358,7 +382,7 @@ void CpuModel::attention(const AttentionWeights& W, std::span<const Segment> seg
           for (int j0 = 0; j0 < n_keys; j0 += 4) {  // four keys per call, each exactly cpu::dot
             const int nk = std::min(4, n_keys - j0);
             const float* keys[4];
-            for (int i = 0; i < nk; ++i) keys[i] = &kv.k[size_t(j0 + i) * kv_row + kh * hd];
+            for (int i = 0; i < nk; ++i) keys[i] = kv.key(j0 + i) + kh * hd;
             cpu::dot_rows(q.data(), keys, nk, hd, &scores[size_t(j0)]);
             for (int j = j0; j < j0 + nk; ++j) {
               scores[size_t(j)] *= scale;
@@ -373,7 +397,7 @@ void CpuModel::attention(const AttentionWeights& W, std::span<const Segment> seg
           std::fill(acc.begin(), acc.end(), 0.0f);
           for (int j = 0; j < n_keys; ++j) {
             const float p = scores[size_t(j)] / sum;
-            cpu::add_scaled(acc.data(), &kv.v[size_t(j) * kv_row + kh * hd], p, hd);
+            cpu::add_scaled(acc.data(), kv.value(j) + kh * hd, p, hd);
           }
           const float* gate = qh + hd;
           float* o = &attn[r * Hq * hd + size_t(h) * hd];

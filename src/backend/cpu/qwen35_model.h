@@ -19,6 +19,7 @@
 #include "io/config.h"
 #include "model/batch_runtime.h"
 #include "model/bench_interfaces.h"
+#include "model/kv_pool.h"
 
 namespace nextn {
 class Qwen35Checkpoint;
@@ -69,10 +70,16 @@ std::shared_ptr<CpuModel> load_tensor_parallel_rank(const Qwen35Checkpoint& ck, 
                                                     const CpuRuntimeOptions& options, Communicator& comm,
                                                     const CpuModel* rank0);
 
-// Left uninitialised: a row is written before it is read, so the pages of
-// a slot's positions it never reaches cost no memory.
-struct KvCache {
-  std::unique_ptr<float[]> k, v;  // [max_tokens][kv_heads][head_dim]
+// One attention layer's keys and values in a sequence's KV blocks
+// (model/kv_pool.h): a block holds, for each attention layer in order and
+// then the MTP layer, keys [kKvBlockTokens][kv_heads][head_dim] then values
+// (CpuModel::kv_layer). Rows are written before they are read.
+struct KvLayer {
+  float* const* blocks = nullptr;  // the sequence's block table
+  size_t k_at = 0, v_at = 0;       // floats from a block's start to this layer's keys, values
+  size_t row = 0;                  // floats per position: kv_heads * head_dim
+  float* key(int pos) const { return blocks[pos / kKvBlockTokens] + k_at + size_t(pos % kKvBlockTokens) * row; }
+  float* value(int pos) const { return blocks[pos / kKvBlockTokens] + v_at + size_t(pos % kKvBlockTokens) * row; }
 };
 
 // A sequence's buffer that grows with its rows: its blocks come from the
@@ -120,7 +127,7 @@ struct GdnState {
 // sequences: rows [row0, row0 + T) of the call, at positions pos.. of that
 // sequence, whose caches for this layer are kv (attention) or gdn (GDN).
 struct Segment {
-  KvCache* kv = nullptr;
+  KvLayer kv;
   GdnState* gdn = nullptr;
   int pos = 0, row0 = 0, T = 0;
 };
@@ -164,6 +171,12 @@ struct CpuModel {
   // down projections) across ranks; null for a model alone.
   Communicator* comm = nullptr;
   Allocator* allocator = nullptr;  // the sequences' row buffers (set_allocator, a test seam; null: host)
+  // The sequences' KV blocks, made on first use (the layers loaded): every
+  // attention layer's, then the MTP layer's.
+  KvBlockPool& kv_pool();
+  int kv_layers() const;  // attention layers, plus the MTP layer
+  // Attention layer `index` (the MTP layer: kv_layers() - 1) in `blocks`.
+  KvLayer kv_layer(const std::vector<float*>& blocks, int index) const;
   MatrixPtr embed_tokens, lm_head;
   std::vector<float> final_norm;
   std::vector<LayerWeights> layers;
@@ -172,12 +185,16 @@ struct CpuModel {
   MatrixPtr mtp_fc;
   std::vector<float> mtp_norm_emb, mtp_norm_hid, mtp_norm;
   LayerWeights mtp_layer;
+
+ private:
+  std::unique_ptr<KvBlockPool> kv_pool_;
 };
 
 // One sequence: its caches, states and counters over a shared CpuModel.
 class CpuQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadArms {
  public:
   CpuQwen35(std::shared_ptr<CpuModel> model, int max_tokens);
+  ~CpuQwen35() override;
 
   const Qwen35Config& config() const override { return m_->cfg; }
   const char* backend_name() const override { return "cpu"; }
@@ -229,7 +246,10 @@ class CpuQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadAr
                                  StepWork& work);
 
  private:
-  void check_forward(std::span<const int32_t> tokens) const;
+  // Checks a forward of `tokens` and takes the KV blocks it writes.
+  void check_forward(std::span<const int32_t> tokens);
+  // Takes blocks from the pool until the table holds `positions` positions.
+  void hold_kv(int positions);
   // Grows the row buffers to what a forward of T rows and, with mtp, an MTP
   // call of up to T entries write.
   void reserve_rows(int T, bool mtp);
@@ -244,7 +264,7 @@ class CpuQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadAr
 
   std::shared_ptr<CpuModel> m_;
   int max_tokens_;
-  std::vector<KvCache> kv_;    // per layer (attention layers only)
+  std::vector<float*> kv_blocks_;  // the KV block table: block b holds positions [64b, 64b + 64)
   std::vector<GdnState> gdn_;  // per layer (GDN layers only)
   int length_ = 0;
   int forward_start_ = 0;  // length before the last target_forward
@@ -252,7 +272,6 @@ class CpuQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadAr
   RowVector<float> hidden_;  // [last_T][H], post final norm
   HeadWork head_work_;         // counted by the head ops (backend/cpu/head.h)
   MtpWork mtp_work_;           // counted in mtp_run / mtp_step / mtp_argmax
-  KvCache mtp_kv_;
   int mtp_length_ = 0;
   int mtp_last_n_ = 0;
   RowVector<float> mtp_hidden_;  // [last n][H], post mtp.norm

@@ -53,6 +53,7 @@ void CpuQwen35::mtp_run(std::span<CpuQwen35* const> seqs, std::span<const std::s
   for (size_t s = 0; s < seqs.size(); ++s) {
     const int n = int(tokens[s].size());
     if (seqs[s]->mtp_length_ + n > seqs[s]->max_tokens_) fail("MTP cache capacity {} exceeded", seqs[s]->max_tokens_);
+    seqs[s]->hold_kv(seqs[s]->mtp_length_ + n);
     N += n;
   }
   for (size_t s = 0; s < seqs.size(); ++s)  // before any changes (a step reserved them already)
@@ -69,7 +70,7 @@ void CpuQwen35::mtp_run(std::span<CpuQwen35* const> seqs, std::span<const std::s
       cpu::rmsnorm(&e[r * H], m.mtp_norm_emb.data(), cfg.rms_norm_eps, H, &cat[r * 2 * H]);
       cpu::rmsnorm(hidden[s] + size_t(i) * H, m.mtp_norm_hid.data(), cfg.rms_norm_eps, H, &cat[r * 2 * H + H]);
     }
-    segs[s] = Segment{&seqs[s]->mtp_kv_, nullptr, seqs[s]->mtp_length_, int(row), n};
+    segs[s] = Segment{m.kv_layer(seqs[s]->kv_blocks_, m.kv_layers() - 1), nullptr, seqs[s]->mtp_length_, int(row), n};
   }
   m.matmul(*m.mtp_fc, cat.data(), N, u.data());
   m.decoder_layer(m.mtp_layer, segs, N, u.data());
@@ -220,6 +221,7 @@ class CpuSequenceGroup final : public SequenceGroup {
   int max_sequences() const override { return INT_MAX; }
   bool shares_forwards() const override { return true; }
   void set_allocator(Allocator* allocator) override { model_->allocator = allocator; }
+  KvBlockPool* kv_pool() override { return model_->kv_layers() > 0 ? &model_->kv_pool() : nullptr; }
   std::unique_ptr<ModelRuntime> add_sequence(int max_tokens) override {
     if (max_tokens > max_positions_)
       fail("a sequence of up to {} positions exceeds config.json's max_position_embeddings {}", max_tokens,

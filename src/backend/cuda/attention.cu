@@ -21,7 +21,7 @@ constexpr unsigned kGroupAttnSlots = 16;  // split slots per (head, token) in a 
 // Head h of token t: rows of proj and qout from the slice's first row on.
 template <typename TX>
 __device__ void attn_prepare_at(const AttnShape& a, const float* proj, int ld, const float* q_norm,
-                                const float* k_norm, const float* inv_freq, int pos0, float* qout, TX* kc, TX* vc,
+                                const float* k_norm, const float* inv_freq, int pos0, float* qout, KvBlocks kv,
                                 int h, int t) {
   __shared__ float scratch[32];
   __shared__ float xn[kMaxHeadDim];
@@ -48,9 +48,10 @@ __device__ void attn_prepare_at(const AttnShape& a, const float* proj, int ld, c
     qout[(size_t(t) * a.Hq + h) * hd + d] = out;
   } else {
     const int j = h - a.Hq;
-    const size_t at = (size_t(pos) * a.Hkv + j) * hd + d;
-    kc[at] = from_f32<TX>(out);
-    vc[at] = from_f32<TX>(row[size_t(a.Hq) * 2 * hd + size_t(a.Hkv) * hd + size_t(j) * hd + d]);
+    const int kv_elems = a.Hkv * hd;
+    kv_row<TX>(kv, 0, pos, kv_elems)[j * hd + d] = from_f32<TX>(out);
+    kv_row<TX>(kv, 1, pos, kv_elems)[j * hd + d] =
+        from_f32<TX>(row[size_t(a.Hq) * 2 * hd + size_t(a.Hkv) * hd + size_t(j) * hd + d]);
   }
 }
 
@@ -58,9 +59,9 @@ template <typename TX>
 __global__ void __launch_bounds__(kMaxHeadDim) attn_prepare_kernel(AttnShape a, const float* proj, int ld,
                                                                    const float* q_norm, const float* k_norm,
                                                                    const float* inv_freq, const int* pos0,
-                                                                   float* qout, TX* kc, TX* vc) {
+                                                                   float* qout, KvBlocks kv) {
   pdl_prologue();
-  attn_prepare_at(a, proj, ld, q_norm, k_norm, inv_freq, *pos0, qout, kc, vc, blockIdx.x, blockIdx.y);
+  attn_prepare_at<TX>(a, proj, ld, q_norm, k_norm, inv_freq, *pos0, qout, kv, blockIdx.x, blockIdx.y);
 }
 
 // The group pass: block (head, token, entry), each entry its own cache and position.
@@ -72,13 +73,12 @@ __global__ void __launch_bounds__(kMaxHeadDim) attn_prepare_group_kernel(AttnSha
   pdl_prologue();
   const GroupEntry& e = entries[blockIdx.z];
   if (int(blockIdx.y) >= e.T) return;
-  attn_prepare_at(a, proj + size_t(e.row) * ld, ld, q_norm, k_norm, inv_freq, *e.pos,
-                  qout + size_t(e.row) * a.Hq * a.hd, static_cast<TX*>(e.kv[2 * kv_layer]),
-                  static_cast<TX*>(e.kv[2 * kv_layer + 1]), blockIdx.x, blockIdx.y);
+  attn_prepare_at<TX>(a, proj + size_t(e.row) * ld, ld, q_norm, k_norm, inv_freq, *e.pos,
+                      qout + size_t(e.row) * a.Hq * a.hd, KvBlocks{e.kv_blocks, kv_layer}, blockIdx.x, blockIdx.y);
 }
 
 template <typename TX>
-__device__ void attn_split_at(const AttnShape& a, const float* q, const TX* kc, const TX* vc, int pos0,
+__device__ void attn_split_at(const AttnShape& a, const float* q, KvBlocks kv, int pos0,
                               int max_splits, float scale, float* partial, int slot, int slots, int h, int t) {
   __shared__ float qs[kMaxHeadDim];
   __shared__ float sc[kAttnSplit];
@@ -86,6 +86,7 @@ __device__ void attn_split_at(const AttnShape& a, const float* q, const TX* kc, 
   const int hd = a.hd;
   const int kvh = h / (a.Hq / a.Hkv);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = kAttnThreads / 32;
+  const int kv_elems = a.Hkv * hd;
   const int nk = pos0 + t + 1;
   const int nsplit = (nk + kAttnSplit - 1) / kAttnSplit;
   if (slot >= nsplit) return;
@@ -94,7 +95,7 @@ __device__ void attn_split_at(const AttnShape& a, const float* q, const TX* kc, 
     const int k0 = s * kAttnSplit, n = min(kAttnSplit, nk - k0);
     __syncthreads();  // qs loaded; sc free from the previous split
     for (int j = warp; j < n; j += nwarps) {
-      const TX* kr = kc + (size_t(k0 + j) * a.Hkv + kvh) * hd;
+      const TX* kr = kv_row<TX>(kv, 0, k0 + j, kv_elems) + kvh * hd;
       float acc = 0.0f;
       for (int d = lane; d < hd; d += 32) acc = add_rn(acc, mul_rn(qs[d], to_f32(kr[d])));
       acc = warp_sum(acc);
@@ -118,8 +119,8 @@ __device__ void attn_split_at(const AttnShape& a, const float* q, const TX* kc, 
     }
     for (int d = threadIdx.x; d < hd; d += kAttnThreads) {
       float acc = 0.0f;
-      const TX* vr = vc + (size_t(k0) * a.Hkv + kvh) * hd + d;
-      for (int j = 0; j < n; ++j) acc = add_rn(acc, mul_rn(sc[j], to_f32(vr[size_t(j) * a.Hkv * hd])));
+      for (int j = 0; j < n; ++j)
+        acc = add_rn(acc, mul_rn(sc[j], to_f32(kv_row<TX>(kv, 1, k0 + j, kv_elems)[kvh * hd + d])));
       out[2 + d] = acc;
     }
   }
@@ -130,11 +131,11 @@ __device__ void attn_split_at(const AttnShape& a, const float* q, const TX* kc, 
 // so the number of slots changes no bits. Partial layout:
 // [T][Hq][max_splits][hd + 2] = (max, sum, acc[hd]).
 template <typename TX>
-__global__ void __launch_bounds__(kAttnThreads) attn_split_kernel(AttnShape a, const float* q, const TX* kc,
-                                                                  const TX* vc, const int* pos0, int max_splits,
-                                                                  float scale, float* partial) {
+__global__ void __launch_bounds__(kAttnThreads) attn_split_kernel(AttnShape a, const float* q, KvBlocks kv,
+                                                                  const int* pos0, int max_splits, float scale,
+                                                                  float* partial) {
   pdl_prologue();
-  attn_split_at(a, q, kc, vc, *pos0, max_splits, scale, partial, blockIdx.x, gridDim.x, blockIdx.y, blockIdx.z);
+  attn_split_at<TX>(a, q, kv, *pos0, max_splits, scale, partial, blockIdx.x, gridDim.x, blockIdx.y, blockIdx.z);
 }
 
 // The group pass: z = entry * max_T + token; each entry its own cache,
@@ -147,9 +148,8 @@ __global__ void __launch_bounds__(kAttnThreads) attn_split_group_kernel(AttnShap
   const GroupEntry& e = entries[blockIdx.z / max_T];
   const int t = blockIdx.z % max_T;
   if (t >= e.T) return;
-  attn_split_at(a, q + size_t(e.row) * a.Hq * a.hd, static_cast<const TX*>(e.kv[2 * kv_layer]),
-                static_cast<const TX*>(e.kv[2 * kv_layer + 1]), *e.pos, e.max_splits, scale, e.attn_partial,
-                blockIdx.x, gridDim.x, blockIdx.y, t);
+  attn_split_at<TX>(a, q + size_t(e.row) * a.Hq * a.hd, KvBlocks{e.kv_blocks, kv_layer}, *e.pos, e.max_splits,
+                    scale, e.attn_partial, blockIdx.x, gridDim.x, blockIdx.y, t);
 }
 
 // Head h of token t: combine the splits in split order, divide, gate.
@@ -203,40 +203,37 @@ int64_t attn_partial_floats(const AttnShape& a, int max_tokens, int max_rows) {
 }
 
 void attn_prepare(const AttnShape& a, const float* proj, int ld, int T, const float* q_norm, const float* k_norm,
-                  const float* inv_freq, const int* pos, float* qout, void* kcache, void* vcache, Act act,
-                  cudaStream_t s) {
+                  const float* inv_freq, const int* pos, float* qout, KvBlocks kv, Act act, cudaStream_t s) {
   const dim3 grid(unsigned(a.Hq + a.Hkv), unsigned(T));
   if (act == Act::BF16)
-    CUDA_CHECK(launch_kernel(attn_prepare_kernel<bf16>, grid, a.hd, 0, s, a, proj, ld, q_norm, k_norm, inv_freq, pos, qout,
-                                                    static_cast<bf16*>(kcache), static_cast<bf16*>(vcache)));
+    CUDA_CHECK(launch_kernel(attn_prepare_kernel<bf16>, grid, a.hd, 0, s, a, proj, ld, q_norm, k_norm, inv_freq, pos,
+                             qout, kv));
   else
-    CUDA_CHECK(launch_kernel(attn_prepare_kernel<float>, grid, a.hd, 0, s, a, proj, ld, q_norm, k_norm, inv_freq, pos, qout,
-                                                     static_cast<float*>(kcache), static_cast<float*>(vcache)));
+    CUDA_CHECK(launch_kernel(attn_prepare_kernel<float>, grid, a.hd, 0, s, a, proj, ld, q_norm, k_norm, inv_freq, pos,
+                             qout, kv));
   CUDA_CHECK_LAUNCH("attn_prepare_kernel");
 }
 
-void attention(const AttnShape& a, const float* q, const void* kcache, const void* vcache, Act act,
-               const float* proj, int ld, int T, const int* pos, int max_tokens, float* partial, void* out,
-               cudaStream_t s) {
+void attention(const AttnShape& a, const float* q, KvBlocks kv, Act act, const float* proj, int ld, int T,
+               const int* pos, int max_tokens, float* partial, void* out, cudaStream_t s) {
   const int max_splits = max_splits_for(max_tokens);
   // Slots per (head, token): a function of the cache size only.
   const dim3 grid(unsigned(std::min(max_splits, 16)), unsigned(a.Hq), unsigned(T));
   const float scale = 1.0f / sqrtf(float(a.hd));
   if (act == Act::BF16)
-    CUDA_CHECK(launch_kernel(attn_split_kernel<bf16>, grid, kAttnThreads, 0, s, a, q, static_cast<const bf16*>(kcache),
-                                                          static_cast<const bf16*>(vcache), pos, max_splits, scale,
-                                                          partial));
+    CUDA_CHECK(launch_kernel(attn_split_kernel<bf16>, grid, kAttnThreads, 0, s, a, q, kv, pos, max_splits, scale,
+                             partial));
   else
-    CUDA_CHECK(launch_kernel(attn_split_kernel<float>, grid, kAttnThreads, 0, s, a, q, static_cast<const float*>(kcache),
-                                                           static_cast<const float*>(vcache), pos, max_splits, scale,
-                                                           partial));
+    CUDA_CHECK(launch_kernel(attn_split_kernel<float>, grid, kAttnThreads, 0, s, a, q, kv, pos, max_splits, scale,
+                             partial));
   CUDA_CHECK_LAUNCH("attn_split_kernel");
   const dim3 grid2(unsigned(a.Hq), unsigned(T));
   if (act == Act::BF16)
-    CUDA_CHECK(launch_kernel(attn_combine_kernel<bf16>, grid2, a.hd, 0, s, a, partial, max_splits, proj, ld, pos, static_cast<bf16*>(out)));
+    CUDA_CHECK(launch_kernel(attn_combine_kernel<bf16>, grid2, a.hd, 0, s, a, partial, max_splits, proj, ld, pos,
+                             static_cast<bf16*>(out)));
   else
     CUDA_CHECK(launch_kernel(attn_combine_kernel<float>, grid2, a.hd, 0, s, a, partial, max_splits, proj, ld, pos,
-                                                      static_cast<float*>(out)));
+                             static_cast<float*>(out)));
   CUDA_CHECK_LAUNCH("attn_combine_kernel");
 }
 

@@ -33,28 +33,32 @@ constexpr int row_stride() { return HD + kPad; }
 template <int HD>
 constexpr size_t smem_bytes() { return size_t(3) * kQTile * row_stride<HD>() * sizeof(bf16); }  // Q, K, V tiles
 
-// Rows [key0, key0 + 64) of one kv head's cache into `dst` ([64][HD + kPad]);
-// rows at or past nk become zeros (a masked key must still have finite V:
-// P = 0 times NaN would be NaN).
+// Keys (which 0) or values (1) [key0, key0 + 64) of one kv head into `dst`
+// ([64][HD + kPad]): one KV block, key0 a multiple of 64; rows at or past nk
+// become zeros (a masked key must still have finite V: P = 0 times NaN
+// would be NaN), and a tile wholly past nk reads no block.
+static_assert(kKTile == kKvBlockTokens, "a key tile is one KV block");
 template <int HD>
-__device__ __forceinline__ void load_kv_tile(bf16* dst, const bf16* cache, int Hkv, int kvh, int key0, int nk) {
+__device__ __forceinline__ void load_kv_tile(bf16* dst, const KvBlocks& kv, int which, int Hkv, int kvh, int key0,
+                                             int nk) {
   constexpr int chunks = HD / 8;  // 16-byte pieces per row
+  const bf16* block = key0 < nk ? kv_row<bf16>(kv, which, key0, Hkv * HD) : nullptr;
   for (int i = threadIdx.x; i < kKTile * chunks; i += kThreads) {
     const int r = i / chunks, c = i % chunks, key = key0 + r;
     bf16* d = dst + r * row_stride<HD>() + c * 8;
     if (key < nk)
-      cp_async16(d, cache + (size_t(key) * Hkv + kvh) * HD + c * 8);
+      cp_async16(d, block + (size_t(r) * Hkv + kvh) * HD + c * 8);
     else
       *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
   }
 }
 
-// q: fp32 [T][Hq][HD] (after attn_prepare); caches bf16 [pos][Hkv][HD];
+// q: fp32 [T][Hq][HD] (after attn_prepare); caches bf16 in KV blocks (kernels.h, KvBlocks);
 // proj: fp32 [T][ld], the gate of head h at h * 2 HD + HD; out: bf16
 // [T][Hq * HD]. pos0: the absolute position of row 0.
 template <int HD>
-__global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnShape a, const float* q, const bf16* kc,
-                                                                const bf16* vc, const float* proj, int ld, int T,
+__global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnShape a, const float* q, KvBlocks kv,
+                                                                const float* proj, int ld, int T,
                                                                 const int* pos0_ptr, float scale_log2, bf16* out) {
   pdl_prologue();
   constexpr int S = row_stride<HD>();
@@ -80,9 +84,9 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnShape a, con
     if (r < rows) v = *reinterpret_cast<const float2*>(q + (size_t(q0 + r) * a.Hq + h) * HD + d);
     *reinterpret_cast<__nv_bfloat162*>(Qs + r * S + d) = __floats2bfloat162_rn(v.x, v.y);
   }
-  load_kv_tile<HD>(Ks, kc, a.Hkv, kvh, 0, nk);
+  load_kv_tile<HD>(Ks, kv, 0, a.Hkv, kvh, 0, nk);
   cp_async_commit();
-  load_kv_tile<HD>(Vs, vc, a.Hkv, kvh, 0, nk);
+  load_kv_tile<HD>(Vs, kv, 1, a.Hkv, kvh, 0, nk);
   cp_async_commit();
 
   const int r0 = warp * 16;
@@ -118,7 +122,7 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnShape a, con
     cp_async_wait<0>();  // V tile kt has landed
     __syncthreads();     // and every warp is done with Ks
     if (kt + 1 < ntiles) {
-      load_kv_tile<HD>(Ks, kc, a.Hkv, kvh, k0 + kKTile, nk);
+      load_kv_tile<HD>(Ks, kv, 0, a.Hkv, kvh, k0 + kKTile, nk);
       cp_async_commit();
     }
     if (active) {
@@ -184,7 +188,7 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnShape a, con
     }
     __syncthreads();  // every warp is done with Vs
     if (kt + 1 < ntiles) {
-      load_kv_tile<HD>(Vs, vc, a.Hkv, kvh, k0 + kKTile, nk);
+      load_kv_tile<HD>(Vs, kv, 1, a.Hkv, kvh, k0 + kKTile, nk);
       cp_async_commit();
     }
   }
@@ -213,14 +217,14 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(AttnShape a, con
 }
 
 template <int HD>
-void launch_prefill(const AttnShape& a, const float* q, const void* kcache, const void* vcache, const float* proj,
-                    int ld, int T, const int* pos, void* out, cudaStream_t s) {
+void launch_prefill(const AttnShape& a, const float* q, KvBlocks kv, const float* proj, int ld, int T, const int* pos,
+                    void* out, cudaStream_t s) {
   constexpr size_t smem = smem_bytes<HD>();
   CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(unsigned(ceil_div(T, kQTile)), unsigned(a.Hq));
   const float scale_log2 = 1.4426950408889634f / sqrtf(float(HD));  // log2(e) / sqrt(hd)
-  CUDA_CHECK(launch_kernel(attn_prefill_kernel<HD>, grid, kThreads, smem, s, a, q, static_cast<const bf16*>(kcache),
-                           static_cast<const bf16*>(vcache), proj, ld, T, pos, scale_log2, static_cast<bf16*>(out)));
+  CUDA_CHECK(launch_kernel(attn_prefill_kernel<HD>, grid, kThreads, smem, s, a, q, kv, proj, ld, T, pos, scale_log2,
+                           static_cast<bf16*>(out)));
   CUDA_CHECK_LAUNCH("attn_prefill_kernel");
 }
 
@@ -230,13 +234,13 @@ bool attention_prefill_supports(const AttnShape& a) {
   return (a.hd == 64 || a.hd == 128 || a.hd == 256) && a.Hkv > 0 && a.Hq % a.Hkv == 0;
 }
 
-void attention_prefill(const AttnShape& a, const float* q, const void* kcache, const void* vcache, const float* proj,
-                       int ld, int T, const int* pos, void* out, cudaStream_t s) {
+void attention_prefill(const AttnShape& a, const float* q, KvBlocks kv, const float* proj, int ld, int T,
+                       const int* pos, void* out, cudaStream_t s) {
   if (T <= 0) return;
   switch (a.hd) {
-    case 64: launch_prefill<64>(a, q, kcache, vcache, proj, ld, T, pos, out, s); break;
-    case 128: launch_prefill<128>(a, q, kcache, vcache, proj, ld, T, pos, out, s); break;
-    case 256: launch_prefill<256>(a, q, kcache, vcache, proj, ld, T, pos, out, s); break;
+    case 64: launch_prefill<64>(a, q, kv, proj, ld, T, pos, out, s); break;
+    case 128: launch_prefill<128>(a, q, kv, proj, ld, T, pos, out, s); break;
+    case 256: launch_prefill<256>(a, q, kv, proj, ld, T, pos, out, s); break;
     default: fail("attention_prefill: head_dim {} unsupported (64, 128 or 256)", a.hd);
   }
 }

@@ -34,6 +34,14 @@ __device__ __forceinline__ bf16 from_f32<bf16>(float v) { return __float2bfloat1
 __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
 
+// Position `pos`'s row (Hkv * hd elements) of the keys (which 0) or values
+// (which 1) of `kv`'s layer (kernels.h, KvBlocks).
+template <typename TX>
+__device__ __forceinline__ TX* kv_row(const KvBlocks& kv, int which, int pos, int row) {
+  return static_cast<TX*>(kv.table[pos / kKvBlockTokens]) +
+         (size_t(kv.layer * 2 + which) * kKvBlockTokens + size_t(pos % kKvBlockTokens)) * size_t(row);
+}
+
 __device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, add_rn(1.0f, expf(-x))); }
 __device__ __forceinline__ float sigmoid(float x) { return __fdiv_rn(1.0f, add_rn(1.0f, expf(-x))); }
 // transformers' gelu_pytorch_tanh, in cpu::gelu_tanh's order of operations.

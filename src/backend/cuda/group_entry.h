@@ -15,7 +15,7 @@ struct GroupEntry {
   const int* pos = nullptr;        // its first position (device)
   const int* parity = nullptr;     // its GDN state buffer parity (device)
   const GdnLayer* gdn = nullptr;   // [GDN layers] its GDN table (conv state, S, private projection rows)
-  void* const* kv = nullptr;       // [2 x KV layers] its caches: keys of layer l at 2l, values at 2l + 1
+  void* const* kv_blocks = nullptr;  // its KV block table (kernels.h, KvBlocks)
   float* attn_partial = nullptr;   // its attention partials, for its max_splits
   int max_splits = 0;              // ceil(its max_tokens / kAttnSplit)
   int pad_ = 0;

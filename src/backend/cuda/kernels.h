@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "backend/cuda/group_entry.h"
+#include "model/kv_pool.h"
 
 namespace nextn::cuda {
 
@@ -175,18 +176,27 @@ void embed_rows(const DevMatrix& E, const int32_t* tokens, int T, float* x, int 
 void rmsnorm(const void* x, Act in_act, int ldx, const float* gamma, float eps, int rows, int n, void* y,
              Act out_act, int ldy, const int* out_row0, cudaStream_t s);
 
+// A sequence's keys and values for one attention layer, in its KV blocks
+// (model/kv_pool.h): block b of the table holds positions [64b, 64b + 64),
+// and in it every attention layer's keys [64][Hkv][hd] then values [64][Hkv][hd]
+// (of the activation type), layer by layer: this layer's keys start
+// layer * 2 * 64 * Hkv * hd elements into the block.
+struct KvBlocks {
+  void* const* table = nullptr;  // device: the sequence's block table
+  int layer = 0;
+};
+
 // Gated attention, per-token half (model-spec A.5): q/k RMSNorm per head,
 // partial rotate-half RoPE at position *pos + t, K and V stored into the
-// cache rows *pos + t ([max][Hkv][hd] of type `act`), q into qout fp32
-// [T][Hq][hd]. proj is fp32 [T][ld] holding [q|gate interleaved per head
-// (Hq*2*hd) | k (Hkv*hd) | v (Hkv*hd)]. inv_freq: rd/2 floats.
+// cache rows *pos + t (of type `act`), q into qout fp32 [T][Hq][hd]. proj is
+// fp32 [T][ld] holding [q|gate interleaved per head (Hq*2*hd) | k (Hkv*hd) |
+// v (Hkv*hd)]. inv_freq: rd/2 floats.
 struct AttnShape {
   int Hq, Hkv, hd, rd;
   float eps;
 };
 void attn_prepare(const AttnShape& a, const float* proj, int ld, int T, const float* q_norm, const float* k_norm,
-                  const float* inv_freq, const int* pos, float* qout, void* kcache, void* vcache, Act act,
-                  cudaStream_t s);
+                  const float* inv_freq, const int* pos, float* qout, KvBlocks kv, Act act, cudaStream_t s);
 
 // Causal attention of T queries (absolute positions *pos + t) over cache
 // rows [0, *pos + t], keys split at fixed 256-key boundaries, the splits
@@ -195,9 +205,8 @@ void attn_prepare(const AttnShape& a, const float* proj, int ld, int T, const fl
 // attn_partial_floats(a, max_tokens, rows) floats for calls of up to `rows` queries.
 constexpr int kAttnSplit = 256;
 int64_t attn_partial_floats(const AttnShape& a, int max_tokens, int max_rows = kMaxRows);
-void attention(const AttnShape& a, const float* q, const void* kcache, const void* vcache, Act act,
-               const float* proj, int ld, int T, const int* pos, int max_tokens, float* partial, void* out,
-               cudaStream_t s);
+void attention(const AttnShape& a, const float* q, KvBlocks kv, Act act, const float* proj, int ld, int T,
+               const int* pos, int max_tokens, float* partial, void* out, cudaStream_t s);
 
 // The same attention for a prefill chunk of T (any number of) queries, bf16
 // mode only (caches and out bf16), on tensor cores (attention_prefill.cu):
@@ -205,8 +214,8 @@ void attention(const AttnShape& a, const float* q, const void* kcache, const voi
 // to bf16, another summation order). For head_dim 64, 128 or 256 (check
 // attention_prefill_supports first).
 bool attention_prefill_supports(const AttnShape& a);
-void attention_prefill(const AttnShape& a, const float* q, const void* kcache, const void* vcache, const float* proj,
-                       int ld, int T, const int* pos, void* out, cudaStream_t s);
+void attention_prefill(const AttnShape& a, const float* q, KvBlocks kv, const float* proj, int ld, int T,
+                       const int* pos, void* out, cudaStream_t s);
 
 // out[t][i] = silu(gu[t][i]) * gu[t][I + i], to type `act` ([T][ldo]).
 void swiglu(const float* gu, int ld, int I, int T, void* out, Act act, int ldo, cudaStream_t s);

@@ -39,15 +39,14 @@ void decoder_layer(const LayerContext& c, const LayerWeights& L, int T, const St
       cuda::attention_group(c.attn, b.group->entries, b.group->n, b.group->max_T, L.kv_index, b.proj, c.proj_ld,
                             L.attn.q_norm, L.attn.k_norm, c.w.inv_freq, b.q, b.act, act, stream);
     } else {
-      const KvCache& kv = s.kv[size_t(L.kv_index)];
+      const KvBlocks kv{s.kv_blocks, L.kv_index};
       c.mark("attn.prepare");
-      cuda::attn_prepare(c.attn, b.proj, c.proj_ld, T, L.attn.q_norm, L.attn.k_norm, c.w.inv_freq, pos, b.q, kv.k,
-                         kv.v, act, stream);
+      cuda::attn_prepare(c.attn, b.proj, c.proj_ld, T, L.attn.q_norm, L.attn.k_norm, c.w.inv_freq, pos, b.q, kv, act,
+                         stream);
       c.mark("attn.core");
-      if (b.prefill != nullptr) b.prefill->attention(c, T, kv.k, kv.v, b);
+      if (b.prefill != nullptr) b.prefill->attention(c, T, kv, b);
       else
-        cuda::attention(c.attn, b.q, kv.k, kv.v, act, b.proj, c.proj_ld, T, pos, c.max_tokens, c.attn_partial,
-                        b.act, stream);
+        cuda::attention(c.attn, b.q, kv, act, b.proj, c.proj_ld, T, pos, c.max_tokens, c.attn_partial, b.act, stream);
     }
     c.mark("attn.o");
     project(c, L.attn.o, b.act, T, qd, b.x, H, true, b);

@@ -58,7 +58,7 @@ struct StepBuffers {
 // reads each sequence's through its table instead).
 struct SequenceView {
   const StepArgs* args = nullptr;  // [1] device: position and GDN parity
-  const KvCache* kv = nullptr;     // [kv layers] its caches, by LayerWeights::kv_index
+  void* const* kv_blocks = nullptr;  // device: its KV block table (layer LayerWeights::kv_index of each block)
 };
 
 // What every launch of a sequence's steps takes besides its rows: the

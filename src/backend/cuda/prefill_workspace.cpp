@@ -71,18 +71,17 @@ void PrefillWorkspace::project(const LayerContext& c, const DevMatrix& W, const 
                  ldx, y + size_t(t0) * size_t(ldy), ldy, accumulate, c.splitk, c.stream);
 }
 
-void PrefillWorkspace::attention(const LayerContext& c, int T, void* k_cache, void* v_cache,
-                                 const StepBuffers& b) const {
+void PrefillWorkspace::attention(const LayerContext& c, int T, KvBlocks kv, const StepBuffers& b) const {
   // The decode kernel in max_rows slices is the fallback for shapes the tensor-core kernel does not take.
   if (cuda::attention_prefill_supports(c.attn)) {
     // d_pos[0]: the chunk's first position (the prefill runs in the bf16 mode only).
-    cuda::attention_prefill(c.attn, b.q, k_cache, v_cache, b.proj, c.proj_ld, T, d_pos, b.act, c.stream);
+    cuda::attention_prefill(c.attn, b.q, kv, b.proj, c.proj_ld, T, d_pos, b.act, c.stream);
     return;
   }
   const int qd = c.w.cfg.num_attention_heads * c.w.cfg.head_dim;
   const size_t as = size_t(act_size(c.act));
   for (int t0 = 0, i = 0; t0 < T; t0 += c.max_rows, ++i)
-    cuda::attention(c.attn, b.q + size_t(t0) * qd, k_cache, v_cache, c.act, b.proj + size_t(t0) * c.proj_ld,
+    cuda::attention(c.attn, b.q + size_t(t0) * qd, kv, c.act, b.proj + size_t(t0) * c.proj_ld,
                     c.proj_ld, std::min(c.max_rows, T - t0), d_pos + i, c.max_tokens, c.attn_partial,
                     static_cast<char*>(b.act) + size_t(t0) * qd * as, c.stream);
 }

@@ -35,7 +35,7 @@ class PrefillWorkspace {
                bool accumulate) const;
   // The chunk's causal attention over the cache (after attn_prepare): the
   // tensor-core prefill kernel, else the decode kernel in max_rows slices.
-  void attention(const LayerContext& c, int T, void* k_cache, void* v_cache, const StepBuffers& b) const;
+  void attention(const LayerContext& c, int T, KvBlocks kv, const StepBuffers& b) const;
 
   DeviceMemory mem;
   // x [P][H] fp32, xn [P][2H] act, proj [P][proj_ld] fp32, act [P][act_ld]

@@ -85,7 +85,7 @@ CudaQwen35::CudaQwen35(const Qwen35Checkpoint& ck, int max_tokens, int max_rows,
     : CudaQwen35(weights_for_one_sequence(ck, max_tokens, max_rows, options), max_tokens, max_rows, options) {}
 
 CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max_tokens, int max_rows,
-                       const RuntimeOptions& options)
+                       const RuntimeOptions& options, std::shared_ptr<KvBlockPool> kv_pool)
     : w_(std::move(weights)),
       cfg_(w_->cfg),
       max_tokens_(max_tokens),
@@ -103,10 +103,11 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
   {
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    const size_t need = sequence_bytes(cfg_, max_tokens, act_, w_->has_mtp, max_rows_);
+    // Its KV blocks come from the pool as it grows: not counted here.
+    const size_t need = sequence_bytes(cfg_, 0, act_, w_->has_mtp, max_rows_);
     if (need > free_b)
-      fail("--backend cuda: a sequence of {} tokens needs about {:.2f} GiB of device memory (caches and "
-           "workspace) beside the weights, but only {:.2f} of {:.2f} GiB are free",
+      fail("--backend cuda: a sequence of {} tokens needs about {:.2f} GiB of device memory (GDN state and "
+           "workspace) beside the weights and its KV cache, but only {:.2f} of {:.2f} GiB are free",
            max_tokens, double(need) / kGiB, double(free_b) / kGiB, double(total_b) / kGiB);
   }
   group_event_ = make_event(cudaEventDisableTiming);
@@ -119,7 +120,7 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
   attn_shape_ = {c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rotary_dim(), c.rms_norm_eps};
   gdn_shape_ = {c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim,
                 c.linear_conv_kernel_dim, c.rms_norm_eps};
-  state_ = SequenceState(*w_, max_tokens, max_rows_, dims.gdn_ld);
+  state_ = SequenceState(*w_, max_tokens, max_rows_, dims.gdn_ld, kv_pool ? std::move(kv_pool) : make_kv_pool(*w_));
   ws_ = Workspace(*w_, dims, attn_shape_, max_tokens, max_rows_);
   const size_t group_entries = size_t(kGroupTables) * kMaxGroupSequences;
   lead_.d_tables = lead_.mem.alloc<cuda::GroupEntry>(group_entries * sizeof(cuda::GroupEntry), "group tables");
@@ -158,6 +159,7 @@ std::vector<MemoryUse> CudaQwen35::device_memory() const {
     for (const auto& [what, bytes] : mem->by_use()) sum[what] += uint64_t(bytes);
   if (prefill_)
     for (const auto& [what, bytes] : prefill_->mem.by_use()) sum[what] += uint64_t(bytes);
+  if (state_.kv.bytes_held() > 0) sum["the KV cache"] += uint64_t(state_.kv.bytes_held());  // its blocks of the pool
   std::vector<MemoryUse> v;
   for (const auto& [what, bytes] : sum) v.push_back({what, bytes});
   return v;
@@ -222,8 +224,11 @@ void CudaQwen35::check_forward(std::span<const int32_t> tokens) const {
   check_tokens(tokens);
 }
 
+void CudaQwen35::hold_kv(int positions) { state_.kv.hold(positions, stream_); }
+
 void CudaQwen35::target_forward(std::span<const int32_t> tokens) {
   check_forward(tokens);
+  hold_kv(state_.length + int(tokens.size()));
   const int T = int(tokens.size());
   state_.forward_start = state_.length;
   int done = 0;

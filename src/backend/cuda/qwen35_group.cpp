@@ -72,7 +72,7 @@ cuda::GroupEntry CudaQwen35::group_entry(int row, int T, const StepArgs* args) c
   e.pos = &args->pos;
   e.parity = &args->parity;
   e.gdn = state_.gdn_table;
-  e.kv = state_.d_kv_table;
+  e.kv_blocks = state_.d_kv_blocks;
   e.attn_partial = ws_.attn_partial;
   e.max_splits = (max_tokens_ + cuda::kAttnSplit - 1) / cuda::kAttnSplit;
   e.first_row = &args->first_row;
@@ -107,6 +107,7 @@ void CudaQwen35::forward_group(std::span<const GroupSlice> slices, std::span<con
     if (slices[i].row != rows || slices[i].T != int(tokens[i].size()) || slices[i].seq->w_ != w_)
       fail("internal: forward_group slices out of order");
     slices[i].seq->check_rows("forward_group", slices[i].T);  // its own buffers take its rows
+    slices[i].seq->hold_kv(slices[i].seq->state_.length + slices[i].T);
     rows += slices[i].T;
   }
   if (rows > max_rows_) fail("internal: forward_group of {} rows above {}", rows, max_rows_);
@@ -239,11 +240,12 @@ class CudaSequenceGroup final : public SequenceGroup {
     if (max_tokens > max_positions_)
       fail("a sequence of up to {} positions exceeds config.json's max_position_embeddings {}", max_tokens,
            max_positions_);
-    auto seq = std::make_unique<CudaQwen35>(weights_, max_tokens, kMaxRows, options_);
+    auto seq = std::make_unique<CudaQwen35>(weights_, max_tokens, kMaxRows, options_, kv_pool_);
     seq->share_allocator(allocator_);
     return seq;
   }
   void set_allocator(Allocator* allocator) override { *allocator_ = allocator; }
+  KvBlockPool* kv_pool() override { return kv_pool_.get(); }
   void forward_together(std::span<ModelRuntime* const> sequences,
                         std::span<const std::span<const int32_t>> tokens) override;
   void head_argmax_together(std::span<const SequenceRows> rows, int32_t* out) override;
@@ -257,6 +259,7 @@ class CudaSequenceGroup final : public SequenceGroup {
 
   RuntimeOptions options_;  // every sequence's (the weights carry options_.act)
   std::shared_ptr<const CudaQwen35Weights> weights_;
+  std::shared_ptr<KvBlockPool> kv_pool_ = make_kv_pool(*weights_);  // every sequence's KV blocks
   std::shared_ptr<Allocator*> allocator_ = std::make_shared<Allocator*>(nullptr);  // set_allocator: every sequence's
   ModelInfo info_;
   int max_positions_;

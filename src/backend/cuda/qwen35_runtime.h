@@ -184,10 +184,11 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
   // row-count workspace is sized by it (qwen35.cpp). options: the graphs,
   // profile, PDL, prefill, walk and fault fields (core/options.h).
   CudaQwen35(const Qwen35Checkpoint& ckpt, int max_tokens, int max_rows = kMaxRows, const RuntimeOptions& options = {});
-  // A sequence over shared weights (CudaSequenceGroup::add_sequence); the
-  // weights carry the activation mode.
+  // A sequence over shared weights and the group's KV pool
+  // (CudaSequenceGroup::add_sequence; null: a pool of its own); the weights
+  // carry the activation mode.
   CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max_tokens, int max_rows = kMaxRows,
-             const RuntimeOptions& options = {});
+             const RuntimeOptions& options = {}, std::shared_ptr<KvBlockPool> kv_pool = nullptr);
   ~CudaQwen35() override;
 
   const Qwen35Config& config() const override { return cfg_; }
@@ -238,6 +239,9 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
   void share_allocator(std::shared_ptr<Allocator* const> source) { allocator_ = std::move(source); }
   // What target_forward checks before any change (token ids, capacity).
   void check_forward(std::span<const int32_t> tokens) const;
+  // KV blocks for `positions` positions (target and MTP), their table
+  // entries copied on this sequence's stream.
+  void hold_kv(int positions);
   // One trunk forward over the slices' rows (qwen35_group.cpp): this
   // sequence is slices[0] (row 0); every slice has been check_forward'ed and
   // the rows add up to at most max_rows(). Each sequence ends as its own
@@ -273,7 +277,7 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
   // its workspace's scratch, its stream and profiler; its rows and state.
   LayerContext layer_context();
   StepBuffers decode_buffers() const;
-  SequenceView sequence_view() const { return {ws_.d_args, state_.kv.data()}; }
+  SequenceView sequence_view() const { return {ws_.d_args, state_.d_kv_blocks}; }
   // The group forward (qwen35_group.cpp): what its graph runs over `rows`
   // rows (padded) and the pass's table.
   void group_chunk(const GroupPass& pass, int rows);

@@ -3,6 +3,7 @@
 #include "backend/cuda/sequence_state.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/qwen35_runtime.h"
@@ -10,24 +11,60 @@
 
 namespace nextn::cuda {
 
-SequenceState::SequenceState(const CudaQwen35Weights& w, int max_tokens, int rows, int gdn_ld) : max_rows(rows) {
+std::shared_ptr<KvBlockPool> make_kv_pool(const CudaQwen35Weights& w) {
+  if (w.kv_layers == 0) return nullptr;
   const auto& c = w.cfg;
-  const size_t as = size_t(act_size(w.act));
-  kv_bytes = size_t(max_tokens) * c.num_key_value_heads * c.head_dim * as;
-  kv.resize(size_t(w.kv_layers));
-  for (auto& p : kv) {
-    p.k = mem.alloc(kv_bytes, "the KV cache");
-    p.v = mem.alloc(kv_bytes, "the KV cache");
-    CUDA_CHECK(cudaMemset(p.k, 0, kv_bytes));
-    CUDA_CHECK(cudaMemset(p.v, 0, kv_bytes));
+  const size_t row = size_t(c.num_key_value_heads) * size_t(c.head_dim) * size_t(act_size(w.act));
+  // Arenas of 8 blocks: the 27B's block is 4.25 MiB (17 layers of 64 positions), an arena 34 MiB.
+  return std::make_shared<KvBlockPool>(size_t(w.kv_layers) * 2 * kKvBlockTokens * row, 8, device_allocator());
+}
+
+KvTable::KvTable(std::shared_ptr<KvBlockPool> pool, int max_positions, DeviceMemory& mem) : pool_(std::move(pool)) {
+  const int max_blocks = kv_blocks_for(max_positions);
+  blocks_.reserve(size_t(max_blocks));
+  d_table_ = mem.alloc<void*>(size_t(std::max(1, max_blocks)) * sizeof(void*), "the KV block table");
+}
+
+KvTable::KvTable(KvTable&& o) noexcept
+    : pool_(std::move(o.pool_)), blocks_(std::move(o.blocks_)), d_table_(std::exchange(o.d_table_, nullptr)) {
+  o.blocks_.clear();
+}
+
+KvTable& KvTable::operator=(KvTable&& o) noexcept {
+  if (this != &o) {
+    release();
+    pool_ = std::move(o.pool_);
+    blocks_ = std::move(o.blocks_);
+    o.blocks_.clear();
+    d_table_ = std::exchange(o.d_table_, nullptr);
   }
-  {  // the caches' pointers on the device, for the group passes (GroupEntry::kv)
-    std::vector<void*> table;
-    for (const auto& p : kv) table.push_back(p.k), table.push_back(p.v);
-    d_kv_table = mem.alloc<void*>(std::max<size_t>(1, table.size()) * sizeof(void*), "the KV cache table");
-    if (!table.empty())
-      CUDA_CHECK(cudaMemcpy(d_kv_table, table.data(), table.size() * sizeof(void*), cudaMemcpyHostToDevice));
-  }
+  return *this;
+}
+
+void KvTable::hold(int positions, cudaStream_t s) {
+  if (!pool_) return;
+  const size_t first = blocks_.size();
+  if (size_t(kv_blocks_for(positions)) > blocks_.capacity())
+    fail("internal: {} KV positions past the table's {}", positions, blocks_.capacity() * kKvBlockTokens);
+  while (int(blocks_.size()) * kKvBlockTokens < positions) blocks_.push_back(pool_->take("the KV cache"));
+  // From pageable memory: the call returns once the pointers are staged.
+  if (blocks_.size() > first)
+    CUDA_CHECK(cudaMemcpyAsync(d_table_ + first, blocks_.data() + first, (blocks_.size() - first) * sizeof(void*),
+                               cudaMemcpyHostToDevice, s));
+}
+
+void KvTable::release() noexcept {
+  if (pool_)
+    for (void* b : blocks_) pool_->give(b);
+  blocks_.clear();
+}
+
+SequenceState::SequenceState(const CudaQwen35Weights& w, int max_tokens, int rows, int gdn_ld,
+                             std::shared_ptr<KvBlockPool> kv_pool)
+    : max_rows(rows) {
+  const auto& c = w.cfg;
+  kv = KvTable(std::move(kv_pool), max_tokens, mem);
+  d_kv_blocks = kv.device();
   const int cd = c.conv_dim(), Hv = c.linear_num_value_heads;
   gdn_host = w.gdn;  // the weights' pointers; the state and row pointers below are this sequence's
   for (auto& t : gdn_host) {
@@ -56,10 +93,7 @@ void SequenceState::upload_gdn_table(const CudaQwen35Weights& w, void* y) {
 
 void SequenceState::reset(cudaStream_t s) {
   auto zero = [&](void* p, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, s)); };
-  for (const auto& p : kv) {
-    zero(p.k, kv_bytes);
-    zero(p.v, kv_bytes);
-  }
+  kv.release();
   for (auto& t : gdn_host) {
     zero(t.conv_state, gdn_conv_bytes);
     zero(t.S, gdn_S_bytes);

@@ -1,6 +1,6 @@
 // One CUDA sequence's state (docs/cuda-backend.md, "The runtime in parts"):
 // what a sequence carries from one step to the next and reset() clears. Its
-// KV caches, its GDN conv and recurrent state pairs (a forward reads one
+// KV block table, its GDN conv and recurrent state pairs (a forward reads one
 // buffer of a pair and writes the other: rollback replays from the
 // untouched one) with the projection rows a rollback replays from, and the
 // host mirror of its lengths. Private to the CUDA runtime (qwen35*.cpp).
@@ -8,10 +8,12 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "backend/cuda/device_handles.h"
 #include "backend/cuda/kernels.h"
+#include "model/kv_pool.h"
 #include "model/mtp_head.h"
 #include "model/runtime.h"
 
@@ -19,28 +21,54 @@ namespace nextn::cuda {
 
 struct CudaQwen35Weights;
 
-// One full-attention layer's cache pair (LayerWeights::kv_index).
-struct KvCache {
-  void *k = nullptr, *v = nullptr;  // [max_tokens][Hkv][hd] act
+// The group's KV pool for sequences of these weights (kernels.h, KvBlocks:
+// every attention layer's keys and values, the MTP layer's last); null for
+// a model without attention layers.
+std::shared_ptr<KvBlockPool> make_kv_pool(const CudaQwen35Weights& w);
+
+// A sequence's KV block table: blocks from the group's pool as the sequence
+// grows, their pointers on the host and in a device table the kernels read.
+class KvTable {
+ public:
+  KvTable() = default;
+  // Room for `max_positions` positions; the device table from `mem`.
+  KvTable(std::shared_ptr<KvBlockPool> pool, int max_positions, DeviceMemory& mem);
+  KvTable(KvTable&& o) noexcept;
+  KvTable& operator=(KvTable&& o) noexcept;
+  ~KvTable() { release(); }
+  // Takes blocks until `positions` positions are held, their pointers
+  // copied into the device table on `s` (before the work that reads them).
+  void hold(int positions, cudaStream_t s);
+  // Every block back to the pool.
+  void release() noexcept;
+  void* const* device() const { return d_table_; }
+  size_t bytes_held() const { return pool_ ? blocks_.size() * pool_->block_bytes() : 0; }
+
+ private:
+  std::shared_ptr<KvBlockPool> pool_;
+  std::vector<void*> blocks_;  // capacity max_blocks: the copies read it in place
+  void** d_table_ = nullptr;   // [max_blocks]
 };
 
 struct SequenceState {
   SequenceState() = default;  // holds nothing (a CudaQwen35 before its constructor fills it)
-  // The caches for max_tokens positions (w.kv_layers pairs, zeroed) and
-  // their device table, and per GDN layer (w.gdn) its state pairs (zeroed)
-  // and rows for max_rows rows (projections gdn_ld wide, zeroed; conv
-  // outputs). The table goes to the device in upload_gdn_table.
-  SequenceState(const CudaQwen35Weights& w, int max_tokens, int max_rows, int gdn_ld);
+  // A KV table of up to max_tokens positions over `kv_pool`, and per GDN
+  // layer (w.gdn) its state pairs (zeroed) and rows for max_rows rows
+  // (projections gdn_ld wide, zeroed; conv outputs). The GDN table goes to
+  // the device in upload_gdn_table.
+  SequenceState(const CudaQwen35Weights& w, int max_tokens, int max_rows, int gdn_ld,
+                std::shared_ptr<KvBlockPool> kv_pool);
   // Points every GDN layer's output rows (GdnLayer::y) at `y` (the
   // workspace's act rows), then copies the table to the device.
   void upload_gdn_table(const CudaQwen35Weights& w, void* y);
-  // Zeroes on `s` every buffer the constructor zeroed, in place (captured
-  // graphs keep their pointers), and clears the host fields.
+  // Gives the KV blocks back, zeroes on `s` every buffer the constructor
+  // zeroed, in place (captured graphs keep their pointers), and clears the
+  // host fields.
   void reset(cudaStream_t s);
 
   DeviceMemory mem;
-  std::vector<KvCache> kv;       // per LayerWeights::kv_index
-  void** d_kv_table = nullptr;   // [2 x kv layers]: the caches' pointers, keys then values (GroupEntry::kv)
+  KvTable kv;
+  void* const* d_kv_blocks = nullptr;  // kv.device(): the block table the kernels read
   // Per GDN layer: the weights' pointers (conv_w, a_log, dt_bias, norm_w)
   // and this sequence's: conv_state [2][K-1][conv_dim] fp32, S [2][Hv][dk][dv]
   // fp32, proj [max_rows][proj_ld] fp32, conv_out [max_rows][conv_dim] fp32,
@@ -48,7 +76,7 @@ struct SequenceState {
   std::vector<GdnLayer> gdn_host;
   GdnLayer* gdn_table = nullptr;  // [GDN layers] device copy of gdn_host
   int max_rows = 0;               // rows of the GDN projection rows
-  size_t kv_bytes = 0, gdn_conv_bytes = 0, gdn_S_bytes = 0;  // bytes of each buffer reset() zeroes
+  size_t gdn_conv_bytes = 0, gdn_S_bytes = 0;  // bytes of each buffer reset() zeroes
 
   // Host mirror.
   int length = 0;
