@@ -53,6 +53,7 @@ Engine::Engine(std::unique_ptr<SequenceGroup> group, const tok::Tokenizer& token
            "plus max_tokens, and the start-up probe of every slot)",
            options_.kv_cache_tokens, least * kKvBlockTokens);
     kv_pool_->set_limit(limit);
+    metrics_.kv_pool(kv_pool_->stats());
   } else if (options_.kv_cache_tokens > 0) {
     fail("--kv-cache-tokens: the {} backend's sequences of this model hold their own caches (no shared KV pool)",
          group_->backend_name());
