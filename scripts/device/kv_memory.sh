@@ -24,12 +24,7 @@ SUMMARY=$OUT/summary.txt
 export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 record_start
 
-dir=$CK/serve-$PRESET-q4
-[ -d "$dir" ] || "$BUILD/nextn" make-checkpoint --preset "$PRESET" --quant q4 --seed 0 --out "$dir" >"$LOG/make.txt" 2>&1
-# A tokenizer for the random model (as prefill_stall.sh: every id has text).
-vocab=$(python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c.get('text_config', c)['vocab_size'])" "$dir/config.json")
-python3 scripts/device/wide_tokenizer.py models/default/tokenizer.json "$vocab" "$dir/tokenizer.json"
-cp models/default/tokenizer_config.json "$dir/"
+dir=$(serve_checkpoint "$PRESET")
 mem() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
 say "device memory before the server: $(mem) MiB"
 "$BUILD/nextn" serve --backend cuda -m "$dir" --port 0 --max-batch 32 --max-prompt-tokens 30000 --max-tokens 64 \

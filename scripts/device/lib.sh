@@ -75,3 +75,21 @@ run_step() {
   say "$name: exit $? in $(( $(date +%s) - t0 )) s: $*"
   grep -E "tokens/s|ms per round|roofline|peak device|at the peak|error:" "$LOG/$name.txt" | grep -v '^{' | sed 's/^/    /' | tee -a "$SUMMARY" >/dev/null
 }
+
+# A random q4 checkpoint of preset $1 in $CK/serve-$1-q4 (made once per
+# machine) with a tokenizer whose every id has text (wide_tokenizer.py): the
+# serving benchmarks time text events, and the default tokenizer's 8192 ids
+# leave most of a 248320-id model's tokens without any. Prints its directory.
+# Expects CK too.
+serve_checkpoint() {
+  local dir=$CK/serve-$1-q4 t0 vocab
+  t0=$(date +%s)
+  if [ ! -d "$dir" ]; then
+    "$BUILD/nextn" make-checkpoint --preset "$1" --quant q4 --seed 0 --out "$dir" >"$LOG/make.txt" 2>&1
+    say "make-checkpoint $1 q4: exit $? in $(( $(date +%s) - t0 )) s" >&2
+  fi
+  vocab=$(python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c.get('text_config', c)['vocab_size'])" "$dir/config.json")
+  python3 scripts/device/wide_tokenizer.py models/default/tokenizer.json "$vocab" "$dir/tokenizer.json"
+  cp models/default/tokenizer_config.json "$dir/"
+  echo "$dir"
+}

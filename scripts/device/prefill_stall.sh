@@ -23,16 +23,7 @@ SUMMARY=$OUT/summary.txt
 export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 record_start
 
-dir=$CK/serve-$PRESET-q4
-t0=$(date +%s)
-[ -d "$dir" ] || "$BUILD/nextn" make-checkpoint --preset "$PRESET" --quant q4 --seed 0 --out "$dir" >"$LOG/make.txt" 2>&1
-say "make-checkpoint $PRESET q4: exit $? in $(( $(date +%s) - t0 )) s"
-# A tokenizer whose every id has text (scripts/device/wide_tokenizer.py): the
-# benchmark times text events, and the default tokenizer's 8192 ids leave most
-# of a random 248320-id model's tokens without any.
-vocab=$(python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c.get('text_config', c)['vocab_size'])" "$dir/config.json")
-python3 scripts/device/wide_tokenizer.py models/default/tokenizer.json "$vocab" "$dir/tokenizer.json"
-cp models/default/tokenizer_config.json "$dir/"
+dir=$(serve_checkpoint "$PRESET")
 timeout 420 python3 scripts/bench_prefill_stall.py --nextn "$BUILD/nextn" --backend cuda --model "$dir" \
   --streams "${NEXTN_STALL_STREAMS:-16}" --chunks "${NEXTN_STALL_CHUNKS:-128,512,4096}" --long-prompt 4096 \
   --json "$OUT/prefill_stall.json" 2>"$LOG/bench_prefill_stall.err" | tee -a "$SUMMARY"
