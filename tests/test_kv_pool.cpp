@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "engine/generate.h"
+#include "engine/step_loop.h"
 #include "engine_test_util.h"
 #include "io/checkpoint.h"
 #include "model/batch_runtime.h"
@@ -115,6 +116,57 @@ TEST(KvBlockPool, CpuSequencesReuseEachOthersBlocksExactly) {
   EXPECT_EQ(pool->stats().in_use, 0);  // destroyed sequences give theirs back
 }
 
+// A step that needs a block the pool cannot give fails only the sequence
+// that needs it (docs/engine.md, "Failures"): with a limit of two blocks, a
+// sequence whose prompt fills its first block and a second sequence holding
+// the other, the first fails with "the KV cache is full" when it reaches
+// position 64, before anything of that step runs; the second's tokens equal
+// its solo run, and the failed slot, reset, holds nothing.
+TEST(KvBlockPool, ASequenceThatFindsThePoolFullFailsAlone) {
+  const auto ckpt = Qwen35Checkpoint::open(kModel);
+  auto group = make_sequence_group(ckpt, BackendKind::Cpu);
+  KvBlockPool* pool = group->kv_pool();
+  ASSERT_NE(pool, nullptr);
+  pool->set_limit(2);
+  std::vector<int32_t> long_prompt, short_prompt = {1350, 7, 16, 17, 12};
+  for (int i = 0; i < 60; ++i) long_prompt.push_back(int32_t(11 + (i * 37) % 4000));
+  GenerateOptions o;
+  o.max_new_tokens = 30;
+  o.ignore_eos = true;
+  auto fresh = make_runtime(ckpt, BackendKind::Cpu, 128);
+  const auto want = generate(*fresh, short_prompt, o).tokens;
+
+  auto a = group->add_sequence(128), b = group->add_sequence(128);
+  StepLoop loop(*group);
+  const int ia = loop.add(*a, long_prompt, o), ib = loop.add(*b, short_prompt, o);
+  std::vector<StepLoop::Finished> done;
+  while (loop.running() > 0) {
+    loop.step();
+    for (auto& f : loop.take_finished()) done.push_back(std::move(f));
+  }
+  ASSERT_EQ(done.size(), 2u);
+  for (const auto& f : done) {
+    if (f.id == ia) {
+      ASSERT_TRUE(f.error);
+      try {
+        std::rethrow_exception(f.error);
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("the KV cache is full"), std::string::npos) << e.what();
+      }
+      // Its caches held one full block (the prompt and every committed token
+      // but the last): the step that failed would have written position 64.
+      EXPECT_EQ(int(long_prompt.size()) + int(f.result.tokens.size()) - 1, kKvBlockTokens);
+    } else {
+      EXPECT_EQ(f.id, ib);
+      EXPECT_FALSE(f.error);
+      EXPECT_EQ(f.result.tokens, want);
+    }
+  }
+  EXPECT_EQ(a->target_length(), 0);  // the failed slot was reset
+  b->reset();
+  EXPECT_EQ(pool->stats().in_use, 0);
+}
+
 // Six concurrent requests, a pool of four blocks and two blocks per request:
 // at most two run at once, the rest wait in the queue (not a failure), and
 // every answer equals its solo run.
@@ -176,6 +228,14 @@ TEST(KvBlockPool, ServerAdmitsByFreeBlocksAndQueuesTheRest) {
   ASSERT_NE(at, std::string::npos) << m;
   EXPECT_EQ(std::stod(m.substr(at + bucket.size())), value("nextn_step_sequences_count")) << m;
   EXPECT_GT(value("nextn_step_sequences_count"), 0) << m;
+  // Every step timed; the slowest named by what it carried (at most the two requests).
+  EXPECT_EQ(value("nextn_engine_step_seconds_count"), value("nextn_step_sequences_count")) << m;
+  const std::string slowest = "nextn_engine_slowest_step_seconds{sequences=\"";
+  const size_t s_at = m.find(slowest);
+  ASSERT_NE(s_at, std::string::npos) << m;
+  const int slowest_sequences = std::stoi(m.substr(s_at + slowest.size()));
+  EXPECT_GE(slowest_sequences, 1);
+  EXPECT_LE(slowest_sequences, 2);
 }
 
 }  // namespace

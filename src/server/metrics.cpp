@@ -34,6 +34,7 @@ Metrics::Metrics()
       latency_(latency_buckets()),
       step_sequences_({1, 2, 4, 8, 16, 32, 64, 128}),
       step_rows_hist_({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}),
+      step_seconds_({0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2.5}),
       between_tokens_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}),
       block_size_({1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64}) {}
 
@@ -58,6 +59,8 @@ void Metrics::step(const StepReport& report, const StepWork& work) {
   work_ = work;
   step_sequences_.observe(report.sequences);
   step_rows_hist_.observe(report.rows);
+  step_seconds_.observe(report.ms / 1e3);
+  if (report.ms > slowest_step_.ms) slowest_step_ = {report.sequences, report.rows, report.prefill_rows, report.ms};
 }
 
 void Metrics::tokens_committed(int tokens, double gap_s) {
@@ -210,6 +213,11 @@ std::string Metrics::render() const {
           "Connections refused (503) at the cap because every open one had a request in progress.", refused_);
   step_sequences_.render(out, "nextn_step_sequences", "Requests in one engine step.");
   step_rows_hist_.render(out, "nextn_step_rows", "Trunk rows of one engine step.");
+  step_seconds_.render(out, "nextn_engine_step_seconds", "Wall time of one engine step, all its requests together.");
+  out += fmt::format("# HELP nextn_engine_slowest_step_seconds The slowest engine step so far, by its sequences, "
+                     "rows and prompt rows.\n# TYPE nextn_engine_slowest_step_seconds gauge\n"
+                     "nextn_engine_slowest_step_seconds{{sequences=\"{}\",rows=\"{}\",prefill_rows=\"{}\"}} {}\n",
+                     slowest_step_.sequences, slowest_step_.rows, slowest_step_.prefill_rows, slowest_step_.ms / 1e3);
   between_tokens_.render(out, "nextn_time_between_tokens_seconds",
                          "Seconds between a request's tokens (a round's tokens share its gap equally).");
   queue_.render(out, "nextn_queue_wait_seconds", "Seconds from arrival to the start of generation.");

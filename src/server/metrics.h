@@ -85,7 +85,11 @@ class Metrics {
   KvPoolStats kv_;
   bool has_kv_pool_ = false;
   uint64_t kv_waits_ = 0;
-  Histogram queue_, first_token_, latency_, step_sequences_, step_rows_hist_, between_tokens_, block_size_;
+  Histogram queue_, first_token_, latency_, step_sequences_, step_rows_hist_, step_seconds_, between_tokens_, block_size_;
+  struct {
+    int sequences = 0, rows = 0, prefill_rows = 0;
+    double ms = 0;
+  } slowest_step_;
 };
 
 }  // namespace nextn::server
