@@ -18,6 +18,14 @@ PLAIN_TARGET = {1: 106, 4: 400, 16: 1300, 32: 2200}
 MTP_TARGET = {1: 2.0, 4: 1.3, 16: 1.0, 32: 1.0}
 
 
+def one(raw, name):
+    """The one file `name` in the raw folder's commit folders."""
+    found = glob.glob(os.path.join(raw, "*", name))
+    if len(found) != 1:
+        raise SystemExit(f"error: {raw}: expected one */{name}, found {len(found)}")
+    return found[0]
+
+
 def serve_tables(raw):
     out = {}
     for path in sorted(glob.glob(os.path.join(raw, "*", "serve_table-*.json"))):
@@ -40,15 +48,13 @@ def serve_tables(raw):
 def stall_rows(raw):
     rows = []
     for path in sorted(glob.glob(os.path.join(raw, "*", "prefill_stall-*.json"))):
-        if path.endswith("-summary.txt"):
-            continue
         for r in json.load(open(path)):
             rows.append(dict(r, commit=os.path.basename(os.path.dirname(path)), call=os.path.basename(path)))
     return sorted(rows, key=lambda r: (r["prefill_chunk"], r["call"]))
 
 
 def kv_memory(raw):
-    text = open(os.path.join(raw, "d634d26", "kv_memory-summary.txt")).read()
+    text = open(one(raw, "kv_memory-summary.txt")).read()
     start = int(re.search(r"listening; device memory (\d+) MiB", text).group(1))
     after = int(re.search(r"after the request: device memory (\d+) MiB", text).group(1))
     blocks = json.loads(re.search(r"kv metrics after it: (\{.*\})", text).group(1).replace("'", '"'))
@@ -60,7 +66,7 @@ def kv_memory(raw):
 
 
 def decode(raw):
-    d = json.load(open(os.path.join(raw, "47310b2", "decode-27b.json")))
+    d = json.load(open(one(raw, "decode-27b.json")))
     return {"command": "nextn bench decode --backend cuda --preset qwen3.5-27b --quant q4 --seed 0 --prompt-len 16 "
                        "-n 128 --repeats 3 --json", "decode_tokens_per_second": d["decode_tokens_per_second"]}
 

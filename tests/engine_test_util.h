@@ -1,5 +1,5 @@
-// Shared by the engine tests (test_server_engine*.cpp): a job's streamed
-// events gathered until its final one.
+// Shared by the engine tests (test_server_engine*.cpp, test_kv_pool.cpp): a
+// job's streamed events gathered until its final one; a metric's value.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -29,6 +29,13 @@ inline Finished wait(Job& job) {
         return f;
       }
     }
+}
+
+// A metric's value as rendered ("name value"; -1 when absent).
+inline double metric(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + name.size() + 2));
 }
 
 }  // namespace nextn::server::engine_test

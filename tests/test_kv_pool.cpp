@@ -213,10 +213,7 @@ TEST(KvBlockPool, ServerAdmitsByFreeBlocksAndQueuesTheRest) {
     EXPECT_EQ(got[i].finish_reason, "length");
   }
   const std::string m = metrics.render();
-  auto value = [&](const std::string& name) {
-    const size_t at = m.find("\n" + name + " ");
-    return at == std::string::npos ? -1.0 : std::stod(m.substr(at + name.size() + 2));
-  };
+  auto value = [&](const std::string& name) { return server::engine_test::metric(m, name); };
   EXPECT_GT(value("nextn_kv_admission_waits_total"), 0) << m;
   EXPECT_EQ(value("nextn_kv_blocks_limit"), 4) << m;
   EXPECT_LE(value("nextn_kv_blocks_allocated"), 4) << m;

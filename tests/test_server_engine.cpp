@@ -74,12 +74,7 @@ EngineOptions engine_options(DraftKind draft, int max_tokens) {
   return eo;
 }
 
-// A metric's value as rendered ("name value" or "name{labels} value").
-double metric(const std::string& text, const std::string& name) {
-  const size_t at = text.find("\n" + name + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(text.substr(at + name.size() + 2));
-}
+using engine_test::metric;
 
 // Issue 23's CPU criterion: 12 concurrent greedy requests through an engine
 // of at most 8 sequences (4 wait in the queue and join as others finish)

@@ -37,11 +37,7 @@ std::string plain_text(const Qwen35Checkpoint& ckpt, const tok::Tokenizer& t, co
   return t.decode(r.tokens);
 }
 
-double metric(const std::string& text, const std::string& name) {
-  const size_t at = text.find("\n" + name + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(text.substr(at + name.size() + 2));
-}
+using engine_test::metric;
 
 std::vector<Finished> serve_all(Engine& engine, const std::vector<std::shared_ptr<Job>>& jobs) {
   std::vector<Finished> got(jobs.size());

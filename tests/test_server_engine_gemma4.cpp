@@ -57,12 +57,7 @@ struct Served {
   }
 };
 
-// A metric's value as rendered ("name value" or "name{labels} value"); -1 when absent.
-double metric(const std::string& text, const std::string& name) {
-  const size_t at = text.find("\n" + name + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(text.substr(at + name.size() + 2));
-}
+using engine_test::metric;
 
 // One generation alone on a fresh `rt`: with the assistant as its drafter, or plain.
 GenerateResult solo_run(const Served& served, ModelRuntime& rt, bool with_assistant, const std::vector<int32_t>& prompt,

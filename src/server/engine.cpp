@@ -216,7 +216,8 @@ void Engine::start(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot,
   sv.queue_s = std::chrono::duration<double>(Clock::now() - job->enqueued).count();
   if (!req.ignore_eos) sv.eos_ids = group_->info().eos_token_ids;
   try {
-    sv.slot->reset();
+    // The slot is fresh: every path that gives one back resets it (release, the
+    // oracle's truth run, the start-up probe).
     // The drafter reads the sequence's own state (a Gemma 4 target's hidden rows and K/V).
     std::unique_ptr<Drafter> drafter = options_.make_drafter ? options_.make_drafter(*sv.slot) : nullptr;
     GenerateOptions o;

@@ -121,8 +121,11 @@ CpuQwen35::CpuQwen35(std::shared_ptr<CpuModel> model, int max_tokens)
   }
 }
 
-CpuQwen35::~CpuQwen35() {
+CpuQwen35::~CpuQwen35() { release_kv(); }
+
+void CpuQwen35::release_kv() {
   for (float* b : kv_blocks_) m_->kv_pool().give(b);
+  kv_blocks_.clear();
 }
 
 KvBlockPool& CpuModel::kv_pool() {
@@ -155,8 +158,7 @@ void CpuQwen35::hold_kv(int positions) {
 void CpuQwen35::reset() {
   // The KV blocks go back to the pool (their rows are written before they
   // are read); the GDN states are read from position 0 and must be zero again.
-  for (float* b : kv_blocks_) m_->kv_pool().give(b);
-  kv_blocks_.clear();
+  release_kv();
   for (GdnState& st : gdn_) {
     std::fill(st.conv.begin(), st.conv.end(), 0.0f);
     std::fill(st.S.begin(), st.S.end(), 0.0f);

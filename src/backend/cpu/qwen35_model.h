@@ -250,6 +250,8 @@ class CpuQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadAr
   void check_forward(std::span<const int32_t> tokens);
   // Takes blocks from the pool until the table holds `positions` positions.
   void hold_kv(int positions);
+  // Every block back to the pool.
+  void release_kv();
   // Grows the row buffers to what a forward of T rows and, with mtp, an MTP
   // call of up to T entries write.
   void reserve_rows(int T, bool mtp);
