@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "model/batch_runtime.h"
+#include "model/bench_interfaces.h"
 #include "engine/generate.h"
 #include "engine/step_loop.h"
 
@@ -208,6 +209,14 @@ inline void check_stepped_generations(const RuntimeMaker& alone, SequenceGroup& 
   std::vector<std::unique_ptr<ModelRuntime>> seqs;
   for (size_t i = 0; i < prompts.size(); ++i) seqs.push_back(group.add_sequence(cap));
   const StepWork before = group.step_work();
+  // The host's waits for the device's results, where the backend counts them (CUDA).
+  auto host_syncs = [&] {
+    int64_t n = 0;
+    for (const auto& s : seqs)
+      if (const RuntimeProbe* p = find_probe(*s)) n += p->host_syncs();
+    return n;
+  };
+  const int64_t syncs_before = host_syncs();
   StepLoop loop(group);
   int64_t rows = 0, step_reports = 0, max_sequences = 0;
   loop.on_step = [&](const StepReport& r) {
@@ -249,6 +258,9 @@ inline void check_stepped_generations(const RuntimeMaker& alone, SequenceGroup& 
   EXPECT_EQ(step_reports, loop.steps());
   EXPECT_EQ(max_sequences, int64_t(prompts.size()));  // all four shared steps
   const StepWork after = group.step_work();
+  // At most two per step (the head's tokens, the MTP chain's drafts), and one
+  // per sequence when it ends (its head counters, read once).
+  EXPECT_LE(host_syncs() - syncs_before, 2 * loop.steps() + int64_t(prompts.size()));
   const int64_t head = after.lm_head_launches - before.lm_head_launches;
   if (batched_head)
     EXPECT_EQ(head, loop.steps());  // one LM-head launch per step for every sequence in it

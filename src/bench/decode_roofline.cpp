@@ -77,6 +77,7 @@ class MemoryProbe final : public ModelRuntime, public VerifyHeadArms, public Run
   void clear_op_timings() override { probe_of(*rt_).clear_op_timings(); }
   int64_t kernels_launched() const override { return probe().kernels_launched(); }
   uint64_t expert_bytes_read() const override { return probe().expert_bytes_read(); }
+  int64_t host_syncs() const override { return probe().host_syncs(); }
   std::vector<MemoryUse> device_memory() const override { return probe().device_memory(); }
 
  private:

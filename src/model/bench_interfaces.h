@@ -68,6 +68,10 @@ class RuntimeProbe {
   // passes on this runtime's workspace (0 for a dense model), as the kernels
   // count them.
   virtual uint64_t expert_bytes_read() const = 0;
+  // Times the host waited for the device's results on this runtime's
+  // workspace (CUDA: Workspace::fetch, one per head call or draft chain;
+  // group calls count on their lead), so far.
+  virtual int64_t host_syncs() const = 0;
   // Device memory the runtime allocated itself, per use, largest first.
   // What the driver and libraries take besides (CUDA graphs, kernel
   // modules, cuBLAS) is not in it.

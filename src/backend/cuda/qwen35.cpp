@@ -144,10 +144,10 @@ void CudaQwen35::check_rows(const char* what, int rows) const {
 // Every buffer the constructor zeroes that a sequence writes, zeroed again in
 // place: the captured graphs keep their device pointers and stay valid.
 void CudaQwen35::reset() {
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  ws_.wait(stream_);
   state_.reset(stream_);
   ws_.reset(stream_);
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  ws_.wait(stream_);
   prefill_release();
 }
 
@@ -170,7 +170,7 @@ std::vector<OpTiming> CudaQwen35::op_timings() const { return profiler_.timings(
 uint64_t CudaQwen35::expert_bytes_read() const {
   if (!ws_.moe.present()) return 0;
   unsigned long long n = 0;
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  ws_.wait(stream_);
   CUDA_CHECK(cudaMemcpy(&n, ws_.moe.expert_bytes, sizeof(n), cudaMemcpyDeviceToHost));
   return uint64_t(n);
 }

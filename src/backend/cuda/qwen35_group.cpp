@@ -188,8 +188,10 @@ void CudaQwen35::head_argmax_group(std::span<CudaQwen35* const> seqs, std::span<
       CUDA_CHECK(cudaStreamWaitEvent(stream_, q.group_event_, 0));
     }
   }
-  HeadCounters before{};
-  CUDA_CHECK(cudaMemcpyAsync(&before, ws_.d_head, sizeof(before), cudaMemcpyDeviceToHost, stream_));
+  // The counters before and after the call, into pinned memory: copies
+  // that do not wait, read after the result's fetch (the call's one sync).
+  HeadCounters* counters = ws_.h_head.get();
+  CUDA_CHECK(cudaMemcpyAsync(&counters[0], ws_.d_head, sizeof(HeadCounters), cudaMemcpyDeviceToHost, stream_));
   size_t at = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const CudaQwen35& q = *seqs[i];
@@ -201,10 +203,9 @@ void CudaQwen35::head_argmax_group(std::span<CudaQwen35* const> seqs, std::span<
   const HeadTally t = tally(HeadPath::Batched);
   cuda::matmul(w_->head, ws_.head_in, act_, R, H_, ws_.logits, V_, false, nullptr, stream_, t);
   cuda::argmax_rows(ws_.logits, R, V_, V_, ws_.argmax_scratch, ws_.d_out, stream_, t.counters);
+  CUDA_CHECK(cudaMemcpyAsync(&counters[1], ws_.d_head, sizeof(HeadCounters), cudaMemcpyDeviceToHost, stream_));
   ws_.fetch(ws_.d_out, sizeof(int32_t) * size_t(R), out, stream_);  // synchronizes the stream: the copies are done
-  HeadCounters after{};
-  CUDA_CHECK(cudaMemcpyAsync(&after, ws_.d_head, sizeof(after), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const HeadCounters before = counters[0], after = counters[1];
   // The device counted the whole call on the lead: each sequence gets its own
   // rows and logits, the head read once, one call.
   const HeadWork call = head_work_of(after), was = head_work_of(before);

@@ -227,7 +227,7 @@ void CudaQwen35::mtp_logits(float* out) {
 HeadWork CudaQwen35::head_work() const {
   HeadCounters c{};
   CUDA_CHECK(cudaMemcpyAsync(&c, ws_.d_head, sizeof(c), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  ws_.wait(stream_);
   HeadWork w = head_work_of(c);
   w.rows_projected += state_.head_shift.rows_projected;
   w.head_bytes_read += state_.head_shift.head_bytes_read;

@@ -41,7 +41,7 @@ bool CudaQwen35::prefill_applies(int T) const { return prefill_gemm_enabled_ && 
 
 void CudaQwen35::prefill_release() {
   if (!prefill_) return;
-  CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued prefill work may still read the buffers
+  ws_.wait(stream_);  // queued prefill work may still read the buffers
   prefill_.reset();
 }
 

@@ -229,6 +229,7 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
   void clear_op_timings() override { profiler_.clear(); }
   int64_t kernels_launched() const override { return graphs_.kernels_launched(); }
   uint64_t expert_bytes_read() const override;
+  int64_t host_syncs() const override { return ws_.host_syncs; }
   std::vector<MemoryUse> device_memory() const override;
 
   const CudaQwen35Weights* weights() const { return w_.get(); }

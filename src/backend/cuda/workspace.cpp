@@ -47,6 +47,7 @@ Workspace::Workspace(const CudaQwen35Weights& w, const WorkspaceDims& dims, cons
 
   h_args = make_pinned<StepArgs>(kArgSlots);
   h_out = make_pinned<int32_t>(size_t(R) + 2);
+  h_head = make_pinned<HeadCounters>(2);
   h_chain_args = make_pinned<StepArgs>(size_t(2) * size_t(R));
   for (auto& e : arg_events) e = make_event(cudaEventDisableTiming);
 }
@@ -60,14 +61,19 @@ void Workspace::upload(const StepArgs& a, cudaStream_t s) {
   CUDA_CHECK(cudaEventRecord(arg_events[slot], s));
 }
 
+void Workspace::wait(cudaStream_t s) const {
+  ++host_syncs;
+  CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
 void Workspace::fetch(const void* src, size_t bytes, void* dst, cudaStream_t s) {
   if (bytes <= sizeof(int32_t) * size_t(rows + 2)) {
     CUDA_CHECK(cudaMemcpyAsync(h_out, src, bytes, cudaMemcpyDeviceToHost, s));
-    CUDA_CHECK(cudaStreamSynchronize(s));
+    wait(s);
     std::memcpy(dst, h_out, bytes);
   } else {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
-    CUDA_CHECK(cudaStreamSynchronize(s));
+    wait(s);
   }
 }
 

@@ -44,6 +44,11 @@ struct Workspace {
   // The one host sync of a call: `bytes` from device `src` into host `dst`
   // (through h_out when they fit), after the work queued on `s`.
   void fetch(const void* src, size_t bytes, void* dst, cudaStream_t s);
+  // Waits for the work queued on `s`. The runtime's waits for the device
+  // all go through here (fetch too) and are counted in host_syncs
+  // (RuntimeProbe::host_syncs); not the upload ring's guard above, which
+  // waits for a copy kArgSlots uploads old, nor a table's staging guard.
+  void wait(cudaStream_t s) const;
   // Zeroes on `s` what the constructor zeroed that a sequence writes (the
   // arguments, hidden rows, walk and head counters), in place.
   void reset(cudaStream_t s);
@@ -82,6 +87,8 @@ struct Workspace {
   PinnedBuffer<StepArgs> h_args;        // [kArgSlots] ring staging d_args
   PinnedBuffer<StepArgs> h_chain_args;  // [2R], staged for d_chain_args
   PinnedBuffer<int32_t> h_out;          // [R + 2]
+  PinnedBuffer<HeadCounters> h_head;    // [2] the head counters before and after a group head call
+  mutable int64_t host_syncs = 0;       // wait() calls
   Event arg_events[kArgSlots];          // the last copy out of each ring slot
   int arg_slot = 0;
 };
