@@ -188,10 +188,9 @@ void CudaQwen35::head_argmax_group(std::span<CudaQwen35* const> seqs, std::span<
       CUDA_CHECK(cudaStreamWaitEvent(stream_, q.group_event_, 0));
     }
   }
-  // The counters before and after the call, into pinned memory: copies
-  // that do not wait, read after the result's fetch (the call's one sync).
-  HeadCounters* counters = ws_.h_head.get();
-  CUDA_CHECK(cudaMemcpyAsync(&counters[0], ws_.d_head, sizeof(HeadCounters), cudaMemcpyDeviceToHost, stream_));
+  // The counters before and after the call: ws_.h_head as of the last
+  // fetch and of this call's fetch (its one sync).
+  const HeadCounters before = *ws_.h_head.get();
   size_t at = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const CudaQwen35& q = *seqs[i];
@@ -203,9 +202,8 @@ void CudaQwen35::head_argmax_group(std::span<CudaQwen35* const> seqs, std::span<
   const HeadTally t = tally(HeadPath::Batched);
   cuda::matmul(w_->head, ws_.head_in, act_, R, H_, ws_.logits, V_, false, nullptr, stream_, t);
   cuda::argmax_rows(ws_.logits, R, V_, V_, ws_.argmax_scratch, ws_.d_out, stream_, t.counters);
-  CUDA_CHECK(cudaMemcpyAsync(&counters[1], ws_.d_head, sizeof(HeadCounters), cudaMemcpyDeviceToHost, stream_));
-  ws_.fetch(ws_.d_out, sizeof(int32_t) * size_t(R), out, stream_);  // synchronizes the stream: the copies are done
-  const HeadCounters before = counters[0], after = counters[1];
+  ws_.fetch(ws_.d_out, sizeof(int32_t) * size_t(R), out, stream_);
+  const HeadCounters after = *ws_.h_head.get();
   // The device counted the whole call on the lead: each sequence gets its own
   // rows and logits, the head read once, one call.
   const HeadWork call = head_work_of(after), was = head_work_of(before);

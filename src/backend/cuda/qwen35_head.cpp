@@ -7,7 +7,7 @@
 // output tile adds the rows and records the path; the walk's step adds the
 // rows it took; the last kernel of an entry point adds one call. The host
 // only passes the counters' address and the path id into the captured
-// launches, and copies the block back in head_work().
+// launches; the block comes back with each call's fetch (Workspace::fetch).
 #ifdef NEXTN_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -225,10 +225,8 @@ void CudaQwen35::mtp_logits(float* out) {
 }
 
 HeadWork CudaQwen35::head_work() const {
-  HeadCounters c{};
-  CUDA_CHECK(cudaMemcpyAsync(&c, ws_.d_head, sizeof(c), cudaMemcpyDeviceToHost, stream_));
-  ws_.wait(stream_);
-  HeadWork w = head_work_of(c);
+  // As of the last fetch (Workspace::fetch): no call is running.
+  HeadWork w = head_work_of(*ws_.h_head.get());
   w.rows_projected += state_.head_shift.rows_projected;
   w.head_bytes_read += state_.head_shift.head_bytes_read;
   w.logits_bytes_written += state_.head_shift.logits_bytes_written;

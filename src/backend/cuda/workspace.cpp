@@ -47,7 +47,8 @@ Workspace::Workspace(const CudaQwen35Weights& w, const WorkspaceDims& dims, cons
 
   h_args = make_pinned<StepArgs>(kArgSlots);
   h_out = make_pinned<int32_t>(size_t(R) + 2);
-  h_head = make_pinned<HeadCounters>(2);
+  h_head = make_pinned<HeadCounters>(1);
+  *h_head.get() = HeadCounters{};
   h_chain_args = make_pinned<StepArgs>(size_t(2) * size_t(R));
   for (auto& e : arg_events) e = make_event(cudaEventDisableTiming);
 }
@@ -67,6 +68,7 @@ void Workspace::wait(cudaStream_t s) const {
 }
 
 void Workspace::fetch(const void* src, size_t bytes, void* dst, cudaStream_t s) {
+  CUDA_CHECK(cudaMemcpyAsync(h_head.get(), d_head, sizeof(HeadCounters), cudaMemcpyDeviceToHost, s));
   if (bytes <= sizeof(int32_t) * size_t(rows + 2)) {
     CUDA_CHECK(cudaMemcpyAsync(h_out, src, bytes, cudaMemcpyDeviceToHost, s));
     wait(s);
@@ -85,6 +87,7 @@ void Workspace::reset(cudaStream_t s) {
   zero(mtp_hidden, size_t(hidden_rows) * H * as);
   zero(d_walk, 2 * sizeof(int));
   zero(d_head, sizeof(HeadCounters));
+  *h_head.get() = HeadCounters{};
 }
 
 }  // namespace nextn::cuda

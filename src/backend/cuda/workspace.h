@@ -42,7 +42,10 @@ struct Workspace {
   // the slot's previous copy has not run yet (kArgSlots uploads behind).
   void upload(const StepArgs& a, cudaStream_t s);
   // The one host sync of a call: `bytes` from device `src` into host `dst`
-  // (through h_out when they fit), after the work queued on `s`.
+  // (through h_out when they fit), after the work queued on `s`. The head
+  // counters ride along into h_head: every call that counts head work ends
+  // in a fetch, so h_head is always current when no call is running and
+  // head_work() reads it without a sync of its own.
   void fetch(const void* src, size_t bytes, void* dst, cudaStream_t s);
   // Waits for the work queued on `s`. The runtime's waits for the device
   // all go through here (fetch too) and are counted in host_syncs
@@ -50,7 +53,8 @@ struct Workspace {
   // waits for a copy kArgSlots uploads old, nor a table's staging guard.
   void wait(cudaStream_t s) const;
   // Zeroes on `s` what the constructor zeroed that a sequence writes (the
-  // arguments, hidden rows, walk and head counters), in place.
+  // arguments, hidden rows, walk and head counters), in place; and h_head
+  // (the caller has waited for the stream: no copy into it is in flight).
   void reset(cudaStream_t s);
 
   DeviceMemory mem;
@@ -87,7 +91,7 @@ struct Workspace {
   PinnedBuffer<StepArgs> h_args;        // [kArgSlots] ring staging d_args
   PinnedBuffer<StepArgs> h_chain_args;  // [2R], staged for d_chain_args
   PinnedBuffer<int32_t> h_out;          // [R + 2]
-  PinnedBuffer<HeadCounters> h_head;    // [2] the head counters before and after a group head call
+  PinnedBuffer<HeadCounters> h_head;    // [1] d_head as of the last fetch
   mutable int64_t host_syncs = 0;       // wait() calls
   Event arg_events[kArgSlots];          // the last copy out of each ring slot
   int arg_slot = 0;
