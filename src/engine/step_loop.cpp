@@ -42,6 +42,7 @@ struct StepLoop::Run {
   std::vector<int32_t> drafts;  // block[1..]
   std::vector<int32_t> picks;   // the head's tokens for the rows
   std::vector<int32_t> mtp_pairs;  // tokens the MTP pairs with rows 0.. of this step's forward
+  int keep = 0;                    // this step's rows the round keeps (its rollback); 0: no round
   int mtp_committed = 0;           // MTP entries paired with true target rows
   bool mtp_gaps = false;           // Auto: rounds at K = 1 skipped their pairing (fewer entries than positions)
   std::vector<int> eos;
@@ -213,7 +214,17 @@ void StepLoop::step() {
     choose_blocks(continuing, report);
     const auto t1 = Clock::now();
 
-    // Rollback and the MTP pairing of the committed tokens.
+    // Rollback (every round's rows past what it keeps, in one call) and the
+    // MTP pairing of the committed tokens.
+    std::vector<ModelRuntime*> rolling;
+    std::vector<int> keeps;
+    for (auto& run : runs_) {
+      if (run->keep == 0) continue;
+      rolling.push_back(run->rt);
+      keeps.push_back(run->keep);
+      run->keep = 0;
+    }
+    if (!rolling.empty()) group_.rollback_together(rolling, keeps);
     std::vector<ModelRuntime*> pairing;
     std::vector<std::span<const int32_t>> pairs;
     for (auto& run : runs_) {
@@ -371,7 +382,8 @@ void StepLoop::commit_round(Run& r, std::span<const int32_t> picks) {
   std::vector<int32_t> round(r.drafts.begin(), r.drafts.begin() + a.accepted);
   round.push_back(a.next);
   r.commit(round, 0);
-  r.rt->target_rollback(a.accepted + 1);
+  // Rows past the kept ones are rolled back with the step's other rounds (step()).
+  r.keep = a.accepted + 1 < W ? a.accepted + 1 : 0;
   r.bonus = a.next;
   if (r.done || !r.speculative) return;
   if (r.mtp) {  // drop the chained entries, pair d_1..d_a, next with the verify rows 0..a

@@ -83,6 +83,14 @@ void SequenceGroup::mtp_forward_together(std::span<ModelRuntime* const> sequence
   }
 }
 
+void SequenceGroup::rollback_together(std::span<ModelRuntime* const> sequences, std::span<const int> keep) {
+  check_lists(sequences.size(), keep.size(), "rollback_together");
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    sequences[i]->target_rollback(keep[i]);
+    ++step_work_.rollback_launches;
+  }
+}
+
 void SequenceGroup::mtp_draft_together(std::span<ModelRuntime* const> sequences, std::span<const int> n,
                                        int32_t* out) {
   check_lists(sequences.size(), n.size(), "mtp_draft_together");

@@ -39,10 +39,11 @@ struct StepWork {
   int64_t lm_head_launches = 0;     // LM-head projections of target rows (head_argmax_together)
   int64_t mtp_forward_launches = 0; // MTP pairing forwards (mtp_forward_together)
   int64_t mtp_draft_launches = 0;   // MTP draft-chain steps, the first draft's argmax included (mtp_draft_together)
+  int64_t rollback_launches = 0;    // target rollbacks that undid rows (rollback_together)
   // The launches since `before`.
   StepWork since(const StepWork& before) const {
     return {lm_head_launches - before.lm_head_launches, mtp_forward_launches - before.mtp_forward_launches,
-            mtp_draft_launches - before.mtp_draft_launches};
+            mtp_draft_launches - before.mtp_draft_launches, rollback_launches - before.rollback_launches};
   }
 };
 
@@ -88,6 +89,11 @@ class SequenceGroup {
   // draft step j runs once for every sequence with n[i] > j. The default
   // runs each sequence's chain on its own.
   virtual void mtp_draft_together(std::span<ModelRuntime* const> sequences, std::span<const int> n, int32_t* out);
+  // target_rollback(keep[i]) on sequences[i] for every i (distinct
+  // sequences, keep inside their last forward). When shares_forwards(),
+  // every call is checked before any sequence changes. The default runs
+  // them one after another, one launch each (CUDA: one launch for all).
+  virtual void rollback_together(std::span<ModelRuntime* const> sequences, std::span<const int> keep);
 
   StepWork step_work() const { return step_work_; }
   // The pool the sequences' KV blocks come from (model/kv_pool.h), which

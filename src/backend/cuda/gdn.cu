@@ -204,6 +204,26 @@ __global__ void __launch_bounds__(kRecThreads, 1) gdn_recurrence_group_kernel(Gd
   gdn_recurrence_at(g, L, e.T, *e.parity, 0, y + size_t(e.row) * g.Hv * g.dv, blockIdx.x);
 }
 
+// Rollback of several sequences: block (part, layer, entry); parts
+// [0, segs) are the conv-state segments (gdn_conv_kernel's block (seg, T)),
+// the rest the value heads of the replayed recurrence. Both read only what
+// the verify forward left (the untouched buffers, the chunk's proj and
+// conv_out rows), so they run side by side.
+__global__ void __launch_bounds__(kRecThreads, 1) gdn_rollback_group_kernel(GdnShape g, const GdnReplay* entries,
+                                                                            int segs) {
+  pdl_prologue();
+  const GdnReplay& e = entries[blockIdx.z];
+  if (e.T < 0) return;
+  const GdnLayer L = e.gdn[blockIdx.y];
+  const int parity = *e.parity ^ 1;
+  if (int(blockIdx.x) < segs) {
+    if (threadIdx.x >= kGdnThreads) return;  // the conv's blocks are kGdnThreads wide; y == T syncs nothing
+    gdn_conv_at(g, L, e.T, parity, 1, blockIdx.x, e.T);
+  } else {
+    gdn_recurrence_at(g, L, e.T, parity, 1, static_cast<float*>(nullptr), blockIdx.x - segs);
+  }
+}
+
 // The group pass's GDN in-projection rows of each entry into its own proj
 // rows (its conv reads them there; a later rollback replays from them).
 // Block (row, entry); the lead's rows are already in place.
@@ -239,6 +259,14 @@ void gdn_recurrence(const GdnShape& g, const GdnLayer* table, int layer, int n_l
   else
     CUDA_CHECK(launch_kernel(gdn_recurrence_kernel<float>, grid, kRecThreads, 0, s, g, table, layer, T, parity, invert, replay ? 1 : 0));
   CUDA_CHECK_LAUNCH("gdn_recurrence_kernel");
+}
+
+void gdn_rollback_group(const GdnShape& g, const GdnReplay* entries, int n_entries, int n_layers, cudaStream_t s) {
+  if (g.dk > kMaxDk || g.dv > kGdnThreads) fail("gdn: head dims {}x{} above {}", g.dk, g.dv, kMaxDk);
+  const int segs = 2 * g.Hk + ceil_div(g.Hv * g.dv, kGdnThreads);
+  const dim3 grid(unsigned(segs + g.Hv), unsigned(n_layers), unsigned(n_entries));
+  CUDA_CHECK(launch_kernel(gdn_rollback_group_kernel, grid, kRecThreads, 0, s, g, entries, segs));
+  CUDA_CHECK_LAUNCH("gdn_rollback_group_kernel");
 }
 
 void gdn_group(const GdnShape& g, const GroupEntry* entries, int n_entries, int max_T, int layer, const float* proj,

@@ -33,6 +33,7 @@ const char* graph_kind_name(GraphKind kind) {
     case GraphKind::GroupForward: return "group_forward";
     case GraphKind::GroupMtpForward: return "group_mtp_forward";
     case GraphKind::GroupMtpDraft: return "group_mtp_draft";
+    case GraphKind::GroupRollback: return "group_rollback";
   }
   return "?";
 }

@@ -250,6 +250,19 @@ void gdn_conv(const GdnShape& g, const GdnLayer* table, int layer, int n_layers,
 void gdn_recurrence(const GdnShape& g, const GdnLayer* table, int layer, int n_layers, int T, const int* parity,
                     int invert, bool replay, Act act, cudaStream_t s);
 
+// One sequence's rollback in a group (gdn_rollback_group): its GDN table,
+// its parity and the tokens of its last chunk to replay (T < 0: padding).
+struct GdnReplay {
+  const GdnLayer* gdn = nullptr;
+  const int* parity = nullptr;
+  int T = -1;
+};
+// gdn_conv(..., T, parity, 1, skip_out) and gdn_recurrence(..., T, parity,
+// 1, replay) of layers [0, n_layers) for every entry, in one launch: each
+// sequence's conv state and S replayed from its untouched buffers over its
+// own T tokens, bit for bit as its own rollback.
+void gdn_rollback_group(const GdnShape& g, const GdnReplay* entries, int n_entries, int n_layers, cudaStream_t s);
+
 // The same recurrence for a prefill chunk of T tokens, one layer, bf16 mode
 // (gdn_prefill.cu): not bitwise equal to gdn_recurrence (4 row parts per
 // column, fused multiply-adds), the gated norm in a second kernel.

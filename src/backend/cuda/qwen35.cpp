@@ -125,6 +125,9 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
   const size_t group_entries = size_t(kGroupTables) * kMaxGroupSequences;
   lead_.d_tables = lead_.mem.alloc<cuda::GroupEntry>(group_entries * sizeof(cuda::GroupEntry), "group tables");
   lead_.h_tables = make_pinned<cuda::GroupEntry>(group_entries);
+  lead_.d_replay = lead_.mem.alloc<cuda::GdnReplay>(kMaxGroupSequences * sizeof(cuda::GdnReplay), "group tables");
+  lead_.h_replay = make_pinned<cuda::GdnReplay>(kMaxGroupSequences);
+  lead_.replay_copied = make_event(cudaEventDisableTiming);
   state_.upload_gdn_table(*w_, ws_.act_buf);  // the GDN outputs land in the workspace's act rows
   CUDA_CHECK(cudaDeviceSynchronize());
 }
@@ -257,25 +260,25 @@ void CudaQwen35::target_forward(std::span<const int32_t> tokens) {
   state_.last_T = T;
 }
 
-void CudaQwen35::target_rollback(int keep) {
-  SequenceState& st = state_;
+int CudaQwen35::rollback_replay_of(int keep) const {
+  const SequenceState& st = state_;
   if (keep < 1 || keep > st.last_T) fail("target_rollback: keep {} outside [1, {}]", keep, st.last_T);
-  if (keep == st.last_T) return;
+  if (keep == st.last_T) return -1;
   const int chunk_start = st.last_T - st.last_chunk_T;
   if (keep < chunk_start)
     fail("target_rollback: the CUDA backend undoes at most the last {} tokens of a forward ({} of {} to undo)",
          st.last_chunk_T, st.last_T - keep, st.last_T);
-  const int replay_n = keep - chunk_start;  // tokens of the last chunk to keep (may be 0)
-  if (!st.gdn_host.empty()) {
-    StepArgs a = args();
-    ws_.upload(a, stream_);
-    const int n_gdn = int(st.gdn_host.size());
-    graphs_.replay(GraphKind::Rollback, replay_n, 0, [&] {
-      cuda::gdn_conv(gdn_shape_, st.gdn_table, 0, n_gdn, replay_n, &ws_.d_args->parity, 1, true, stream_);
-      cuda::gdn_recurrence(gdn_shape_, st.gdn_table, 0, n_gdn, replay_n, &ws_.d_args->parity, 1, true, act_,
-                           stream_);
-    });
-  }
+  return keep - chunk_start;  // tokens of the last chunk to keep (may be 0)
+}
+
+// A group of one: the same launch as the engine's group rollback.
+void CudaQwen35::target_rollback(int keep) {
+  CudaQwen35* self = this;
+  rollback_group({&self, 1}, {&keep, 1});
+}
+
+void CudaQwen35::rollback_bookkeeping(int keep, int replay_n) {
+  SequenceState& st = state_;
   st.length = st.forward_start + keep;
   // As the CPU runtime: a second rollback of the same forward keeps a prefix
   // of these rows (the untouched state buffer and the chunk's projections

@@ -166,6 +166,44 @@ void CudaQwen35::group_chunk(const GroupPass& pass, int rows) {
   cuda::scatter_rows_group(pass.entries, pass.n, pass.max_T, H_, ws_.mtp_src, act_, stream_);
 }
 
+void CudaQwen35::rollback_group(std::span<CudaQwen35* const> seqs, std::span<const int> keep) {
+  if (seqs.empty() || seqs[0] != this || seqs.size() != keep.size() || seqs.size() > size_t(kMaxGroupSequences))
+    fail("internal: rollback_group must be called on its first sequence, at most {} of them", kMaxGroupSequences);
+  std::vector<int> replay(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) replay[i] = seqs[i]->rollback_replay_of(keep[i]);  // all before any change
+  const int n_gdn = int(state_.gdn_host.size());
+  int entries = 0;
+  if (n_gdn > 0) {
+    CUDA_CHECK(cudaEventSynchronize(lead_.replay_copied));  // the last copy has read the staging
+    cuda::GdnReplay* table = lead_.h_replay.get();
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      CudaQwen35& q = *seqs[i];
+      if (replay[i] < 0) continue;
+      q.ws_.upload(q.args(), q.stream_);  // its parity, read by the replay
+      if (&q != this) {
+        CUDA_CHECK(cudaEventRecord(q.group_event_, q.stream_));
+        CUDA_CHECK(cudaStreamWaitEvent(stream_, q.group_event_, 0));
+      }
+      table[entries++] = {q.state_.gdn_table, &q.ws_.d_args->parity, replay[i]};
+    }
+  }
+  if (entries > 0) {
+    const int padded = std::min(round_up(entries, kGroupEntryStep), kMaxGroupSequences);
+    std::fill(lead_.h_replay.get() + entries, lead_.h_replay.get() + padded, cuda::GdnReplay{});
+    CUDA_CHECK(cudaMemcpyAsync(lead_.d_replay, lead_.h_replay.get(), size_t(padded) * sizeof(cuda::GdnReplay),
+                               cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaEventRecord(lead_.replay_copied, stream_));
+    graphs_.group_replay(GraphKind::GroupRollback, {{uint64_t(padded), 0}}, [&] {
+      cuda::gdn_rollback_group(gdn_shape_, lead_.d_replay, padded, n_gdn, stream_);
+    });
+    CUDA_CHECK(cudaEventRecord(group_event_, stream_));
+    for (CudaQwen35* q : seqs)
+      if (q != this) CUDA_CHECK(cudaStreamWaitEvent(q->stream_, group_event_, 0));
+  }
+  for (size_t i = 0; i < seqs.size(); ++i)
+    if (replay[i] >= 0) seqs[i]->rollback_bookkeeping(keep[i], replay[i]);
+}
+
 void CudaQwen35::head_argmax_group(std::span<CudaQwen35* const> seqs, std::span<const SequenceRows> rows,
                                    int32_t* out) {
   if (seqs.empty() || seqs[0] != this || seqs.size() != rows.size())
@@ -251,6 +289,7 @@ class CudaSequenceGroup final : public SequenceGroup {
   void mtp_forward_together(std::span<ModelRuntime* const> sequences,
                             std::span<const std::span<const int32_t>> next_tokens) override;
   void mtp_draft_together(std::span<ModelRuntime* const> sequences, std::span<const int> n, int32_t* out) override;
+  void rollback_together(std::span<ModelRuntime* const> sequences, std::span<const int> keep) override;
 
  private:
   // The group's own sequences, each listed once (Error otherwise).
@@ -392,6 +431,30 @@ void CudaSequenceGroup::mtp_draft_together(std::span<ModelRuntime* const> sequen
       group_seqs[0]->mtp_draft_group(group_seqs, group_n, group_out);
     }
     step_work_.mtp_draft_launches += chains[first].n;  // one launch per chained step for the whole chunk
+  }
+}
+
+void CudaSequenceGroup::rollback_together(std::span<ModelRuntime* const> sequences, std::span<const int> keep) {
+  if (sequences.size() != keep.size())
+    fail("internal: rollback_together of {} sequences and {} counts", sequences.size(), keep.size());
+  const std::vector<CudaQwen35*> seqs = members(sequences, "rollback_together");
+  // The ones that undo rows, checked before any change, in id order (the
+  // same batch, the same lead and graph key); one launch per
+  // kMaxGroupSequences of them.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < seqs.size(); ++i)
+    if (seqs[i]->rollback_replay_of(keep[i]) >= 0) order.push_back(i);
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return seqs[a]->sequence_id() < seqs[b]->sequence_id(); });
+  for (size_t first = 0; first < order.size(); first += kMaxGroupSequences) {
+    std::vector<CudaQwen35*> chunk;
+    std::vector<int> chunk_keep;
+    for (size_t j = first; j < std::min(order.size(), first + kMaxGroupSequences); ++j) {
+      chunk.push_back(seqs[order[j]]);
+      chunk_keep.push_back(keep[order[j]]);
+    }
+    chunk[0]->rollback_group(chunk, chunk_keep);
+    ++step_work_.rollback_launches;
   }
 }
 

@@ -174,6 +174,9 @@ struct GroupStaging {
   cuda::GroupEntry* d_tables = nullptr;     // [kGroupTables][kMaxGroupSequences]
   PinnedBuffer<cuda::GroupEntry> h_tables;  // [kGroupTables][kMaxGroupSequences], staged for d_tables
   Event copied;                             // the last copy of the staged tables
+  cuda::GdnReplay* d_replay = nullptr;      // [kMaxGroupSequences] a group rollback's table
+  PinnedBuffer<cuda::GdnReplay> h_replay;   // [kMaxGroupSequences], staged for d_replay
+  Event replay_copied;                      // the last copy of h_replay
 };
 
 class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadArms, public RuntimeProbe {
@@ -266,6 +269,14 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
   // draft vocabulary. out[i] gets seqs[i]'s n[i] drafts (each out[i] has
   // room for n[0]). One copy back.
   void mtp_draft_group(std::span<CudaQwen35* const> seqs, std::span<const int> n, std::span<int32_t* const> out);
+  // What target_rollback(keep[i]) on seqs[i] does, for every i, as one
+  // launch of the GDN replay over all of them on this sequence's (the
+  // lead's, seqs[0]'s) stream (qwen35_group.cpp); at most
+  // kMaxGroupSequences sequences, each keep checked (rollback_replay_of).
+  void rollback_group(std::span<CudaQwen35* const> seqs, std::span<const int> keep);
+  // target_rollback's checks: the tokens of the last chunk a rollback to
+  // `keep` replays (0 when none), or -1 when it changes nothing.
+  int rollback_replay_of(int keep) const;
   // What mtp_forward(next_tokens, 0) and mtp_draft(n, ...) check before any change.
   void check_mtp_forward(std::span<const int32_t> next_tokens, int first_row) const;
   void check_mtp_draft(int n) const;
@@ -295,6 +306,9 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
   cuda::GroupEntry* staged_group_table(int index);
   const cuda::GroupEntry* group_table(int index) const;
   void upload_group_tables(int n);
+  // What a rollback to `keep` replaying `replay_n` tokens leaves besides the
+  // GDN state: the length, and the last forward's rows and chunk.
+  void rollback_bookkeeping(int keep, int replay_n);
   // prefill (qwen35_prefill.cpp): forwards longer than kMaxRows, all but their
   // last <= kMaxRows tokens, in chunks of kPrefillRows through PrefillGemm.
   bool prefill_applies(int T) const;
