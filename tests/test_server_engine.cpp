@@ -125,9 +125,11 @@ TEST(ServerEngine, ConcurrentGreedyResponsesEqualGenerate) {
       EXPECT_LE(metric(m, "nextn_mtp_forward_launches_total"), steps) << m;
       EXPECT_GT(metric(m, "nextn_mtp_draft_launches_total"), 0) << m;
       EXPECT_LE(metric(m, "nextn_mtp_draft_launches_total"), steps * (K - 1)) << m;
+      EXPECT_GT(metric(m, "nextn_rollback_launches_total"), 0) << m;  // some round kept fewer rows than it verified
     } else {
       EXPECT_EQ(metric(m, "nextn_mtp_forward_launches_total"), 0) << m;
       EXPECT_EQ(metric(m, "nextn_mtp_draft_launches_total"), 0) << m;
+      EXPECT_EQ(metric(m, "nextn_rollback_launches_total"), 0) << m;  // one row per step: nothing to undo
     }
     // Every prompt was prefilled once; every token after a request's first
     // is one time-between-tokens observation.

@@ -185,6 +185,9 @@ std::string Metrics::render() const {
           uint64_t(work_.mtp_forward_launches));
   counter("nextn_mtp_draft_launches_total", "MTP draft-chain steps (batched: one per chained step for every MTP request).",
           uint64_t(work_.mtp_draft_launches));
+  counter("nextn_rollback_launches_total",
+          "Target rollbacks of rounds that kept fewer rows than they verified (CUDA: one launch per step for all of them).",
+          uint64_t(work_.rollback_launches));
   counter("nextn_oracle_truths_run_total", "Oracle drafter: greedy answers run first to learn a request's truth.",
           truths_run_);
   counter("nextn_oracle_truths_replayed_total", "Oracle drafter: requests whose truth an earlier identical one gave.",
