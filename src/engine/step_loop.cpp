@@ -1,6 +1,7 @@
 #include "engine/step_loop.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/error.h"
 #include "sampling/sampling.h"
@@ -43,6 +44,7 @@ struct StepLoop::Run {
   std::vector<int32_t> picks;   // the head's tokens for the rows
   std::vector<int32_t> mtp_pairs;  // tokens the MTP pairs with rows 0.. of this step's forward
   int keep = 0;                    // this step's rows the round keeps (its rollback); 0: no round
+  std::optional<Acceptance> drafter_commit;  // the round the oracle / drafter learns once the target is rolled back
   int mtp_committed = 0;           // MTP entries paired with true target rows
   bool mtp_gaps = false;           // Auto: rounds at K = 1 skipped their pairing (fewer entries than positions)
   std::vector<int> eos;
@@ -225,6 +227,15 @@ void StepLoop::step() {
       run->keep = 0;
     }
     if (!rolling.empty()) group_.rollback_together(rolling, keeps);
+    // Drafters learn the round with the target as it goes on (rolled back).
+    for (auto& run : runs_) {
+      Run& r = *run;
+      if (!r.drafter_commit) continue;
+      const Acceptance a = *r.drafter_commit;
+      r.drafter_commit.reset();
+      if (r.oracle) r.oracle->commit(r.drafts, a.accepted, a.next);
+      if (r.drafter) r.drafter->commit(r.drafts, a.accepted, a.next);
+    }
     std::vector<ModelRuntime*> pairing;
     std::vector<std::span<const int32_t>> pairs;
     for (auto& run : runs_) {
@@ -390,8 +401,7 @@ void StepLoop::commit_round(Run& r, std::span<const int32_t> picks) {
     r.mtp->mtp_rollback(r.mtp_committed);
     r.mtp_pairs = round;
   }
-  if (r.oracle) r.oracle->commit(r.drafts, a.accepted, a.next);
-  if (r.drafter) r.drafter->commit(r.drafts, a.accepted, a.next);
+  if (r.oracle || r.drafter) r.drafter_commit = a;  // after the step's rollback (step())
 }
 
 void StepLoop::choose_blocks(std::span<Run* const> runs, StepReport& report) {
