@@ -267,8 +267,9 @@ inline void check_stepped_generations(const RuntimeMaker& alone, SequenceGroup& 
   else
     EXPECT_GE(head, loop.steps());
   // CUDA rolls every round of a step back in one launch.
-  if (batched_head && std::string(group.backend_name()) == "cuda")
+  if (batched_head && std::string(group.backend_name()) == "cuda") {
     EXPECT_LE(after.rollback_launches - before.rollback_launches, loop.steps());
+  }
   if (batched_mtp) {
     if (draft == DraftKind::Mtp) {
       const int K = o.block_size > 0 ? o.block_size : default_block_size(group.info().mtp_layers);

@@ -136,7 +136,9 @@ inline void check_fails_alone(const std::function<std::unique_ptr<ModelRuntime>(
       EXPECT_NE(std::string(e.what()).find(failing_error), std::string::npos) << e.what();
     }
     EXPECT_EQ(slots[i]->target_length(), 0);  // reset by the loop
-    if (const MtpHead* head = slots[i]->mtp()) EXPECT_EQ(head->mtp_length(), 0);  // Gemma 4 has none
+    if (const MtpHead* head = slots[i]->mtp()) {  // Gemma 4 has none
+      EXPECT_EQ(head->mtp_length(), 0);
+    }
     // The slot serves again (a slot too small for the request: a fresh one of enough positions).
     auto again = seqs[i].capacity > 0 ? group.add_sequence(enough) : std::move(slots[i]);
     StepLoop retry(group);

@@ -279,7 +279,9 @@ TEST_P(CudaHead, ResetEqualsFresh) {
               0);
     EXPECT_EQ(zero.last_path, HeadPath::None);
     EXPECT_EQ(used->target_length(), 0);
-    if (mtp) EXPECT_EQ(mtp_of(*used).mtp_length(), 0);
+    if (mtp) {
+      EXPECT_EQ(mtp_of(*used).mtp_length(), 0);
+    }
     const auto got = generate_walk(*used, ref.prompt, o, &greedy);
     EXPECT_EQ(got.tokens, want.tokens);
     const HeadWork w = used->head_work();
