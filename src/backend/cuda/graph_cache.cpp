@@ -26,7 +26,6 @@ const char* graph_kind_name(GraphKind kind) {
     case GraphKind::Walk: return "walk";
     case GraphKind::Logits: return "logits";
     case GraphKind::MtpArgmax: return "mtp_argmax";
-    case GraphKind::Rollback: return "rollback";
     case GraphKind::MtpDraft: return "mtp_draft";
     case GraphKind::WalkWhile: return "walk_while";
     case GraphKind::MtpLogits: return "mtp_logits";

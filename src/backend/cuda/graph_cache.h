@@ -22,7 +22,7 @@
 namespace nextn::cuda {
 
 enum class GraphKind : int {
-  Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, Rollback, MtpDraft, WalkWhile, MtpLogits,
+  Forward, MtpForward, MtpStep, HeadArgmax, HeadFused, Walk, Logits, MtpArgmax, MtpDraft, WalkWhile, MtpLogits,
   GroupForward, GroupMtpForward, GroupMtpDraft, GroupRollback
 };
 const char* graph_kind_name(GraphKind kind);
