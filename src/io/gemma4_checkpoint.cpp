@@ -110,12 +110,16 @@ void Gemma4Checkpoint::check_target_capacity(int max_tokens) const {
   const Gemma4Checkpoint& ckpt = *this;
   if (ckpt.is_assistant())
     fail("{}: a gemma4_assistant checkpoint drafts for a target; it is not a target", ckpt.dir());
+  check_gemma4_capacity(ckpt.dir(), ckpt.config(), max_tokens);
+}
+
+void check_gemma4_capacity(const std::string& dir, const Gemma4TextConfig& config, int max_tokens) {
   if (max_tokens <= 0) fail("runtime capacity {} tokens: expected at least 1", max_tokens);
-  if (max_tokens > ckpt.config().max_position_embeddings)
+  if (max_tokens > config.max_position_embeddings)
     fail(
         "{}: this run needs up to {} positions (prompt + tokens to generate + verify block) but config.json's "
         "max_position_embeddings is {}",
-        ckpt.dir(), max_tokens, ckpt.config().max_position_embeddings);
+        dir, max_tokens, config.max_position_embeddings);
 }
 
 }  // namespace nextn

@@ -59,4 +59,9 @@ class Gemma4Checkpoint {
   std::string head_ = "lm_head";  // the untied LM head's module
 };
 
+// The capacity rule of check_target_capacity, for a group that no longer
+// holds its checkpoint: 1 to max_position_embeddings positions.
+void check_gemma4_capacity(const std::string& dir, const Gemma4TextConfig& config, int max_tokens);
+
+
 }  // namespace nextn

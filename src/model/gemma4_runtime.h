@@ -14,6 +14,11 @@ namespace nextn {
 class Gemma4Runtime : public ModelRuntime, public Gemma4Target {
  public:
   int target_length() const override { return length_; }
+  // What target_rollback(keep) refuses (Error), checked without changing anything.
+  void check_rollback(int keep) const {
+    if (keep < 1 || keep > last_T_) fail("target_rollback: keep {} outside [1, {}]", keep, last_T_);
+    if (last_T_ - keep > max_undo_) fail("target_rollback: cannot undo more than {} rows of one forward", max_undo_);
+  }
   // The step's reservation: token ids and capacity (its buffers are all made
   // with it; it has no MTP head).
   void reserve_step(std::span<const int32_t> tokens, int mtp_end) override {
@@ -38,8 +43,7 @@ class Gemma4Runtime : public ModelRuntime, public Gemma4Target {
   // max_undo slots beyond the window: only that many rows of one forward can
   // be undone without losing context.
   void record_rollback(int keep) {
-    if (keep < 1 || keep > last_T_) fail("target_rollback: keep {} outside [1, {}]", keep, last_T_);
-    if (last_T_ - keep > max_undo_) fail("target_rollback: cannot undo more than {} rows of one forward", max_undo_);
+    check_rollback(keep);
     length_ = forward_start_ + keep;
     last_T_ = keep;
   }

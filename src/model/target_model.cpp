@@ -39,8 +39,11 @@ TargetModel open_target_model(const std::string& dir, BackendKind kind, const Ru
 #endif
       return make_cpu_gemma4_runtime(*ck, cap, cpu_options(options));
     };
-    m.make_group = [ck, kind, options, factory = m.factory, info = m.info]() -> std::unique_ptr<SequenceGroup> {
-      if (kind == BackendKind::Cuda) return make_serial_sequence_group(factory, info, "cuda");
+    m.make_group = [ck, kind, options]() -> std::unique_ptr<SequenceGroup> {
+      (void)kind;  // read only with the CUDA backend built
+#ifdef NEXTN_HAVE_CUDA
+      if (kind == BackendKind::Cuda) return make_cuda_gemma4_group(*ck, options);
+#endif
       return make_cpu_gemma4_group(*ck, cpu_options(options));
     };
     return m;

@@ -48,13 +48,7 @@ Gemma4Model::Gemma4Model(const Gemma4Checkpoint& ck, const CpuRuntimeOptions& op
 }
 
 void Gemma4Model::check_capacity(int max_tokens) const {
-  // Gemma4Checkpoint::check_target_capacity's rule, for a group that no longer holds the checkpoint.
-  if (max_tokens <= 0) fail("runtime capacity {} tokens: expected at least 1", max_tokens);
-  if (max_tokens > cfg.max_position_embeddings)
-    fail(
-        "{}: this run needs up to {} positions (prompt + tokens to generate + verify block) but config.json's "
-        "max_position_embeddings is {}",
-        dir, max_tokens, cfg.max_position_embeddings);
+  check_gemma4_capacity(dir, cfg, max_tokens);
 }
 
 void Gemma4Model::scaled_embedding(int32_t token, float* out) const {

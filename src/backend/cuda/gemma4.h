@@ -1,8 +1,9 @@
-// Gemma 4 (dense text model) on the CUDA backend (docs/gemma4.md, "CUDA"):
-// the forward of backend/cpu/gemma4.cpp with every op on the device, plain
-// stream launches (no graphs). The runtime also implements Gemma4Target, so
-// the CPU assistant drafter runs against it (it copies the rows it reads
-// back to the host).
+// Gemma 4 (dense and MoE text models) on the CUDA backend (docs/gemma4.md,
+// "CUDA"): the forward of backend/cpu/gemma4.cpp with every op on the
+// device, plain stream launches (no graphs), for one sequence or a group of
+// them over one copy of the weights. A sequence also implements
+// Gemma4Target, so the CPU assistant drafter runs against it (it copies the
+// rows it reads back to the host).
 //
 // Modes, RuntimeOptions::act (--act) as for Qwen3.5: fp32 (weights and
 // activations fp32, matmuls on CUDA cores: the parity mode the tests compare
@@ -12,6 +13,7 @@
 #pragma once
 #include <memory>
 
+#include "model/batch_runtime.h"
 #include "model/runtime.h"
 
 namespace nextn {
@@ -22,5 +24,9 @@ class Gemma4Checkpoint;
 // take, or too little device memory.
 std::unique_ptr<ModelRuntime> make_cuda_gemma4_runtime(const Gemma4Checkpoint& ckpt, int max_tokens,
                                                        const RuntimeOptions& options = {});
+// Sequences over one copy of the weights on the device whose forwards share
+// passes of up to 64 rows and whose LM-head rows share projections
+// (model/batch_runtime.h); up to 64 sequences at once. Throws as above.
+std::unique_ptr<SequenceGroup> make_cuda_gemma4_group(const Gemma4Checkpoint& ckpt, const RuntimeOptions& options = {});
 
 }  // namespace nextn

@@ -38,12 +38,15 @@ __device__ __forceinline__ float block_sum_sq(const float* x, int n, float* scra
 // Block (t, h): h < Hq a query head, else KV head h - Hq.
 __global__ void __launch_bounds__(128) prepare_kernel(Gemma4AttnShape a, const float* proj, int ld,
                                                       const float* q_norm, const float* k_norm, const float* inv_freq,
-                                                      int pos, int slots, float* q, float* kcache, float* vcache) {
+                                                      const Gemma4Row* rows, int layer, float* q) {
   pdl_prologue();
   __shared__ float y[kGemma4MaxHeadDim];  // the normed head, before RoPE
   __shared__ float scratch[32];
   const int t = blockIdx.x, h = blockIdx.y, hd = a.hd, half = hd / 2;
-  const int p = pos + t;
+  const int p = rows[t].pos;
+  const Gemma4LayerCache cache = rows[t].caches[layer];
+  const int slots = cache.slots;
+  float *kcache = cache.k, *vcache = cache.v;
   const bool is_q = h < a.Hq;
   const int kh = h - a.Hq;
   const size_t kv_row = size_t(a.Hkv) * hd;
@@ -80,8 +83,8 @@ __global__ void __launch_bounds__(128) prepare_kernel(Gemma4AttnShape a, const f
 // and out = acc / l.
 template <typename TO>
 __global__ void __launch_bounds__(kAttnThreads) attention_kernel(Gemma4AttnShape a, const float* q,
-                                                                 const float* kcache, const float* vcache, int slots,
-                                                                 int pos, int window, TO* out) {
+                                                                 const Gemma4Row* rows, int layer, int window,
+                                                                 TO* out) {
   pdl_prologue();
   __shared__ float qs[kGemma4MaxHeadDim];
   __shared__ float w[kKeyTile];  // the tile's scores, then its weights
@@ -89,7 +92,10 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(Gemma4AttnShape
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = kAttnThreads / 32;
   const int kh = h / (a.Hq / a.Hkv);
   const size_t kv_row = size_t(a.Hkv) * hd;
-  const int p = pos + t;
+  const int p = rows[t].pos;
+  const Gemma4LayerCache cache = rows[t].caches[layer];
+  const int slots = cache.slots;
+  const float *kcache = cache.k, *vcache = cache.v;
   const int first = window > 0 ? max(0, p - window + 1) : 0;
   for (int i = threadIdx.x; i < hd; i += kAttnThreads) qs[i] = q[(size_t(t) * a.Hq + h) * hd + i];
   __syncthreads();
@@ -211,25 +217,24 @@ void check_shape(const Gemma4AttnShape& a) {
 }  // namespace
 
 void gemma4_attn_prepare(const Gemma4AttnShape& a, const float* proj, int ld, int T, const float* q_norm,
-                         const float* k_norm, const float* inv_freq, int pos, int slots, float* q, float* kcache,
-                         float* vcache, cudaStream_t s) {
+                         const float* k_norm, const float* inv_freq, const Gemma4Row* rows, int layer, float* q,
+                         cudaStream_t s) {
   check_shape(a);
   const dim3 grid(unsigned(T), unsigned(a.Hq + a.Hkv));
-  CUDA_CHECK(launch_kernel(prepare_kernel, grid, 128, 0, s, a, proj, ld, q_norm, k_norm, inv_freq, pos, slots, q,
-                           kcache, vcache));
+  CUDA_CHECK(launch_kernel(prepare_kernel, grid, 128, 0, s, a, proj, ld, q_norm, k_norm, inv_freq, rows, layer, q));
   CUDA_CHECK_LAUNCH("gemma4 prepare_kernel");
 }
 
-void gemma4_attention(const Gemma4AttnShape& a, const float* q, const float* kcache, const float* vcache, int slots,
-                      int T, int pos, int window, void* out, Act act, cudaStream_t s) {
+void gemma4_attention(const Gemma4AttnShape& a, const float* q, const Gemma4Row* rows, int layer, int T, int window,
+                      void* out, Act act, cudaStream_t s) {
   check_shape(a);
   const dim3 grid(unsigned(T), unsigned(a.Hq));
   if (act == Act::BF16)
-    CUDA_CHECK(launch_kernel(attention_kernel<bf16>, grid, kAttnThreads, 0, s, a, q, kcache, vcache, slots, pos,
-                             window, static_cast<bf16*>(out)));
+    CUDA_CHECK(launch_kernel(attention_kernel<bf16>, grid, kAttnThreads, 0, s, a, q, rows, layer, window,
+                             static_cast<bf16*>(out)));
   else
-    CUDA_CHECK(launch_kernel(attention_kernel<float>, grid, kAttnThreads, 0, s, a, q, kcache, vcache, slots, pos,
-                             window, static_cast<float*>(out)));
+    CUDA_CHECK(launch_kernel(attention_kernel<float>, grid, kAttnThreads, 0, s, a, q, rows, layer, window,
+                             static_cast<float*>(out)));
   CUDA_CHECK_LAUNCH("gemma4 attention_kernel");
 }
 

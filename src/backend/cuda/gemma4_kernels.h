@@ -3,10 +3,9 @@
 // (matmuls, rmsnorm, embedding, argmax and walk steps).
 //
 // Conventions as kernels.h: device pointers, launches on the given stream,
-// nothing synchronizes. Positions are passed by value: the Gemma runtime
-// launches on a stream without capturing graphs. Every kernel computes a row
-// (a token) from that row's inputs alone, in a fixed order: a T-row launch
-// gives each row the bits a one-row launch would.
+// nothing synchronizes. Every kernel computes a row (a token) from that
+// row's inputs alone, in a fixed order: a T-row launch gives each row the
+// bits a one-row launch would, whichever sequences the other rows belong to.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -23,24 +22,38 @@ struct Gemma4AttnShape {
   bool k_eq_v;  // no v_proj: the values are the raw k projection
 };
 
-// Per token t (position pos + t) of proj fp32 [T][ld] = q (Hq*hd) | k (Hkv*hd)
-// | v (Hkv*hd, absent with k_eq_v):
-//   q[t][h]                  = rope(rmsnorm(q_h) * q_norm)   -> q fp32 [T][Hq*hd]
-//   kcache[(pos+t) % slots]  = rope(rmsnorm(k_h) * k_norm)   fp32 [slots][Hkv*hd]
-//   vcache[(pos+t) % slots]  = rmsnorm(v_h) (no weight)      fp32 [slots][Hkv*hd]
+// One layer's ring KV cache of one sequence: position j at slot j % slots.
+struct Gemma4LayerCache {
+  float* k = nullptr;  // fp32 [slots][Hkv*hd]
+  float* v = nullptr;  // fp32 [slots][Hkv*hd]
+  int slots = 0;
+};
+// A row of a forward pass: its sequence's caches and its position. The rows
+// of a pass may belong to several sequences (the Gemma 4 group); a
+// sequence's rows sit in position order.
+struct Gemma4Row {
+  const Gemma4LayerCache* caches = nullptr;  // device [layers]
+  int pos = 0;
+};
+
+// Per row t (rows[t]: position p, caches c = rows[t].caches[layer]) of proj
+// fp32 [T][ld] = q (Hq*hd) | k (Hkv*hd) | v (Hkv*hd, absent with k_eq_v):
+//   q[t][h]             = rope(rmsnorm(q_h) * q_norm)   -> q fp32 [T][Hq*hd]
+//   c.k[p % c.slots]    = rope(rmsnorm(k_h) * k_norm)
+//   c.v[p % c.slots]    = rmsnorm(v_h) (no weight)
 // RoPE rotates the pairs (i, i + hd/2) by angle inv_freq[i] * position;
 // inv_freq [hd/2] holds 0 for the pairs a proportional layer leaves alone.
 void gemma4_attn_prepare(const Gemma4AttnShape& a, const float* proj, int ld, int T, const float* q_norm,
-                         const float* k_norm, const float* inv_freq, int pos, int slots, float* q, float* kcache,
-                         float* vcache, cudaStream_t s);
+                         const float* k_norm, const float* inv_freq, const Gemma4Row* rows, int layer, float* q,
+                         cudaStream_t s);
 
-// Query t (position p = pos + t) attends, with scale 1.0, to the keys of
-// positions max(0, p - window + 1) .. p held in the ring caches (position j
-// at slot j % slots); query head h reads KV head h / (Hq / Hkv). Output
-// [T][Hq*hd] of type `act`. Keys are visited in position order in tiles of
-// 32 (online softmax), the same for every T.
-void gemma4_attention(const Gemma4AttnShape& a, const float* q, const float* kcache, const float* vcache, int slots,
-                      int T, int pos, int window, void* out, Act act, cudaStream_t s);
+// Query t (position p = rows[t].pos) attends, with scale 1.0, to the keys of
+// positions max(0, p - window + 1) .. p held in its sequence's ring caches
+// of `layer`; query head h reads KV head h / (Hq / Hkv). Output [T][Hq*hd]
+// of type `act`. Keys are visited in position order in tiles of 32 (online
+// softmax), the same for every T.
+void gemma4_attention(const Gemma4AttnShape& a, const float* q, const Gemma4Row* rows, int layer, int T, int window,
+                      void* out, Act act, cudaStream_t s);
 
 // out[t][i] = gelu_tanh(gu[t][i]) * gu[t][I + i], to type `act` ([T][ldo]).
 void gemma4_geglu(const float* gu, int ld, int I, int T, void* out, Act act, int ldo, cudaStream_t s);

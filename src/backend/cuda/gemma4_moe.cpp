@@ -26,48 +26,48 @@
 
 namespace nextn::cuda {
 
-Gemma4DevMoe CudaGemma4::load_moe(const Gemma4Checkpoint& ck, int index) {
+Gemma4DevMoe CudaGemma4Model::load_moe(const Gemma4Checkpoint& ck, int index) {
   const std::string p = "layers." + std::to_string(index) + ".";
   Gemma4DevMoe M;
-  M.E = cfg_.num_experts;
-  M.k = cfg_.top_k_experts;
-  M.I = cfg_.moe_intermediate_size;
+  M.E = cfg.num_experts;
+  M.k = cfg.top_k_experts;
+  M.I = cfg.moe_intermediate_size;
   if (M.E > kMaxExperts || M.k > kMaxExpertsPerToken)
     fail("--backend cuda: {} experts, {} per token: the grouped expert kernels take at most {} and {}", M.E, M.k,
          kMaxExperts, kMaxExpertsPerToken);
-  M.router = upload_matrix({ck.matrix(p + "router.proj", M.E, H_)}, "MoE router", true);
-  M.router_scale = upload_floats(ck.vector(ck.stored(p + "router.scale"), H_), "MoE router");
+  M.router = upload_matrix({ck.matrix(p + "router.proj", M.E, H)}, "MoE router", true);
+  M.router_scale = upload_floats(ck.vector(ck.stored(p + "router.scale"), H), "MoE router");
   M.expert_scale = upload_floats(ck.vector(ck.stored(p + "router.per_expert_scale"), M.E), "MoE router");
-  M.post_mlp_norm = upload_floats(ck.vector(ck.stored(p + "post_feedforward_layernorm_1.weight"), H_), "norms");
-  M.pre_experts_norm = upload_floats(ck.vector(ck.stored(p + "pre_feedforward_layernorm_2.weight"), H_), "norms");
-  M.post_experts_norm = upload_floats(ck.vector(ck.stored(p + "post_feedforward_layernorm_2.weight"), H_), "norms");
+  M.post_mlp_norm = upload_floats(ck.vector(ck.stored(p + "post_feedforward_layernorm_1.weight"), H), "norms");
+  M.pre_experts_norm = upload_floats(ck.vector(ck.stored(p + "pre_feedforward_layernorm_2.weight"), H), "norms");
+  M.post_experts_norm = upload_floats(ck.vector(ck.stored(p + "post_feedforward_layernorm_2.weight"), H), "norms");
   // The experts hang off the decoder layer itself (<layer>.experts.*), as on the CPU.
   const std::string layer = ck.stored("layers." + std::to_string(index));
   const ExpertLayout layout = detect_expert_layout(ck.store(), ck.dir(), layer);
   std::vector<std::vector<WeightRef>> gate_up, down;
   for (int e = 0; e < M.E; ++e) {
-    const ExpertMatrices m = expert_matrices(ck.store(), cfg_.quant, ck.dir(), layer, layout, e, M.E, M.I, H_);
+    const ExpertMatrices m = expert_matrices(ck.store(), cfg.quant, ck.dir(), layer, layout, e, M.E, M.I, H);
     gate_up.push_back({m.gate, m.up});
     down.push_back({m.down});
   }
-  M.gate_up = upload_experts(gate_up, act_, mem_, "MoE experts");
-  M.down = upload_experts(down, act_, mem_, "MoE experts");
+  M.gate_up = upload_experts(gate_up, act, mem, "MoE experts");
+  M.down = upload_experts(down, act, mem, "MoE experts");
   return M;
 }
 
-void CudaGemma4::moe_half(const Gemma4DevMoe& M, int T) {
-  const MoeScratch& m = moe_;
-  const cudaStream_t s = stream_;
+void CudaGemma4Model::moe_half(const Gemma4DevMoe& M, int T) {
+  const MoeScratch& m = moe;
+  const cudaStream_t s = stream;
   // transformers multiplies by the Python float hidden_size**-0.5, which torch rounds to fp32.
-  const float root = float(std::pow(double(H_), -0.5));
-  gemma4_router_input(x_, H_, M.router_scale, root, eps_, T, H_, xn_, act_, H_, s);
-  matmul(M.router, xn_, act_, T, H_, m.gate_in, m.gate_ld, false, splitk_, s);
+  const float root = float(std::pow(double(H), -0.5));
+  gemma4_router_input(x, H, M.router_scale, root, eps, T, H, xn, act, H, s);
+  matmul(M.router, xn, act, T, H, m.gate_in, m.gate_ld, false, splitk, s);
   moe_route_plan(m.gate_in, m.gate_ld, T, M.E, M.k, M.expert_scale, m.chosen, m.weights, m.plan, s);
-  rmsnorm(x_, Act::F32, H_, M.pre_experts_norm, eps_, T, H_, xn_, act_, H_, nullptr, s);
-  moe_experts_glu(M.gate_up, MoeGate::GeluTanh, m.plan, T, M.k, xn_, act_, H_, m.pair_act, M.I, s, m.expert_bytes);
-  moe_experts_matmul(M.down, m.plan, T, M.k, m.pair_act, act_, M.I, true, m.y, H_, s, m.expert_bytes);
-  moe_combine(m.y, m.chosen, m.weights, T, M.k, H_, nullptr, nullptr, 0, m.routed, H_, CombineInto::Fresh, s);
-  gemma4_moe_merge(y_, H_, m.routed, H_, M.post_mlp_norm, M.post_experts_norm, eps_, T, H_, s);
+  rmsnorm(x, Act::F32, H, M.pre_experts_norm, eps, T, H, xn, act, H, nullptr, s);
+  moe_experts_glu(M.gate_up, MoeGate::GeluTanh, m.plan, T, M.k, xn, act, H, m.pair_act, M.I, s, m.expert_bytes);
+  moe_experts_matmul(M.down, m.plan, T, M.k, m.pair_act, act, M.I, true, m.y, H, s, m.expert_bytes);
+  moe_combine(m.y, m.chosen, m.weights, T, M.k, H, nullptr, nullptr, 0, m.routed, H, CombineInto::Fresh, s);
+  gemma4_moe_merge(y, H, m.routed, H, M.post_mlp_norm, M.post_experts_norm, eps, T, H, s);
 }
 
 }  // namespace nextn::cuda

@@ -1,9 +1,11 @@
-// Private to the CUDA Gemma 4 runtime (gemma4.cpp, gemma4_head.cpp): the
-// CudaGemma4 class, its per-layer device weights and its buffers.
+// Private to the CUDA Gemma 4 runtime (gemma4*.cpp): the model on the device
+// (CudaGemma4Model: weights, workspace, stream) and its sequences
+// (CudaGemma4: ring caches, hidden rows, head counters).
 #pragma once
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/gemma4_config.h"
+#include "model/batch_runtime.h"
 #include "model/bench_interfaces.h"
 #include "model/gemma4_runtime.h"
 #include "model/runtime.h"
@@ -51,8 +54,16 @@ struct Gemma4DevLayer {
   DevMatrix down;             // [H][I]
   Gemma4DevMoe moe;           // E 0 unless enable_moe_block
   float layer_scalar = 1.0f;
-  int slots = 0;                                   // ring slots: position p at p % slots
-  float *k_cache = nullptr, *v_cache = nullptr;    // fp32 [slots][kv*hd]
+};
+
+class CudaGemma4;
+
+// The rows of one sequence in a forward pass, in position order.
+struct Gemma4Piece {
+  CudaGemma4* seq = nullptr;
+  std::span<const int32_t> tokens;
+  int pos = 0;         // the position of its first row
+  int hidden_row = 0;  // its first row among the rows of the sequence's forward
 };
 
 // The host copy of one layer's ring for the assistant (it reads two layers,
@@ -63,12 +74,91 @@ struct KvMirror {
   std::vector<float> k, v;  // [rows][kv*hd], slot order (rows: min(slots, positions copied))
 };
 
+// One model on the device: its weights, and the workspace and stream that
+// every forward and head call of its sequences runs in. A solo runtime owns
+// one; the group (gemma4_group.cpp) shares one between its sequences.
+class CudaGemma4Model {
+ public:
+  CudaGemma4Model(const Gemma4Checkpoint& ck, Activations act);
+  ~CudaGemma4Model();
+  CudaGemma4Model(const CudaGemma4Model&) = delete;
+  CudaGemma4Model& operator=(const CudaGemma4Model&) = delete;
+
+  // The ring slots of a layer in a sequence of `max_tokens` positions:
+  // sliding layers hold the window and one pass of rows more.
+  int slots(const Gemma4LayerSpec& spec, int max_tokens) const;
+  // One forward over the pieces' rows (at most kMaxRows in all): each row
+  // writes its K/V into its sequence's caches at its position, and its
+  // final-norm output into its sequence's hidden rows.
+  void forward_pass(std::span<const Gemma4Piece> pieces);
+  // head_in rows r < width: row first + r of `hidden` for r < n_real, else zeros.
+  void gather_hidden(const void* hidden, int first, int n_real, int width);
+  // Copies device memory back after the stream's work (one host sync).
+  void fetch(const void* src, size_t bytes, void* dst) const;
+
+  Gemma4TextConfig cfg;
+  ModelInfo info;
+  Act act = Act::BF16;
+  int H = 0, V = 0, I = 0, Hq = 0;
+  float eps = 1e-6f;
+  float embed_scale = 1.0f;
+
+  // Owning members, released in reverse: the stream, then device memory.
+  DeviceMemory mem;
+  Stream stream;
+
+  // weights
+  DevMatrix embed, head;  // head is embed when tied
+  float* final_norm = nullptr;
+  std::vector<Gemma4DevLayer> layers;
+
+  // workspace (R = kMaxRows rows of one pass)
+  Gemma4Row* d_rows = nullptr;   // [R] the pass's rows: sequence caches and positions
+  int32_t* d_tokens = nullptr;   // [R]
+  float* x = nullptr;            // [R][H] fp32 residual
+  void* xn = nullptr;            // [R][H] act: norm outputs (matmul inputs)
+  float* proj = nullptr;         // [R][proj_ld] fp32: q|k|v, or gate|up
+  int proj_ld = 0;
+  float* q = nullptr;            // [R][Hq*max hd] fp32: prepared queries
+  void* act_buf = nullptr;       // [R][act_ld] act: attention output / GeGLU output
+  int act_ld = 0;
+  float* y = nullptr;            // [R][H] fp32: o_proj / down outputs before their norm
+  void* hidden = nullptr;        // [R][H] act: the pass's final-norm rows, before they go to their sequences
+  MoeScratch moe;                // R rows of the MoE layers' routing and expert rows (a MoE target)
+  float* splitk = nullptr;       // split-K scratch (bf16 mode)
+  void* head_in = nullptr;       // [R][H] act
+  float* logits = nullptr;       // [R][V]
+  void* pairs = nullptr;         // fused argmax (value, index) pairs
+  void* argmax_scratch = nullptr;
+  int* d_head_rows = nullptr;    // [2]: gather's first row, real rows
+  int32_t* d_drafts = nullptr;   // [R]
+  int32_t* d_out = nullptr;      // [R + 2]
+  int* d_walk = nullptr;         // [2]: the walk's stop flag, rows taken
+  int32_t* d_embed_token = nullptr;  // scaled_embedding's token
+  float* d_embed_row = nullptr;      // [H]
+  PinnedBuffer<HeadCounters> h_counts;  // [2] a group head call's lead counters, before and after
+
+ private:
+  float* upload_floats(const std::vector<float>& v, const char* what);
+  DevMatrix upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable,
+                          WeightUse use = WeightUse::Matmul);
+  Gemma4DevLayer load_layer(const Gemma4Checkpoint& ck, int index);
+  Gemma4DevMoe load_moe(const Gemma4Checkpoint& ck, int index);  // gemma4_moe.cpp
+  void decoder_layer(const Gemma4DevLayer& L, int layer, int T);
+  // y (the dense MLP's output) = post_mlp_norm(y) + post_experts_norm(experts(x)) (gemma4_moe.cpp)
+  void moe_half(const Gemma4DevMoe& M, int T);
+
+  std::vector<Gemma4Row> h_rows_;  // the pass's rows, staged
+};
+
+// One sequence: its ring caches, its hidden rows and its head counters, over
+// a shared CudaGemma4Model.
 class CudaGemma4 final : public Gemma4Runtime, public VerifyHeadArms {
  public:
-  CudaGemma4(const Gemma4Checkpoint& ck, int max_tokens, Activations act);
+  CudaGemma4(std::shared_ptr<CudaGemma4Model> model, int max_tokens);
   ~CudaGemma4() override;
 
-  ModelInfo info() const override { return info_; }
+  ModelInfo info() const override { return m_->info; }
   const char* backend_name() const override { return "cuda"; }
   void target_forward(std::span<const int32_t> tokens) override;
   void target_rollback(int keep) override;
@@ -84,77 +174,42 @@ class CudaGemma4 final : public Gemma4Runtime, public VerifyHeadArms {
   int head_walk(std::span<const int32_t> drafts, int32_t* out) override;
 
   // ---- Gemma4Target (copies from the device) ----
-  const Gemma4TextConfig& gemma4_config() const override { return cfg_; }
+  const Gemma4TextConfig& gemma4_config() const override { return m_->cfg; }
   void last_hidden(float* out) const override;
   void scaled_embedding(int32_t token, float* out) const override;
   const float* cached_key(int layer, int pos) const override { return cached(layer, pos, true); }
   const float* cached_value(int layer, int pos) const override { return cached(layer, pos, false); }
 
+  // ---- the group's calls (gemma4_group.cpp) ----
+  // target_forward(tokens[i]) on seqs[i] (distinct sequences of one model):
+  // every call is checked before any sequence changes; the rows go through
+  // the model in passes of at most kMaxRows rows.
+  static void forward_together(std::span<CudaGemma4* const> seqs, std::span<const std::span<const int32_t>> tokens);
+  // head_argmax(rows[i].first, rows[i].count) of seqs[i], concatenated, in
+  // one projection (at most kMaxRows rows in all). Each sequence's counters
+  // get its own rows and one call.
+  static void head_argmax_together(std::span<CudaGemma4* const> seqs, std::span<const SequenceRows> rows,
+                                   int32_t* out);
+  const CudaGemma4Model* model() const { return m_.get(); }
+
  private:
-  // loading (gemma4.cpp)
-  float* upload_floats(const std::vector<float>& v, const char* what);
-  DevMatrix upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable,
-                          WeightUse use = WeightUse::Matmul);
-  Gemma4DevLayer load_layer(const Gemma4Checkpoint& ck, int index);
-  Gemma4DevMoe load_moe(const Gemma4Checkpoint& ck, int index);  // gemma4_moe.cpp
-  // the forward
-  void forward_chunk(const int32_t* tokens, int pos, int T, void* hidden_out);
-  void decoder_layer(const Gemma4DevLayer& L, int pos, int T);
-  // y_ (the dense MLP's output) = post_mlp_norm(y_) + post_experts_norm(experts(x_)) (gemma4_moe.cpp)
-  void moe_half(const Gemma4DevMoe& M, int T);
-  // the head (gemma4_head.cpp)
-  void gather_hidden(int first, int n_real, int width);
+  friend class CudaGemma4Model;  // forward_pass writes the caches' rows and the hidden rows
   HeadTally tally(HeadPath path) const { return {d_head_, int(path)}; }
-  // host side
-  void fetch(const void* src, size_t bytes, void* dst) const;
+  // Before a forward: its tokens fit (ids, capacity).
+  void check_forward(std::span<const int32_t> tokens) const;
   const float* cached(int layer, int pos, bool key) const;
   // Positions from `pos` on may have changed on the device.
   void invalidate_mirrors(int pos) const;
 
-  Gemma4TextConfig cfg_;
-  ModelInfo info_;
-  Act act_ = Act::BF16;
-  int H_ = 0, V_ = 0, I_ = 0, Hq_ = 0;
-  float eps_ = 1e-6f;
-  float embed_scale_ = 1.0f;
-
-  // Owning members, released in reverse: the stream, then device memory.
+  std::shared_ptr<CudaGemma4Model> m_;  // released last: the sequence's memory goes back first
   DeviceMemory mem_;
-  Stream stream_;
-
-  // weights
-  DevMatrix embed_, head_;  // head_ is embed_ when tied
-  float* final_norm_ = nullptr;
-  std::vector<Gemma4DevLayer> layers_;
-
-  // workspace (R = kMaxRows rows)
-  int32_t* d_tokens_ = nullptr;  // [R]
-  float* x_ = nullptr;           // [R][H] fp32 residual
-  void* xn_ = nullptr;           // [R][H] act: norm outputs (matmul inputs)
-  float* proj_ = nullptr;        // [R][proj_ld_] fp32: q|k|v, or gate|up
-  int proj_ld_ = 0;
-  float* q_ = nullptr;           // [R][Hq*max hd] fp32: prepared queries
-  void* act_buf_ = nullptr;      // [R][act_ld_] act: attention output / GeGLU output
-  int act_ld_ = 0;
-  float* y_ = nullptr;           // [R][H] fp32: o_proj / down outputs before their norm
-  MoeScratch moe_;               // R rows of the MoE layers' routing and expert rows (a MoE target)
-  float* splitk_ = nullptr;      // split-K scratch (bf16 mode)
-  void* hidden_ = nullptr;       // [max_tokens][H] act: post-norm rows of the last forward
-  void* head_in_ = nullptr;      // [R][H] act
-  float* logits_ = nullptr;      // [R][V]
-  void* pairs_ = nullptr;        // fused argmax (value, index) pairs
-  void* argmax_scratch_ = nullptr;
-  int* d_rows_ = nullptr;        // [2]: gather's first row, real rows
-  int32_t* d_drafts_ = nullptr;  // [R]
-  int32_t* d_out_ = nullptr;     // [R + 2]
-  int* d_walk_ = nullptr;        // [2]: the walk's stop flag, rows taken
+  std::vector<Gemma4LayerCache> caches_;   // per layer (host copy of d_caches_)
+  Gemma4LayerCache* d_caches_ = nullptr;   // device [layers]: what the pass's rows point to
+  void* hidden_ = nullptr;                 // [max_tokens][H] act: post-norm rows of the last forward
   HeadCounters* d_head_ = nullptr;
-  int32_t* d_embed_token_ = nullptr;  // scaled_embedding's token
-  float* d_embed_row_ = nullptr;      // [H]
+  HeadWork head_shift_;                    // the group head's rows of this sequence counted on another's counters
 
-  // sequence state
-
-  mutable std::vector<KvMirror> mirrors_;  // per layer
+  mutable std::vector<KvMirror> mirrors_;   // per layer
   mutable std::vector<uint16_t> bf16_row_;  // last_hidden's bf16 staging
 };
 

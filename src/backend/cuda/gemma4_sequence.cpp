@@ -1,0 +1,172 @@
+// A CUDA Gemma 4 sequence over a shared CudaGemma4Model: its ring caches and
+// hidden rows, its forwards (alone or together with the group's other
+// sequences: the same passes), rollback, reset and the Gemma4Target view the
+// assistant drafter reads (copies from the device, mirrored per layer).
+#ifdef NEXTN_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/gemma4_runtime.h"
+#include "core/dtype.h"
+
+namespace nextn::cuda {
+
+CudaGemma4::CudaGemma4(std::shared_ptr<CudaGemma4Model> model, int max_tokens)
+    : Gemma4Runtime(max_tokens, kMaxRows), m_(std::move(model)) {
+  const CudaGemma4Model& m = *m_;
+  for (const Gemma4DevLayer& L : m.layers) {
+    const int slots = m.slots(L.spec, max_tokens);
+    const size_t bytes = size_t(slots) * size_t(L.spec.kv_heads) * size_t(L.spec.head_dim) * sizeof(float);
+    Gemma4LayerCache c;
+    c.k = mem_.alloc<float>(bytes, "the KV cache");
+    c.v = mem_.alloc<float>(bytes, "the KV cache");
+    c.slots = slots;
+    CUDA_CHECK(cudaMemset(c.k, 0, bytes));
+    CUDA_CHECK(cudaMemset(c.v, 0, bytes));
+    caches_.push_back(c);
+  }
+  d_caches_ = mem_.alloc<Gemma4LayerCache>(caches_.size() * sizeof(Gemma4LayerCache), "the KV cache table");
+  CUDA_CHECK(cudaMemcpy(d_caches_, caches_.data(), caches_.size() * sizeof(Gemma4LayerCache), cudaMemcpyHostToDevice));
+  const size_t hidden_bytes = size_t(max_tokens) * size_t(m.H) * size_t(act_size(m.act));
+  hidden_ = mem_.alloc(hidden_bytes, "hidden rows");
+  CUDA_CHECK(cudaMemset(hidden_, 0, hidden_bytes));
+  d_head_ = mem_.alloc<HeadCounters>(sizeof(HeadCounters), "head counters");
+  CUDA_CHECK(cudaMemset(d_head_, 0, sizeof(HeadCounters)));
+  mirrors_.resize(caches_.size());
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// Work queued on the shared stream may still read this sequence's memory.
+CudaGemma4::~CudaGemma4() {
+  if (m_ && m_->stream) (void)cudaStreamSynchronize(m_->stream);
+}
+
+void CudaGemma4::reset() {
+  CUDA_CHECK(cudaStreamSynchronize(m_->stream));
+  // Ring slots are written before they are read; the head counters restart.
+  CUDA_CHECK(cudaMemsetAsync(d_head_, 0, sizeof(HeadCounters), m_->stream));
+  CUDA_CHECK(cudaMemsetAsync(m_->d_walk, 0, 2 * sizeof(int), m_->stream));
+  CUDA_CHECK(cudaStreamSynchronize(m_->stream));
+  head_shift_ = {};
+  clear_positions();
+  invalidate_mirrors(0);
+}
+
+void CudaGemma4::check_forward(std::span<const int32_t> tokens) const {
+  if (tokens.empty()) fail("target_forward: no tokens");
+  check_capacity(int(tokens.size()));
+  for (int32_t t : tokens)
+    if (t < 0 || t >= m_->V) fail("token id {} is outside the vocabulary [0, {})", t, m_->V);
+}
+
+void CudaGemma4::target_forward(std::span<const int32_t> tokens) {
+  CudaGemma4* self = this;
+  forward_together({&self, 1}, {&tokens, 1});
+}
+
+void CudaGemma4::forward_together(std::span<CudaGemma4* const> seqs,
+                                  std::span<const std::span<const int32_t>> tokens) {
+  if (seqs.empty() || seqs.size() != tokens.size())
+    fail("internal: forward_together of {} sequences and {} token lists", seqs.size(), tokens.size());
+  CudaGemma4Model& m = *seqs[0]->m_;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (seqs[i]->m_.get() != &m) fail("internal: forward_together over sequences of different models");
+    for (size_t j = 0; j < i; ++j)
+      if (seqs[j] == seqs[i]) fail("internal: forward_together lists one sequence twice");
+    seqs[i]->check_forward(tokens[i]);
+  }
+  // Passes of at most kMaxRows rows, filled in list order; a sequence's rows
+  // may continue in the next pass (each row reads only its own caches, which
+  // the earlier pass has written).
+  std::vector<Gemma4Piece> pass;
+  int rows = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    CudaGemma4& s = *seqs[i];
+    s.invalidate_mirrors(s.length_);
+    const int T = int(tokens[i].size());
+    for (int c = 0; c < T;) {
+      const int n = std::min(T - c, kMaxRows - rows);
+      pass.push_back({&s, tokens[i].subspan(size_t(c), size_t(n)), s.length_ + c, c});
+      rows += n;
+      c += n;
+      if (rows == kMaxRows) {
+        m.forward_pass(pass);
+        pass.clear();
+        rows = 0;
+      }
+    }
+  }
+  if (!pass.empty()) m.forward_pass(pass);
+  for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->record_forward(int(tokens[i].size()));
+}
+
+void CudaGemma4::target_rollback(int keep) {
+  record_rollback(keep);
+  invalidate_mirrors(length_);
+}
+
+// ---------------------------------------------------------------------------
+// Gemma4Target: what the CPU assistant reads, copied back
+
+void CudaGemma4::last_hidden(float* out) const {
+  if (last_T_ == 0) fail("last_hidden: no target_forward yet");
+  const int H = m_->H;
+  const size_t row = size_t(last_T_ - 1) * size_t(H);
+  if (m_->act == Act::F32) {
+    m_->fetch(static_cast<const float*>(hidden_) + row, size_t(H) * 4, out);
+    return;
+  }
+  bf16_row_.resize(size_t(H));
+  m_->fetch(static_cast<const uint16_t*>(hidden_) + row, size_t(H) * 2, bf16_row_.data());
+  for (int d = 0; d < H; ++d) out[d] = bf16_to_f32(bf16_row_[size_t(d)]);
+}
+
+void CudaGemma4::scaled_embedding(int32_t token, float* out) const {
+  CudaGemma4Model& m = *m_;
+  if (token < 0 || token >= m.V) fail("token id {} is outside the vocabulary [0, {})", token, m.V);
+  CUDA_CHECK(cudaMemcpyAsync(m.d_embed_token, &token, sizeof(token), cudaMemcpyHostToDevice, m.stream));
+  embed_rows(m.embed, m.d_embed_token, 1, m.d_embed_row, m.H, m.stream);
+  scale_floats(m.d_embed_row, m.H, m.embed_scale, m.stream);
+  m.fetch(m.d_embed_row, size_t(m.H) * 4, out);
+}
+
+void CudaGemma4::invalidate_mirrors(int pos) const {
+  for (auto& mirror : mirrors_) mirror.upto = std::min(mirror.upto, pos);
+}
+
+const float* CudaGemma4::cached(int layer, int pos, bool key) const {
+  if (layer < 0 || layer >= int(caches_.size())) fail("cached K/V: layer {} outside [0, {})", layer, caches_.size());
+  const Gemma4LayerCache& c = caches_[size_t(layer)];
+  const Gemma4LayerSpec& spec = m_->layers[size_t(layer)].spec;
+  if (pos < 0 || pos >= length_ || pos < length_ - c.slots)
+    fail("cached K/V: position {} of layer {} is not held (length {}, {} slots)", pos, layer, length_, c.slots);
+  const size_t kv_row = size_t(spec.kv_heads) * size_t(spec.head_dim);
+  KvMirror& mirror = mirrors_[size_t(layer)];
+  if (mirror.upto < length_) {
+    // Positions [first, length) into their slots: one run, or two where the ring wraps.
+    const int first = std::max(mirror.upto, length_ - c.slots);
+    const size_t rows = size_t(std::min(length_, c.slots));
+    if (mirror.k.size() < rows * kv_row) {
+      mirror.k.resize(rows * kv_row);
+      mirror.v.resize(rows * kv_row);
+    }
+    for (int p = first; p < length_;) {
+      const int slot = p % c.slots, n = std::min(length_ - p, c.slots - slot);
+      const size_t at = size_t(slot) * kv_row, bytes = size_t(n) * kv_row * sizeof(float);
+      CUDA_CHECK(cudaMemcpyAsync(&mirror.k[at], c.k + at, bytes, cudaMemcpyDeviceToHost, m_->stream));
+      CUDA_CHECK(cudaMemcpyAsync(&mirror.v[at], c.v + at, bytes, cudaMemcpyDeviceToHost, m_->stream));
+      p += n;
+    }
+    CUDA_CHECK(cudaStreamSynchronize(m_->stream));
+    mirror.upto = length_;
+  }
+  const size_t at = size_t(pos % c.slots) * kv_row;
+  return key ? &mirror.k[at] : &mirror.v[at];
+}
+
+}  // namespace nextn::cuda
+#endif  // NEXTN_HAVE_CUDA
