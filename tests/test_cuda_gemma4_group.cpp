@@ -102,7 +102,7 @@ TEST_P(CudaGemma4Group, SteppedGenerationsWithTheAssistantEqualSoloRuns) {
 TEST_P(CudaGemma4Group, TheCudaTargetModelGroupSharesForwards) {
   NEXTN_REQUIRE_GPU();
   const auto ref = load_gemma4_reference(GetParam());
-  const TargetModel target = open_target_model(ref.target(), BackendKind::Cuda, {});
+  const TargetModel target = open_target_model(ref.target(), BackendKind::Cuda, {.act = Activations::Fp32});
   auto group = target.make_group();
   EXPECT_TRUE(group->shares_forwards());
   EXPECT_EQ(group->max_sequences(), 64);

@@ -48,13 +48,16 @@ std::unique_ptr<server::Engine> gemma4_engine(const std::string& dir, const Serv
                                               bool assistant_draft, server::EngineOptions eo,
                                               const tok::Tokenizer& tokenizer, server::Metrics& metrics) {
   const TargetModel target = open_target_model(dir, kind, eo.runtime);
+  std::unique_ptr<SequenceGroup> group = target.make_group();
   if (assistant_draft) {
     auto assistant = std::make_shared<AssistantModel>(a.draft, target.gemma4->config(), eo.runtime.cpu_threads);
+    // The assistant is loaded where the target runs (its device) by the
+    // first drafter: one made now reports a bad checkpoint before serving.
+    (void)assistant->drafter(*group->add_sequence(1));
     eo.make_drafter = [assistant](ModelRuntime& sequence) { return assistant->drafter(sequence); };
     if (eo.block_size == 0 && eo.block_policy == BlockPolicy::Fixed) eo.block_size = kAssistantBlockSize;
   }
-  return std::make_unique<server::Engine>(target.make_group(),
-                                          tokenizer, eo, metrics);
+  return std::make_unique<server::Engine>(std::move(group), tokenizer, eo, metrics);
 }
 
 void run(const ServeArgs& a) {

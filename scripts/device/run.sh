@@ -45,7 +45,7 @@ else
   # Several sequences in one forward (tests/test_cuda_batch.cpp): == each alone.
   phases+=("batch|*CudaBatch.*:CudaBatchSynthetic.*|${NEXTN_T_BATCH:-300}")
   # Gemma 4 (tests/test_cuda_gemma4.cpp): parity, then speculative == greedy.
-  phases+=("gemma4|*CudaGemma4.*:*CudaGemma4Group.*:CudaGemma4Errors.*:CudaGemma4Wide.*:*CudaGemma4Spec.*:CudaGemma4Quantized.*|${NEXTN_T_GEMMA4:-300}")
+  phases+=("gemma4|*CudaGemma4.*:*CudaGemma4Group.*:*CudaGemma4Assistant.*:CudaGemma4Errors.*:CudaGemma4Wide.*:*CudaGemma4Spec.*:CudaGemma4Quantized.*|${NEXTN_T_GEMMA4:-300}")
   # Mixture of experts (tests/test_cuda_moe_kernels.cpp, test_cuda_moe.cpp; Gemma 4 MoE is in the gemma4 phase).
   phases+=("moe|CudaMoeKernels.*:Fixtures/CudaMoe.*:Formats/CudaMoeSynthetic.*|${NEXTN_T_MOE:-180}")
   # transformers' formats (tests/test_hf_quant_e2e.cpp): fp32 mode == the dequantized copy and the CPU.

@@ -113,6 +113,35 @@ void Gemma4Checkpoint::check_target_capacity(int max_tokens) const {
   check_gemma4_capacity(ckpt.dir(), ckpt.config(), max_tokens);
 }
 
+AssistantKvLayers check_assistant_fits(const Gemma4Checkpoint& ck, const Gemma4TextConfig& target) {
+  const Gemma4AssistantConfig& a = ck.assistant_config();
+  const Gemma4TextConfig& c = a.text;
+  const std::string where = ck.dir() + "/config.json";
+  if (a.backbone_hidden_size != target.hidden_size)
+    fail("{}: field 'backbone_hidden_size': {} does not match the target's hidden_size {}", where,
+         a.backbone_hidden_size, target.hidden_size);
+  if (c.vocab_size != target.vocab_size)
+    fail("{}: field 'text_config.vocab_size': {} does not match the target's vocab_size {}", where, c.vocab_size,
+         target.vocab_size);
+  if (c.sliding_window > target.sliding_window)
+    fail("{}: field 'text_config.sliding_window': {} exceeds the target's {} (its K/V cache holds no more)", where,
+         c.sliding_window, target.sliding_window);
+  AssistantKvLayers kv;
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const Gemma4LayerSpec& s = c.layers[size_t(i)];
+    const int t = target.last_layer_of(s.sliding);
+    if (t < 0)
+      fail("{}: field 'text_config.layer_types[{}]': the target has no {} layer to read K/V from", where, i,
+           s.sliding ? "sliding" : "full");
+    const Gemma4LayerSpec& ts = target.layers[size_t(t)];
+    if (s.head_dim != ts.head_dim || s.kv_heads != ts.kv_heads)
+      fail("{}: layer {} ({}): head_dim {} x {} KV heads, but the target's layer {} has {} x {}", where, i,
+           s.sliding ? "sliding" : "full", s.head_dim, s.kv_heads, t, ts.head_dim, ts.kv_heads);
+    (s.sliding ? kv.sliding : kv.full) = t;
+  }
+  return kv;
+}
+
 void check_gemma4_capacity(const std::string& dir, const Gemma4TextConfig& config, int max_tokens) {
   if (max_tokens <= 0) fail("runtime capacity {} tokens: expected at least 1", max_tokens);
   if (max_tokens > config.max_position_embeddings)

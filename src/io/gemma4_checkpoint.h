@@ -59,6 +59,16 @@ class Gemma4Checkpoint {
   std::string head_ = "lm_head";  // the untied LM head's module
 };
 
+// The target layers an assistant's layers read K/V from: [0] its full
+// layers', [1] its sliding layers' (-1: it has none of that kind). Throws
+// Error (one line naming the assistant's config field) when the assistant
+// does not fit the target: backbone hidden size, vocabulary, its sliding
+// window, the head shapes of the layers whose K/V it reads.
+struct AssistantKvLayers {
+  int full = -1, sliding = -1;
+};
+AssistantKvLayers check_assistant_fits(const Gemma4Checkpoint& assistant, const Gemma4TextConfig& target);
+
 // The capacity rule of check_target_capacity, for a group that no longer
 // holds its checkpoint: 1 to max_position_embeddings positions.
 void check_gemma4_capacity(const std::string& dir, const Gemma4TextConfig& config, int max_tokens);

@@ -9,21 +9,10 @@
 
 namespace nextn {
 
-namespace {
-
-const Gemma4Target& gemma4_target_of(ModelRuntime& rt) {
-  const auto* t = dynamic_cast<const Gemma4Target*>(&rt);
-  if (!t) fail("--draft: a Gemma 4 assistant drafts for a Gemma 4 target only");
-  return *t;
-}
-
-}  // namespace
+Gemma4AssistantDrafter::Gemma4AssistantDrafter(std::unique_ptr<AssistantChain> chain) : chain_(std::move(chain)) {}
 
 Gemma4AssistantDrafter::Gemma4AssistantDrafter(ModelRuntime& rt, CpuGemma4Assistant& assistant)
-    : rt_(rt), target_(gemma4_target_of(rt)), assistant_(assistant) {
-  hidden_.resize(size_t(target_.gemma4_config().hidden_size));
-  next_hidden_.resize(hidden_.size());
-}
+    : chain_(make_cpu_assistant_chain(assistant, rt)) {}
 
 void Gemma4AssistantDrafter::begin(std::span<const int32_t>, int32_t first) {
   bonus_ = first;
@@ -33,30 +22,22 @@ void Gemma4AssistantDrafter::begin(std::span<const int32_t>, int32_t first) {
 void Gemma4AssistantDrafter::propose(int n, std::vector<int32_t>& out) {
   out.clear();
   if (n <= 0) return;
-  const int position = rt_.target_length();  // the bonus's position, held for the round
-  target_.last_hidden(hidden_.data());
-  int32_t token = bonus_;
-  for (int i = 0; i < n; ++i) {
-    token = assistant_.step(target_, token, hidden_.data(), position, next_hidden_.data());
-    std::swap(hidden_, next_hidden_);
-    out.push_back(token);
-  }
+  chain_->start(bonus_);
+  out.resize(size_t(n));
+  chain_->propose(n, out.data());
 }
 
 void Gemma4AssistantDrafter::draft_logits(float* out) {
   if (!in_round_) {  // the round's first draft: as propose starts it
-    position_ = rt_.target_length();
-    target_.last_hidden(hidden_.data());
-    chain_token_ = bonus_;
+    chain_->start(bonus_);
     in_round_ = true;
   }
-  assistant_.step_logits(target_, chain_token_, hidden_.data(), position_, next_hidden_.data(), out);
+  chain_->next_logits(out);
 }
 
 void Gemma4AssistantDrafter::draft_step(int32_t token) {
   if (!in_round_) fail("internal: draft_step before draft_logits");
-  std::swap(hidden_, next_hidden_);
-  chain_token_ = token;
+  chain_->advance(token);
 }
 
 void Gemma4AssistantDrafter::commit(std::span<const int32_t>, int, int32_t next) {
@@ -69,15 +50,24 @@ void check_assistant_dir(const std::string& dir) {
     fail("--draft {}: not a Gemma 4 assistant checkpoint (config.json model_type is not gemma4_assistant)", dir);
 }
 
-AssistantModel::AssistantModel(const std::string& dir, const Gemma4TextConfig& target, int cpu_threads) {
+AssistantModel::AssistantModel(const std::string& dir, const Gemma4TextConfig& target, int cpu_threads)
+    : target_(target), cpu_threads_(cpu_threads) {
   check_assistant_dir(dir);
   checkpoint_ = std::make_unique<const Gemma4Checkpoint>(Gemma4Checkpoint::open_assistant(dir));
-  assistant_ = std::make_unique<CpuGemma4Assistant>(*checkpoint_, target, cpu_threads);
+  (void)check_assistant_fits(*checkpoint_, target);  // before any drafter is asked for
 }
 
 AssistantModel::~AssistantModel() = default;
 
 std::unique_ptr<Drafter> AssistantModel::drafter(ModelRuntime& rt) {
+  auto* target = dynamic_cast<Gemma4Target*>(&rt);
+  if (target == nullptr) fail("--draft: a Gemma 4 assistant drafts for a Gemma 4 target only");
+  if (auto chain = target->device_assistant(*checkpoint_)) return std::make_unique<Gemma4AssistantDrafter>(std::move(chain));
+  return cpu_drafter(rt);
+}
+
+std::unique_ptr<Drafter> AssistantModel::cpu_drafter(ModelRuntime& rt) {
+  if (!assistant_) assistant_ = std::make_unique<CpuGemma4Assistant>(*checkpoint_, target_, cpu_threads_);
   return std::make_unique<Gemma4AssistantDrafter>(rt, *assistant_);
 }
 

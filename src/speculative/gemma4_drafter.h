@@ -6,6 +6,8 @@
 // bonus's position (the target's length) for the whole round. Sampled
 // drafting (Drafter::draft_logits) runs the same chain, continuing each
 // step with the sampled token, and hands out the assistant head's logits.
+// The chain (model/gemma4_target.h) runs where the target does: on its
+// device for a CUDA target (reading its caches in place), else on the CPU.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -24,26 +26,20 @@ class Gemma4Target;
 
 class Gemma4AssistantDrafter final : public Drafter {
  public:
-  // `rt` must be a Gemma 4 runtime (it implements Gemma4Target); throws Error otherwise.
+  explicit Gemma4AssistantDrafter(std::unique_ptr<AssistantChain> chain);
+  // The CPU assistant over `rt` (a Gemma 4 runtime of either backend; Error otherwise).
   Gemma4AssistantDrafter(ModelRuntime& rt, CpuGemma4Assistant& assistant);
   const char* name() const override { return "assistant"; }
   void begin(std::span<const int32_t> prompt, int32_t first) override;
   void propose(int n, std::vector<int32_t>& out) override;
   void commit(std::span<const int32_t> drafts, int accepted, int32_t next) override;
-  void draft_logits(float* out) override;   // CpuGemma4Assistant::step_logits on the chain's next token
+  void draft_logits(float* out) override;   // the chain's next logits (the round's first: from the bonus)
   void draft_step(int32_t token) override;  // continues the chain with `token`
 
  private:
-  ModelRuntime& rt_;
-  const Gemma4Target& target_;
-  CpuGemma4Assistant& assistant_;
+  std::unique_ptr<AssistantChain> chain_;
   int32_t bonus_ = 0;
-  // Sampled drafting: the round's held position, whether the round's chain
-  // has started, and the token the next step continues.
-  int position_ = 0;
-  bool in_round_ = false;
-  int32_t chain_token_ = 0;
-  std::vector<float> hidden_, next_hidden_;
+  bool in_round_ = false;  // sampled drafting: the round's chain has started
 };
 
 // An assistant checkpoint opened and checked against its target, from which
@@ -56,12 +52,18 @@ class AssistantModel {
   // that does not fit the target whose config is `target`.
   AssistantModel(const std::string& dir, const Gemma4TextConfig& target, int cpu_threads = 0);
   ~AssistantModel();
-  // `rt` must be a Gemma 4 runtime of the target (Error otherwise).
+  // `rt` must be a Gemma 4 runtime of the target (Error otherwise). The
+  // drafter runs on rt's device when it has one (Gemma4Target::device_assistant).
   std::unique_ptr<Drafter> drafter(ModelRuntime& rt);
+  // The CPU assistant over rt whatever its backend (the reference the CUDA
+  // assistant's tests compare with).
+  std::unique_ptr<Drafter> cpu_drafter(ModelRuntime& rt);
 
  private:
   std::unique_ptr<const Gemma4Checkpoint> checkpoint_;
-  std::unique_ptr<CpuGemma4Assistant> assistant_;
+  Gemma4TextConfig target_;
+  int cpu_threads_ = 0;
+  std::unique_ptr<CpuGemma4Assistant> assistant_;  // made at the first CPU drafter
 };
 
 // Teacher-forced first-step drafts (`nextn draft-trace --draft DIR`): out[p]

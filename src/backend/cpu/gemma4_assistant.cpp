@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "io/gemma4_checkpoint.h"
 #include "model/gemma4_target.h"
+#include "model/runtime.h"
 
 namespace nextn {
 
@@ -16,29 +17,10 @@ using cpu::Matrix;
 
 CpuGemma4Assistant::CpuGemma4Assistant(const Gemma4Checkpoint& ck, const Gemma4TextConfig& target, int threads)
     : cfg_(ck.assistant_config()), pool_(threads > 0 ? threads : default_thread_count()) {
+  const AssistantKvLayers kv = check_assistant_fits(ck, target);
+  target_layer_[0] = kv.full;
+  target_layer_[1] = kv.sliding;
   const Gemma4TextConfig& c = cfg_.text;
-  const std::string where = ck.dir() + "/config.json";
-  if (cfg_.backbone_hidden_size != target.hidden_size)
-    fail("{}: field 'backbone_hidden_size': {} does not match the target's hidden_size {}", where,
-         cfg_.backbone_hidden_size, target.hidden_size);
-  if (c.vocab_size != target.vocab_size)
-    fail("{}: field 'text_config.vocab_size': {} does not match the target's vocab_size {}", where, c.vocab_size,
-         target.vocab_size);
-  if (c.sliding_window > target.sliding_window)
-    fail("{}: field 'text_config.sliding_window': {} exceeds the target's {} (its K/V cache holds no more)", where,
-         c.sliding_window, target.sliding_window);
-  for (int i = 0; i < c.num_hidden_layers; ++i) {
-    const Gemma4LayerSpec& s = c.layers[size_t(i)];
-    const int t = target.last_layer_of(s.sliding);
-    if (t < 0)
-      fail("{}: field 'text_config.layer_types[{}]': the target has no {} layer to read K/V from", where, i,
-           s.sliding ? "sliding" : "full");
-    const Gemma4LayerSpec& ts = target.layers[size_t(t)];
-    if (s.head_dim != ts.head_dim || s.kv_heads != ts.kv_heads)
-      fail("{}: layer {} ({}): head_dim {} x {} KV heads, but the target's layer {} has {} x {}", where, i,
-           s.sliding ? "sliding" : "full", s.head_dim, s.kv_heads, t, ts.head_dim, ts.kv_heads);
-    target_layer_[s.sliding ? 1 : 0] = t;
-  }
   const int Ha = c.hidden_size, Hb = cfg_.backbone_hidden_size;
   pre_projection_ = Matrix::load(ck.matrix("pre_projection", Ha, 2 * int64_t(Hb), true));
   post_projection_ = Matrix::load(ck.matrix("post_projection", Hb, Ha, true));
@@ -163,6 +145,55 @@ void CpuGemma4Assistant::step_logits(const Gemma4Target& target, int32_t token, 
   std::vector<float> d(static_cast<size_t>(cfg_.text.hidden_size));
   forward(target, token, hidden, position, d.data(), hidden_out);
   head_logits(d.data(), logits);
+}
+
+namespace {
+
+// The chain's state: the round's held position, the token the next step
+// continues and the hidden row it pairs with (the target's last hidden row
+// at the round's start, then the assistant's post_projection outputs).
+class CpuAssistantChain final : public AssistantChain {
+ public:
+  CpuAssistantChain(CpuGemma4Assistant& assistant, ModelRuntime& rt, const Gemma4Target& target)
+      : assistant_(assistant), rt_(rt), target_(target) {
+    hidden_.resize(size_t(target.gemma4_config().hidden_size));
+    next_hidden_.resize(hidden_.size());
+  }
+  void start(int32_t bonus) override {
+    position_ = rt_.target_length();
+    target_.last_hidden(hidden_.data());
+    token_ = bonus;
+  }
+  void propose(int n, int32_t* out) override {
+    for (int i = 0; i < n; ++i) {
+      token_ = assistant_.step(target_, token_, hidden_.data(), position_, next_hidden_.data());
+      std::swap(hidden_, next_hidden_);
+      out[i] = token_;
+    }
+  }
+  void next_logits(float* out) override {
+    assistant_.step_logits(target_, token_, hidden_.data(), position_, next_hidden_.data(), out);
+  }
+  void advance(int32_t token) override {
+    std::swap(hidden_, next_hidden_);
+    token_ = token;
+  }
+
+ private:
+  CpuGemma4Assistant& assistant_;
+  ModelRuntime& rt_;
+  const Gemma4Target& target_;
+  int position_ = 0;
+  int32_t token_ = 0;
+  std::vector<float> hidden_, next_hidden_;
+};
+
+}  // namespace
+
+std::unique_ptr<AssistantChain> make_cpu_assistant_chain(CpuGemma4Assistant& assistant, ModelRuntime& rt) {
+  const auto* target = dynamic_cast<const Gemma4Target*>(&rt);
+  if (target == nullptr) fail("--draft: a Gemma 4 assistant drafts for a Gemma 4 target only");
+  return std::make_unique<CpuAssistantChain>(assistant, rt, *target);
 }
 
 }  // namespace nextn

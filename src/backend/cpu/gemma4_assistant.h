@@ -9,11 +9,12 @@
 #include "backend/cpu/gemma4_layer.h"
 #include "core/thread_pool.h"
 #include "io/gemma4_config.h"
+#include "model/gemma4_target.h"
 
 namespace nextn {
 
 class Gemma4Checkpoint;
-class Gemma4Target;
+class ModelRuntime;
 
 class CpuGemma4Assistant {
  public:
@@ -56,5 +57,10 @@ class CpuGemma4Assistant {
   std::vector<int32_t> token_ordering_;  // [vocab]: centroid c owns entries c*V/C .. (c+1)*V/C - 1
   int64_t steps_ = 0;
 };
+
+// The CPU assistant's chain (model/gemma4_target.h) for the target sequence
+// `rt` (a Gemma 4 runtime of either backend: it reads the target through
+// Gemma4Target). Both must outlive the chain. Error when rt is not Gemma 4.
+std::unique_ptr<AssistantChain> make_cpu_assistant_chain(CpuGemma4Assistant& assistant, ModelRuntime& rt);
 
 }  // namespace nextn

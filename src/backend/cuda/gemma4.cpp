@@ -31,6 +31,7 @@
 #include <string>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/gemma4_assistant.h"
 #include "backend/cuda/gemma4_runtime.h"
 #include "backend/cuda/qwen35.h"
 #include "backend/cuda/weight_upload.h"
@@ -156,6 +157,13 @@ CudaGemma4Model::~CudaGemma4Model() {
 
 int CudaGemma4Model::slots(const Gemma4LayerSpec& spec, int max_tokens) const {
   return spec.sliding ? std::min(max_tokens, cfg.sliding_window + 1 + kMaxRows) : max_tokens;
+}
+
+std::shared_ptr<CudaAssistant> CudaGemma4Model::assistant(const Gemma4Checkpoint& ck) {
+  for (const auto& a : assistants_)
+    if (a->dir == ck.dir()) return a;
+  assistants_.push_back(std::make_shared<CudaAssistant>(ck, *this));
+  return assistants_.back();
 }
 
 void CudaGemma4Model::fetch(const void* src, size_t bytes, void* dst) const {

@@ -44,10 +44,10 @@ __global__ void __launch_bounds__(128) prepare_kernel(Gemma4AttnShape a, const f
   __shared__ float scratch[32];
   const int t = blockIdx.x, h = blockIdx.y, hd = a.hd, half = hd / 2;
   const int p = rows[t].pos;
-  const Gemma4LayerCache cache = rows[t].caches[layer];
+  const bool is_q = h < a.Hq;
+  const Gemma4LayerCache cache = is_q ? Gemma4LayerCache{} : rows[t].caches[layer];  // queries write no cache
   const int slots = cache.slots;
   float *kcache = cache.k, *vcache = cache.v;
-  const bool is_q = h < a.Hq;
   const int kh = h - a.Hq;
   const size_t kv_row = size_t(a.Hkv) * hd;
   const float* row = proj + size_t(t) * ld;
@@ -223,6 +223,14 @@ void gemma4_attn_prepare(const Gemma4AttnShape& a, const float* proj, int ld, in
   const dim3 grid(unsigned(T), unsigned(a.Hq + a.Hkv));
   CUDA_CHECK(launch_kernel(prepare_kernel, grid, 128, 0, s, a, proj, ld, q_norm, k_norm, inv_freq, rows, layer, q));
   CUDA_CHECK_LAUNCH("gemma4 prepare_kernel");
+}
+
+void gemma4_query_prepare(const Gemma4AttnShape& a, const float* proj, int ld, int T, const float* q_norm,
+                          const float* inv_freq, const Gemma4Row* rows, float* q, cudaStream_t s) {
+  check_shape(a);
+  const dim3 grid(unsigned(T), unsigned(a.Hq));  // query heads only: no block writes a cache
+  CUDA_CHECK(launch_kernel(prepare_kernel, grid, 128, 0, s, a, proj, ld, q_norm, q_norm, inv_freq, rows, 0, q));
+  CUDA_CHECK_LAUNCH("gemma4 prepare_kernel (queries)");
 }
 
 void gemma4_attention(const Gemma4AttnShape& a, const float* q, const Gemma4Row* rows, int layer, int T, int window,

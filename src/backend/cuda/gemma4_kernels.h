@@ -47,6 +47,11 @@ void gemma4_attn_prepare(const Gemma4AttnShape& a, const float* proj, int ld, in
                          const float* k_norm, const float* inv_freq, const Gemma4Row* rows, int layer, float* q,
                          cudaStream_t s);
 
+// The q half of gemma4_attn_prepare only (the assistant's layers read the
+// target's K/V): q[t][h] = rope(rmsnorm(q_h) * q_norm) at position rows[t].pos.
+void gemma4_query_prepare(const Gemma4AttnShape& a, const float* proj, int ld, int T, const float* q_norm,
+                          const float* inv_freq, const Gemma4Row* rows, float* q, cudaStream_t s);
+
 // Query t (position p = rows[t].pos) attends, with scale 1.0, to the keys of
 // positions max(0, p - window + 1) .. p held in its sequence's ring caches
 // of `layer`; query head h reads KV head h / (Hq / Hkv). Output [T][Hq*hd]
@@ -73,6 +78,22 @@ void gemma4_router_input(const float* x, int ldx, const float* scale, float root
 // MLP's output and the experts' sum, each under its post-norm), fp32, rows of n.
 void gemma4_moe_merge(float* y, int ldy, const float* routed, int ldr, const float* g_mlp, const float* g_experts,
                       float eps, int T, int n, cudaStream_t s);
+
+// ---- the assistant drafter (gemma4_assistant_kernels.cu) ----
+// out (act) [2n] = embedding (fp32 [n]) | hidden (hidden_act [n]): the pre_projection's input.
+void gemma4_assistant_input(const float* embedding, const void* hidden, Act hidden_act, int n, void* out, Act act,
+                            cudaStream_t s);
+// The tokens of the top-k of C centroids (by logit, highest first, ties by
+// centroid index): candidates [k * per] = ordering rows of those centroids.
+void gemma4_pick_candidates(const float* centroid_logits, int C, int k, int per, const int32_t* ordering,
+                            int32_t* candidates, cudaStream_t s);
+// scores[i] = rows[i] (fp32 [n][H]) . d (act [H]), fp32.
+void gemma4_score_candidates(const float* rows, int n, int H, const void* d, Act act, float* scores, cudaStream_t s);
+// *out = the candidate of the highest score, lowest token id among equal scores.
+void gemma4_best_candidate(const float* scores, const int32_t* candidates, int n, int32_t* out, cudaStream_t s);
+// logits [V] = -inf but for the candidates: their scores, tanh(s / cap) * cap when cap > 0.
+void gemma4_candidate_logits(const float* scores, const int32_t* candidates, int n, float cap, float* logits, int V,
+                             cudaStream_t s);
 
 // x[i] *= scale for i < n (the embedding scale).
 void scale_floats(float* x, int64_t n, float scale, cudaStream_t s);

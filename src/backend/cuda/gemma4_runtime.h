@@ -57,6 +57,7 @@ struct Gemma4DevLayer {
 };
 
 class CudaGemma4;
+class CudaAssistant;
 
 // The rows of one sequence in a forward pass, in position order.
 struct Gemma4Piece {
@@ -95,6 +96,9 @@ class CudaGemma4Model {
   void gather_hidden(const void* hidden, int first, int n_real, int width);
   // Copies device memory back after the stream's work (one host sync).
   void fetch(const void* src, size_t bytes, void* dst) const;
+  // The assistant checkpoint on this model's device, uploaded at its first
+  // use (gemma4_assistant.h); every sequence's chains share it.
+  std::shared_ptr<CudaAssistant> assistant(const Gemma4Checkpoint& ck);
 
   Gemma4TextConfig cfg;
   ModelInfo info;
@@ -149,6 +153,7 @@ class CudaGemma4Model {
   void moe_half(const Gemma4DevMoe& M, int T);
 
   std::vector<Gemma4Row> h_rows_;  // the pass's rows, staged
+  std::vector<std::shared_ptr<CudaAssistant>> assistants_;  // by checkpoint directory
 };
 
 // One sequence: its ring caches, its hidden rows and its head counters, over
@@ -179,6 +184,13 @@ class CudaGemma4 final : public Gemma4Runtime, public VerifyHeadArms {
   void scaled_embedding(int32_t token, float* out) const override;
   const float* cached_key(int layer, int pos) const override { return cached(layer, pos, true); }
   const float* cached_value(int layer, int pos) const override { return cached(layer, pos, false); }
+  // The assistant on this device, reading this sequence's rows in place.
+  std::unique_ptr<AssistantChain> device_assistant(const Gemma4Checkpoint& assistant) override;
+
+  // ---- what the assistant's chain reads (gemma4_assistant.cpp) ----
+  const Gemma4LayerCache* device_caches() const { return d_caches_; }
+  // The last kept row of the last forward (act [H]).
+  const void* last_hidden_row() const;
 
   // ---- the group's calls (gemma4_group.cpp) ----
   // target_forward(tokens[i]) on seqs[i] (distinct sequences of one model):

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/gemma4_assistant.h"
 #include "backend/cuda/gemma4_runtime.h"
 #include "core/dtype.h"
 
@@ -123,6 +124,15 @@ void CudaGemma4::last_hidden(float* out) const {
   bf16_row_.resize(size_t(H));
   m_->fetch(static_cast<const uint16_t*>(hidden_) + row, size_t(H) * 2, bf16_row_.data());
   for (int d = 0; d < H; ++d) out[d] = bf16_to_f32(bf16_row_[size_t(d)]);
+}
+
+const void* CudaGemma4::last_hidden_row() const {
+  if (last_T_ == 0) fail("last_hidden: no target_forward yet");
+  return static_cast<const char*>(hidden_) + size_t(last_T_ - 1) * size_t(m_->H) * size_t(act_size(m_->act));
+}
+
+std::unique_ptr<AssistantChain> CudaGemma4::device_assistant(const Gemma4Checkpoint& assistant) {
+  return make_cuda_assistant_chain(m_->assistant(assistant), *this);
 }
 
 void CudaGemma4::scaled_embedding(int32_t token, float* out) const {
