@@ -162,6 +162,12 @@ int CudaGemma4Model::slots(const Gemma4LayerSpec& spec, int max_tokens) const {
 std::shared_ptr<CudaAssistant> CudaGemma4Model::assistant(const Gemma4Checkpoint& ck) {
   for (const auto& a : assistants_)
     if (a->dir == ck.dir()) return a;
+  if (act == Act::BF16) {  // the tensor-core kernels take widths that are multiples of 32
+    const Gemma4TextConfig& c = ck.assistant_config().text;
+    bool fits = c.hidden_size % 32 == 0 && c.intermediate_size % 32 == 0;
+    for (const auto& s : c.layers) fits = fits && (c.num_attention_heads * s.head_dim) % 32 == 0;
+    if (!fits) return nullptr;
+  }
   assistants_.push_back(std::make_shared<CudaAssistant>(ck, *this));
   return assistants_.back();
 }

@@ -97,7 +97,10 @@ class CudaGemma4Model {
   // Copies device memory back after the stream's work (one host sync).
   void fetch(const void* src, size_t bytes, void* dst) const;
   // The assistant checkpoint on this model's device, uploaded at its first
-  // use (gemma4_assistant.h); every sequence's chains share it.
+  // use (gemma4_assistant.h); every sequence's chains share it. nullptr in
+  // the bf16 mode when a width of the assistant is not a multiple of 32 (the
+  // tensor-core kernels' rule; tiny test checkpoints): the CPU assistant
+  // drafts for it then.
   std::shared_ptr<CudaAssistant> assistant(const Gemma4Checkpoint& ck);
 
   Gemma4TextConfig cfg;

@@ -132,7 +132,8 @@ const void* CudaGemma4::last_hidden_row() const {
 }
 
 std::unique_ptr<AssistantChain> CudaGemma4::device_assistant(const Gemma4Checkpoint& assistant) {
-  return make_cuda_assistant_chain(m_->assistant(assistant), *this);
+  std::shared_ptr<CudaAssistant> a = m_->assistant(assistant);
+  return a ? make_cuda_assistant_chain(std::move(a), *this) : nullptr;
 }
 
 void CudaGemma4::scaled_embedding(int32_t token, float* out) const {
