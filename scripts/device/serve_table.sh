@@ -12,7 +12,8 @@
 # Environment: NEXTN_BUILD (build-cuda), NEXTN_SERVE_PRESET (qwen3.5-27b),
 # NEXTN_SERVE_STREAMS (1,4,16,32), NEXTN_SERVE_DRAFTS (none,mtp; also oracle, which
 # bench_serve.py runs at --accept-rates 0.9,0.8,0.7 --draft-cost mtp, and :K to fix
-# the block size, e.g. oracle:4; without it K is chosen per step), NEXTN_SERVE_N (64),
+# the block size, e.g. oracle:4; without it K is chosen per step; "assistant" for a
+# Gemma 4 preset: the preset's assistant, made beside it), NEXTN_SERVE_N (64),
 # NEXTN_CK_DIR (/tmp/nextn-ck).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -34,9 +35,18 @@ say "make-checkpoint $PRESET q4: exit $? in $(( $(date +%s) - t0 )) s"
 # serve needs a tokenizer: the default model's (8189 ids) turns the streamed
 # tokens into text; the prompts go in as ids and the table counts tokens.
 cp models/default/tokenizer.json models/default/tokenizer_config.json "$dir/"
+drafts=${NEXTN_SERVE_DRAFTS:-none,mtp}
+if [[ ",$drafts," == *",assistant"* ]]; then  # a Gemma 4 target's assistant, random too
+  adir=$CK/serve-$PRESET-assistant-q4
+  t0=$(date +%s)
+  [ -d "$adir" ] || "$BUILD/nextn" make-checkpoint --preset "$PRESET-assistant" --quant q4 --seed 1 --out "$adir" \
+    >"$LOG/make_assistant.txt" 2>&1
+  say "make-checkpoint $PRESET-assistant q4: exit $? in $(( $(date +%s) - t0 )) s"
+  drafts=$(echo "$drafts" | sed "s|assistant|$adir|g")
+fi
 timeout 480 python3 scripts/bench_serve.py --nextn "$BUILD/nextn" --backend cuda --model "$dir" \
   --prompt-ids "$(seq -s, 11 26)" --streams "${NEXTN_SERVE_STREAMS:-1,4,16,32}" \
-  --drafts "${NEXTN_SERVE_DRAFTS:-none,mtp}" -n "${NEXTN_SERVE_N:-64}" --json "$OUT/serve_table.json" \
+  --drafts "$drafts" -n "${NEXTN_SERVE_N:-64}" --json "$OUT/serve_table.json" \
   2>"$LOG/bench_serve.err" | tee -a "$SUMMARY"
 say "bench_serve: exit ${PIPESTATUS[0]}; $(tail -2 "$LOG/bench_serve.err" | tr '\n' ' ' | cut -c1-300)"
 record_finish
