@@ -121,4 +121,11 @@ inline std::vector<int32_t> decode_greedy(ModelRuntime& rt, std::span<const int3
   return out;
 }
 
+// The CUDA bf16 mode's tensor-core matmul takes widths that are multiples of 32.
+inline bool cuda_bf16_fits(const Gemma4TextConfig& c) {
+  bool ok = c.hidden_size % 32 == 0 && c.intermediate_size % 32 == 0;
+  for (const auto& s : c.layers) ok = ok && (c.num_attention_heads * s.head_dim) % 32 == 0;
+  return ok;
+}
+
 }  // namespace nextn::test

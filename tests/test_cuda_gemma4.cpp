@@ -54,16 +54,10 @@ std::unique_ptr<ModelRuntime> make_rt(const Gemma4Checkpoint& ck, int cap, Mode 
   return make_cuda_gemma4_runtime(ck, cap, {.act = mode.fp32 ? Activations::Fp32 : Activations::Bf16});
 }
 
-// The bf16 mode's tensor-core matmul takes widths that are multiples of 32.
-bool bf16_fits(const Gemma4TextConfig& c) {
-  bool ok = c.hidden_size % 32 == 0 && c.intermediate_size % 32 == 0;
-  for (const auto& s : c.layers) ok = ok && (c.num_attention_heads * s.head_dim) % 32 == 0;
-  return ok;
-}
 
 std::vector<Mode> modes_for(const Gemma4TextConfig& c) {
   std::vector<Mode> m{Mode{true}};
-  if (bf16_fits(c)) m.push_back(Mode{false});
+  if (test::cuda_bf16_fits(c)) m.push_back(Mode{false});
   return m;
 }
 
@@ -438,7 +432,7 @@ TEST(CudaGemma4Wide, HeadDim512MatchesTheCpuRuntimeAndSpeculatesExactly) {
   test::write_shrunk_gemma4_pair(shape, tmp.path.string());
   const auto ck = Gemma4Checkpoint::open((tmp.path / "target").string());
   ASSERT_EQ(ck.config().layers[6].head_dim, 512);
-  ASSERT_TRUE(bf16_fits(ck.config()));
+  ASSERT_TRUE(test::cuda_bf16_fits(ck.config()));
   std::vector<int32_t> tokens(90);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 37 + 11) % 1024);
   {

@@ -29,11 +29,6 @@ using test::load_gemma4_reference;
 
 const RuntimeOptions kFp32{.act = Activations::Fp32};
 
-bool bf16_fits(const Gemma4TextConfig& c) {
-  bool ok = c.hidden_size % 32 == 0 && c.intermediate_size % 32 == 0;
-  for (const auto& s : c.layers) ok = ok && (c.num_attention_heads * s.head_dim) % 32 == 0;
-  return ok;
-}
 
 class CudaGemma4Assistant : public ::testing::TestWithParam<std::string> {};
 
@@ -43,7 +38,7 @@ TEST_P(CudaGemma4Assistant, FirstDraftsMatchTransformersAfterEveryPrefix) {
   const auto ck = Gemma4Checkpoint::open(ref.target());
   ASSERT_FALSE(ref.drafts.empty());
   std::vector<RuntimeOptions> modes{kFp32};
-  if (bf16_fits(ck.config()) && bf16_fits(Gemma4Checkpoint::open_assistant(ref.assistant()).assistant_config().text))
+  if (test::cuda_bf16_fits(ck.config()) && test::cuda_bf16_fits(Gemma4Checkpoint::open_assistant(ref.assistant()).assistant_config().text))
     modes.push_back({.act = Activations::Bf16});
   for (const RuntimeOptions& o : modes) {
     const bool fp32 = o.act == Activations::Fp32;

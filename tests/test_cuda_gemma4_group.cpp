@@ -27,16 +27,10 @@ namespace {
 
 using test::load_gemma4_reference;
 
-// The bf16 mode's tensor-core matmul takes widths that are multiples of 32.
-bool bf16_fits(const Gemma4TextConfig& c) {
-  bool ok = c.hidden_size % 32 == 0 && c.intermediate_size % 32 == 0;
-  for (const auto& s : c.layers) ok = ok && (c.num_attention_heads * s.head_dim) % 32 == 0;
-  return ok;
-}
 
 std::vector<RuntimeOptions> modes_for(const Gemma4TextConfig& c) {
   std::vector<RuntimeOptions> m{{.act = Activations::Fp32}};
-  if (bf16_fits(c)) m.push_back({.act = Activations::Bf16});
+  if (test::cuda_bf16_fits(c)) m.push_back({.act = Activations::Bf16});
   return m;
 }
 
