@@ -137,6 +137,37 @@ TEST_P(CudaGemma4, VerifyRowsEqualSingleStepDecodeBitForBit) {
   }
 }
 
+// The pass's graphs (one per row count, replayed) give the bits of the
+// same launches made directly (--graphs off), pass after pass.
+TEST_P(CudaGemma4, GraphsMatchDirectLaunchesBitForBit) {
+  NEXTN_REQUIRE_GPU();
+  const Gemma4Reference ref = load_gemma4_reference(GetParam());
+  const auto ck = Gemma4Checkpoint::open(ref.target());
+  const int V = ck.config().vocab_size;
+  const size_t n = ref.prompt.size();
+  for (Mode mode : modes_for(ck.config())) {
+    SCOPED_TRACE(mode.name());
+    const Activations act = mode.fp32 ? Activations::Fp32 : Activations::Bf16;
+    auto graphed = make_cuda_gemma4_runtime(ck, int(ref.sequence.size()), {.act = act, .cuda_graphs = true});
+    auto direct = make_cuda_gemma4_runtime(ck, int(ref.sequence.size()), {.act = act, .cuda_graphs = false});
+    std::vector<float> a(static_cast<size_t>(V)), b(static_cast<size_t>(V));
+    size_t at = 0;
+    // The prompt, then 1-, 3- and 1-row passes twice: the second of each row count replays its graph.
+    for (size_t T : {n, size_t(1), size_t(3), size_t(1), size_t(3), size_t(1)}) {
+      if (at + T > ref.sequence.size()) break;
+      const std::span<const int32_t> tokens(ref.sequence.data() + at, T);
+      graphed->target_forward(tokens);
+      direct->target_forward(tokens);
+      for (int j = 0; j < int(T); ++j) {
+        graphed->head_logits(j, a.data());
+        direct->head_logits(j, b.data());
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "position " << at + size_t(j);
+      }
+      at += T;
+    }
+  }
+}
+
 TEST_P(CudaGemma4, RollbackRestoresTheExactState) {
   NEXTN_REQUIRE_GPU();
   const Gemma4Reference ref = load_gemma4_reference(GetParam());

@@ -10,6 +10,10 @@
 //              x = (h + post_ff_norm(down(gelu_tanh(gate(n)) * up(n)))) * layer_scalar,  n = pre_ff_norm(h)
 //              (a MoE layer: the MLP's output normed and joined by its routed experts', gemma4_moe.cpp)
 //   hidden = norm(x)
+// A pass's launches are captured once per row count and replayed (the
+// row table and the tokens are device inputs: nothing a launch takes by
+// value changes between passes of one row count); --graphs off runs them
+// directly, with the same bits.
 // KV caches are fp32 ring buffers, sliding layers sliding_window + 1 + 64
 // slots, full layers max_tokens; a pass holds at most 64 rows, so it only
 // overwrites positions no query or rollback can reach (rollback undoes at
@@ -81,8 +85,8 @@ Gemma4DevLayer CudaGemma4Model::load_layer(const Gemma4Checkpoint& ck, int index
   return L;
 }
 
-CudaGemma4Model::CudaGemma4Model(const Gemma4Checkpoint& ck, Activations activations)
-    : cfg(ck.config()), act(activations == Activations::Fp32 ? Act::F32 : Act::BF16) {
+CudaGemma4Model::CudaGemma4Model(const Gemma4Checkpoint& ck, const RuntimeOptions& options)
+    : cfg(ck.config()), act(options.act == Activations::Fp32 ? Act::F32 : Act::BF16) {
   (void)cuda_device_summary();  // one error line when there is no usable device
   H = cfg.hidden_size;
   V = cfg.vocab_size;
@@ -101,6 +105,7 @@ CudaGemma4Model::CudaGemma4Model(const Gemma4Checkpoint& ck, Activations activat
   }
   cuda::init_kernels();
   stream = make_stream();
+  graphs = std::make_unique<GraphCache>(options, H, stream, prof);
   const size_t as = size_t(act_size(act));
 
   // weights
@@ -199,6 +204,13 @@ void CudaGemma4Model::decoder_layer(const Gemma4DevLayer& L, int layer, int T) {
   gemma4_norm_residual(y, H, L.post_ff_norm, eps, T, H, L.layer_scalar, x, H, s);
 }
 
+void CudaGemma4Model::forward_rows(int T) {
+  embed_rows(embed, d_tokens, T, x, H, stream);
+  scale_floats(x, int64_t(T) * H, embed_scale, stream);
+  for (size_t i = 0; i < layers.size(); ++i) decoder_layer(layers[i], int(i), T);
+  rmsnorm(x, Act::F32, H, final_norm, eps, T, H, hidden, act, H, nullptr, stream);
+}
+
 void CudaGemma4Model::forward_pass(std::span<const Gemma4Piece> pieces) {
   std::vector<int32_t> tokens;
   h_rows_.clear();
@@ -211,10 +223,7 @@ void CudaGemma4Model::forward_pass(std::span<const Gemma4Piece> pieces) {
   // From pageable memory: the calls return once the host copies are staged.
   CUDA_CHECK(cudaMemcpyAsync(d_tokens, tokens.data(), size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaMemcpyAsync(d_rows, h_rows_.data(), size_t(T) * sizeof(Gemma4Row), cudaMemcpyHostToDevice, stream));
-  embed_rows(embed, d_tokens, T, x, H, stream);
-  scale_floats(x, int64_t(T) * H, embed_scale, stream);
-  for (size_t i = 0; i < layers.size(); ++i) decoder_layer(layers[i], int(i), T);
-  rmsnorm(x, Act::F32, H, final_norm, eps, T, H, hidden, act, H, nullptr, stream);
+  graphs->replay(GraphKind::Forward, T, 0, [&] { forward_rows(T); });
   const size_t row_bytes = size_t(H) * size_t(act_size(act));
   size_t row = 0;
   for (const Gemma4Piece& p : pieces) {  // each piece's rows into its sequence's hidden rows

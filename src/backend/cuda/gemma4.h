@@ -1,15 +1,15 @@
 // Gemma 4 (dense and MoE text models) on the CUDA backend (docs/gemma4.md,
 // "CUDA"): the forward of backend/cpu/gemma4.cpp with every op on the
-// device, plain stream launches (no graphs), for one sequence or a group of
-// them over one copy of the weights. A sequence also implements
+// device, each pass's launches captured as a graph per row count, for one
+// sequence or a group of them over one copy of the weights. A sequence also implements
 // Gemma4Target, so the CPU assistant drafter runs against it (it copies the
 // rows it reads back to the host).
 //
 // Modes, RuntimeOptions::act (--act) as for Qwen3.5: fp32 (weights and
 // activations fp32, matmuls on CUDA cores: the parity mode the tests compare
 // with transformers) or bf16 (the default: bf16 weights and matmul operands
-// on tensor cores, fp32 residual, KV cache and sums). The other runtime
-// options are the Qwen3.5 runtime's (no graphs here).
+// on tensor cores, fp32 residual, KV cache and sums). cuda_graphs and pdl
+// as for Qwen3.5; the other runtime options are Qwen3.5's only.
 #pragma once
 #include <memory>
 

@@ -23,7 +23,7 @@ namespace {
 class CudaGemma4Group final : public SequenceGroup {
  public:
   CudaGemma4Group(const Gemma4Checkpoint& ck, const RuntimeOptions& options)
-      : dir_(ck.dir()), model_(std::make_shared<CudaGemma4Model>(ck, options.act)) {}
+      : dir_(ck.dir()), model_(std::make_shared<CudaGemma4Model>(ck, options)) {}
   const char* backend_name() const override { return "cuda"; }
   ModelInfo info() const override { return model_->info; }
   int max_sequences() const override { return kMaxRows; }  // a decode row of each fits one pass
@@ -85,7 +85,7 @@ class CudaGemma4Group final : public SequenceGroup {
 std::unique_ptr<ModelRuntime> make_cuda_gemma4_runtime(const Gemma4Checkpoint& ckpt, int max_tokens,
                                                        const RuntimeOptions& options) {
   ckpt.check_target_capacity(max_tokens);
-  return std::make_unique<cuda::CudaGemma4>(std::make_shared<cuda::CudaGemma4Model>(ckpt, options.act), max_tokens);
+  return std::make_unique<cuda::CudaGemma4>(std::make_shared<cuda::CudaGemma4Model>(ckpt, options), max_tokens);
 }
 
 std::unique_ptr<SequenceGroup> make_cuda_gemma4_group(const Gemma4Checkpoint& ckpt, const RuntimeOptions& options) {

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/device_handles.h"
 #include "backend/cuda/gemma4_kernels.h"
+#include "backend/cuda/graph_cache.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/moe_layer.h"
 #include "backend/cuda/weight_upload.h"
@@ -80,7 +81,8 @@ struct KvMirror {
 // one; the group (gemma4_group.cpp) shares one between its sequences.
 class CudaGemma4Model {
  public:
-  CudaGemma4Model(const Gemma4Checkpoint& ck, Activations act);
+  // options: act (the mode), cuda_graphs and pdl (the forward's graphs).
+  CudaGemma4Model(const Gemma4Checkpoint& ck, const RuntimeOptions& options);
   ~CudaGemma4Model();
   CudaGemma4Model(const CudaGemma4Model&) = delete;
   CudaGemma4Model& operator=(const CudaGemma4Model&) = delete;
@@ -110,9 +112,11 @@ class CudaGemma4Model {
   float eps = 1e-6f;
   float embed_scale = 1.0f;
 
-  // Owning members, released in reverse: the stream, then device memory.
+  // Owning members, released in reverse: the graphs, the stream, then device memory.
   DeviceMemory mem;
   Stream stream;
+  Profiler prof;                        // off: GraphCache marks nothing
+  std::unique_ptr<GraphCache> graphs;   // the pass forward's graph per row count
 
   // weights
   DevMatrix embed, head;  // head is embed when tied
@@ -152,6 +156,9 @@ class CudaGemma4Model {
   Gemma4DevLayer load_layer(const Gemma4Checkpoint& ck, int index);
   Gemma4DevMoe load_moe(const Gemma4Checkpoint& ck, int index);  // gemma4_moe.cpp
   void decoder_layer(const Gemma4DevLayer& L, int layer, int T);
+  // The pass's launches over T rows (tokens and row table staged): embedding
+  // to final norm into `hidden`. Captured once per T (GraphKind::Forward).
+  void forward_rows(int T);
   // y (the dense MLP's output) = post_mlp_norm(y) + post_experts_norm(experts(x)) (gemma4_moe.cpp)
   void moe_half(const Gemma4DevMoe& M, int T);
 
