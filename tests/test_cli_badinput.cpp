@@ -212,6 +212,7 @@ const std::vector<Case> kCases = {
     {"serve --draft oracle --accept-rate 0.5 --draft-cost gpu", "--draft-cost 'gpu'"},
     {"serve --draft mtp --accept-rate 0.5", "--draft oracle only"},
     {"serve --draft mtp --draft-cost mtp", "--draft-cost applies to --draft oracle only"},
+    {"serve --draft oracle --accept-rate 0.5 --draft-cost '{DIR}'", "applies to a Gemma 4 target"},
     {"serve --draft mtp --block-size x", "--block-size 'x'"},
     {"serve --draft mtp --block-size auto8", "--block-size"},
     {"generate --prompt-ids 1 --draft mtp --block-size 0", "--block-size 0"},

@@ -76,6 +76,35 @@ std::shared_ptr<Job> job_of(const std::vector<int32_t>& prompt, int max_tokens, 
   return std::make_shared<Job>(r, prompt);
 }
 
+// `serve --draft oracle --draft-cost ASSISTANT_DIR`: the oracle's tokens, the
+// assistant drafting beside it for its cost. Greedy answers equal plain
+// greedy; the oracle's drafts are accepted; the assistant ran a step per
+// drafted token.
+TEST(ServerEngineGemma4, TheOracleAtTheAssistantsCostAnswersGreedy) {
+  const auto tokenizer = tok::load_model_tokenizer(kTokenizerDir, "test");
+  const auto ref = test::load_gemma4_reference(test::gemma4_fixture_dirs().at(0));
+  const int n = int(ref.greedy.size());
+  const Served served(ref, /*with_assistant=*/true);
+  EngineOptions eo;
+  eo.limits.max_prompt_tokens = 64;
+  eo.limits.max_tokens = 64;
+  eo.draft = DraftKind::Oracle;
+  eo.oracle.position_rates = {0.9, 0.8, 0.7};
+  eo.draft_cost = DraftCost::Drafter;
+  eo.block_size = 4;
+  eo.make_drafter = [a = served.assistant](ModelRuntime& rt) { return a->drafter(rt); };
+  Metrics metrics;
+  const auto engine = std::make_unique<Engine>(served.target.make_group(), tokenizer, eo, metrics);
+  std::vector<std::shared_ptr<Job>> jobs = {job_of(ref.prompt, n, {.temperature = 0}),
+                                            job_of(ref.prompt, n, {.temperature = 0})};
+  for (auto& j : jobs) ASSERT_TRUE(engine->submit(j));
+  for (auto& j : jobs) EXPECT_EQ(wait(*j).text, tokenizer.decode(ref.greedy));
+  const std::string m = metrics.render();
+  const double drafted = metric(m, "nextn_drafted_tokens_total"), accepted = metric(m, "nextn_accepted_tokens_total");
+  EXPECT_GT(accepted, 0.3 * drafted) << m;  // the oracle's rates, not the random assistant's
+  EXPECT_EQ(double(served.assistant->cpu_steps()), drafted) << m;  // one assistant step per drafted token
+}
+
 TEST(ServerEngineGemma4, GreedyAnswersEqualGenerateWithAndWithoutTheAssistant) {
   const auto tokenizer = tok::load_model_tokenizer(kTokenizerDir, "test");
   for (const std::string& dir : test::gemma4_fixture_dirs()) {

@@ -49,13 +49,15 @@ std::unique_ptr<server::Engine> gemma4_engine(const std::string& dir, const Serv
                                               const tok::Tokenizer& tokenizer, server::Metrics& metrics) {
   const TargetModel target = open_target_model(dir, kind, eo.runtime);
   std::unique_ptr<SequenceGroup> group = target.make_group();
-  if (assistant_draft) {
-    auto assistant = std::make_shared<AssistantModel>(a.draft, target.gemma4->config(), eo.runtime.cpu_threads);
+  const bool assistant_cost = eo.draft_cost == DraftCost::Drafter;  // --draft oracle --draft-cost ASSISTANT_DIR
+  if (assistant_draft || assistant_cost) {
+    auto assistant = std::make_shared<AssistantModel>(assistant_cost ? a.draft_cost : a.draft,
+                                                      target.gemma4->config(), eo.runtime.cpu_threads);
     // The assistant is loaded where the target runs (its device) by the
     // first drafter: one made now reports a bad checkpoint before serving.
     (void)assistant->drafter(*group->add_sequence(1));
     eo.make_drafter = [assistant](ModelRuntime& sequence) { return assistant->drafter(sequence); };
-    if (eo.block_size == 0 && eo.block_policy == BlockPolicy::Fixed) eo.block_size = kAssistantBlockSize;
+    if (assistant_draft && eo.block_size == 0 && eo.block_policy == BlockPolicy::Fixed) eo.block_size = kAssistantBlockSize;
   }
   return std::make_unique<server::Engine>(std::move(group), tokenizer, eo, metrics);
 }
@@ -65,7 +67,9 @@ void run(const ServeArgs& a) {
   const bool assistant_draft = is_drafter_checkpoint(a.draft);
   const DraftKind draft = assistant_draft ? DraftKind::None : parse_draft_kind(a.draft);
   const OracleSpec oracle = oracle_spec(a.draft, a.oracle);
-  const DraftCost draft_cost = parse_draft_cost(a.draft_cost);
+  // --draft-cost ASSISTANT_DIR: the oracle's tokens at the Gemma 4 assistant's cost.
+  const bool assistant_cost = is_drafter_checkpoint(a.draft_cost);
+  const DraftCost draft_cost = assistant_cost ? DraftCost::Drafter : parse_draft_cost(a.draft_cost);
   if (a.cost_opt->count() > 0 && draft != DraftKind::Oracle) fail("--draft-cost applies to --draft oracle only");
   // A drafter's block size is chosen per step unless --block-size fixes it.
   BlockSizeFlag block{.policy = draft != DraftKind::None || assistant_draft ? BlockPolicy::Auto : BlockPolicy::Fixed};
@@ -111,7 +115,8 @@ void run(const ServeArgs& a) {
     fail("{}: --draft mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
   if (draft_cost == DraftCost::Mtp && (gemma4 || ckpt->mtp_layers() == 0))
     fail("{}: --draft-cost mtp: the checkpoint has no MTP head (0 MTP layers)", dir);
-  if (draft == DraftKind::Oracle && gemma4) fail("--draft oracle: serve drafts with the oracle for Qwen3.5 targets only");
+  if (assistant_cost && !gemma4)
+    fail("--draft-cost {}: an assistant's cost applies to a Gemma 4 target, and {} is not one", a.draft_cost, dir);
 
   server::ServerLimits limits;
   limits.max_body_bytes = size_t(a.max_body_kib) * 1024;
@@ -212,7 +217,8 @@ void register_serve(CLI::App& app) {
                                  "each request's acceptance and a cost model measured at start, up to 8");
   add_oracle_options(cmd, &a->oracle);
   a->cost_opt = cmd->add_option("--draft-cost", a->draft_cost,
-                                "Oracle: free (default) or mtp (run the MTP draft chain for its cost, use the oracle's tokens)");
+                                "Oracle: free (default), mtp (run the MTP draft chain for its cost, use the oracle's tokens) or a Gemma 4 "
+                                "assistant directory (run the assistant for its cost)");
   a->draft_vocab_opt = cmd->add_option("--draft-vocab", a->draft_vocab,
                                        "--draft mtp: draft from token ids [0, N) only (default: the whole vocabulary)")
                            ->check(number());

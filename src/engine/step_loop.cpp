@@ -25,6 +25,8 @@ struct StepLoop::Run {
   std::vector<int32_t> prompt;
   std::unique_ptr<Drafter> drafter;       // a drafter of its own (the Gemma 4 assistant)
   std::unique_ptr<OracleDrafter> oracle;  // draft oracle (its tokens; at MTP cost the MTP chain runs too)
+  std::unique_ptr<Drafter> cost_drafter;  // the oracle at a drafter's cost (DraftCost::Drafter): it drafts too, its tokens dropped
+  std::vector<int32_t> cost_drafts;
   bool greedy = true;
   MtpHead* mtp = nullptr;    // the MTP head, when it runs: draft mtp, or the oracle at MTP cost
   bool speculative = false;  // drafts are proposed
@@ -122,6 +124,10 @@ int StepLoop::add(ModelRuntime& slot, std::span<const int32_t> prompt, const Gen
   r.prompt.assign(prompt.begin(), prompt.end());
   r.greedy = options.sampling.greedy();
   r.drafter = std::move(drafter);
+  if (options.draft == DraftKind::Oracle && options.draft_cost == DraftCost::Drafter) {
+    if (!r.drafter) fail("internal: the oracle at a drafter's cost without the drafter");
+    r.cost_drafter = std::move(r.drafter);
+  }
   r.speculative = r.drafter != nullptr || options.draft != DraftKind::None;
   if (r.speculative) {
     r.auto_k = options.block_policy == BlockPolicy::Auto;
@@ -151,7 +157,7 @@ int StepLoop::add(ModelRuntime& slot, std::span<const int32_t> prompt, const Gen
   VerifyCounters& c = s.counters;
   s.draft = r.drafter ? r.drafter->name() : r.speculative ? draft_kind_name(options.draft) : "none";
   s.prompt_tokens = int(prompt.size());
-  s.draft_cost = draft_cost_name(options.draft_cost);
+  s.draft_cost = r.cost_drafter ? r.cost_drafter->name() : draft_cost_name(options.draft_cost);
   s.block_policy = block_policy_name(r.auto_k ? BlockPolicy::Auto : BlockPolicy::Fixed);
   s.rounds_at_block.assign(size_t(r.K), 0);
   c.block_size = r.K;
@@ -235,6 +241,7 @@ void StepLoop::step() {
       r.drafter_commit.reset();
       if (r.oracle) r.oracle->commit(r.drafts, a.accepted, a.next);
       if (r.drafter) r.drafter->commit(r.drafts, a.accepted, a.next);
+      if (r.cost_drafter) r.cost_drafter->commit(r.drafts, a.accepted, a.next);
     }
     std::vector<ModelRuntime*> pairing;
     std::vector<std::span<const int32_t>> pairs;
@@ -371,6 +378,7 @@ void StepLoop::commit_round(Run& r, std::span<const int32_t> picks) {
     }
     if (r.oracle) r.oracle->begin(r.prompt, first);
     if (r.drafter) r.drafter->begin(r.prompt, first);
+    if (r.cost_drafter) r.cost_drafter->begin(r.prompt, first);
     return;
   }
   const int W = int(r.block.size());
@@ -401,7 +409,7 @@ void StepLoop::commit_round(Run& r, std::span<const int32_t> picks) {
     r.mtp->mtp_rollback(r.mtp_committed);
     r.mtp_pairs = round;
   }
-  if (r.oracle || r.drafter) r.drafter_commit = a;  // after the step's rollback (step())
+  if (r.oracle || r.drafter || r.cost_drafter) r.drafter_commit = a;  // after the step's rollback (step())
 }
 
 void StepLoop::choose_blocks(std::span<Run* const> runs, StepReport& report) {
@@ -461,6 +469,7 @@ void StepLoop::draft_next(std::span<Run* const> runs) {
     if (r->speculative) {
       const int n = int(r->drafts.size());
       if (r->oracle) {
+        if (r->cost_drafter) r->cost_drafter->propose(n, r->cost_drafts);  // its cost; its tokens are dropped
         r->oracle->propose(n, r->drafts);  // at MTP cost the chain above ran and its tokens are dropped
       } else if (r->drafter && r->greedy) {
         r->drafter->propose(n, r->drafts);

@@ -223,7 +223,8 @@ void Engine::start(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot,
     GenerateOptions o;
     o.max_new_tokens = req.max_tokens;
     o.prefill_chunk = options_.prefill_chunk;
-    o.draft = drafter ? DraftKind::None : options_.draft;
+    // A drafter drafts, unless it only gives the oracle its cost (--draft-cost ASSISTANT_DIR).
+    o.draft = drafter && options_.draft_cost != DraftCost::Drafter ? DraftKind::None : options_.draft;
     o.block_size = options_.block_size;
     o.block_policy = options_.block_policy;
     if (o.block_policy == BlockPolicy::Auto && !req.sampling.greedy() && req.seed_given) {

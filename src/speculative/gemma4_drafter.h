@@ -58,6 +58,8 @@ class AssistantModel {
   // The CPU assistant over rt whatever its backend (the reference the CUDA
   // assistant's tests compare with).
   std::unique_ptr<Drafter> cpu_drafter(ModelRuntime& rt);
+  // Steps the CPU assistant has run (CpuGemma4Assistant::steps; 0 before its first drafter).
+  int64_t cpu_steps() const { return assistant_ ? assistant_->steps() : 0; }
 
  private:
   std::unique_ptr<const Gemma4Checkpoint> checkpoint_;

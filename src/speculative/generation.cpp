@@ -25,7 +25,9 @@ DraftKind parse_draft_kind(const std::string& name) {
 
 const char* block_policy_name(BlockPolicy p) { return p == BlockPolicy::Auto ? "auto" : "fixed"; }
 
-const char* draft_cost_name(DraftCost c) { return c == DraftCost::Mtp ? "mtp" : "free"; }
+const char* draft_cost_name(DraftCost c) {
+  return c == DraftCost::Mtp ? "mtp" : c == DraftCost::Drafter ? "drafter" : "free";
+}
 
 DraftCost parse_draft_cost(const std::string& name) {
   if (name == "free") return DraftCost::Free;

@@ -36,9 +36,12 @@ const char* draft_kind_name(DraftKind d);
 // head's draft chain runs every round, as the mtp drafter runs it, and its
 // tokens are replaced by the oracle's: the cost of real drafting at a fixed
 // acceptance). Needs a checkpoint with an MTP head.
-enum class DraftCost { Free, Mtp };
+// The oracle's cost: none, the MTP draft chain, or a drafter's (the Gemma 4
+// assistant's: the drafter given to the step loop drafts every round and
+// its tokens are dropped).
+enum class DraftCost { Free, Mtp, Drafter };
 const char* draft_cost_name(DraftCost c);
-DraftCost parse_draft_cost(const std::string& name);  // free|mtp; throws Error
+DraftCost parse_draft_cost(const std::string& name);  // free|mtp; throws Error (serve also takes a drafter directory)
 // none|mtp|oracle; anything else (a directory: a separate drafter
 // checkpoint) throws Error "separate drafter checkpoints are not supported yet".
 DraftKind parse_draft_kind(const std::string& name);
