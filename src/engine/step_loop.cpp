@@ -465,16 +465,39 @@ void StepLoop::draft_next(std::span<Run* const> runs) {
       at += size_t(counts[i]);
     }
   }
+  // The greedy drafters' proposals (a run's own drafter, or the oracle's
+  // cost drafter, whose tokens are dropped): drafters with equal batch keys
+  // in one propose_together call, the others alone.
+  std::vector<std::pair<const void*, std::vector<Run*>>> batches;
+  for (Run* r : runs) {
+    if (!r->speculative || r->drafts.empty()) continue;
+    Drafter* d = r->oracle ? r->cost_drafter.get() : r->greedy ? r->drafter.get() : nullptr;
+    if (d == nullptr) continue;
+    const void* key = d->batch_key();
+    auto it = std::find_if(batches.begin(), batches.end(), [&](const auto& b) { return key != nullptr && b.first == key; });
+    if (it == batches.end()) batches.push_back({key, {r}});
+    else it->second.push_back(r);
+  }
+  for (auto& [key, members] : batches) {
+    std::vector<Drafter*> drafters;
+    std::vector<int> counts;
+    std::vector<std::vector<int32_t>*> outs;
+    for (Run* r : members) {
+      const int n = int(r->drafts.size());
+      drafters.push_back(r->oracle ? r->cost_drafter.get() : r->drafter.get());
+      counts.push_back(n);
+      outs.push_back(r->oracle ? &r->cost_drafts : &r->drafts);
+    }
+    drafters[0]->propose_together(drafters, counts, outs);
+    for (size_t i = 0; i < members.size(); ++i)
+      if (int(outs[i]->size()) != counts[i])
+        fail("internal: drafter {} proposed {} of {} tokens", drafters[i]->name(), outs[i]->size(), counts[i]);
+  }
   for (Run* r : runs) {
     if (r->speculative) {
       const int n = int(r->drafts.size());
       if (r->oracle) {
-        if (r->cost_drafter) r->cost_drafter->propose(n, r->cost_drafts);  // its cost; its tokens are dropped
-        r->oracle->propose(n, r->drafts);  // at MTP cost the chain above ran and its tokens are dropped
-      } else if (r->drafter && r->greedy) {
-        r->drafter->propose(n, r->drafts);
-        if (int(r->drafts.size()) != n)
-          fail("internal: drafter {} proposed {} of {} tokens", r->drafter->name(), r->drafts.size(), n);
+        r->oracle->propose(n, r->drafts);  // at a drafter's or MTP cost that ran above; its tokens are dropped
       } else if (!r->greedy) {  // sampled drafting: q_i from the drafter's logits, d_i ~ q_i, then one chained step
         r->logits.resize(size_t(r->rt->vocab()));
         for (int i = 0; i < n; ++i) {

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "io/gemma4_config.h"
 
@@ -29,6 +30,15 @@ class AssistantChain {
   virtual void next_logits(float* out) = 0;
   // The next draft is `token` (after next_logits).
   virtual void advance(int32_t token) = 0;
+  // Chains whose greedy steps can run as one pass over several sequences
+  // (the same assistant on one device) share a non-null key.
+  // propose_together(chains, n, out) is propose(n[i], out[i]) on each started
+  // chains[i] (equal keys; this one is chains[0]). The default runs each alone.
+  virtual const void* batch_key() const { return nullptr; }
+  virtual void propose_together(std::span<AssistantChain* const> chains, std::span<const int> n,
+                                std::span<int32_t* const> out) {
+    for (size_t i = 0; i < chains.size(); ++i) chains[i]->propose(n[i], out[i]);
+  }
 };
 
 class Gemma4Target {

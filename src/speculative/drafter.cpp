@@ -15,6 +15,13 @@ void Drafter::draft_logits(float*) { fail("--draft {}: this drafter cannot draft
 
 void Drafter::draft_step(int32_t) { fail("--draft {}: this drafter cannot draft for sampling (temperature > 0)", name()); }
 
+void Drafter::propose_together(std::span<Drafter* const> drafters, std::span<const int> n,
+                               std::span<std::vector<int32_t>* const> out) {
+  if (drafters.size() != n.size() || drafters.size() != out.size())
+    fail("internal: propose_together of {} drafters, {} counts, {} outputs", drafters.size(), n.size(), out.size());
+  for (size_t i = 0; i < drafters.size(); ++i) drafters[i]->propose(n[i], *out[i]);
+}
+
 // ---- oracle ----
 
 void check_oracle_spec(const OracleSpec& spec) {

@@ -45,6 +45,14 @@ class Drafter {
   // drafter without them drafts greedily only.
   virtual void draft_logits(float* out);
   virtual void draft_step(int32_t token);
+  // Drafters whose proposals can run together (the Gemma 4 assistant's
+  // chains on one device) share a non-null key. propose_together(drafters,
+  // n, out) is propose(n[i], *out[i]) on each drafters[i] (equal keys; this
+  // one is drafters[0]), the drafts of every drafter's position j in one
+  // call. The default proposes for each alone.
+  virtual const void* batch_key() const { return nullptr; }
+  virtual void propose_together(std::span<Drafter* const> drafters, std::span<const int> n,
+                                std::span<std::vector<int32_t>* const> out);
 };
 
 // Drafts from a known answer: `truth` is the plain greedy output for the same

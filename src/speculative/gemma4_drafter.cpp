@@ -1,5 +1,6 @@
 #include "speculative/gemma4_drafter.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/error.h"
@@ -25,6 +26,26 @@ void Gemma4AssistantDrafter::propose(int n, std::vector<int32_t>& out) {
   chain_->start(bonus_);
   out.resize(size_t(n));
   chain_->propose(n, out.data());
+}
+
+void Gemma4AssistantDrafter::propose_together(std::span<Drafter* const> drafters, std::span<const int> n,
+                                              std::span<std::vector<int32_t>* const> out) {
+  if (drafters.size() != n.size() || drafters.size() != out.size() || drafters.empty() || drafters[0] != this)
+    fail("internal: propose_together must be called on its first drafter");
+  std::vector<AssistantChain*> chains;
+  std::vector<int32_t*> outs;
+  std::vector<int> counts;
+  for (size_t i = 0; i < drafters.size(); ++i) {
+    auto* d = dynamic_cast<Gemma4AssistantDrafter*>(drafters[i]);
+    if (d == nullptr || d->batch_key() != batch_key()) fail("internal: propose_together over drafters of different kinds");
+    out[i]->assign(size_t(std::max(0, n[i])), 0);
+    if (n[i] <= 0) continue;
+    d->chain_->start(d->bonus_);
+    chains.push_back(d->chain_.get());
+    outs.push_back(out[i]->data());
+    counts.push_back(n[i]);
+  }
+  if (!chains.empty()) chains[0]->propose_together(chains, counts, outs);
 }
 
 void Gemma4AssistantDrafter::draft_logits(float* out) {

@@ -35,6 +35,10 @@ class Gemma4AssistantDrafter final : public Drafter {
   void commit(std::span<const int32_t> drafts, int accepted, int32_t next) override;
   void draft_logits(float* out) override;   // the chain's next logits (the round's first: from the bonus)
   void draft_step(int32_t token) override;  // continues the chain with `token`
+  const void* batch_key() const override { return chain_->batch_key(); }
+  // Every drafter's chain started at its bonus, then their steps together (AssistantChain::propose_together).
+  void propose_together(std::span<Drafter* const> drafters, std::span<const int> n,
+                        std::span<std::vector<int32_t>* const> out) override;
 
  private:
   std::unique_ptr<AssistantChain> chain_;

@@ -73,96 +73,116 @@ CudaAssistant::CudaAssistant(const Gemma4Checkpoint& ck, CudaGemma4Model& t)
     ordering_ = mem.alloc<int32_t>(ordering.size() * 4, "assistant token ordering");
     CUDA_CHECK(cudaMemcpy(ordering_, ordering.data(), ordering.size() * 4, cudaMemcpyHostToDevice));
     const size_t n = size_t(cfg.centroid_intermediate_top_k) * size_t(V / cfg.num_centroids);
-    centroid_logits_ = mem.alloc<float>(size_t(cfg.num_centroids) * 4, "assistant head");
+    centroid_logits_ = mem.alloc<float>(size_t(kMaxRows) * size_t(cfg.num_centroids) * 4, "assistant head");
     candidates_ = mem.alloc<int32_t>(n * 4, "assistant head");
     candidate_rows_ = mem.alloc<float>(n * size_t(Ha) * 4, "assistant head");
     scores_ = mem.alloc<float>(n * 4, "assistant head");
   }
   proj_ld_ = std::max(max_qd, 2 * I);
   act_ld_ = std::max(max_qd, I);
-  embedding_ = mem.alloc<float>(size_t(Hb) * 4, "assistant rows");
-  in_ = mem.alloc(size_t(2 * Hb) * as, "assistant rows");
-  u_ = mem.alloc<float>(size_t(Ha) * 4, "assistant rows");
-  xn_ = mem.alloc(size_t(Ha) * as, "assistant rows");
-  proj_ = mem.alloc<float>(size_t(proj_ld_) * 4, "assistant rows");
-  q_ = mem.alloc<float>(size_t(max_qd) * 4, "assistant rows");
-  act_buf_ = mem.alloc(size_t(act_ld_) * as, "assistant rows");
-  y_ = mem.alloc<float>(size_t(Ha) * 4, "assistant rows");
-  d_ = mem.alloc(size_t(Ha) * as, "assistant rows");
+  const size_t R = kMaxRows;
+  embedding_ = mem.alloc<float>(R * size_t(Hb) * 4, "assistant rows");
+  in_ = mem.alloc(R * size_t(2 * Hb) * as, "assistant rows");
+  u_ = mem.alloc<float>(R * size_t(Ha) * 4, "assistant rows");
+  xn_ = mem.alloc(R * size_t(Ha) * as, "assistant rows");
+  proj_ = mem.alloc<float>(R * size_t(proj_ld_) * 4, "assistant rows");
+  q_ = mem.alloc<float>(R * size_t(max_qd) * 4, "assistant rows");
+  act_buf_ = mem.alloc(R * size_t(act_ld_) * as, "assistant rows");
+  y_ = mem.alloc<float>(R * size_t(Ha) * 4, "assistant rows");
+  d_ = mem.alloc(R * size_t(Ha) * as, "assistant rows");
   logits_ = mem.alloc<float>(size_t(V) * 4, "assistant logits");
-  pairs_ = mem.alloc(size_t(argmax_pairs_bytes(embed_, 1)), "assistant argmax pairs");
+  pairs_ = mem.alloc(size_t(argmax_pairs_bytes(embed_)), "assistant argmax pairs");
+  d_rope_rows = mem.alloc<Gemma4Row>(R * sizeof(Gemma4Row), "assistant rows");
+  d_attn_rows = mem.alloc<Gemma4Row>(R * sizeof(Gemma4Row), "assistant rows");
+  for (int i = 0; i < 2; ++i) {
+    d_tokens[i] = mem.alloc<int32_t>(R * 4, "assistant tokens");
+    step_hidden[i] = mem.alloc<float>(R * size_t(Hb) * 4, "assistant hidden");
+  }
+  first_hidden = mem.alloc(R * size_t(Hb) * as, "assistant hidden");
+  d_drafts = mem.alloc<int32_t>(R * size_t(kMaxRows) * 4, "assistant drafts");
   int64_t splitk = 0;
-  for (const DevMatrix* m : {&pre_projection_, &post_projection_}) splitk = std::max(splitk, splitk_scratch_floats(*m, 1));
+  for (const DevMatrix* m : {&pre_projection_, &post_projection_, &centroids_}) splitk = std::max(splitk, splitk_scratch_floats(*m));
   for (const auto& L : layers_)
-    for (const DevMatrix* m : {&L.q, &L.o, &L.gate_up, &L.down}) splitk = std::max(splitk, splitk_scratch_floats(*m, 1));
+    for (const DevMatrix* m : {&L.q, &L.o, &L.gate_up, &L.down}) splitk = std::max(splitk, splitk_scratch_floats(*m));
   splitk_ = mem.alloc<float>(size_t(std::max<int64_t>(splitk, 1)) * 4, "assistant split-K partials");
   CUDA_CHECK(cudaMemset(splitk_, 0, size_t(std::max<int64_t>(splitk, 1)) * 4));  // counters start at zero
   CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-void CudaAssistant::step(const Gemma4Row* rows, const int32_t* token, const void* hidden, Act hidden_act,
-                         float* next_hidden, int32_t* token_out, float* logits) {
+void CudaAssistant::forward_rows(int R, const int32_t* tokens, const void* hidden, Act hidden_act,
+                                 const Gemma4Row* rope_rows, const Gemma4Row* attn_rows, float* next_hidden) {
+  if (R < 1 || R > kMaxRows) fail("internal: an assistant pass of {} rows (1 to {})", R, kMaxRows);
   const Gemma4TextConfig& c = cfg.text;
   const Act act = target.act;
   const float eps = c.rms_norm_eps;
   const int Hq = c.num_attention_heads, I = c.intermediate_size;
   const cudaStream_t s = target.stream;
-  embed_rows(target.embed, token, 1, embedding_, Hb, s);
-  scale_floats(embedding_, Hb, target.embed_scale, s);
-  gemma4_assistant_input(embedding_, hidden, hidden_act, Hb, in_, act, s);
-  matmul(pre_projection_, in_, act, 1, 2 * Hb, u_, Ha, false, splitk_, s);
+  embed_rows(target.embed, tokens, R, embedding_, Hb, s);
+  scale_floats(embedding_, int64_t(R) * Hb, target.embed_scale, s);
+  gemma4_assistant_input(embedding_, hidden, hidden_act, R, Hb, in_, act, s);
+  matmul(pre_projection_, in_, act, R, 2 * Hb, u_, Ha, false, splitk_, s);
   for (const CudaAssistantLayer& L : layers_) {
     const int hd = L.spec.head_dim, qd = Hq * hd;
     const Gemma4AttnShape a{Hq, L.spec.kv_heads, hd, eps, L.spec.k_eq_v};
     // Keys before the query: the attention row sits at position - 1, and a
     // sliding layer's window grows by one to keep sliding_window + 1 keys.
     const int window = L.spec.sliding ? c.sliding_window + 1 : 0;
-    rmsnorm(u_, Act::F32, Ha, L.input_norm, eps, 1, Ha, xn_, act, Ha, nullptr, s);
-    matmul(L.q, xn_, act, 1, Ha, proj_, proj_ld_, false, splitk_, s);
-    gemma4_query_prepare(a, proj_, proj_ld_, 1, L.q_norm, L.inv_freq, rows, q_, s);
-    gemma4_attention(a, q_, rows + 1, L.target_layer, 1, window, act_buf_, act, s);
-    matmul(L.o, act_buf_, act, 1, qd, y_, Ha, false, splitk_, s);
-    gemma4_norm_residual(y_, Ha, L.post_attn_norm, eps, 1, Ha, 1.0f, u_, Ha, s);
-    rmsnorm(u_, Act::F32, Ha, L.pre_ff_norm, eps, 1, Ha, xn_, act, Ha, nullptr, s);
-    matmul(L.gate_up, xn_, act, 1, Ha, proj_, proj_ld_, false, splitk_, s);
-    gemma4_geglu(proj_, proj_ld_, I, 1, act_buf_, act, I, s);
-    matmul(L.down, act_buf_, act, 1, I, y_, Ha, false, splitk_, s);
-    gemma4_norm_residual(y_, Ha, L.post_ff_norm, eps, 1, Ha, L.layer_scalar, u_, Ha, s);
+    rmsnorm(u_, Act::F32, Ha, L.input_norm, eps, R, Ha, xn_, act, Ha, nullptr, s);
+    matmul(L.q, xn_, act, R, Ha, proj_, proj_ld_, false, splitk_, s);
+    gemma4_query_prepare(a, proj_, proj_ld_, R, L.q_norm, L.inv_freq, rope_rows, q_, s);
+    gemma4_attention(a, q_, attn_rows, L.target_layer, R, window, act_buf_, act, s);
+    matmul(L.o, act_buf_, act, R, qd, y_, Ha, false, splitk_, s);
+    gemma4_norm_residual(y_, Ha, L.post_attn_norm, eps, R, Ha, 1.0f, u_, Ha, s);
+    rmsnorm(u_, Act::F32, Ha, L.pre_ff_norm, eps, R, Ha, xn_, act, Ha, nullptr, s);
+    matmul(L.gate_up, xn_, act, R, Ha, proj_, proj_ld_, false, splitk_, s);
+    gemma4_geglu(proj_, proj_ld_, I, R, act_buf_, act, act_ld_, s);
+    matmul(L.down, act_buf_, act, R, act_ld_, y_, Ha, false, splitk_, s);
+    gemma4_norm_residual(y_, Ha, L.post_ff_norm, eps, R, Ha, L.layer_scalar, u_, Ha, s);
   }
-  rmsnorm(u_, Act::F32, Ha, final_norm_, eps, 1, Ha, d_, act, Ha, nullptr, s);
-  matmul(post_projection_, d_, act, 1, Ha, next_hidden, Hb, false, splitk_, s);
-  head(token_out, logits);
+  rmsnorm(u_, Act::F32, Ha, final_norm_, eps, R, Ha, d_, act, Ha, nullptr, s);
+  matmul(post_projection_, d_, act, R, Ha, next_hidden, Hb, false, splitk_, s);
 }
 
-void CudaAssistant::head(int32_t* token_out, float* logits) {
-  const Act act = target.act;
-  const cudaStream_t s = target.stream;
-  const float cap = cfg.text.final_logit_softcapping;
+void CudaAssistant::head_argmax_rows(int R, int32_t* out) {
   if (!cfg.use_ordered_embeddings) {
-    if (logits == nullptr) {
-      matmul_argmax(embed_, d_, act, 1, Ha, pairs_, token_out, nullptr, s);
-      return;
-    }
-    matmul(embed_, d_, act, 1, Ha, logits, V, false, nullptr, s);
-    if (cap > 0.0f) softcap_floats(logits, V, cap, s);
+    matmul_argmax(embed_, d_, target.act, R, Ha, pairs_, out, nullptr, target.stream);
     return;
   }
-  // Centroid-masked: the top-k centroids' tokens are the candidates; every
-  // other token sits below them (CpuGemma4Assistant::head_argmax).
+  for (int r = 0; r < R; ++r) centroid_head(r, out + r, nullptr);
+}
+
+void CudaAssistant::head_logits_row() {
+  const float cap = cfg.text.final_logit_softcapping;
+  if (cfg.use_ordered_embeddings) {
+    centroid_head(0, nullptr, logits_);
+    return;
+  }
+  matmul(embed_, d_, target.act, 1, Ha, logits_, V, false, nullptr, target.stream);
+  if (cap > 0.0f) softcap_floats(logits_, V, cap, target.stream);
+}
+
+// Centroid-masked: the top-k centroids' tokens are the candidates; every
+// other token sits below them (CpuGemma4Assistant::head_argmax).
+void CudaAssistant::centroid_head(int r, int32_t* out, float* logits) {
+  const Act act = target.act;
+  const cudaStream_t s = target.stream;
   const int C = cfg.num_centroids, k = cfg.centroid_intermediate_top_k, per = V / C, n = k * per;
-  matmul(centroids_, d_, act, 1, Ha, centroid_logits_, C, false, nullptr, s);
-  gemma4_pick_candidates(centroid_logits_, C, k, per, ordering_, candidates_, s);
+  const void* d_row = static_cast<const char*>(d_) + size_t(r) * size_t(Ha) * size_t(act_size(act));
+  float* cl = centroid_logits_ + size_t(r) * size_t(C);
+  matmul(centroids_, d_row, act, 1, Ha, cl, C, false, splitk_, s);
+  gemma4_pick_candidates(cl, C, k, per, ordering_, candidates_, s);
   embed_rows(embed_, candidates_, n, candidate_rows_, Ha, s);
-  gemma4_score_candidates(candidate_rows_, n, Ha, d_, act, scores_, s);
-  if (logits == nullptr) gemma4_best_candidate(scores_, candidates_, n, token_out, s);
-  else gemma4_candidate_logits(scores_, candidates_, n, cap, logits, V, s);
+  gemma4_score_candidates(candidate_rows_, n, Ha, d_row, act, scores_, s);
+  if (logits == nullptr) gemma4_best_candidate(scores_, candidates_, n, out, s);
+  else gemma4_candidate_logits(scores_, candidates_, n, cfg.text.final_logit_softcapping, logits, V, s);
 }
 
 namespace {
 
-// A chain of one sequence: the round's two rows (rope and attention
-// positions), the round's tokens [bonus, drafts...] and two hidden rows,
-// all on the device.
+// A chain of one sequence: its round's bonus and position (set by start),
+// and for sampled drafting its own rows, tokens [bonus, drafts...] and two
+// hidden rows on the device. Greedy rounds run through propose_together,
+// alone or beside other chains of the same assistant.
 class CudaAssistantChain final : public AssistantChain {
  public:
   CudaAssistantChain(std::shared_ptr<CudaAssistant> a, CudaGemma4& seq) : a_(std::move(a)), seq_(seq) {
@@ -174,25 +194,28 @@ class CudaAssistantChain final : public AssistantChain {
   }
   ~CudaAssistantChain() override { (void)cudaStreamSynchronize(a_->target.stream); }  // before mem_ goes
   void start(int32_t bonus) override {
-    const int position = seq_.target_length();
-    if (position < 1) fail("assistant step at position 0: the target holds no K/V yet");
+    position_ = seq_.target_length();
+    if (position_ < 1) fail("assistant step at position 0: the target holds no K/V yet");
     if (bonus < 0 || bonus >= a_->V) fail("assistant: token id {} is outside the vocabulary", bonus);
-    const Gemma4Row rows[2] = {{seq_.device_caches(), position}, {seq_.device_caches(), position - 1}};
-    const cudaStream_t s = a_->target.stream;
-    // From pageable memory: the calls return once the host values are staged.
-    CUDA_CHECK(cudaMemcpyAsync(rows_, rows, sizeof(rows), cudaMemcpyHostToDevice, s));
-    CUDA_CHECK(cudaMemcpyAsync(tokens_, &bonus, sizeof(bonus), cudaMemcpyHostToDevice, s));
+    bonus_ = bonus;
     at_ = 0;
+    sampled_ready_ = false;
   }
   void propose(int n, int32_t* out) override {
-    if (at_ + n > kMaxRows) fail("internal: assistant chain of {} drafts above {}", at_ + n, kMaxRows);
-    for (int i = 0; i < n; ++i) step(nullptr);
-    a_->target.fetch(tokens_ + at_ - n + 1, sizeof(int32_t) * size_t(n), out);
+    AssistantChain* self = this;
+    propose_together({&self, 1}, {&n, 1}, {&out, 1});
   }
+  const void* batch_key() const override { return a_.get(); }
+  void propose_together(std::span<AssistantChain* const> chains, std::span<const int> n,
+                        std::span<int32_t* const> out) override;
   void next_logits(float* out) override {
     if (at_ >= kMaxRows) fail("internal: assistant chain of more than {} drafts", kMaxRows);
-    step(a_->logits());
-    --at_;  // the position is drafted by advance()
+    stage_sampled();
+    const bool first = at_ == 0;
+    const void* hidden = first ? seq_.last_hidden_row() : hidden_[(at_ - 1) & 1];
+    a_->forward_rows(1, tokens_ + at_, hidden, first ? a_->target.act : Act::F32, rows_, rows_ + 1,
+                     hidden_[at_ & 1]);
+    a_->head_logits_row();
     a_->target.fetch(a_->logits(), sizeof(float) * size_t(a_->V), out);
   }
   void advance(int32_t token) override {
@@ -201,24 +224,79 @@ class CudaAssistantChain final : public AssistantChain {
   }
 
  private:
-  // Step at_: token tokens_[at_] with the hidden row before it (the
-  // target's at the round's first step), into tokens_[at_ + 1] (or logits).
-  void step(float* logits) {
-    const bool first = at_ == 0;
-    const void* hidden = first ? seq_.last_hidden_row() : hidden_[(at_ - 1) & 1];
-    a_->step(rows_, tokens_ + at_, hidden, first ? a_->target.act : Act::F32, hidden_[at_ & 1], tokens_ + at_ + 1,
-             logits);
-    ++at_;
+  // The sampled path's own rows and bonus on the device, once per round.
+  void stage_sampled() {
+    if (sampled_ready_) return;
+    const Gemma4Row rows[2] = {{seq_.device_caches(), position_}, {seq_.device_caches(), position_ - 1}};
+    const cudaStream_t s = a_->target.stream;
+    // From pageable memory: the calls return once the host values are staged.
+    CUDA_CHECK(cudaMemcpyAsync(rows_, rows, sizeof(rows), cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(tokens_, &bonus_, sizeof(bonus_), cudaMemcpyHostToDevice, s));
+    sampled_ready_ = true;
   }
 
   std::shared_ptr<CudaAssistant> a_;
   CudaGemma4& seq_;
   DeviceMemory mem_;
-  Gemma4Row* rows_ = nullptr;     // [2] device
-  int32_t* tokens_ = nullptr;     // [kMaxRows + 1] device: the bonus, then the drafts
-  float* hidden_[2] = {};         // [Hb] fp32 each: step i writes hidden_[i & 1]
-  int at_ = 0;                    // drafts made in this round
+  int position_ = 0;              // the round's query position: the target's length at start()
+  int32_t bonus_ = 0;
+  int at_ = 0;                    // drafts made in this round (sampled path)
+  bool sampled_ready_ = false;
+  Gemma4Row* rows_ = nullptr;     // [2] device: rope and attention rows (sampled path)
+  int32_t* tokens_ = nullptr;     // [kMaxRows + 1] device: the bonus, then the drafts (sampled path)
+  float* hidden_[2] = {};         // [Hb] fp32 each: step i writes hidden_[i & 1] (sampled path)
 };
+
+// Step j is one pass over the chains that draft more than j tokens: the
+// chains sorted by count (longest first), so those are a prefix of the rows.
+void CudaAssistantChain::propose_together(std::span<AssistantChain* const> chains, std::span<const int> n,
+                                          std::span<int32_t* const> out) {
+  if (chains.empty() || chains.size() != n.size() || chains.size() != out.size() || chains[0] != this)
+    fail("internal: propose_together must be called on its first chain");
+  if (chains.size() > size_t(kMaxRows)) fail("internal: {} assistant chains in one pass (at most {})", chains.size(), kMaxRows);
+  std::vector<size_t> order(chains.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return n[a] > n[b]; });
+  const int R = int(chains.size()), steps = n[order[0]];
+  if (steps < 1) return;
+  if (steps > kMaxRows) fail("internal: assistant chain of {} drafts above {}", steps, kMaxRows);
+  CudaAssistant& a = *a_;
+  const cudaStream_t s = a.target.stream;
+  std::vector<Gemma4Row> rope(static_cast<size_t>(R)), attn(static_cast<size_t>(R));
+  std::vector<int32_t> bonus(static_cast<size_t>(R));
+  const size_t row_bytes = size_t(a.Hb) * size_t(act_size(a.target.act));
+  for (int r = 0; r < R; ++r) {
+    auto* c = dynamic_cast<CudaAssistantChain*>(chains[order[size_t(r)]]);
+    if (c == nullptr || c->a_.get() != a_.get()) fail("internal: propose_together over chains of different assistants");
+    rope[size_t(r)] = {c->seq_.device_caches(), c->position_};
+    attn[size_t(r)] = {c->seq_.device_caches(), c->position_ - 1};
+    bonus[size_t(r)] = c->bonus_;
+    CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(a.first_hidden) + size_t(r) * row_bytes, c->seq_.last_hidden_row(),
+                               row_bytes, cudaMemcpyDeviceToDevice, s));
+  }
+  // From pageable memory: the calls return once the host values are staged.
+  CUDA_CHECK(cudaMemcpyAsync(a.d_rope_rows, rope.data(), size_t(R) * sizeof(Gemma4Row), cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(cudaMemcpyAsync(a.d_attn_rows, attn.data(), size_t(R) * sizeof(Gemma4Row), cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(cudaMemcpyAsync(a.d_tokens[0], bonus.data(), size_t(R) * 4, cudaMemcpyHostToDevice, s));
+  for (int j = 0; j < steps; ++j) {
+    int rows = 0;
+    while (rows < R && n[order[size_t(rows)]] > j) ++rows;
+    const void* hidden = j == 0 ? a.first_hidden : a.step_hidden[(j - 1) & 1];
+    a.forward_rows(rows, a.d_tokens[j & 1], hidden, j == 0 ? a.target.act : Act::F32, a.d_rope_rows, a.d_attn_rows,
+                   a.step_hidden[j & 1]);
+    int32_t* next = a.d_tokens[(j + 1) & 1];
+    a.head_argmax_rows(rows, next);
+    // Column j of the drafts: row r's draft j.
+    CUDA_CHECK(cudaMemcpy2DAsync(a.d_drafts + j, size_t(kMaxRows) * 4, next, 4, 4, size_t(rows),
+                                 cudaMemcpyDeviceToDevice, s));
+  }
+  std::vector<int32_t> drafts(size_t(R) * size_t(kMaxRows));
+  a.target.fetch(a.d_drafts, drafts.size() * 4, drafts.data());
+  for (int r = 0; r < R; ++r) {
+    const size_t i = order[size_t(r)];
+    std::copy_n(drafts.begin() + long(size_t(r) * size_t(kMaxRows)), n[i], out[i]);
+  }
+}
 
 }  // namespace
 

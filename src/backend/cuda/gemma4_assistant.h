@@ -11,7 +11,12 @@
 //   d = norm(u); next hidden = post_projection(d); draft = argmax of the tied
 //   head over d (centroid masked: the top-k centroids' tokens only).
 // A chain's drafts stay on the device from step to step: a round of n
-// greedy drafts is n chained steps and one copy back.
+// greedy drafts is n chained steps and one copy back. The greedy rounds of
+// several sequences run together (AssistantChain::propose_together): step
+// j is one pass with a row per sequence still drafting, each row reading
+// its own sequence's caches through a row table (Gemma4Row), as the
+// target's passes do; every kernel is batch-invariant, so a row's drafts
+// are the ones its chain would make alone.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -37,28 +42,41 @@ struct CudaAssistantLayer {
   int target_layer = 0;  // the target layer whose K/V it reads
 };
 
-// An assistant's weights and one row of scratch on a target model's device
-// (its memory and stream). The chains of one target model run one step at a
-// time (the engine's thread), so they share the scratch.
+// An assistant's weights and the scratch of one pass (up to kMaxRows rows)
+// on a target model's device (its memory and stream). The chains of one
+// target model run on its thread (the engine's), so they share the scratch.
 class CudaAssistant {
  public:
   CudaAssistant(const Gemma4Checkpoint& ck, CudaGemma4Model& target);
-  // One chain step for `seq`: `rows` [2] device (rope position, attention
-  // row: position - 1), the token at *token, the hidden row (hidden_act
-  // [Hb]); writes next_hidden fp32 [Hb] and the argmax into *token_out, or
-  // (logits non-null) the head's logits [V] instead.
-  void step(const Gemma4Row* rows, const int32_t* token, const void* hidden, Act hidden_act, float* next_hidden,
-            int32_t* token_out, float* logits);
-
-  float* logits() const { return logits_; }  // [V] the step's logits when asked for
+  // One step over R rows: row r's token tokens[r] (device), its hidden row
+  // (hidden_act [R][Hb]) and its rope / attention rows (device, [R] each:
+  // the round's position and position - 1 in its sequence's caches); writes
+  // next_hidden fp32 [R][Hb] and leaves the final-norm rows for a head call.
+  void forward_rows(int R, const int32_t* tokens, const void* hidden, Act hidden_act, const Gemma4Row* rope_rows,
+                    const Gemma4Row* attn_rows, float* next_hidden);
+  // The head over the last forward's R rows: each row's draft into out[r] (device).
+  void head_argmax_rows(int R, int32_t* out);
+  // The head's logits [V] of the last forward's row 0 into logits().
+  void head_logits_row();
+  float* logits() const { return logits_; }  // [V]
 
   std::string dir;
   Gemma4AssistantConfig cfg;
   CudaGemma4Model& target;
   int Ha = 0, Hb = 0, V = 0;
 
+  // A pass over several chains' rounds (gemma4_assistant.cpp): its tables
+  // and its tokens and hidden rows from step to step.
+  Gemma4Row* d_rope_rows = nullptr;   // [R]
+  Gemma4Row* d_attn_rows = nullptr;   // [R]
+  int32_t* d_tokens[2] = {};          // [R] each: step j reads d_tokens[j & 1], writes the other
+  void* first_hidden = nullptr;       // [R][Hb] act: the targets' last hidden rows (step 0)
+  float* step_hidden[2] = {};         // [R][Hb] fp32 each: step j writes step_hidden[j & 1]
+  int32_t* d_drafts = nullptr;        // [R][kMaxRows]: row r's draft j at r * kMaxRows + j
+
  private:
-  void head(int32_t* token_out, float* logits);
+  // The centroid-masked head of last-forward row r into *out, or its logits.
+  void centroid_head(int r, int32_t* out, float* logits);
 
   DevMatrix pre_projection_;   // [Ha][2Hb]
   DevMatrix post_projection_;  // [Hb][Ha]
@@ -67,21 +85,21 @@ class CudaAssistant {
   float* final_norm_ = nullptr;
   int32_t* ordering_ = nullptr;  // [V]: centroid c owns entries [c V/C, (c+1) V/C)
   std::vector<CudaAssistantLayer> layers_;
-  // scratch (one row)
-  float* embedding_ = nullptr;  // [Hb] fp32
-  void* in_ = nullptr;          // [2Hb] act
-  float* u_ = nullptr;          // [Ha] fp32 residual
-  void* xn_ = nullptr;          // [Ha] act
-  float* proj_ = nullptr;       // [proj_ld_] fp32: q, or gate|up
+  // scratch (R = kMaxRows rows)
+  float* embedding_ = nullptr;  // [R][Hb] fp32
+  void* in_ = nullptr;          // [R][2Hb] act
+  float* u_ = nullptr;          // [R][Ha] fp32 residual
+  void* xn_ = nullptr;          // [R][Ha] act
+  float* proj_ = nullptr;       // [R][proj_ld_] fp32: q, or gate|up
   int proj_ld_ = 0;
-  float* q_ = nullptr;          // [Hq*max hd] fp32
-  void* act_buf_ = nullptr;     // [act_ld_] act
+  float* q_ = nullptr;          // [R][Hq*max hd] fp32
+  void* act_buf_ = nullptr;     // [R][act_ld_] act
   int act_ld_ = 0;
-  float* y_ = nullptr;          // [Ha] fp32
-  void* d_ = nullptr;           // [Ha] act: the final norm
+  float* y_ = nullptr;          // [R][Ha] fp32
+  void* d_ = nullptr;           // [R][Ha] act: the final norm
   float* splitk_ = nullptr;
   void* pairs_ = nullptr;       // the full head's fused argmax
-  float* centroid_logits_ = nullptr;  // [C]
+  float* centroid_logits_ = nullptr;  // [R][C]
   int32_t* candidates_ = nullptr;     // [k * V/C]
   float* candidate_rows_ = nullptr;   // [k * V/C][Ha] fp32
   float* scores_ = nullptr;           // [k * V/C]

@@ -2,7 +2,7 @@
 // input row, and its centroid-masked head (backend/cpu/gemma4_assistant.cpp
 // has the formulas): the top-k centroids' tokens as candidates, their
 // scores against the final-norm row, and the argmax or the logits row.
-// One sequence's chain step at a time: every kernel is one row.
+// The input rows are one per chain of a pass; the head's kernels take one row.
 #include <cmath>
 
 #include "backend/cuda/check.h"
@@ -15,13 +15,15 @@ namespace {
 
 constexpr int kPickThreads = 1024;
 
+// Row blockIdx.y: out[r] = embedding[r] | hidden[r] (rows of n, out rows of 2n).
 template <typename TO, typename TH>
 __global__ void __launch_bounds__(256) input_kernel(const float* embedding, const TH* hidden, int n, TO* out) {
   pdl_prologue();
-  for (int i = threadIdx.x + blockIdx.x * blockDim.x; i < n; i += blockDim.x * gridDim.x) {
-    out[i] = from_f32<TO>(embedding[i]);
-    out[n + i] = from_f32<TO>(to_f32(hidden[i]));
-  }
+  const size_t r = blockIdx.y;
+  const int i = threadIdx.x + blockIdx.x * blockDim.x;
+  if (i >= n) return;
+  out[r * 2 * n + i] = from_f32<TO>(embedding[r * n + i]);
+  out[r * 2 * n + n + i] = from_f32<TO>(to_f32(hidden[r * n + i]));
 }
 
 // Centroid c's rank: how many centroids come before it when sorted by logit,
@@ -88,9 +90,9 @@ __global__ void __launch_bounds__(256) scatter_kernel(const float* scores, const
 
 }  // namespace
 
-void gemma4_assistant_input(const float* embedding, const void* hidden, Act hidden_act, int n, void* out, Act act,
-                            cudaStream_t s) {
-  const unsigned blocks = unsigned(ceil_div(n, 256));
+void gemma4_assistant_input(const float* embedding, const void* hidden, Act hidden_act, int rows, int n, void* out,
+                            Act act, cudaStream_t s) {
+  const dim3 blocks(unsigned(ceil_div(n, 256)), unsigned(rows));
   if (act == Act::BF16 && hidden_act == Act::BF16)
     CUDA_CHECK(launch_kernel(input_kernel<bf16, bf16>, blocks, 256, 0, s, embedding, static_cast<const bf16*>(hidden),
                              n, static_cast<bf16*>(out)));

@@ -80,9 +80,10 @@ void gemma4_moe_merge(float* y, int ldy, const float* routed, int ldr, const flo
                       float eps, int T, int n, cudaStream_t s);
 
 // ---- the assistant drafter (gemma4_assistant_kernels.cu) ----
-// out (act) [2n] = embedding (fp32 [n]) | hidden (hidden_act [n]): the pre_projection's input.
-void gemma4_assistant_input(const float* embedding, const void* hidden, Act hidden_act, int n, void* out, Act act,
-                            cudaStream_t s);
+// out (act) [rows][2n] = embedding (fp32 [rows][n]) | hidden (hidden_act
+// [rows][n]): the pre_projection's input rows.
+void gemma4_assistant_input(const float* embedding, const void* hidden, Act hidden_act, int rows, int n, void* out,
+                            Act act, cudaStream_t s);
 // The tokens of the top-k of C centroids (by logit, highest first, ties by
 // centroid index): candidates [k * per] = ordering rows of those centroids.
 void gemma4_pick_candidates(const float* centroid_logits, int C, int k, int per, const int32_t* ordering,
