@@ -20,12 +20,11 @@ void Gemma4AssistantDrafter::begin(std::span<const int32_t>, int32_t first) {
   in_round_ = false;
 }
 
+// A round of its own is a batch of one.
 void Gemma4AssistantDrafter::propose(int n, std::vector<int32_t>& out) {
-  out.clear();
-  if (n <= 0) return;
-  chain_->start(bonus_);
-  out.resize(size_t(n));
-  chain_->propose(n, out.data());
+  Drafter* self = this;
+  std::vector<int32_t>* outs[] = {&out};
+  propose_together({&self, 1}, {&n, 1}, outs);
 }
 
 void Gemma4AssistantDrafter::propose_together(std::span<Drafter* const> drafters, std::span<const int> n,
