@@ -6,7 +6,8 @@
 // argmax bits as each sequence alone; refused calls change nothing;
 // generations stepped together by the engine loop, plain and with the CPU
 // assistant drafting for each sequence, give each its solo tokens and
-// counters with one LM-head launch per step and no rollback launch.
+// counters with one LM-head launch per step and no rollback launch; the
+// caches' blocks follow each sequence's positions.
 // Skipped without a GPU (the device suite runs them: scripts/device/run.sh).
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 #include "backend/cuda/gemma4.h"
 #include "batch_checks.h"
 #include "gemma4_fixture_util.h"
+#include "kv_block_checks.h"
 #include "io/gemma4_checkpoint.h"
 #include "model/batch_runtime.h"
 #include "model/target_model.h"
@@ -63,6 +65,19 @@ TEST_P(CudaGemma4Group, AnErrorInOneSequenceChangesNone) {
   const RuntimeOptions o{.act = Activations::Fp32};
   auto group = make_cuda_gemma4_group(ck, o);
   test::check_errors_change_nothing(cuda_alone(ck, o), *group, ref.prompt, ck.config().vocab_size);
+}
+
+// The caches in blocks from the group's two pools (tests/kv_block_checks.h).
+TEST_P(CudaGemma4Group, KvBlocksFollowUseAndAFullPoolFailsOneSequenceAlone) {
+  NEXTN_REQUIRE_GPU();
+  const auto ref = load_gemma4_reference(GetParam());
+  const auto ck = Gemma4Checkpoint::open(ref.target());
+  const RuntimeOptions o{.act = Activations::Fp32};
+  auto group = make_cuda_gemma4_group(ck, o);
+  ASSERT_EQ(group->kv_pools().size(), 2u);
+  test::check_kv_blocks_follow_use(*group, cuda_alone(ck, o), ref.prompt, 150);
+  auto fresh_group = make_cuda_gemma4_group(ck, o);  // a pool that holds no arena yet
+  test::check_full_pool_fails_alone(*fresh_group, cuda_alone(ck, o), ref.prompt);
 }
 
 TEST_P(CudaGemma4Group, SteppedGenerationsEqualSoloRuns) {

@@ -13,6 +13,7 @@
 #include "backend/cpu/gemma4.h"
 #include "batch_checks.h"
 #include "gemma4_fixture_util.h"
+#include "kv_block_checks.h"
 #include "io/gemma4_checkpoint.h"
 #include "model/batch_runtime.h"
 #include "model/target_model.h"
@@ -48,6 +49,19 @@ TEST_P(Gemma4Group, AnErrorInOneSequenceChangesNone) {
   const auto ck = Gemma4Checkpoint::open(ref.target());
   auto group = make_cpu_gemma4_group(ck, {.threads = 2});
   test::check_errors_change_nothing(cpu_alone(ck), *group, ref.prompt, ck.config().vocab_size);
+}
+
+TEST_P(Gemma4Group, KvBlocksFollowUseAndAFullPoolFailsOneSequenceAlone) {
+  const auto ref = load_gemma4_reference(GetParam());
+  const auto ck = Gemma4Checkpoint::open(ref.target());
+  auto group = make_cpu_gemma4_group(ck, kGroupOptions);
+  const std::vector<KvPoolUse> pools = group->kv_pools();
+  ASSERT_EQ(pools.size(), 2u);  // every fixture has full and sliding layers
+  EXPECT_EQ(std::string(pools[1].name), "sliding_window");
+  EXPECT_EQ(pools[1].ring_blocks, kv_blocks_for(ck.config().sliding_window + 1 + 64));
+  test::check_kv_blocks_follow_use(*group, cpu_alone(ck), ref.prompt, 150);
+  auto fresh_group = make_cpu_gemma4_group(ck, kGroupOptions);  // a pool that holds no arena yet
+  test::check_full_pool_fails_alone(*fresh_group, cpu_alone(ck), ref.prompt);
 }
 
 TEST_P(Gemma4Group, SteppedGenerationsEqualSoloRuns) {

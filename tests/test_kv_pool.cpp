@@ -85,8 +85,9 @@ TEST(KvBlockPool, GrowsByArenasReusesBlocksAndStopsAtItsLimit) {
 TEST(KvBlockPool, CpuSequencesReuseEachOthersBlocksExactly) {
   const auto ckpt = Qwen35Checkpoint::open(kModel);
   auto group = make_sequence_group(ckpt, BackendKind::Cpu);
-  KvBlockPool* pool = group->kv_pool();
-  ASSERT_NE(pool, nullptr);
+  const std::vector<KvPoolUse> pools = group->kv_pools();
+  ASSERT_EQ(pools.size(), 1u);
+  KvBlockPool* pool = pools[0].pool;
   const std::vector<int32_t> a = {970, 11, 1879, 0, 13, 220, 3555}, b = {1350, 7, 16, 17, 12, 20};
   const int n = 150;
   auto fresh = [&](const std::vector<int32_t>& prompt) {
@@ -125,8 +126,9 @@ TEST(KvBlockPool, CpuSequencesReuseEachOthersBlocksExactly) {
 TEST(KvBlockPool, ASequenceThatFindsThePoolFullFailsAlone) {
   const auto ckpt = Qwen35Checkpoint::open(kModel);
   auto group = make_sequence_group(ckpt, BackendKind::Cpu);
-  KvBlockPool* pool = group->kv_pool();
-  ASSERT_NE(pool, nullptr);
+  const std::vector<KvPoolUse> pools = group->kv_pools();
+  ASSERT_EQ(pools.size(), 1u);
+  KvBlockPool* pool = pools[0].pool;
   pool->set_limit(2);
   std::vector<int32_t> long_prompt, short_prompt = {1350, 7, 16, 17, 12};
   for (int i = 0; i < 60; ++i) long_prompt.push_back(int32_t(11 + (i * 37) % 4000));
@@ -215,10 +217,10 @@ TEST(KvBlockPool, ServerAdmitsByFreeBlocksAndQueuesTheRest) {
   const std::string m = metrics.render();
   auto value = [&](const std::string& name) { return server::engine_test::metric(m, name); };
   EXPECT_GT(value("nextn_kv_admission_waits_total"), 0) << m;
-  EXPECT_EQ(value("nextn_kv_blocks_limit"), 4) << m;
-  EXPECT_LE(value("nextn_kv_blocks_allocated"), 4) << m;
-  EXPECT_EQ(value("nextn_kv_blocks_in_use"), 0) << m;
-  EXPECT_EQ(value("nextn_kv_blocks_promised"), 0) << m;
+  EXPECT_EQ(value("nextn_kv_blocks_limit{pool=\"attention\"}"), 4) << m;
+  EXPECT_LE(value("nextn_kv_blocks_allocated{pool=\"attention\"}"), 4) << m;
+  EXPECT_EQ(value("nextn_kv_blocks_in_use{pool=\"attention\"}"), 0) << m;
+  EXPECT_EQ(value("nextn_kv_blocks_promised{pool=\"attention\"}"), 0) << m;
   // Never more than two requests in a step: every step in the histogram's bucket le="2".
   const std::string bucket = "nextn_step_sequences_bucket{le=\"2\"} ";
   const size_t at = m.find(bucket);

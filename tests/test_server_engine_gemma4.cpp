@@ -144,6 +144,59 @@ TEST(ServerEngineGemma4, GreedyAnswersEqualGenerateWithAndWithoutTheAssistant) {
   }
 }
 
+// Six concurrent requests, --kv-cache-tokens of four blocks and two blocks
+// of each pool per request: at most two run at once, the rest wait in the
+// queue (not a failure), and every answer equals its solo run. Both pools
+// (full-attention layers, sliding rings) show in /metrics.
+TEST(ServerEngineGemma4, AdmitsByTheFreeBlocksOfBothPoolsAndQueuesTheRest) {
+  const auto tokenizer = tok::load_model_tokenizer(kTokenizerDir, "test");
+  const auto ref = test::load_gemma4_reference(test::gemma4_fixture_dirs().front());
+  const Served served(ref, false);
+  const int n = 90;  // with a prompt of at most 32 tokens: two blocks of each pool per request
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t i = 0; i < 6; ++i) {
+    std::vector<int32_t> p(ref.prompt.begin() + long(i % ref.prompt.size()), ref.prompt.end());
+    p.push_back(ref.prompt[i % ref.prompt.size()]);
+    prompts.push_back(p);
+  }
+  Metrics metrics;
+  EngineOptions eo;
+  eo.limits.max_prompt_tokens = 32;
+  eo.limits.max_tokens = n;
+  eo.limits.max_batch = 4;
+  eo.limits.queue_depth = 16;
+  eo.kv_cache_tokens = 4 * kKvBlockTokens;
+  Engine engine(served.target.make_group(), tokenizer, eo, metrics);
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (const auto& p : prompts) jobs.push_back(job_of(p, n, {.temperature = 0}));
+  std::vector<Finished> got(jobs.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < jobs.size(); ++i)
+    clients.emplace_back([&, i] {
+      ASSERT_TRUE(engine.submit(jobs[i]));
+      got[i] = wait(*jobs[i]);
+    });
+  for (auto& c : clients) c.join();
+  GenerateOptions o;
+  o.max_new_tokens = n;
+  o.ignore_eos = true;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(got[i].text, tokenizer.decode(generate_fresh(served.target.factory, prompts[i], o).tokens)) << i;
+  const std::string m = metrics.render();
+  EXPECT_GT(metric(m, "nextn_kv_admission_waits_total"), 0) << m;
+  for (const char* pool : {"full_attention", "sliding_window"}) {
+    const std::string label = std::string("{pool=\"") + pool + "\"}";
+    EXPECT_EQ(metric(m, "nextn_kv_blocks_limit" + label), 4) << m;
+    EXPECT_LE(metric(m, "nextn_kv_blocks_allocated" + label), 4) << m;
+    EXPECT_EQ(metric(m, "nextn_kv_blocks_in_use" + label), 0) << m;
+    EXPECT_EQ(metric(m, "nextn_kv_blocks_promised" + label), 0) << m;
+  }
+  const std::string bucket = "nextn_step_sequences_bucket{le=\"2\"} ";
+  const size_t at = m.find(bucket);
+  ASSERT_NE(at, std::string::npos) << m;
+  EXPECT_EQ(std::stod(m.substr(at + bucket.size())), metric(m, "nextn_engine_steps_total")) << m;
+}
+
 TEST(ServerEngineGemma4, SeededSampledAnswersRepeatAndEqualTheirSoloRun) {
   const auto tokenizer = tok::load_model_tokenizer(kTokenizerDir, "test");
   const auto ref = test::load_gemma4_reference(test::gemma4_fixture_dirs().front());

@@ -239,7 +239,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--kv-cache-tokens", a->kv_cache_tokens,
                   "Positions the KV cache may hold across all requests (default: --max-batch requests of "
                   "--max-prompt-tokens plus --max-tokens); it grows with use in blocks of 64 and a request waits "
-                  "in the queue until its prompt plus max_tokens fits (Qwen3.5)")
+                  "in the queue until its prompt plus max_tokens fits (each pool: Gemma 4 has two)")
       ->check(number());
   cmd->add_option("--max-batch", a->max_batch,
                   "Requests generating at once, their target forwards shared (default 8; cuda: at most 32; Gemma 4: 1); "

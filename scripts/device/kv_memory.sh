@@ -45,7 +45,9 @@ import json, sys, time, urllib.request
 port, n = int(sys.argv[1]), int(sys.argv[2])
 def metrics():
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
-    return {l.split()[0]: float(l.split()[1]) for l in text.splitlines() if l.startswith("nextn_kv_")}
+    # Qwen3.5 has one pool, "attention": its label is left out of the names.
+    return {l.split()[0].replace('{pool="attention"}', ''): float(l.split()[1])
+            for l in text.splitlines() if l.startswith("nextn_kv_")}
 print("kv metrics at start:", metrics())
 body = json.dumps({"prompt": [11 + (i * 7919) % 8000 for i in range(n)], "max_tokens": 8, "temperature": 0,
                    "ignore_eos": True}).encode()

@@ -96,10 +96,10 @@ class SequenceGroup {
   virtual void rollback_together(std::span<ModelRuntime* const> sequences, std::span<const int> keep);
 
   StepWork step_work() const { return step_work_; }
-  // The pool the sequences' KV blocks come from (model/kv_pool.h), which
-  // admission promises blocks against; null where each sequence holds its
-  // own caches (Gemma 4, the serial and solo groups).
-  virtual KvBlockPool* kv_pool() { return nullptr; }
+  // The pools the sequences' KV blocks come from (model/kv_pool.h), which
+  // admission promises blocks against; empty where each sequence holds its
+  // own caches (the serial and solo groups).
+  virtual std::vector<KvPoolUse> kv_pools() { return {}; }
 
   // A test seam (docs/engine.md, "Failures"), no product setting: the
   // allocator that the reservations of this group's sequences

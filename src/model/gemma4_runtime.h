@@ -25,10 +25,16 @@ class Gemma4Runtime : public ModelRuntime, public Gemma4Target {
     if (mtp_end > 0) fail("Gemma 4 has no MTP head (draft with its assistant checkpoint)");
     check_capacity(int(tokens.size()));
     ModelRuntime::reserve_step(tokens, 0);
+    hold_forward(int(tokens.size()));
   }
 
  protected:
   Gemma4Runtime(int max_tokens, int max_undo) : max_tokens_(max_tokens), max_undo_(max_undo) {}
+  // Acquires what a forward of T more rows needs: KV blocks from the
+  // group's pools until length + T positions are held (model/kv_pool.h),
+  // and rows for T outputs. Throws Error when memory cannot be had; what the
+  // sequence computes is unchanged (it may keep what it took).
+  virtual void hold_forward(int T) = 0;
   // Before a forward of T tokens: they fit the caches.
   void check_capacity(int T) const {
     if (length_ + T > max_tokens_) fail("sequence of {} tokens exceeds the cache capacity {}", length_ + T, max_tokens_);

@@ -67,4 +67,17 @@ KvPoolStats KvBlockPool::stats() const {
   return {block_bytes_, limit_, allocated_, in_use_, promised_};
 }
 
+bool promise_positions(const std::vector<KvPoolUse>& pools, int positions) {
+  for (size_t i = 0; i < pools.size(); ++i)
+    if (!pools[i].pool->promise(pools[i].blocks_for(positions))) {
+      for (size_t j = 0; j < i; ++j) pools[j].pool->unpromise(pools[j].blocks_for(positions));
+      return false;
+    }
+  return true;
+}
+
+void unpromise_positions(const std::vector<KvPoolUse>& pools, int positions) noexcept {
+  for (const KvPoolUse& u : pools) u.pool->unpromise(u.blocks_for(positions));
+}
+
 }  // namespace nextn

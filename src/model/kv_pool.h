@@ -11,6 +11,10 @@
 // before a request joins (promise): a server admits a request only when its
 // whole budget (prompt + max_tokens + a verify block) fits beside the
 // budgets already promised, so a running sequence never finds the pool empty.
+//
+// A group may have several pools (Gemma 4: one for its full-attention
+// layers, one for its sliding-window rings, whose blocks differ in size);
+// KvPoolUse says how many blocks of each a sequence of P positions holds.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -75,5 +79,23 @@ class KvBlockPool {
   std::vector<void*> free_;
   int limit_ = 0, allocated_ = 0, in_use_ = 0, promised_ = 0;
 };
+
+// One of a group's pools and what its sequences hold of it: the blocks of
+// their positions, or at most `ring_blocks` where the pool holds a ring
+// (sliding-window layers reuse their slots once the window is full).
+struct KvPoolUse {
+  const char* name = "attention";  // the metrics' `pool` label
+  KvBlockPool* pool = nullptr;
+  int ring_blocks = 0;  // 0: no ring
+  int blocks_for(int64_t positions) const {
+    const int b = kv_blocks_for(positions);
+    return ring_blocks > 0 && b > ring_blocks ? ring_blocks : b;
+  }
+};
+
+// Admission over a group's pools: the blocks of `positions` promised on
+// every pool, or on none (false).
+bool promise_positions(const std::vector<KvPoolUse>& pools, int positions);
+void unpromise_positions(const std::vector<KvPoolUse>& pools, int positions) noexcept;
 
 }  // namespace nextn

@@ -40,20 +40,23 @@ Engine::Engine(std::unique_ptr<SequenceGroup> group, const tok::Tokenizer& token
   // Every slot now: a server that cannot hold max-batch sequences fails at
   // start, not at its Nth request.
   for (int i = 0; i < max_batch_; ++i) free_slots_.push_back(group_->add_sequence(capacity_));
-  kv_pool_ = group_->kv_pool();
+  kv_pools_ = group_->kv_pools();
   if (options_.kv_cache_tokens < 0) fail("--kv-cache-tokens {} must not be negative", options_.kv_cache_tokens);
-  if (kv_pool_ != nullptr) {
-    const int limit = options_.kv_cache_tokens > 0 ? kv_blocks_for(options_.kv_cache_tokens)
-                                                   : max_batch_ * kv_blocks_for(capacity_);
-    // The cost probe below and the longest request must fit.
-    const int probe = max_batch_ * kv_blocks_for(kProbePositions);
-    const int least = std::max(kv_blocks_for(capacity_), probe);
-    if (limit < least)
-      fail("--kv-cache-tokens {}: the KV cache must hold at least {} positions (one request of the longest prompt "
-           "plus max_tokens, and the start-up probe of every slot)",
-           options_.kv_cache_tokens, least * kKvBlockTokens);
-    kv_pool_->set_limit(limit);
-    metrics_.kv_pool(kv_pool_->stats());
+  if (!kv_pools_.empty()) {
+    for (const KvPoolUse& u : kv_pools_) {
+      // A sequence's ring never holds more positions than the sequence, so
+      // --kv-cache-tokens bounds every pool by the blocks of that many positions.
+      const int limit = options_.kv_cache_tokens > 0 ? kv_blocks_for(options_.kv_cache_tokens)
+                                                     : max_batch_ * u.blocks_for(capacity_);
+      // The cost probe below and the longest request must fit.
+      const int least = std::max(u.blocks_for(capacity_), max_batch_ * u.blocks_for(kProbePositions));
+      if (limit < least)
+        fail("--kv-cache-tokens {}: the KV cache must hold at least {} positions (one request of the longest prompt "
+             "plus max_tokens, and the start-up probe of every slot)",
+             options_.kv_cache_tokens, least * kKvBlockTokens);
+      u.pool->set_limit(limit);
+    }
+    report_kv_pools();
   } else if (options_.kv_cache_tokens > 0) {
     fail("--kv-cache-tokens: the {} backend's sequences of this model hold their own caches (no shared KV pool)",
          group_->backend_name());
@@ -67,7 +70,7 @@ Engine::Engine(std::unique_ptr<SequenceGroup> group, const tok::Tokenizer& token
   work_before_ = group_->step_work();
   steps_.on_step = [this](const StepReport& r) {
     metrics_.step(r, group_->step_work().since(work_before_));
-    if (kv_pool_ != nullptr) metrics_.kv_pool(kv_pool_->stats());
+    report_kv_pools();
     if (r.choice) metrics_.block_choice(r.chosen_k, *r.choice, steps_.cost_model().verify_table());
   };
   thread_ = std::thread([this] { loop(); });
@@ -124,7 +127,14 @@ std::vector<int32_t> Engine::oracle_truth(ModelRuntime& slot, const Job& job) {
 }
 
 int Engine::kv_budget(int prompt_tokens, int max_tokens) const {
-  return kv_blocks_for(runtime_capacity(prompt_tokens, max_tokens, options_.block_size));
+  return runtime_capacity(prompt_tokens, max_tokens, options_.block_size);
+}
+
+void Engine::report_kv_pools() {
+  if (kv_pools_.empty()) return;
+  std::vector<std::pair<std::string, KvPoolStats>> stats;
+  for (const KvPoolUse& u : kv_pools_) stats.emplace_back(u.name, u.pool->stats());
+  metrics_.kv_pools(std::move(stats));
 }
 
 bool Engine::submit(std::shared_ptr<Job> job) {
@@ -147,7 +157,7 @@ struct Engine::Serving {
   std::vector<int> eos_ids;
   std::vector<float> logits;
   int completion_tokens = 0;
-  int kv_blocks = 0;  // KV blocks promised to it at admission
+  int kv_positions = 0;  // KV positions promised to it at admission
   double queue_s = 0, first_token_s = -1;
   Clock::time_point last_commit{};
   Serving(std::shared_ptr<Job> j, std::unique_ptr<ModelRuntime> s, const tok::Tokenizer& tokenizer)
@@ -159,7 +169,7 @@ void Engine::loop() {
     struct Admitted {
       std::shared_ptr<Job> job;
       std::unique_ptr<ModelRuntime> slot;
-      int kv_blocks = 0;
+      int kv_positions = 0;
     };
     std::vector<Admitted> admitted;
     {
@@ -188,29 +198,29 @@ void Engine::loop() {
         }
         // Its whole KV budget promised, or it waits (first come, first
         // served: the jobs behind it wait too) until running jobs give back theirs.
-        const int kv_blocks = kv_pool_ ? kv_budget(int(job->prompt.size()), job->request.max_tokens) : 0;
-        if (kv_pool_ != nullptr && !kv_pool_->promise(kv_blocks)) {
+        const int kv_positions = kv_pools_.empty() ? 0 : kv_budget(int(job->prompt.size()), job->request.max_tokens);
+        if (!promise_positions(kv_pools_, kv_positions)) {
           queue_.push_front(std::move(job));
           metrics_.kv_wait();
           break;
         }
         running_jobs_.push_back(job);
-        admitted.push_back({std::move(job), std::move(free_slots_.back()), kv_blocks});
+        admitted.push_back({std::move(job), std::move(free_slots_.back()), kv_positions});
         free_slots_.pop_back();
       }
-      if (kv_pool_ != nullptr) metrics_.kv_pool(kv_pool_->stats());
+      report_kv_pools();
       metrics_.set_queue(int(queue_.size()), int(running_jobs_.size()));
     }
     // Jobs admitted together share their first step.
-    for (Admitted& a : admitted) start(std::move(a.job), std::move(a.slot), a.kv_blocks);
+    for (Admitted& a : admitted) start(std::move(a.job), std::move(a.slot), a.kv_positions);
     steps_.step();
     for (StepLoop::Finished& f : steps_.take_finished()) complete(f);
   }
 }
 
-void Engine::start(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot, int kv_blocks) {
+void Engine::start(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot, int kv_positions) {
   auto serving = std::make_unique<Serving>(job, std::move(slot), tokenizer_);
-  serving->kv_blocks = kv_blocks;
+  serving->kv_positions = kv_positions;
   Serving& sv = *serving;
   const CompletionRequest& req = job->request;
   sv.queue_s = std::chrono::duration<double>(Clock::now() - job->enqueued).count();
@@ -285,7 +295,7 @@ void Engine::start(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot,
     fail_event.final = true;
     fail_event.error = e.what();
     job->push(std::move(fail_event));
-    release(job, std::move(sv.slot), kv_blocks);
+    release(job, std::move(sv.slot), kv_positions);
     return;
   }
   // A request for no tokens finished in add().
@@ -324,22 +334,22 @@ void Engine::complete(StepLoop::Finished& f) {
     metrics_.generation(stats, sv.completion_tokens, sv.queue_s, sv.first_token_s, seconds_since(job.enqueued));
   }
   job.push(std::move(last));
-  release(sv.job, std::move(sv.slot), sv.kv_blocks);
+  release(sv.job, std::move(sv.slot), sv.kv_positions);
 }
 
-void Engine::release(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot, int kv_blocks) {
+void Engine::release(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot, int kv_positions) {
   try {
     slot->reset();  // its KV blocks back to the pool (and reset again before its next job)
   } catch (const std::exception& e) {  // a DeviceFault: recorded; the slot still goes back
     std::lock_guard<std::mutex> lock(mu_);
     if (fault_.empty()) fault_ = e.what();
   }
-  if (kv_pool_ != nullptr) kv_pool_->unpromise(kv_blocks);
+  unpromise_positions(kv_pools_, kv_positions);
   std::lock_guard<std::mutex> lock(mu_);
   std::erase(running_jobs_, job);
   free_slots_.push_back(std::move(slot));
   metrics_.set_queue(int(queue_.size()), int(running_jobs_.size()));
-  if (kv_pool_ != nullptr) metrics_.kv_pool(kv_pool_->stats());
+  report_kv_pools();
 }
 
 }  // namespace nextn::server

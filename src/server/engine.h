@@ -91,11 +91,13 @@ class Engine {
   struct Serving;  // a running job: its slot, text decoder, stop matcher and times
   void loop();
   // On the loop thread: starts `job` on `slot` in the step loop, or fails it.
-  void start(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot, int kv_blocks);
-  // KV blocks a job's sequence may fill: its prompt, max_tokens and a verify block.
+  void start(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot, int kv_positions);
+  // KV positions a job's sequence may fill: its prompt, max_tokens and a verify block.
   int kv_budget(int prompt_tokens, int max_tokens) const;
-  // The slot back (reset: its KV blocks to the pool) and the job's promise released.
-  void release(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot, int kv_blocks);
+  // The pools' stats to the metrics.
+  void report_kv_pools();
+  // The slot back (reset: its KV blocks to the pools) and the job's promise released.
+  void release(std::shared_ptr<Job> job, std::unique_ptr<ModelRuntime> slot, int kv_positions);
   // On the loop thread: the final event of a finished sequence; the slot goes back.
   void complete(StepLoop::Finished& finished);
   // On the loop thread: the oracle's truth for a job (cached or run on `slot`, then reset).
@@ -108,7 +110,7 @@ class Engine {
   std::map<int, std::unique_ptr<Serving>> serving_;  // by step-loop id; the loop thread's only
   int max_batch_ = 1;  // limits.max_batch, or fewer where the group holds fewer sequences
   int capacity_ = 0;   // positions per slot
-  KvBlockPool* kv_pool_ = nullptr;  // the group's (null: each slot holds its own caches)
+  std::vector<KvPoolUse> kv_pools_;  // the group's (none: each slot holds its own caches)
   StepWork work_before_;  // the group's launches before the first request (the cost probe's)
   std::map<std::vector<int32_t>, std::vector<int32_t>> truths_;  // the oracle's, by (max_tokens, ignore_eos, prompt)
   uint64_t oracle_requests_ = 0;  // oracle requests started, for each one's seed

@@ -102,10 +102,9 @@ void Metrics::set_queue(int waiting, int running) {
   running_ = running;
 }
 
-void Metrics::kv_pool(const KvPoolStats& stats) {
+void Metrics::kv_pools(std::vector<std::pair<std::string, KvPoolStats>> pools) {
   std::lock_guard<std::mutex> lock(mu_);
-  kv_ = stats;
-  has_kv_pool_ = true;
+  kv_ = std::move(pools);
 }
 
 void Metrics::kv_wait() {
@@ -160,17 +159,22 @@ std::string Metrics::render() const {
                      "nextn_queue_waiting {}\n", waiting_);
   out += fmt::format("# HELP nextn_requests_running Requests the engine is generating.\n"
                      "# TYPE nextn_requests_running gauge\nnextn_requests_running {}\n", running_);
-  if (has_kv_pool_) {
-    auto gauge = [&](const char* name, const char* help, int64_t v) {
-      out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, v);
+  if (!kv_.empty()) {
+    auto gauge = [&](const char* name, const char* help, auto value) {
+      out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n", name, help, name);
+      for (const auto& [pool, stats] : kv_) out += fmt::format("{}{{pool=\"{}\"}} {}\n", name, pool, value(stats));
     };
-    gauge("nextn_kv_block_positions", "Positions per KV cache block.", kKvBlockTokens);
-    gauge("nextn_kv_blocks_limit", "KV cache blocks the pool may hold (--kv-cache-tokens).", kv_.limit);
+    gauge("nextn_kv_block_positions", "Positions per KV cache block.", [](const KvPoolStats&) { return kKvBlockTokens; });
+    gauge("nextn_kv_block_bytes", "Bytes per KV cache block of the pool.",
+          [](const KvPoolStats& s) { return s.block_bytes; });
+    gauge("nextn_kv_blocks_limit", "KV cache blocks the pool may hold (--kv-cache-tokens).",
+          [](const KvPoolStats& s) { return s.limit; });
     gauge("nextn_kv_blocks_allocated", "KV cache blocks whose memory the pool holds (it grows with use).",
-          kv_.allocated);
-    gauge("nextn_kv_blocks_in_use", "KV cache blocks held by running requests.", kv_.in_use);
+          [](const KvPoolStats& s) { return s.allocated; });
+    gauge("nextn_kv_blocks_in_use", "KV cache blocks held by running requests.",
+          [](const KvPoolStats& s) { return s.in_use; });
     gauge("nextn_kv_blocks_promised", "KV cache blocks promised to running requests (their whole budgets).",
-          kv_.promised);
+          [](const KvPoolStats& s) { return s.promised; });
     counter("nextn_kv_admission_waits_total",
             "Admissions deferred because the next request's KV budget did not fit beside the running ones'.",
             kv_waits_);

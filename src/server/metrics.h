@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <utility>
 #include <mutex>
 #include <span>
 #include <string>
@@ -61,9 +62,10 @@ class Metrics {
   void connection_evicted();
   void connection_timed_out();
   void connection_refused();
-  // The KV pool's blocks (model/kv_pool.h), and an admission that found the
-  // pool's promises full (the queue's head waits for running requests).
-  void kv_pool(const KvPoolStats& stats);
+  // The KV pools' blocks by pool name (model/kv_pool.h), and an admission
+  // that found a pool's promises full (the queue's head waits for running
+  // requests).
+  void kv_pools(std::vector<std::pair<std::string, KvPoolStats>> pools);
   void kv_wait();
   std::string render() const;
 
@@ -82,8 +84,7 @@ class Metrics {
   uint64_t truths_run_ = 0, truths_replayed_ = 0;
   int connections_open_ = 0;
   uint64_t evicted_ = 0, timed_out_ = 0, refused_ = 0;
-  KvPoolStats kv_;
-  bool has_kv_pool_ = false;
+  std::vector<std::pair<std::string, KvPoolStats>> kv_;  // by pool name
   uint64_t kv_waits_ = 0;
   Histogram queue_, first_token_, latency_, step_sequences_, step_rows_hist_, step_seconds_, between_tokens_, block_size_;
   struct {

@@ -7,8 +7,11 @@
 // Attention: q/k RMSNorm with weight, v RMSNorm without, RoPE per layer type,
 // scale 1.0; sliding layers see the last `sliding_window` positions.
 //
-// KV caches are ring buffers: full layers hold every position, sliding layers
-// sliding_window + 1 + kMaxRows slots. Forwards run in chunks of at most
+// KV caches live in blocks of 64 positions from the group's two pools (one
+// for the full-attention layers, one for the sliding layers' rings), taken
+// as a sequence grows (gemma4_model.h, LayerKv): full layers hold every
+// position, sliding layers a ring of sliding_window + 1 + kMaxRows slots.
+// Forwards run in chunks of at most
 // kMaxRows rows per sequence, so a chunk's writes only overwrite positions
 // older than any query or rollback can reach (a rollback keeps at least one
 // row of the last forward and, for a forward of more than kMaxRows rows, all
@@ -18,6 +21,7 @@
 // gives it a model of its own, the group (gemma4_group.cpp) shares one.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "backend/cpu/gemma4_model.h"
@@ -45,6 +49,21 @@ Gemma4Model::Gemma4Model(const Gemma4Checkpoint& ck, const CpuRuntimeOptions& op
   embed_scale = ck.embed_scale();
   final_norm = ck.vector(ck.stored("norm.weight"), H);
   for (int i = 0; i < cfg.num_hidden_layers; ++i) layers.push_back(cpu::load_gemma4_layer(ck, i, true));
+  size_t full_floats = 0, ring_floats = 0;  // per block
+  for (const Gemma4Layer& L : layers) {
+    size_t& at = L.spec.sliding ? ring_floats : full_floats;
+    kv_at.push_back(at);
+    at += 2 * size_t(kKvBlockTokens) * size_t(L.spec.kv_heads) * size_t(L.spec.head_dim);
+  }
+  if (full_floats > 0) full_pool = std::make_unique<KvBlockPool>(full_floats * sizeof(float), 4, host_allocator());
+  if (ring_floats > 0) ring_pool = std::make_unique<KvBlockPool>(ring_floats * sizeof(float), 4, host_allocator());
+}
+
+std::vector<KvPoolUse> Gemma4Model::kv_pools() const {
+  std::vector<KvPoolUse> uses;
+  if (full_pool) uses.push_back({"full_attention", full_pool.get()});
+  if (ring_pool) uses.push_back({"sliding_window", ring_pool.get(), kv_blocks_for(ring_slots(INT32_MAX))});
+  return uses;
 }
 
 void Gemma4Model::check_capacity(int max_tokens) const {
@@ -80,15 +99,16 @@ void Gemma4Model::attention(const Gemma4Layer& L, std::span<const Segment> segs,
   std::vector<float> cs(static_cast<size_t>(hd / 2)), sn(static_cast<size_t>(hd / 2)), tmp(static_cast<size_t>(hd));
   int most_keys = 0;
   for (const Segment& sg : segs) {
-    RingKv& kv = *sg.kv;
+    const LayerKv& kv = *sg.kv;
     for (int t = 0; t < sg.T; ++t) {
       const size_t r = size_t(sg.row0 + t);
       cpu::gemma4_rope_table(L.spec, sg.pos + t, cs.data(), sn.data());
-      const size_t slot = size_t((sg.pos + t) % kv.slots) * kv_row;
+      float* key = kv.key(sg.pos + t);
+      float* value = kv.value(sg.pos + t);
       for (int h = 0; h < kvh; ++h) {
-        cpu::rmsnorm(&k[r * kv_row + h * hd], L.k_norm.data(), eps, hd, &kv.k[slot + h * hd]);
-        cpu::rope(&kv.k[slot + h * hd], hd, cs.data(), sn.data());
-        cpu::rmsnorm(&v[r * kv_row + h * hd], ones.data(), eps, hd, &kv.v[slot + h * hd]);
+        cpu::rmsnorm(&k[r * kv_row + h * hd], L.k_norm.data(), eps, hd, key + h * hd);
+        cpu::rope(key + h * hd, hd, cs.data(), sn.data());
+        cpu::rmsnorm(&v[r * kv_row + h * hd], ones.data(), eps, hd, value + h * hd);
       }
       for (int h = 0; h < Hq; ++h) {  // queries in place
         float* qh = &q[r * Hq * hd + size_t(h) * hd];
@@ -104,7 +124,7 @@ void Gemma4Model::attention(const Gemma4Layer& L, std::span<const Segment> segs,
   pool.parallel_for(Hq, 1, [&](int64_t h0, int64_t h1) {  // query heads are independent
     std::vector<float> scores(static_cast<size_t>(most_keys));
     for (const Segment& sg : segs) {
-      const RingKv& kv = *sg.kv;
+      const LayerKv& kv = *sg.kv;
       const int window = L.spec.sliding ? cfg.sliding_window : sg.pos + sg.T;
       for (int t = 0; t < sg.T; ++t) {
         const int p = sg.pos + t;
@@ -114,8 +134,8 @@ void Gemma4Model::attention(const Gemma4Layer& L, std::span<const Segment> segs,
           const int kh = h / group;
           cpu::gemma4_attend(
               &q[r * Hq * hd + size_t(h) * hd], hd, first, p,
-              [&](int j) { return &kv.k[size_t(j % kv.slots) * kv_row + kh * hd]; },
-              [&](int j) { return &kv.v[size_t(j % kv.slots) * kv_row + kh * hd]; }, scores.data(),
+              [&](int j) -> const float* { return kv.key(j) + kh * hd; },
+              [&](int j) -> const float* { return kv.value(j) + kh * hd; }, scores.data(),
               &attn[r * Hq * hd + size_t(h) * hd]);
         }
       }
@@ -127,18 +147,41 @@ void Gemma4Model::attention(const Gemma4Layer& L, std::span<const Segment> segs,
 CpuGemma4::CpuGemma4(std::shared_ptr<Gemma4Model> model, int max_tokens)
     : Gemma4Runtime(max_tokens, kMaxRows), m_(std::move(model)) {
   m_->check_capacity(max_tokens);
-  for (const Gemma4Layer& L : m_->layers) {
-    const size_t row = size_t(L.spec.kv_heads) * L.spec.head_dim;
-    RingKv kv;
-    kv.slots = L.spec.sliding ? std::min(max_tokens, m_->cfg.sliding_window + 1 + kMaxRows) : max_tokens;
-    kv.k.assign(size_t(kv.slots) * row, 0.0f);
-    kv.v.assign(size_t(kv.slots) * row, 0.0f);
-    kv_.push_back(std::move(kv));
+  ring_slots_ = m_->ring_slots(max_tokens);
+  full_blocks_.reserve(size_t(kv_blocks_for(max_tokens)));
+  ring_blocks_.reserve(size_t(kv_blocks_for(ring_slots_)));
+  for (size_t i = 0; i < m_->layers.size(); ++i) {
+    const Gemma4LayerSpec& spec = m_->layers[i].spec;
+    LayerKv kv;
+    kv.blocks = spec.sliding ? ring_blocks_.data() : full_blocks_.data();
+    kv.row = size_t(spec.kv_heads) * size_t(spec.head_dim);
+    kv.k_at = m_->kv_at[i];
+    kv.v_at = kv.k_at + size_t(kKvBlockTokens) * kv.row;
+    kv.slots = spec.sliding ? ring_slots_ : max_tokens;
+    kv_.push_back(kv);
   }
 }
 
+void CpuGemma4::hold_forward(int T) {
+  // Within the reserved capacities: the tables' data (what kv_ points to) never moves.
+  const int positions = length_ + T;
+  while (int(full_blocks_.size()) * kKvBlockTokens < positions && m_->full_pool)
+    full_blocks_.push_back(static_cast<float*>(m_->full_pool->take("the KV cache")));
+  while (int(ring_blocks_.size()) * kKvBlockTokens < std::min(positions, ring_slots_) && m_->ring_pool)
+    ring_blocks_.push_back(static_cast<float*>(m_->ring_pool->take("the sliding-window KV cache")));
+  hidden_.reserve(size_t(T) * size_t(m_->cfg.hidden_size));
+}
+
+void CpuGemma4::release_kv() noexcept {
+  for (float* b : full_blocks_) m_->full_pool->give(b);
+  for (float* b : ring_blocks_) m_->ring_pool->give(b);
+  full_blocks_.clear();
+  ring_blocks_.clear();
+}
+
 void CpuGemma4::reset() {
-  clear_positions();  // ring slots are rewritten before they are read
+  clear_positions();
+  release_kv();  // blocks back to the pools: their slots are written before they are read
   hidden_.clear();
   head_work_ = HeadWork{};
 }
@@ -167,6 +210,7 @@ void CpuGemma4::forward_together(std::span<CpuGemma4* const> seqs, std::span<con
     seqs[s]->check_forward(tokens[s]);
     longest = std::max(longest, tokens[s].size());
   }
+  for (size_t s = 0; s < seqs.size(); ++s) seqs[s]->hold_forward(int(tokens[s].size()));
   const int H = m.cfg.hidden_size;
   for (size_t s = 0; s < seqs.size(); ++s) seqs[s]->hidden_.resize(tokens[s].size() * H);
   // Chunk c of every sequence that has one, in one forward: each sequence's
@@ -211,12 +255,10 @@ void CpuGemma4::last_hidden(float* out) const {
 
 const float* CpuGemma4::cached(int layer, int pos, bool key) const {
   if (layer < 0 || layer >= int(kv_.size())) fail("cached K/V: layer {} outside [0, {})", layer, kv_.size());
-  const RingKv& kv = kv_[size_t(layer)];
+  const LayerKv& kv = kv_[size_t(layer)];
   if (pos < 0 || pos >= length_ || pos < length_ - kv.slots)
     fail("cached K/V: position {} of layer {} is not held (length {}, {} slots)", pos, layer, length_, kv.slots);
-  const Gemma4LayerSpec& s = m_->layers[size_t(layer)].spec;
-  const size_t at = size_t(pos % kv.slots) * s.kv_heads * s.head_dim;
-  return key ? &kv.k[at] : &kv.v[at];
+  return key ? kv.key(pos) : kv.value(pos);
 }
 
 void CpuGemma4::head_argmax_padded(int first, int count, int width, int32_t* out) {

@@ -22,6 +22,7 @@ class CpuGemma4Group final : public SequenceGroup {
   ModelInfo info() const override { return model_->info; }
   int max_sequences() const override { return INT_MAX; }
   bool shares_forwards() const override { return true; }
+  std::vector<KvPoolUse> kv_pools() override { return model_->kv_pools(); }
   std::unique_ptr<ModelRuntime> add_sequence(int max_tokens) override {
     return std::make_unique<CpuGemma4>(model_, max_tokens);
   }

@@ -3,6 +3,7 @@
 // shares and the one-sequence runtime over it, as for Qwen3.5
 // (qwen35_model.h).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -28,16 +29,32 @@ using MatrixPtr = std::shared_ptr<Matrix>;
 // never overwrite a key that one of its queries, or a rollback, still needs.
 constexpr int kMaxRows = 64;
 
-struct RingKv {
+// One layer's keys and values in a sequence's KV blocks (model/kv_pool.h):
+// position p at slot p % slots (full layers: slots = the capacity, no wrap;
+// sliding layers: a ring), slot s in block s / kKvBlockTokens of the
+// layer's table (the full-attention layers' or the sliding layers'). A
+// block holds, per layer of its kind in order, keys [kKvBlockTokens][row]
+// then values.
+struct LayerKv {
+  float* const* blocks = nullptr;  // the sequence's table for this layer's kind
+  size_t k_at = 0, v_at = 0;       // floats from a block's start to this layer's keys, values
+  size_t row = 0;                  // floats per position: kv_heads * head_dim
   int slots = 0;
-  std::vector<float> k, v;  // [slots][kv_heads][head_dim], position p at slot p % slots
+  float* key(int pos) const {
+    const int s = pos % slots;
+    return blocks[s / kKvBlockTokens] + k_at + size_t(s % kKvBlockTokens) * row;
+  }
+  float* value(int pos) const {
+    const int s = pos % slots;
+    return blocks[s / kKvBlockTokens] + v_at + size_t(s % kKvBlockTokens) * row;
+  }
 };
 
 // One sequence's rows inside a layer call over the rows of several
 // sequences: rows [row0, row0 + T) of the call, at positions pos.. of that
-// sequence, whose ring for this layer is kv.
+// sequence, whose keys and values for this layer are kv.
 struct Segment {
-  RingKv* kv = nullptr;
+  const LayerKv* kv = nullptr;
   int pos = 0, row0 = 0, T = 0;
 };
 
@@ -60,6 +77,12 @@ struct Gemma4Model {
   }
   cpu::HeadThreads head_threads() { return {&pool, min_chunk_work}; }
 
+  // The ring slots of a sliding layer in a sequence of max_tokens positions.
+  int ring_slots(int max_tokens) const { return std::min(max_tokens, cfg.sliding_window + 1 + kMaxRows); }
+  // The pools of the full layers' blocks and of the sliding rings' (null
+  // where no layer is of that kind), and their use (model/kv_pool.h).
+  std::vector<KvPoolUse> kv_pools() const;
+
   std::string dir;  // for messages
   Gemma4TextConfig cfg;
   ModelInfo info;
@@ -69,12 +92,15 @@ struct Gemma4Model {
   float embed_scale = 1.0f;
   std::vector<float> final_norm;  // [H]
   std::vector<Gemma4Layer> layers;
+  std::vector<size_t> kv_at;  // per layer: floats from its kind's block start to its keys (values follow)
+  std::unique_ptr<KvBlockPool> full_pool, ring_pool;
 };
 
 // One sequence: its rings, hidden rows and head counters over a shared model.
 class CpuGemma4 final : public Gemma4Runtime, public VerifyHeadArms {
  public:
   CpuGemma4(std::shared_ptr<Gemma4Model> model, int max_tokens);
+  ~CpuGemma4() override { release_kv(); }
 
   ModelInfo info() const override { return m_->info; }
   const char* backend_name() const override { return "cpu"; }
@@ -111,9 +137,15 @@ class CpuGemma4 final : public Gemma4Runtime, public VerifyHeadArms {
  private:
   void check_forward(std::span<const int32_t> tokens) const;
   const float* cached(int layer, int pos, bool key) const;
+  // Gemma4Runtime::hold_forward (rings: blocks up to their slots).
+  void hold_forward(int T) override;
+  void release_kv() noexcept;
 
   std::shared_ptr<Gemma4Model> m_;
-  std::vector<RingKv> kv_;     // per layer
+  // The KV block tables, reserved at their most blocks (kv_ points into them).
+  std::vector<float*> full_blocks_, ring_blocks_;
+  int ring_slots_ = 0;
+  std::vector<LayerKv> kv_;    // per layer
   std::vector<float> hidden_;  // [last_T][H], post final norm
   HeadWork head_work_;         // counted by the head ops (backend/cpu/head.h)
 };

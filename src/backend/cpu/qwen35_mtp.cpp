@@ -221,7 +221,10 @@ class CpuSequenceGroup final : public SequenceGroup {
   int max_sequences() const override { return INT_MAX; }
   bool shares_forwards() const override { return true; }
   void set_allocator(Allocator* allocator) override { model_->allocator = allocator; }
-  KvBlockPool* kv_pool() override { return model_->kv_layers() > 0 ? &model_->kv_pool() : nullptr; }
+  std::vector<KvPoolUse> kv_pools() override {
+    if (model_->kv_layers() == 0) return {};
+    return {KvPoolUse{"attention", &model_->kv_pool()}};
+  }
   std::unique_ptr<ModelRuntime> add_sequence(int max_tokens) override {
     if (max_tokens > max_positions_)
       fail("a sequence of up to {} positions exceeds config.json's max_position_embeddings {}", max_tokens,

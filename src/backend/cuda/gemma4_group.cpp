@@ -2,7 +2,7 @@
 // stream) and sequences over it; their forwards share passes of up to
 // kMaxRows rows (gemma4_sequence.cpp) and their LM-head rows one projection
 // per kMaxRows rows (gemma4_head.cpp). Rollback moves positions only (the
-// rings keep the undone rows' slots until a later forward rewrites them), so
+// caches keep the undone rows' slots until a later forward rewrites them), so
 // it launches nothing. Gemma 4 has no MTP head: the step's MTP calls are
 // never made for it (its ModelInfo says 0 MTP layers).
 #ifdef NEXTN_HAVE_CUDA
@@ -28,6 +28,7 @@ class CudaGemma4Group final : public SequenceGroup {
   ModelInfo info() const override { return model_->info; }
   int max_sequences() const override { return kMaxRows; }  // a decode row of each fits one pass
   bool shares_forwards() const override { return true; }
+  std::vector<KvPoolUse> kv_pools() override { return model_->kv_pools(); }
   std::unique_ptr<ModelRuntime> add_sequence(int max_tokens) override {
     check_gemma4_capacity(dir_, model_->cfg, max_tokens);
     return std::make_unique<CudaGemma4>(model_, max_tokens);

@@ -1,5 +1,5 @@
 // The kernels only Gemma 4 needs (gemma4_kernels.h): q/k/v norms + RoPE into
-// the ring KV caches, sliding-window attention with scale 1.0, GeGLU, the
+// the KV blocks, sliding-window attention with scale 1.0, GeGLU, the
 // sandwich norm into the residual, the MoE block's router input and merge,
 // and two elementwise scalings.
 //
@@ -46,8 +46,6 @@ __global__ void __launch_bounds__(128) prepare_kernel(Gemma4AttnShape a, const f
   const int p = rows[t].pos;
   const bool is_q = h < a.Hq;
   const Gemma4LayerCache cache = is_q ? Gemma4LayerCache{} : rows[t].caches[layer];  // queries write no cache
-  const int slots = cache.slots;
-  float *kcache = cache.k, *vcache = cache.v;
   const int kh = h - a.Hq;
   const size_t kv_row = size_t(a.Hkv) * hd;
   const float* row = proj + size_t(t) * ld;
@@ -59,7 +57,7 @@ __global__ void __launch_bounds__(128) prepare_kernel(Gemma4AttnShape a, const f
   const float inv = rms_inverse(block_sum_sq(src, hd, scratch), hd, a.eps);
   for (int i = threadIdx.x; i < hd; i += blockDim.x) y[i] = mul_rn(mul_rn(src[i], inv), gamma[i]);
   __syncthreads();
-  float* dst = is_q ? q + (size_t(t) * a.Hq + h) * hd : kcache + size_t(p % slots) * kv_row + size_t(kh) * hd;
+  float* dst = is_q ? q + (size_t(t) * a.Hq + h) * hd : cache.row(cache.k_at, p, kv_row) + size_t(kh) * hd;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const float angle = mul_rn(inv_freq[i], float(p));  // inv_freq 0: cos 1, sin 0, the identity
     const float c = cosf(angle), s = sinf(angle);
@@ -72,7 +70,7 @@ __global__ void __launch_bounds__(128) prepare_kernel(Gemma4AttnShape a, const f
   // v: RMSNorm without weight, of the v projection or (K = V) the raw k projection.
   const float* v_src = a.k_eq_v ? src : k_proj + kv_row + size_t(kh) * hd;
   const float v_inv = rms_inverse(block_sum_sq(v_src, hd, scratch), hd, a.eps);
-  float* v_dst = vcache + size_t(p % slots) * kv_row + size_t(kh) * hd;
+  float* v_dst = cache.row(cache.v_at, p, kv_row) + size_t(kh) * hd;
   for (int i = threadIdx.x; i < hd; i += blockDim.x) v_dst[i] = mul_rn(v_src[i], v_inv);
 }
 
@@ -94,8 +92,6 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(Gemma4AttnShape
   const size_t kv_row = size_t(a.Hkv) * hd;
   const int p = rows[t].pos;
   const Gemma4LayerCache cache = rows[t].caches[layer];
-  const int slots = cache.slots;
-  const float *kcache = cache.k, *vcache = cache.v;
   const int first = window > 0 ? max(0, p - window + 1) : 0;
   for (int i = threadIdx.x; i < hd; i += kAttnThreads) qs[i] = q[(size_t(t) * a.Hq + h) * hd + i];
   __syncthreads();
@@ -107,7 +103,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(Gemma4AttnShape
   for (int j0 = first; j0 <= p; j0 += kKeyTile) {
     const int n = min(kKeyTile, p - j0 + 1);
     for (int jj = warp; jj < n; jj += warps) {
-      const float* k = kcache + size_t((j0 + jj) % slots) * kv_row + size_t(kh) * hd;
+      const float* k = cache.row(cache.k_at, j0 + jj, kv_row) + size_t(kh) * hd;
       float d = 0.0f;
       for (int i = lane; i < hd; i += 32) d = add_rn(d, mul_rn(qs[i], k[i]));
       d = warp_sum(d);
@@ -130,7 +126,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(Gemma4AttnShape
       if (i < hd) {
         float s = mul_rn(acc[e], rescale);
         for (int jj = 0; jj < n; ++jj)
-          s = add_rn(s, mul_rn(w[jj], vcache[size_t((j0 + jj) % slots) * kv_row + size_t(kh) * hd + i]));
+          s = add_rn(s, mul_rn(w[jj], cache.row(cache.v_at, j0 + jj, kv_row)[size_t(kh) * hd + i]));
         acc[e] = s;
       }
     }

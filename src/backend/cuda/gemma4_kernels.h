@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/kernels.h"
+#include "model/kv_pool.h"
 
 namespace nextn::cuda {
 
@@ -22,11 +23,23 @@ struct Gemma4AttnShape {
   bool k_eq_v;  // no v_proj: the values are the raw k projection
 };
 
-// One layer's ring KV cache of one sequence: position j at slot j % slots.
+// One layer's keys and values in a sequence's KV blocks (model/kv_pool.h):
+// position j at slot j % slots (full layers: slots = the capacity, no wrap;
+// sliding layers: a ring), slot s in block s / kKvBlockTokens of the table
+// of this layer's kind (the full-attention layers' or the sliding layers');
+// a block holds, per layer of its kind in order, keys fp32
+// [kKvBlockTokens][Hkv*hd] at k_at floats from its start, then values at v_at.
 struct Gemma4LayerCache {
-  float* k = nullptr;  // fp32 [slots][Hkv*hd]
-  float* v = nullptr;  // fp32 [slots][Hkv*hd]
+  float* const* blocks = nullptr;  // device: the sequence's block table for this layer's kind
+  size_t k_at = 0, v_at = 0;
   int slots = 0;
+#ifdef __CUDACC__
+  // The key (at = k_at) or value (at = v_at) row of position j.
+  __device__ float* row(size_t at, int j, size_t kv_row) const {
+    const int s = j % slots;
+    return blocks[s / kKvBlockTokens] + at + size_t(s % kKvBlockTokens) * kv_row;
+  }
+#endif
 };
 // A row of a forward pass: its sequence's caches and its position. The rows
 // of a pass may belong to several sequences (the Gemma 4 group); a
@@ -39,8 +52,8 @@ struct Gemma4Row {
 // Per row t (rows[t]: position p, caches c = rows[t].caches[layer]) of proj
 // fp32 [T][ld] = q (Hq*hd) | k (Hkv*hd) | v (Hkv*hd, absent with k_eq_v):
 //   q[t][h]             = rope(rmsnorm(q_h) * q_norm)   -> q fp32 [T][Hq*hd]
-//   c.k[p % c.slots]    = rope(rmsnorm(k_h) * k_norm)
-//   c.v[p % c.slots]    = rmsnorm(v_h) (no weight)
+//   c's key row of p     = rope(rmsnorm(k_h) * k_norm)
+//   c's value row of p   = rmsnorm(v_h) (no weight)
 // RoPE rotates the pairs (i, i + hd/2) by angle inv_freq[i] * position;
 // inv_freq [hd/2] holds 0 for the pairs a proportional layer leaves alone.
 void gemma4_attn_prepare(const Gemma4AttnShape& a, const float* proj, int ld, int T, const float* q_norm,

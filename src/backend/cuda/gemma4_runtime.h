@@ -13,6 +13,7 @@
 #include "backend/cuda/gemma4_kernels.h"
 #include "backend/cuda/graph_cache.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_table.h"
 #include "backend/cuda/moe_layer.h"
 #include "backend/cuda/weight_upload.h"
 #include "core/error.h"
@@ -90,6 +91,9 @@ class CudaGemma4Model {
   // The ring slots of a layer in a sequence of `max_tokens` positions:
   // sliding layers hold the window and one pass of rows more.
   int slots(const Gemma4LayerSpec& spec, int max_tokens) const;
+  // The pools of the full layers' KV blocks and of the sliding rings' (null
+  // where no layer is of that kind), and their use (model/kv_pool.h).
+  std::vector<KvPoolUse> kv_pools() const;
   // One forward over the pieces' rows (at most kMaxRows in all): each row
   // writes its K/V into its sequence's caches at its position, and its
   // final-norm output into its sequence's hidden rows.
@@ -122,6 +126,8 @@ class CudaGemma4Model {
   DevMatrix embed, head;  // head is embed when tied
   float* final_norm = nullptr;
   std::vector<Gemma4DevLayer> layers;
+  std::vector<size_t> kv_at;  // per layer: floats from its kind's KV block start to its keys (values follow)
+  std::shared_ptr<KvBlockPool> full_pool, ring_pool;
 
   // workspace (R = kMaxRows rows of one pass)
   Gemma4Row* d_rows = nullptr;   // [R] the pass's rows: sequence caches and positions
@@ -166,7 +172,7 @@ class CudaGemma4Model {
   std::vector<std::shared_ptr<CudaAssistant>> assistants_;  // by checkpoint directory
 };
 
-// One sequence: its ring caches, its hidden rows and its head counters, over
+// One sequence: its KV block tables, its hidden rows and its head counters, over
 // a shared CudaGemma4Model.
 class CudaGemma4 final : public Gemma4Runtime, public VerifyHeadArms {
  public:
@@ -222,12 +228,18 @@ class CudaGemma4 final : public Gemma4Runtime, public VerifyHeadArms {
   const float* cached(int layer, int pos, bool key) const;
   // Positions from `pos` on may have changed on the device.
   void invalidate_mirrors(int pos) const;
+  // Gemma4Runtime::hold_forward (rings: blocks up to their slots).
+  void hold_forward(int T) override;
 
   std::shared_ptr<CudaGemma4Model> m_;  // released last: the sequence's memory goes back first
   DeviceMemory mem_;
+  KvTable full_kv_, ring_kv_;              // the KV block tables of the full layers and the sliding rings
+  int ring_slots_ = 0;
   std::vector<Gemma4LayerCache> caches_;   // per layer (host copy of d_caches_)
   Gemma4LayerCache* d_caches_ = nullptr;   // device [layers]: what the pass's rows point to
-  void* hidden_ = nullptr;                 // [max_tokens][H] act: post-norm rows of the last forward
+  DeviceMemory hidden_mem_;                // hidden_'s, replaced as it grows
+  void* hidden_ = nullptr;                 // [hidden_rows_][H] act: post-norm rows of the last forward
+  int hidden_rows_ = 0;                    // rows of the longest forward so far, in whole passes
   HeadCounters* d_head_ = nullptr;
   HeadWork head_shift_;                    // the group head's rows of this sequence counted on another's counters
 

@@ -1,5 +1,5 @@
-// A CUDA Gemma 4 sequence over a shared CudaGemma4Model: its ring caches and
-// hidden rows, its forwards (alone or together with the group's other
+// A CUDA Gemma 4 sequence over a shared CudaGemma4Model: its KV block tables
+// and hidden rows, its forwards (alone or together with the group's other
 // sequences: the same passes), rollback, reset and the Gemma4Target view the
 // assistant drafter reads (copies from the device, mirrored per layer).
 #ifdef NEXTN_HAVE_CUDA
@@ -19,26 +19,38 @@ namespace nextn::cuda {
 CudaGemma4::CudaGemma4(std::shared_ptr<CudaGemma4Model> model, int max_tokens)
     : Gemma4Runtime(max_tokens, kMaxRows), m_(std::move(model)) {
   const CudaGemma4Model& m = *m_;
-  for (const Gemma4DevLayer& L : m.layers) {
-    const int slots = m.slots(L.spec, max_tokens);
-    const size_t bytes = size_t(slots) * size_t(L.spec.kv_heads) * size_t(L.spec.head_dim) * sizeof(float);
+  ring_slots_ = std::min(max_tokens, m.cfg.sliding_window + 1 + kMaxRows);
+  full_kv_ = KvTable(m.full_pool, max_tokens, mem_);
+  ring_kv_ = KvTable(m.ring_pool, ring_slots_, mem_);
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    const Gemma4LayerSpec& spec = m.layers[i].spec;
     Gemma4LayerCache c;
-    c.k = mem_.alloc<float>(bytes, "the KV cache");
-    c.v = mem_.alloc<float>(bytes, "the KV cache");
-    c.slots = slots;
-    CUDA_CHECK(cudaMemset(c.k, 0, bytes));
-    CUDA_CHECK(cudaMemset(c.v, 0, bytes));
+    c.blocks = reinterpret_cast<float* const*>(spec.sliding ? ring_kv_.device() : full_kv_.device());
+    c.k_at = m.kv_at[i];
+    c.v_at = c.k_at + size_t(kKvBlockTokens) * size_t(spec.kv_heads) * size_t(spec.head_dim);
+    c.slots = m.slots(spec, max_tokens);
     caches_.push_back(c);
   }
   d_caches_ = mem_.alloc<Gemma4LayerCache>(caches_.size() * sizeof(Gemma4LayerCache), "the KV cache table");
   CUDA_CHECK(cudaMemcpy(d_caches_, caches_.data(), caches_.size() * sizeof(Gemma4LayerCache), cudaMemcpyHostToDevice));
-  const size_t hidden_bytes = size_t(max_tokens) * size_t(m.H) * size_t(act_size(m.act));
-  hidden_ = mem_.alloc(hidden_bytes, "hidden rows");
-  CUDA_CHECK(cudaMemset(hidden_, 0, hidden_bytes));
   d_head_ = mem_.alloc<HeadCounters>(sizeof(HeadCounters), "head counters");
   CUDA_CHECK(cudaMemset(d_head_, 0, sizeof(HeadCounters)));
   mirrors_.resize(caches_.size());
   CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void CudaGemma4::hold_forward(int T) {
+  full_kv_.hold(length_ + T, m_->stream);
+  ring_kv_.hold(std::min(length_ + T, ring_slots_), m_->stream);
+  if (T > hidden_rows_) {  // grown in whole passes; the old rows are no longer read
+    const int rows = std::min(max_tokens_, (T + kMaxRows - 1) / kMaxRows * kMaxRows);
+    DeviceMemory grown;
+    void* p = grown.alloc(size_t(rows) * size_t(m_->H) * size_t(act_size(m_->act)), "hidden rows", &device_allocator());
+    CUDA_CHECK(cudaStreamSynchronize(m_->stream));  // queued work may still read the old rows
+    hidden_mem_ = std::move(grown);
+    hidden_ = p;
+    hidden_rows_ = rows;
+  }
 }
 
 // Work queued on the shared stream may still read this sequence's memory.
@@ -48,7 +60,10 @@ CudaGemma4::~CudaGemma4() {
 
 void CudaGemma4::reset() {
   CUDA_CHECK(cudaStreamSynchronize(m_->stream));
-  // Ring slots are written before they are read; the head counters restart.
+  // The KV blocks go back to the pools (their slots are written before they
+  // are read); the head counters restart.
+  full_kv_.release();
+  ring_kv_.release();
   CUDA_CHECK(cudaMemsetAsync(d_head_, 0, sizeof(HeadCounters), m_->stream));
   CUDA_CHECK(cudaMemsetAsync(m_->d_walk, 0, 2 * sizeof(int), m_->stream));
   CUDA_CHECK(cudaStreamSynchronize(m_->stream));
@@ -80,6 +95,7 @@ void CudaGemma4::forward_together(std::span<CudaGemma4* const> seqs,
       if (seqs[j] == seqs[i]) fail("internal: forward_together lists one sequence twice");
     seqs[i]->check_forward(tokens[i]);
   }
+  for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->hold_forward(int(tokens[i].size()));
   // Passes of at most kMaxRows rows, filled in list order; a sequence's rows
   // may continue in the next pass (each row reads only its own caches, which
   // the earlier pass has written).
@@ -165,11 +181,16 @@ const float* CudaGemma4::cached(int layer, int pos, bool key) const {
       mirror.k.resize(rows * kv_row);
       mirror.v.resize(rows * kv_row);
     }
-    for (int p = first; p < length_;) {
-      const int slot = p % c.slots, n = std::min(length_ - p, c.slots - slot);
-      const size_t at = size_t(slot) * kv_row, bytes = size_t(n) * kv_row * sizeof(float);
-      CUDA_CHECK(cudaMemcpyAsync(&mirror.k[at], c.k + at, bytes, cudaMemcpyDeviceToHost, m_->stream));
-      CUDA_CHECK(cudaMemcpyAsync(&mirror.v[at], c.v + at, bytes, cudaMemcpyDeviceToHost, m_->stream));
+    const KvTable& table = spec.sliding ? ring_kv_ : full_kv_;
+    for (int p = first; p < length_;) {  // runs of slots within one block
+      const int slot = p % c.slots;
+      const int in_block = slot % kKvBlockTokens;
+      const int n = std::min({length_ - p, c.slots - slot, kKvBlockTokens - in_block});
+      const auto* block = static_cast<const float*>(table.block(slot / kKvBlockTokens));
+      const size_t at = size_t(slot) * kv_row, from = size_t(in_block) * kv_row;
+      const size_t bytes = size_t(n) * kv_row * sizeof(float);
+      CUDA_CHECK(cudaMemcpyAsync(&mirror.k[at], block + c.k_at + from, bytes, cudaMemcpyDeviceToHost, m_->stream));
+      CUDA_CHECK(cudaMemcpyAsync(&mirror.v[at], block + c.v_at + from, bytes, cudaMemcpyDeviceToHost, m_->stream));
       p += n;
     }
     CUDA_CHECK(cudaStreamSynchronize(m_->stream));

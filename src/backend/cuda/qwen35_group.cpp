@@ -282,7 +282,10 @@ class CudaSequenceGroup final : public SequenceGroup {
     return seq;
   }
   void set_allocator(Allocator* allocator) override { *allocator_ = allocator; }
-  KvBlockPool* kv_pool() override { return kv_pool_.get(); }
+  std::vector<KvPoolUse> kv_pools() override {
+    if (!kv_pool_) return {};
+    return {KvPoolUse{"attention", kv_pool_.get()}};
+  }
   void forward_together(std::span<ModelRuntime* const> sequences,
                         std::span<const std::span<const int32_t>> tokens) override;
   void head_argmax_together(std::span<const SequenceRows> rows, int32_t* out) override;

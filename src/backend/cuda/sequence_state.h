@@ -13,6 +13,7 @@
 
 #include "backend/cuda/device_handles.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_table.h"
 #include "model/kv_pool.h"
 #include "model/mtp_head.h"
 #include "model/runtime.h"
@@ -25,30 +26,6 @@ struct CudaQwen35Weights;
 // every attention layer's keys and values, the MTP layer's last); null for
 // a model without attention layers.
 std::shared_ptr<KvBlockPool> make_kv_pool(const CudaQwen35Weights& w);
-
-// A sequence's KV block table: blocks from the group's pool as the sequence
-// grows, their pointers on the host and in a device table the kernels read.
-class KvTable {
- public:
-  KvTable() = default;
-  // Room for `max_positions` positions; the device table from `mem`.
-  KvTable(std::shared_ptr<KvBlockPool> pool, int max_positions, DeviceMemory& mem);
-  KvTable(KvTable&& o) noexcept;
-  KvTable& operator=(KvTable&& o) noexcept;
-  ~KvTable() { release(); }
-  // Takes blocks until `positions` positions are held, their pointers
-  // copied into the device table on `s` (before the work that reads them).
-  void hold(int positions, cudaStream_t s);
-  // Every block back to the pool.
-  void release() noexcept;
-  void* const* device() const { return d_table_; }
-  size_t bytes_held() const { return pool_ ? blocks_.size() * pool_->block_bytes() : 0; }
-
- private:
-  std::shared_ptr<KvBlockPool> pool_;
-  std::vector<void*> blocks_;  // capacity max_blocks: the copies read it in place
-  void** d_table_ = nullptr;   // [max_blocks]
-};
 
 struct SequenceState {
   SequenceState() = default;  // holds nothing (a CudaQwen35 before its constructor fills it)
