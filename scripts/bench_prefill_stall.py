@@ -19,6 +19,7 @@ first token. Standard library only (the GPU machine has no openai package).
 import argparse
 import http.client
 import json
+import shlex
 import re
 import statistics
 import subprocess
@@ -77,6 +78,7 @@ def run(args, chunk):
            "--max-prompt-tokens", str(max(2048, args.long_prompt))]
     if args.model:
         cmd += ["--model", args.model, "--served-model-name", "default"]
+    cmd += shlex.split(args.serve_args)
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     try:
         first_line = proc.stderr.readline().strip()
@@ -151,6 +153,7 @@ def main():
     ap.add_argument("--lead", type=int, default=24, help="tokens every stream has before the long prompt is sent")
     ap.add_argument("--timeout", type=float, default=120, help="seconds the streams may take per chunk size")
     ap.add_argument("--json")
+    ap.add_argument("--serve-args", default="", help="more `nextn serve` arguments, e.g. --log-steps")
     args = ap.parse_args()
     rows = [run(args, int(c)) for c in args.chunks.split(",")]
     if args.json:

@@ -218,6 +218,36 @@ TEST(ServerEngine, JoiningJobsShareStepsAndAnswerAsAlone) {
   }
 }
 
+// --log-steps: one stderr line per engine step, numbered, with its rows and
+// parts; none without it.
+TEST(ServerEngine, LogStepsPrintsOneLinePerStep) {
+  const auto ckpt = Qwen35Checkpoint::open(kModel);
+  const auto tokenizer = tok::load_model_tokenizer(kModel, "test");
+  for (bool log : {false, true}) {
+    Metrics metrics;
+    EngineOptions eo = engine_options(DraftKind::Mtp, 16);
+    eo.log_steps = log;
+    testing::internal::CaptureStderr();
+    {
+      Engine engine(ckpt, tokenizer, eo, metrics);
+      auto job = greedy_job(tokenizer, "def add(a, b):", 6);
+      ASSERT_TRUE(engine.submit(job));
+      wait(*job);
+    }
+    const std::string err = testing::internal::GetCapturedStderr();
+    const int steps = int(metric(metrics.render(), "nextn_engine_steps_total"));
+    ASSERT_GT(steps, 1);
+    size_t lines = 0;
+    for (size_t at = err.find("step "); at != std::string::npos; at = err.find("\nstep ", at + 1)) ++lines;
+    EXPECT_EQ(lines, log ? size_t(steps) : 0u) << err;
+    if (log) {
+      EXPECT_NE(err.find("step 1: 1 sequences, "), std::string::npos) << err;
+      EXPECT_NE(err.find(" prompt), "), std::string::npos) << err;
+      EXPECT_NE(err.find("pairing "), std::string::npos) << err;
+    }
+  }
+}
+
 TEST(ServerEngine, StopStringsCutTheText) {
   const auto ckpt = Qwen35Checkpoint::open(kModel);
   const auto tokenizer = tok::load_model_tokenizer(kModel, "test");

@@ -36,6 +36,7 @@ struct ServeArgs {
   int port = 8000, draft_vocab = 0, prefill_chunk = kDefaultPrefillChunk, kv_cache_tokens = 0;
   RuntimeArgs runtime;
   OracleArgs oracle;
+  bool log_steps = false;
   int max_body_kib = 1024, max_prompt_tokens = 2048, max_tokens = 1024, queue_depth = 16, max_batch = 8;
   int max_connections = 2048;
   double header_timeout = 10, body_timeout = 30, idle_timeout = 15, write_timeout = 30, drain_timeout = 30;
@@ -146,6 +147,7 @@ void run(const ServeArgs& a) {
   eo.draft_cost = draft_cost;
   eo.prefill_chunk = a.prefill_chunk;
   eo.kv_cache_tokens = a.kv_cache_tokens;
+  eo.log_steps = a.log_steps;
   std::string model_name =
       a.served_name.empty() ? std::filesystem::path(dir).lexically_normal().filename().string() : a.served_name;
   if (model_name.empty()) model_name = "nextn";
@@ -241,8 +243,11 @@ void register_serve(CLI::App& app) {
                   "--max-prompt-tokens plus --max-tokens); it grows with use in blocks of 64 and a request waits "
                   "in the queue until its prompt plus max_tokens fits (each pool: Gemma 4 has two)")
       ->check(number());
+  cmd->add_flag("--log-steps", a->log_steps,
+               "Print one line per engine step to stderr: sequences, rows, and the host time of its parts");
   cmd->add_option("--max-batch", a->max_batch,
-                  "Requests generating at once, their target forwards shared (default 8; cuda: at most 32; Gemma 4: 1); "
+                  "Requests generating at once, their target forwards shared (default 8; cuda: at most 32 for Qwen3.5, 64 for "
+                  "Gemma 4); "
                   "every slot is made at start")
       ->check(number());
   a->max_connections_opt = cmd->add_option("--max-connections", a->max_connections,

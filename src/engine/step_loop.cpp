@@ -195,6 +195,8 @@ void StepLoop::step() {
     }
     report.sequences = int(seqs.size());
     group_.forward_together(seqs, rows);
+    const auto t_forward = Clock::now();
+    report.forward_ms = ms_between(t0, t_forward);
     // A chunk before the prompt's last gives no token: the MTP pairs its
     // rows with the prompt's next tokens, and the sequence waits for its
     // next chunk (no head rows, no drafts).
@@ -221,6 +223,7 @@ void StepLoop::step() {
       if (!run->done && !run->mid_prompt) continuing.push_back(run.get());
     choose_blocks(continuing, report);
     const auto t1 = Clock::now();
+    report.head_ms = ms_between(t_forward, t1);
 
     // Rollback (every round's rows past what it keeps, in one call) and the
     // MTP pairing of the committed tokens.
@@ -271,6 +274,7 @@ void StepLoop::step() {
         fail("internal: MTP holds {} entries, target {} positions", r.mtp_committed, r.rt->target_length());
     }
     const auto t2 = Clock::now();
+    report.pairing_ms = ms_between(t1, t2);
     for (auto& run : runs_) {
       Run& r = *run;
       if (r.mid_prompt) continue;
@@ -286,6 +290,7 @@ void StepLoop::step() {
     }
     draft_next(continuing);
     const auto t3 = Clock::now();
+    report.draft_ms = ms_between(t2, t3);
     int chain = 0, drafted = 0;
     for (Run* r : continuing) {
       r->res.stats.draft_ms += ms_between(t2, t3);

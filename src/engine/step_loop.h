@@ -44,6 +44,11 @@ struct StepReport {
   int rows = 0;          // trunk rows over all of them
   int prefill_rows = 0;  // of those, prompt rows
   double ms = 0;         // wall time of the step
+  // Its parts (host wall time; device work lands in the part that waits for it):
+  double forward_ms = 0;  // the reservation and the trunk forward's launches
+  double head_ms = 0;     // the LM head, acceptance and the next block sizes
+  double pairing_ms = 0;  // rollback and the MTP pairing
+  double draft_ms = 0;    // the next round's drafts
   std::vector<int> chosen_k;  // the block sizes the chooser set for the next step (auto sequences)
   const BlockChoiceReport* choice = nullptr;  // its inputs, when it chose
 };

@@ -1,5 +1,7 @@
 #include "server/engine.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 
 #include "core/error.h"
@@ -68,8 +70,13 @@ Engine::Engine(std::unique_ptr<SequenceGroup> group, const tok::Tokenizer& token
     probe_step_costs(*group_, slots, options_.block_size, steps_.cost_model());
   }
   work_before_ = group_->step_work();
-  steps_.on_step = [this](const StepReport& r) {
+  steps_.on_step = [this, step = uint64_t(0)](const StepReport& r) mutable {
     metrics_.step(r, group_->step_work().since(work_before_));
+    if (options_.log_steps)
+      fmt::print(stderr,
+                 "step {}: {} sequences, {} rows ({} prompt), {:.2f} ms: forward {:.2f}, head {:.2f}, pairing {:.2f}, "
+                 "drafts {:.2f}\n",
+                 ++step, r.sequences, r.rows, r.prefill_rows, r.ms, r.forward_ms, r.head_ms, r.pairing_ms, r.draft_ms);
     report_kv_pools();
     if (r.choice) metrics_.block_choice(r.chosen_k, *r.choice, steps_.cost_model().verify_table());
   };

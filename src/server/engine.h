@@ -62,6 +62,9 @@ struct EngineOptions {
   // of the longest prompt plus max_tokens, so every request the limits
   // accept is admitted in time.
   int kv_cache_tokens = 0;
+  // One stderr line per engine step (--log-steps): its sequences, rows and
+  // the host time of its parts (StepReport).
+  bool log_steps = false;
 };
 
 class Engine {
