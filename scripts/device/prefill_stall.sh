@@ -27,6 +27,6 @@ record_start
 dir=$(serve_checkpoint "$PRESET")
 timeout 420 python3 scripts/bench_prefill_stall.py --nextn "$BUILD/nextn" --backend cuda --model "$dir" \
   --streams "${NEXTN_STALL_STREAMS:-16}" --chunks "${NEXTN_STALL_CHUNKS:-128,512,4096}" --long-prompt 4096 \
-  --serve-args "${NEXTN_STALL_SERVE_ARGS:-}" --json "$OUT/prefill_stall.json" 2>"$LOG/bench_prefill_stall.err" | tee -a "$SUMMARY"
+  --serve-args="${NEXTN_STALL_SERVE_ARGS:-}" --json "$OUT/prefill_stall.json" 2>"$LOG/bench_prefill_stall.err" | tee -a "$SUMMARY"
 say "bench_prefill_stall: exit ${PIPESTATUS[0]}; $(tail -2 "$LOG/bench_prefill_stall.err" | tr '\n' ' ' | cut -c1-300)"
 record_finish
