@@ -204,6 +204,12 @@ void CudaQwen35::rollback_group(std::span<CudaQwen35* const> seqs, std::span<con
     if (replay[i] >= 0) seqs[i]->rollback_bookkeeping(keep[i], replay[i]);
 }
 
+void CudaQwen35::join_streams(std::span<CudaQwen35* const> others) {
+  CUDA_CHECK(cudaEventRecord(group_event_, stream_));
+  for (CudaQwen35* q : others)
+    if (q != this) CUDA_CHECK(cudaStreamWaitEvent(q->stream_, group_event_, 0));
+}
+
 void CudaQwen35::head_argmax_group(std::span<CudaQwen35* const> seqs, std::span<const SequenceRows> rows,
                                    int32_t* out) {
   if (seqs.empty() || seqs[0] != this || seqs.size() != rows.size())
@@ -364,10 +370,18 @@ void CudaSequenceGroup::forward_together(std::span<ModelRuntime* const> sequence
   for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->reserve_step(tokens[i], 0);
   // A sequence longer than one chunk (a prompt) runs its own target_forward
   // (the prefill GEMMs, then the graphs), and so does a chunk of one.
-  in_row_chunks(seqs, tokens, [](CudaQwen35& q, std::span<const int32_t> t) { q.target_forward(t); },
-                [](std::span<const GroupSlice> chunk, std::span<const std::span<const int32_t>> t) {
-                  chunk[0].seq->forward_group(chunk, t);
-                });
+  std::vector<CudaQwen35*> alone;  // sequences forwarded on their own streams
+  in_row_chunks(
+      seqs, tokens,
+      [&alone](CudaQwen35& q, std::span<const int32_t> t) {
+        q.target_forward(t);
+        alone.push_back(&q);
+      },
+      [](std::span<const GroupSlice> chunk, std::span<const std::span<const int32_t>> t) {
+        chunk[0].seq->forward_group(chunk, t);
+      });
+  if (seqs.size() > 1)
+    for (CudaQwen35* q : alone) q->join_streams(seqs);
 }
 
 void CudaSequenceGroup::mtp_forward_together(std::span<ModelRuntime* const> sequences,

@@ -251,6 +251,12 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
   // the rows add up to at most max_rows(). Each sequence ends as its own
   // target_forward would leave it.
   void forward_group(std::span<const GroupSlice> slices, std::span<const std::span<const int32_t>> tokens);
+  // The other sequences' streams wait (on the device) for the work queued
+  // on this one's so far: after a forward on its own stream (a prompt
+  // chunk), the step's head, which waits for the streams of its sequences,
+  // then waits for it too, and no backlog of chunks builds up for the
+  // prompt's first head to meet.
+  void join_streams(std::span<CudaQwen35* const> others);
   // The LM-head argmax of rows[i] of seqs[i] for every i in one projection
   // on this sequence's (the lead's, seqs[0]'s) workspace and stream
   // (qwen35_group.cpp): the rows are copied into the lead's head input, so
