@@ -280,7 +280,7 @@ TEST_P(CudaBatch, RefusedReservationFailsOneSequenceAlone) {
   {
     auto group = make_group(ck, false);
     test::check_refused_reservations(cuda_alone(ck, false), *group, cuda::device_allocator(), ref.prompt,
-                                     /*mid_decode=*/false, "prefill activations");
+                                     /*mid_decode=*/false, "hidden rows");
   }
   EXPECT_EQ(cuda::live_count(), base);
 }

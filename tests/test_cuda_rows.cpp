@@ -8,7 +8,8 @@
 //  - a call over the built rows throws Error and leaves the sequence usable;
 //  - the prefill workspace exists only between a long prompt and the next
 //    forward, and a second prompt after reset() reallocates it to the same bits;
-//  - device_memory() shows the row-count workspaces at the built size.
+//  - device_memory() shows the row-count workspaces at the built size;
+//  - the hidden rows grow with the longest forward, not the capacity.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -185,6 +186,35 @@ TEST(CudaRows, PrefillWorkspaceLivesFromPromptToNextForward) {
   rt->target_forward(prompt);
   rt->reset();
   EXPECT_FALSE(has_prefill_workspace(*rt));
+}
+
+// The hidden rows (and MTP hidden rows) are not sized by the capacity: 128
+// rows, grown in whole passes to the longest forward + 64 when one comes,
+// after graphs were captured on the old rows (which the growth drops). The
+// grown sequence answers as a fresh one, greedy and MTP-speculative.
+TEST(CudaRows, HiddenRowsGrowWithTheLongestForward) {
+  NEXTN_REQUIRE_GPU();
+  const auto ck = Qwen35Checkpoint::open(rows_checkpoint());
+  const int V = ck.config().vocab_size;
+  const uint64_t row = uint64_t(ck.config().hidden_size) * 2;  // bf16
+  const auto fresh = [&](int cap) { return make_cuda_runtime(ck, cap, 64); };
+  auto rt = fresh(1000);
+  EXPECT_EQ(uses_of(*rt).at("hidden rows"), 128 * row) << "a capacity of 1000 positions";
+  GenerateOptions o;
+  o.max_new_tokens = 12;
+  o.ignore_eos = true;
+  const auto short_prompt = prompt_of(10, V), long_prompt = prompt_of(300, V);
+  EXPECT_EQ(generate(*rt, short_prompt, o).tokens, generate_fresh(fresh, short_prompt, o).tokens);
+  EXPECT_EQ(uses_of(*rt).at("hidden rows"), 128 * row);
+  rt->reset();
+  EXPECT_EQ(generate(*rt, long_prompt, o).tokens, generate_fresh(fresh, long_prompt, o).tokens);
+  EXPECT_EQ(uses_of(*rt).at("hidden rows"), 384 * row) << "300 + 64 rows, in whole passes";
+  EXPECT_EQ(uses_of(*rt).at("MTP hidden rows"), 384 * row);
+  rt->reset();
+  o.draft = DraftKind::Mtp;
+  GenerateOptions plain = o;
+  plain.draft = DraftKind::None;
+  EXPECT_EQ(generate(*rt, short_prompt, o).tokens, generate_fresh(fresh, short_prompt, plain).tokens);
 }
 
 TEST(CudaRows, DeviceMemoryShowsTheBuiltRows) {

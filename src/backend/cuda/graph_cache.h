@@ -45,6 +45,12 @@ class GraphCache {
   // graphs too).
   bool pdl_off_all() const { return pdl_off_all_; }
   int64_t kernels_launched() const { return kernels_launched_; }
+  // Drops every captured graph (a buffer they point to was replaced); the
+  // next replays capture again. The caller has waited for the stream.
+  void clear() {
+    graphs_.clear();
+    group_graph_ids_.clear();
+  }
 
   // Replays the graph for (kind, a, b), capturing `record` the first time; or
   // runs `record` directly when graphs are off (RuntimeOptions::cuda_graphs).

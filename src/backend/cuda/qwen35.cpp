@@ -158,7 +158,7 @@ void CudaQwen35::reset() {
 // group, so a group's total counts them once) and its own buffers.
 std::vector<MemoryUse> CudaQwen35::device_memory() const {
   std::map<std::string, uint64_t> sum;
-  for (const DeviceMemory* mem : {&w_->mem, &state_.mem, &ws_.mem, &lead_.mem})
+  for (const DeviceMemory* mem : {&w_->mem, &state_.mem, &ws_.mem, &ws_.hidden_mem, &lead_.mem})
     for (const auto& [what, bytes] : mem->by_use()) sum[what] += uint64_t(bytes);
   if (prefill_)
     for (const auto& [what, bytes] : prefill_->mem.by_use()) sum[what] += uint64_t(bytes);
@@ -223,15 +223,25 @@ void CudaQwen35::check_forward(std::span<const int32_t> tokens) const {
   if (T <= 0) fail("target_forward: no tokens");
   if (state_.length + T > max_tokens_)
     fail("sequence of {} tokens exceeds the cache capacity {}", state_.length + T, max_tokens_);
-  if (T > ws_.hidden_rows - kMaxRows) fail("target_forward: {} tokens exceed the hidden-row buffer", T);
   check_tokens(tokens);
 }
 
 void CudaQwen35::hold_kv(int positions) { state_.kv.hold(positions, stream_); }
 
+void CudaQwen35::hold_rows(int T) {
+  const int need = T + kMaxRows;
+  if (need <= ws_.hidden_rows) return;
+  // Once per sequence and longer forward: not a step's wait (not counted).
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  graphs_.clear();  // they hold the old rows' pointers
+  Allocator* const from = allocator_ ? *allocator_ : nullptr;  // null: cudaMalloc (the product)
+  ws_.grow_hidden((need + kMaxRows - 1) / kMaxRows * kMaxRows, from, stream_);
+}
+
 void CudaQwen35::target_forward(std::span<const int32_t> tokens) {
   check_forward(tokens);
   hold_kv(state_.length + int(tokens.size()));
+  hold_rows(int(tokens.size()));
   const int T = int(tokens.size());
   state_.forward_start = state_.length;
   int done = 0;

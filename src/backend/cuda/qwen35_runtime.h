@@ -246,6 +246,9 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
   // KV blocks for `positions` positions (target and MTP), their table
   // entries copied on this sequence's stream.
   void hold_kv(int positions);
+  // Hidden rows for a forward of T rows (and the MTP chain's beyond them):
+  // they grow, in whole passes, with the longest forward so far.
+  void hold_rows(int T);
   // One trunk forward over the slices' rows (qwen35_group.cpp): this
   // sequence is slices[0] (row 0); every slice has been check_forward'ed and
   // the rows add up to at most max_rows(). Each sequence ends as its own

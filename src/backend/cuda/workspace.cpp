@@ -29,8 +29,8 @@ Workspace::Workspace(const CudaQwen35Weights& w, const WorkspaceDims& dims, cons
   const size_t splitk_bytes = size_t(w.splitk_floats_for(R)) * 4;
   splitk = mem.alloc<float>(splitk_bytes, "split-K partials");
   CUDA_CHECK(cudaMemset(splitk, 0, splitk_bytes));  // the streamed kernel's tile counters start at zero
-  hidden = mem.alloc(size_t(hidden_rows) * H * as, "hidden rows");
-  mtp_hidden = mem.alloc(size_t(hidden_rows) * H * as, "MTP hidden rows");
+  hidden = hidden_mem.alloc(size_t(hidden_rows) * H * as, "hidden rows");
+  mtp_hidden = hidden_mem.alloc(size_t(hidden_rows) * H * as, "MTP hidden rows");
   CUDA_CHECK(cudaMemset(hidden, 0, size_t(hidden_rows) * H * as));
   CUDA_CHECK(cudaMemset(mtp_hidden, 0, size_t(hidden_rows) * H * as));
   mtp_src = mem.alloc(size_t(R) * H * as, "MTP inputs");
@@ -77,6 +77,23 @@ void Workspace::fetch(const void* src, size_t bytes, void* dst, cudaStream_t s) 
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
     wait(s);
   }
+}
+
+void Workspace::grow_hidden(int new_rows, Allocator* from, cudaStream_t s) {
+  if (new_rows <= hidden_rows) return;
+  const size_t row = size_t(H) * size_t(act_size(act)), old = size_t(hidden_rows) * row, grown = size_t(new_rows) * row;
+  DeviceMemory m;
+  void* h = m.alloc(grown, "hidden rows", from);
+  void* mh = m.alloc(grown, "MTP hidden rows", from);
+  CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(h) + old, 0, grown - old, s));
+  CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(mh) + old, 0, grown - old, s));
+  CUDA_CHECK(cudaMemcpyAsync(h, hidden, old, cudaMemcpyDeviceToDevice, s));
+  CUDA_CHECK(cudaMemcpyAsync(mh, mtp_hidden, old, cudaMemcpyDeviceToDevice, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));  // the old buffers are read: they go now
+  hidden_mem = std::move(m);
+  hidden = h;
+  mtp_hidden = mh;
+  hidden_rows = new_rows;
 }
 
 void Workspace::reset(cudaStream_t s) {

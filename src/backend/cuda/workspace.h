@@ -56,14 +56,19 @@ struct Workspace {
   // arguments, hidden rows, walk and head counters), in place; and h_head
   // (the caller has waited for the stream: no copy into it is in flight).
   void reset(cudaStream_t s);
+  // Room for `rows` hidden rows (and MTP hidden rows): new buffers from
+  // `from` (null: cudaMalloc) holding the old rows, on `s`. The caller has
+  // waited for the stream and drops what captured the old pointers (graphs).
+  void grow_hidden(int rows, Allocator* from, cudaStream_t s);
 
   DeviceMemory mem;
+  DeviceMemory hidden_mem;  // hidden and mtp_hidden, replaced as they grow
   int rows = 0;  // R
   int H = 0;
   Act act = Act::BF16;
   int proj_ld = 0;      // fp32 projections per row: max(q|gate + k + v, gate + up)
   int act_ld = 0;       // act inputs of o_proj / out_proj / down per row
-  int hidden_rows = 0;  // rows of hidden and mtp_hidden (workspace_dims)
+  int hidden_rows = 0;  // rows of hidden and mtp_hidden: the longest forward so far + R (grow_hidden)
 
   StepArgs* d_args = nullptr;        // [1]
   StepArgs* d_chain_args = nullptr;  // [2R]: per-step arguments of a chained mtp_draft

@@ -25,8 +25,9 @@ WorkspaceDims workspace_dims(const Qwen35Config& c, int max_tokens) {
   d.act_ld = checked_int(std::max({I, Hq * hd, vd}), "--backend cuda: activation row width");
   d.gdn_ld = checked_int(2 * kd + vd + vd + 2 * int64_t(c.linear_num_value_heads),
                          "--backend cuda: GDN projection row width (conv_dim + value_dim + 2 * linear_num_value_heads)");
-  d.hidden_rows = checked_int(std::max<int64_t>(max_tokens, int64_t(kWorkspaceRows)) + int64_t(kWorkspaceRows),
-                              "--backend cuda: hidden rows (max_tokens + 64)");
+  // A forward of up to 64 rows, and 64 more for the MTP chain's rows: a
+  // longer forward (a prompt chunk) grows them (Workspace::grow_hidden).
+  d.hidden_rows = 2 * kWorkspaceRows;
   return d;
 }
 
