@@ -40,6 +40,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/workspace_dims.h"
+#include "core/checked_int.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
@@ -229,13 +230,14 @@ void CudaQwen35::check_forward(std::span<const int32_t> tokens) const {
 void CudaQwen35::hold_kv(int positions) { state_.kv.hold(positions, stream_); }
 
 void CudaQwen35::hold_rows(int T) {
-  const int need = T + kMaxRows;
+  const int64_t need = int64_t(T) + kMaxRows;
   if (need <= ws_.hidden_rows) return;
+  const int rows = checked_int((need + kMaxRows - 1) / kMaxRows * kMaxRows, "--backend cuda: hidden rows (a forward + 64)");
   // Once per sequence and longer forward: not a step's wait (not counted).
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   graphs_.clear();  // they hold the old rows' pointers
   Allocator* const from = allocator_ ? *allocator_ : nullptr;  // null: cudaMalloc (the product)
-  ws_.grow_hidden((need + kMaxRows - 1) / kMaxRows * kMaxRows, from, stream_);
+  ws_.grow_hidden(rows, from, stream_);
 }
 
 void CudaQwen35::target_forward(std::span<const int32_t> tokens) {
