@@ -1,11 +1,16 @@
 // Shared by the engine tests (test_server_engine*.cpp, test_kv_pool.cpp): a
-// job's streamed events gathered until its final one; a metric's value.
+// job's streamed events gathered until its final one; jobs submitted by
+// concurrent clients; a metric's value.
 #pragma once
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "server/engine.h"
 #include "server/job.h"
 
 namespace nextn::server::engine_test {
@@ -29,6 +34,19 @@ inline Finished wait(Job& job) {
         return f;
       }
     }
+}
+
+// Every job submitted by a client thread of its own, all at once; their answers in order.
+inline std::vector<Finished> serve_all(Engine& engine, const std::vector<std::shared_ptr<Job>>& jobs) {
+  std::vector<Finished> got(jobs.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < jobs.size(); ++i)
+    clients.emplace_back([&, i] {
+      ASSERT_TRUE(engine.submit(jobs[i]));
+      got[i] = wait(*jobs[i]);
+    });
+  for (auto& c : clients) c.join();
+  return got;
 }
 
 // A metric's value as rendered ("name value"; -1 when absent).

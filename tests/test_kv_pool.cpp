@@ -13,6 +13,7 @@
 #include "engine/generate.h"
 #include "engine/step_loop.h"
 #include "engine_test_util.h"
+#include "kv_block_checks.h"
 #include "io/checkpoint.h"
 #include "model/batch_runtime.h"
 #include "model/kv_pool.h"
@@ -122,51 +123,14 @@ TEST(KvBlockPool, CpuSequencesReuseEachOthersBlocksExactly) {
 // sequence whose prompt fills its first block and a second sequence holding
 // the other, the first fails with "the KV cache is full" when it reaches
 // position 64, before anything of that step runs; the second's tokens equal
-// its solo run, and the failed slot, reset, holds nothing.
+// its solo run, and the failed slot, reset, holds nothing
+// (tests/kv_block_checks.h, shared with Gemma 4's two pools).
 TEST(KvBlockPool, ASequenceThatFindsThePoolFullFailsAlone) {
   const auto ckpt = Qwen35Checkpoint::open(kModel);
   auto group = make_sequence_group(ckpt, BackendKind::Cpu);
-  const std::vector<KvPoolUse> pools = group->kv_pools();
-  ASSERT_EQ(pools.size(), 1u);
-  KvBlockPool* pool = pools[0].pool;
-  pool->set_limit(2);
-  std::vector<int32_t> long_prompt, short_prompt = {1350, 7, 16, 17, 12};
-  for (int i = 0; i < 60; ++i) long_prompt.push_back(int32_t(11 + (i * 37) % 4000));
-  GenerateOptions o;
-  o.max_new_tokens = 30;
-  o.ignore_eos = true;
-  auto fresh = make_runtime(ckpt, BackendKind::Cpu, 128);
-  const auto want = generate(*fresh, short_prompt, o).tokens;
-
-  auto a = group->add_sequence(128), b = group->add_sequence(128);
-  StepLoop loop(*group);
-  const int ia = loop.add(*a, long_prompt, o), ib = loop.add(*b, short_prompt, o);
-  std::vector<StepLoop::Finished> done;
-  while (loop.running() > 0) {
-    loop.step();
-    for (auto& f : loop.take_finished()) done.push_back(std::move(f));
-  }
-  ASSERT_EQ(done.size(), 2u);
-  for (const auto& f : done) {
-    if (f.id == ia) {
-      ASSERT_TRUE(f.error);
-      try {
-        std::rethrow_exception(f.error);
-      } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("the KV cache is full"), std::string::npos) << e.what();
-      }
-      // Its caches held one full block (the prompt and every committed token
-      // but the last): the step that failed would have written position 64.
-      EXPECT_EQ(int(long_prompt.size()) + int(f.result.tokens.size()) - 1, kKvBlockTokens);
-    } else {
-      EXPECT_EQ(f.id, ib);
-      EXPECT_FALSE(f.error);
-      EXPECT_EQ(f.result.tokens, want);
-    }
-  }
-  EXPECT_EQ(a->target_length(), 0);  // the failed slot was reset
-  b->reset();
-  EXPECT_EQ(pool->stats().in_use, 0);
+  ASSERT_EQ(group->kv_pools().size(), 1u);
+  test::check_full_pool_fails_alone(*group, [&](int cap) { return make_runtime(ckpt, BackendKind::Cpu, cap); },
+                                    {1350, 7, 16, 17, 12});
 }
 
 // Six concurrent requests, a pool of four blocks and two blocks per request:
@@ -192,7 +156,6 @@ TEST(KvBlockPool, ServerAdmitsByFreeBlocksAndQueuesTheRest) {
   }
   server::Engine engine(ckpt, tokenizer, eo, metrics);
   std::vector<std::shared_ptr<server::Job>> jobs;
-  std::vector<server::engine_test::Finished> got(prompts.size());
   for (const auto& p : prompts) {
     server::CompletionRequest r;
     r.prompt = p;
@@ -201,13 +164,7 @@ TEST(KvBlockPool, ServerAdmitsByFreeBlocksAndQueuesTheRest) {
     r.ignore_eos = true;
     jobs.push_back(std::make_shared<server::Job>(r, tokenizer.encode(p)));
   }
-  std::vector<std::thread> clients;
-  for (size_t i = 0; i < prompts.size(); ++i)
-    clients.emplace_back([&, i] {
-      ASSERT_TRUE(engine.submit(jobs[i]));
-      got[i] = server::engine_test::wait(*jobs[i]);
-    });
-  for (auto& c : clients) c.join();
+  const std::vector<server::engine_test::Finished> got = server::engine_test::serve_all(engine, jobs);
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto ids = tokenizer.encode(prompts[i]);
     auto rt = make_runtime(ckpt, BackendKind::Cpu, int(ids.size()) + n + 8);

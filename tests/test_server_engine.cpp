@@ -92,15 +92,8 @@ TEST(ServerEngine, ConcurrentGreedyResponsesEqualGenerate) {
     eo.limits.queue_depth = 16;
     Engine engine(ckpt, tokenizer, eo, metrics);
     std::vector<std::shared_ptr<Job>> jobs;
-    std::vector<std::thread> clients;
-    std::vector<Finished> got(prompts.size());
     for (size_t i = 0; i < prompts.size(); ++i) jobs.push_back(greedy_job(tokenizer, prompts[i], 40));
-    for (size_t i = 0; i < prompts.size(); ++i)
-      clients.emplace_back([&, i] {
-        ASSERT_TRUE(engine.submit(jobs[i]));
-        got[i] = wait(*jobs[i]);
-      });
-    for (auto& c : clients) c.join();
+    const std::vector<Finished> got = engine_test::serve_all(engine, jobs);
     for (size_t i = 0; i < prompts.size(); ++i) {
       EXPECT_EQ(got[i].text, reference_text(ckpt, tokenizer, prompts[i], 40, draft))
           << draft_kind_name(draft) << " prompt " << i;

@@ -39,17 +39,7 @@ std::string plain_text(const Qwen35Checkpoint& ckpt, const tok::Tokenizer& t, co
 
 using engine_test::metric;
 
-std::vector<Finished> serve_all(Engine& engine, const std::vector<std::shared_ptr<Job>>& jobs) {
-  std::vector<Finished> got(jobs.size());
-  std::vector<std::thread> clients;
-  for (size_t i = 0; i < jobs.size(); ++i)
-    clients.emplace_back([&, i] {
-      ASSERT_TRUE(engine.submit(jobs[i]));
-      got[i] = wait(*jobs[i]);
-    });
-  for (auto& c : clients) c.join();
-  return got;
-}
+using engine_test::serve_all;
 
 TEST(ServerEngineAuto, ConcurrentGreedyAtChosenBlockSizesEqualsPlain) {
   const auto ckpt = Qwen35Checkpoint::open(kModel);

@@ -169,14 +169,7 @@ TEST(ServerEngineGemma4, AdmitsByTheFreeBlocksOfBothPoolsAndQueuesTheRest) {
   Engine engine(served.target.make_group(), tokenizer, eo, metrics);
   std::vector<std::shared_ptr<Job>> jobs;
   for (const auto& p : prompts) jobs.push_back(job_of(p, n, {.temperature = 0}));
-  std::vector<Finished> got(jobs.size());
-  std::vector<std::thread> clients;
-  for (size_t i = 0; i < jobs.size(); ++i)
-    clients.emplace_back([&, i] {
-      ASSERT_TRUE(engine.submit(jobs[i]));
-      got[i] = wait(*jobs[i]);
-    });
-  for (auto& c : clients) c.join();
+  const std::vector<Finished> got = engine_test::serve_all(engine, jobs);
   GenerateOptions o;
   o.max_new_tokens = n;
   o.ignore_eos = true;
