@@ -285,6 +285,39 @@ TEST_P(CudaBatch, RefusedReservationFailsOneSequenceAlone) {
   EXPECT_EQ(cuda::live_count(), base);
 }
 
+// A step of prompt chunks only (no head) waits for its chunk
+// (SequenceGroup::wait_for): one counted host sync in each such step, so the
+// device never falls behind the host by a queue of chunks; the tokens equal
+// the solo run at the same chunk size.
+TEST_P(CudaBatch, PromptOnlyStepsWaitForTheirChunk) {
+  NEXTN_REQUIRE_GPU();
+  const auto ck = Qwen35Checkpoint::open(GetParam());
+  const auto ref = test::load_reference(GetParam());
+  const std::vector<int32_t> prompt = test::cycled(ref.prompt, 150);
+  GenerateOptions o;
+  o.max_new_tokens = 4;
+  o.ignore_eos = true;
+  o.prefill_chunk = 40;  // chunks of 40, 40, 40, 30: three steps without a head
+  auto group = make_group(ck, false);
+  auto seq = group->add_sequence(256);
+  const RuntimeProbe* probe = find_probe(*seq);
+  ASSERT_NE(probe, nullptr);
+  StepLoop loop(*group);
+  const int id = loop.add(*seq, prompt, o);
+  for (int step = 0; step < 3; ++step) {
+    const int64_t before = probe->host_syncs();
+    loop.step();
+    EXPECT_EQ(probe->host_syncs() - before, 1) << "step " << step;
+  }
+  while (loop.running() > 0) loop.step();
+  std::vector<StepLoop::Finished> done = loop.take_finished();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].id, id);
+  ASSERT_FALSE(done[0].error);
+  auto alone = cuda_alone(ck, false)(256);
+  EXPECT_EQ(done[0].result.tokens, generate(*alone, prompt, o).tokens);
+}
+
 TEST_P(CudaBatch, OverrunAndBadTokenFailOneSequenceAlone) {
   NEXTN_REQUIRE_GPU();
   const auto ck = Qwen35Checkpoint::open(GetParam());

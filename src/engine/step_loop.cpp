@@ -265,6 +265,10 @@ void StepLoop::step() {
       }
     }
     if (!pairing.empty()) group_.mtp_forward_together(pairing, pairs);
+    // A step of prompt chunks only has no head to wait for its work: it waits
+    // here, so the device never runs chunks behind and a request that joins
+    // next step starts after this one chunk, not a queue of them.
+    if (std::all_of(runs_.begin(), runs_.end(), [](const auto& r) { return r->mid_prompt; })) group_.wait_for(seqs);
     for (auto& run : runs_) {
       Run& r = *run;
       if (!r.mtp || r.done || r.mtp_pairs.empty()) continue;

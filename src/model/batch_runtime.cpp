@@ -83,6 +83,8 @@ void SequenceGroup::mtp_forward_together(std::span<ModelRuntime* const> sequence
   }
 }
 
+void SequenceGroup::wait_for(std::span<ModelRuntime* const>) {}
+
 void SequenceGroup::rollback_together(std::span<ModelRuntime* const> sequences, std::span<const int> keep) {
   check_lists(sequences.size(), keep.size(), "rollback_together");
   for (size_t i = 0; i < sequences.size(); ++i) {

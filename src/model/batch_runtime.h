@@ -94,6 +94,12 @@ class SequenceGroup {
   // every call is checked before any sequence changes. The default runs
   // them one after another, one launch each (CUDA: one launch for all).
   virtual void rollback_together(std::span<ModelRuntime* const> sequences, std::span<const int> keep);
+  // Waits until the device has run the work queued for `sequences` (a step
+  // without a head, only prompt chunks: nothing else would wait for them,
+  // and the host would queue chunk after chunk ahead of the device, which a
+  // request joining later then waits behind). The default does nothing: the
+  // CPU backend's calls return when their work is done.
+  virtual void wait_for(std::span<ModelRuntime* const> sequences);
 
   StepWork step_work() const { return step_work_; }
   // The pools the sequences' KV blocks come from (model/kv_pool.h), which

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/check.h"
 #include "backend/cuda/gemma4.h"
 #include "backend/cuda/gemma4_runtime.h"
 #include "core/error.h"
@@ -29,6 +30,8 @@ class CudaGemma4Group final : public SequenceGroup {
   int max_sequences() const override { return kMaxRows; }  // a decode row of each fits one pass
   bool shares_forwards() const override { return true; }
   std::vector<KvPoolUse> kv_pools() override { return model_->kv_pools(); }
+  // Every sequence's passes run on the model's one stream.
+  void wait_for(std::span<ModelRuntime* const>) override { CUDA_CHECK(cudaStreamSynchronize(model_->stream)); }
   std::unique_ptr<ModelRuntime> add_sequence(int max_tokens) override {
     check_gemma4_capacity(dir_, model_->cfg, max_tokens);
     return std::make_unique<CudaGemma4>(model_, max_tokens);

@@ -204,6 +204,15 @@ void CudaQwen35::rollback_group(std::span<CudaQwen35* const> seqs, std::span<con
     if (replay[i] >= 0) seqs[i]->rollback_bookkeeping(keep[i], replay[i]);
 }
 
+void CudaQwen35::wait_with(std::span<CudaQwen35* const> others) {
+  for (CudaQwen35* q : others)
+    if (q != this) {
+      CUDA_CHECK(cudaEventRecord(q->group_event_, q->stream_));
+      CUDA_CHECK(cudaStreamWaitEvent(stream_, q->group_event_, 0));
+    }
+  ws_.wait(stream_);
+}
+
 void CudaQwen35::join_streams(std::span<CudaQwen35* const> others) {
   CUDA_CHECK(cudaEventRecord(group_event_, stream_));
   for (CudaQwen35* q : others)
@@ -295,6 +304,11 @@ class CudaSequenceGroup final : public SequenceGroup {
   void forward_together(std::span<ModelRuntime* const> sequences,
                         std::span<const std::span<const int32_t>> tokens) override;
   void head_argmax_together(std::span<const SequenceRows> rows, int32_t* out) override;
+  void wait_for(std::span<ModelRuntime* const> sequences) override {
+    if (sequences.empty()) return;
+    const std::vector<CudaQwen35*> seqs = members(sequences, "wait_for");
+    seqs[0]->wait_with(seqs);
+  }
   void mtp_forward_together(std::span<ModelRuntime* const> sequences,
                             std::span<const std::span<const int32_t>> next_tokens) override;
   void mtp_draft_together(std::span<ModelRuntime* const> sequences, std::span<const int> n, int32_t* out) override;

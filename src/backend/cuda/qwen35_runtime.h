@@ -260,6 +260,8 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
   // then waits for it too, and no backlog of chunks builds up for the
   // prompt's first head to meet.
   void join_streams(std::span<CudaQwen35* const> others);
+  // One host wait (counted) for the work queued on this stream and the others'.
+  void wait_with(std::span<CudaQwen35* const> others);
   // The LM-head argmax of rows[i] of seqs[i] for every i in one projection
   // on this sequence's (the lead's, seqs[0]'s) workspace and stream
   // (qwen35_group.cpp): the rows are copied into the lead's head input, so
