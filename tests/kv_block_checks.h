@@ -49,7 +49,9 @@ inline void check_kv_blocks_follow_use(SequenceGroup& group, const RuntimeMaker&
     SCOPED_TRACE(u.name);
     EXPECT_EQ(u.pool->stats().in_use, u.blocks_for(positions)) << positions << " positions";
     allocated.push_back(u.pool->stats().allocated);
-    if (u.ring_blocks > 0) EXPECT_LT(u.blocks_for(positions), kv_blocks_for(positions)) << "the ring did not wrap";
+    if (u.ring_blocks > 0) {
+      EXPECT_LT(u.blocks_for(positions), kv_blocks_for(positions)) << "the ring did not wrap";
+    }
   }
   first->reset();
   EXPECT_EQ(pools_in_use(pools), std::vector<int>(pools.size(), 0)) << "held after reset";
