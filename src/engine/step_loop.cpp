@@ -477,30 +477,29 @@ void StepLoop::draft_next(std::span<Run* const> runs) {
   // The greedy drafters' proposals (a run's own drafter, or the oracle's
   // cost drafter, whose tokens are dropped): drafters with equal batch keys
   // in one propose_together call, the others alone.
-  std::vector<std::pair<const void*, std::vector<Run*>>> batches;
+  struct Batch {
+    const void* key = nullptr;  // null: a drafter alone
+    std::vector<Drafter*> drafters;
+    std::vector<int> counts;
+    std::vector<std::vector<int32_t>*> outs;
+  };
+  std::vector<Batch> batches;
   for (Run* r : runs) {
     if (!r->speculative || r->drafts.empty()) continue;
     Drafter* d = r->oracle ? r->cost_drafter.get() : r->greedy ? r->drafter.get() : nullptr;
     if (d == nullptr) continue;
     const void* key = d->batch_key();
-    auto it = std::find_if(batches.begin(), batches.end(), [&](const auto& b) { return key != nullptr && b.first == key; });
-    if (it == batches.end()) batches.push_back({key, {r}});
-    else it->second.push_back(r);
+    auto it = std::find_if(batches.begin(), batches.end(), [&](const Batch& b) { return key != nullptr && b.key == key; });
+    if (it == batches.end()) it = batches.insert(batches.end(), Batch{key, {}, {}, {}});
+    it->drafters.push_back(d);
+    it->counts.push_back(int(r->drafts.size()));
+    it->outs.push_back(r->oracle ? &r->cost_drafts : &r->drafts);
   }
-  for (auto& [key, members] : batches) {
-    std::vector<Drafter*> drafters;
-    std::vector<int> counts;
-    std::vector<std::vector<int32_t>*> outs;
-    for (Run* r : members) {
-      const int n = int(r->drafts.size());
-      drafters.push_back(r->oracle ? r->cost_drafter.get() : r->drafter.get());
-      counts.push_back(n);
-      outs.push_back(r->oracle ? &r->cost_drafts : &r->drafts);
-    }
-    drafters[0]->propose_together(drafters, counts, outs);
-    for (size_t i = 0; i < members.size(); ++i)
-      if (int(outs[i]->size()) != counts[i])
-        fail("internal: drafter {} proposed {} of {} tokens", drafters[i]->name(), outs[i]->size(), counts[i]);
+  for (Batch& b : batches) {
+    b.drafters[0]->propose_together(b.drafters, b.counts, b.outs);
+    for (size_t i = 0; i < b.drafters.size(); ++i)
+      if (int(b.outs[i]->size()) != b.counts[i])
+        fail("internal: drafter {} proposed {} of {} tokens", b.drafters[i]->name(), b.outs[i]->size(), b.counts[i]);
   }
   for (Run* r : runs) {
     if (r->speculative) {

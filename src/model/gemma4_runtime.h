@@ -2,14 +2,37 @@
 // with a separate assistant checkpoint, so mtp() stays nullptr), and the
 // positions of the caches that a rollback moves back (the backend restores the caches themselves).
 #pragma once
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "core/error.h"
+#include "model/kv_pool.h"
 #include "model/gemma4_target.h"
 #include "model/runtime.h"
 
 namespace nextn {
+
+// The KV cache in blocks, as both backends lay it out (docs/gemma4.md, "The
+// sliding-window cache and rollback"): a block of one kind holds
+// kKvBlockTokens positions (full-attention layers) or ring slots (sliding
+// layers) of every layer of that kind, in layer order, each layer's keys
+// [kKvBlockTokens][kv_heads * head_dim] then its values, as floats.
+struct Gemma4KvLayout {
+  std::vector<size_t> k_at;                 // per layer: floats from its kind's block start to its keys
+  size_t full_floats = 0, ring_floats = 0;  // per block of each kind; 0: no layer of that kind
+};
+Gemma4KvLayout gemma4_kv_layout(const Gemma4TextConfig& cfg);
+// A sliding layer's ring in a sequence of max_tokens positions: the window
+// and one pass of pass_rows rows more (what a forward may overwrite).
+inline int gemma4_ring_slots(const Gemma4TextConfig& cfg, int max_tokens, int pass_rows) {
+  return std::min(max_tokens, cfg.sliding_window + 1 + pass_rows);
+}
+// The group's two pools as admission counts them (null: no layer of that kind).
+std::vector<KvPoolUse> gemma4_kv_pools(const Gemma4TextConfig& cfg, int pass_rows, KvBlockPool* full,
+                                       KvBlockPool* ring);
 
 class Gemma4Runtime : public ModelRuntime, public Gemma4Target {
  public:

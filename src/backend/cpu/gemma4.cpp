@@ -49,21 +49,16 @@ Gemma4Model::Gemma4Model(const Gemma4Checkpoint& ck, const CpuRuntimeOptions& op
   embed_scale = ck.embed_scale();
   final_norm = ck.vector(ck.stored("norm.weight"), H);
   for (int i = 0; i < cfg.num_hidden_layers; ++i) layers.push_back(cpu::load_gemma4_layer(ck, i, true));
-  size_t full_floats = 0, ring_floats = 0;  // per block
-  for (const Gemma4Layer& L : layers) {
-    size_t& at = L.spec.sliding ? ring_floats : full_floats;
-    kv_at.push_back(at);
-    at += 2 * size_t(kKvBlockTokens) * size_t(L.spec.kv_heads) * size_t(L.spec.head_dim);
-  }
-  if (full_floats > 0) full_pool = std::make_unique<KvBlockPool>(full_floats * sizeof(float), 4, host_allocator());
-  if (ring_floats > 0) ring_pool = std::make_unique<KvBlockPool>(ring_floats * sizeof(float), 4, host_allocator());
+  const Gemma4KvLayout layout = gemma4_kv_layout(cfg);
+  kv_at = layout.k_at;
+  if (layout.full_floats > 0)
+    full_pool = std::make_unique<KvBlockPool>(layout.full_floats * sizeof(float), 4, host_allocator());
+  if (layout.ring_floats > 0)
+    ring_pool = std::make_unique<KvBlockPool>(layout.ring_floats * sizeof(float), 4, host_allocator());
 }
 
 std::vector<KvPoolUse> Gemma4Model::kv_pools() const {
-  std::vector<KvPoolUse> uses;
-  if (full_pool) uses.push_back({"full_attention", full_pool.get()});
-  if (ring_pool) uses.push_back({"sliding_window", ring_pool.get(), kv_blocks_for(ring_slots(INT32_MAX))});
-  return uses;
+  return gemma4_kv_pools(cfg, kMaxRows, full_pool.get(), ring_pool.get());
 }
 
 void Gemma4Model::check_capacity(int max_tokens) const {
@@ -147,7 +142,7 @@ void Gemma4Model::attention(const Gemma4Layer& L, std::span<const Segment> segs,
 CpuGemma4::CpuGemma4(std::shared_ptr<Gemma4Model> model, int max_tokens)
     : Gemma4Runtime(max_tokens, kMaxRows), m_(std::move(model)) {
   m_->check_capacity(max_tokens);
-  ring_slots_ = m_->ring_slots(max_tokens);
+  ring_slots_ = gemma4_ring_slots(m_->cfg, max_tokens, kMaxRows);
   full_blocks_.reserve(size_t(kv_blocks_for(max_tokens)));
   ring_blocks_.reserve(size_t(kv_blocks_for(ring_slots_)));
   for (size_t i = 0; i < m_->layers.size(); ++i) {

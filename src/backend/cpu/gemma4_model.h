@@ -77,8 +77,6 @@ struct Gemma4Model {
   }
   cpu::HeadThreads head_threads() { return {&pool, min_chunk_work}; }
 
-  // The ring slots of a sliding layer in a sequence of max_tokens positions.
-  int ring_slots(int max_tokens) const { return std::min(max_tokens, cfg.sliding_window + 1 + kMaxRows); }
   // The pools of the full layers' blocks and of the sliding rings' (null
   // where no layer is of that kind), and their use (model/kv_pool.h).
   std::vector<KvPoolUse> kv_pools() const;

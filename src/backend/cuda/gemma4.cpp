@@ -121,15 +121,11 @@ CudaGemma4Model::CudaGemma4Model(const Gemma4Checkpoint& ck, const RuntimeOption
   embed_scale = ck.embed_scale();
   final_norm = upload_floats(ck.vector(ck.stored("norm.weight"), H), "norms");
   for (int i = 0; i < cfg.num_hidden_layers; ++i) layers.push_back(load_layer(ck, i));
-  size_t full_floats = 0, ring_floats = 0;  // per KV block
-  for (const Gemma4DevLayer& L : layers) {
-    size_t& at = L.spec.sliding ? ring_floats : full_floats;
-    kv_at.push_back(at);
-    at += 2 * size_t(kKvBlockTokens) * size_t(L.spec.kv_heads) * size_t(L.spec.head_dim);
-  }
+  const Gemma4KvLayout layout = gemma4_kv_layout(cfg);
+  kv_at = layout.k_at;
   // Arenas of 4 blocks: the 31B's sliding block is 100 MiB (50 layers of 64 positions).
-  if (full_floats > 0) full_pool = std::make_shared<KvBlockPool>(full_floats * 4, 4, device_allocator());
-  if (ring_floats > 0) ring_pool = std::make_shared<KvBlockPool>(ring_floats * 4, 4, device_allocator());
+  if (layout.full_floats > 0) full_pool = std::make_shared<KvBlockPool>(layout.full_floats * 4, 4, device_allocator());
+  if (layout.ring_floats > 0) ring_pool = std::make_shared<KvBlockPool>(layout.ring_floats * 4, 4, device_allocator());
 
   // workspace
   const int R = kMaxRows;
@@ -172,14 +168,11 @@ CudaGemma4Model::~CudaGemma4Model() {
 }
 
 int CudaGemma4Model::slots(const Gemma4LayerSpec& spec, int max_tokens) const {
-  return spec.sliding ? std::min(max_tokens, cfg.sliding_window + 1 + kMaxRows) : max_tokens;
+  return spec.sliding ? gemma4_ring_slots(cfg, max_tokens, kMaxRows) : max_tokens;
 }
 
 std::vector<KvPoolUse> CudaGemma4Model::kv_pools() const {
-  std::vector<KvPoolUse> uses;
-  if (full_pool) uses.push_back({"full_attention", full_pool.get()});
-  if (ring_pool) uses.push_back({"sliding_window", ring_pool.get(), kv_blocks_for(cfg.sliding_window + 1 + kMaxRows)});
-  return uses;
+  return gemma4_kv_pools(cfg, kMaxRows, full_pool.get(), ring_pool.get());
 }
 
 std::shared_ptr<CudaAssistant> CudaGemma4Model::assistant(const Gemma4Checkpoint& ck) {

@@ -19,7 +19,7 @@ namespace nextn::cuda {
 CudaGemma4::CudaGemma4(std::shared_ptr<CudaGemma4Model> model, int max_tokens)
     : Gemma4Runtime(max_tokens, kMaxRows), m_(std::move(model)) {
   const CudaGemma4Model& m = *m_;
-  ring_slots_ = std::min(max_tokens, m.cfg.sliding_window + 1 + kMaxRows);
+  ring_slots_ = gemma4_ring_slots(m.cfg, max_tokens, kMaxRows);
   full_kv_ = KvTable(m.full_pool, max_tokens, mem_);
   ring_kv_ = KvTable(m.ring_pool, ring_slots_, mem_);
   for (size_t i = 0; i < m.layers.size(); ++i) {
