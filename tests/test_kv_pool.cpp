@@ -80,6 +80,52 @@ TEST(KvBlockPool, GrowsByArenasReusesBlocksAndStopsAtItsLimit) {
   EXPECT_EQ(alloc.refused.size(), 1u);
 }
 
+// A block table takes blocks as its positions grow, never moves its data
+// (the layer views read it in place), gives every block back on release and
+// on destruction, keeps what it took when the pool refuses part way, and
+// refuses positions past its capacity.
+TEST(KvBlockTable, GrowsInPlaceAndGivesEveryBlockBack) {
+  test::RefusingAllocator alloc(host_allocator());
+  KvBlockPool pool(256, 2, alloc);
+  {
+    KvBlockTable table(&pool, 300, "test blocks");
+    void* const* data = table.data();
+    table.hold(1);
+    EXPECT_EQ(table.blocks(), 1);
+    table.hold(64);
+    EXPECT_EQ(table.blocks(), 1);
+    table.hold(65);
+    EXPECT_EQ(table.blocks(), 2);
+    EXPECT_EQ(table.bytes_held(), 512u);
+    table.hold(300);
+    EXPECT_EQ(table.blocks(), 5);
+    EXPECT_EQ(table.data(), data);
+    EXPECT_THROW(table.hold(321), Error);  // past its 5 blocks' capacity
+    EXPECT_EQ(pool.stats().in_use, 5);
+    table.release();
+    EXPECT_EQ(pool.stats().in_use, 0);
+
+    pool.set_limit(6);
+    KvBlockTable other(&pool, 640, "test blocks");
+    table.hold(128);
+    try {
+      other.hold(640);
+      ADD_FAILURE() << "held 10 blocks of a 6-block pool";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("test blocks"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(other.blocks(), 4);  // what it took before the refusal, given back with it
+    KvBlockTable moved(std::move(other));
+    EXPECT_EQ(moved.blocks(), 4);
+    EXPECT_EQ(other.blocks(), 0);
+  }
+  EXPECT_EQ(pool.stats().in_use, 0);
+  KvBlockTable none(nullptr, 640, "no pool");
+  none.hold(640);
+  EXPECT_EQ(none.blocks(), 0);
+  EXPECT_EQ(none.bytes_held(), 0u);
+}
+
 // A sequence of 150 positions spans three blocks; after it is reset, a new
 // sequence takes its blocks (most recently given first, so in another order
 // than the first sequence held them) and answers what a fresh runtime does.

@@ -1,6 +1,7 @@
 #include "model/kv_pool.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/error.h"
 
@@ -65,6 +66,40 @@ void KvBlockPool::unpromise(int blocks) noexcept {
 KvPoolStats KvBlockPool::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return {block_bytes_, limit_, allocated_, in_use_, promised_};
+}
+
+KvBlockTable::KvBlockTable(KvBlockPool* pool, int max_positions, const char* what) : pool_(pool), what_(what) {
+  if (pool_) blocks_.reserve(size_t(std::max(0, kv_blocks_for(max_positions))));
+}
+
+KvBlockTable::KvBlockTable(KvBlockTable&& o) noexcept
+    : pool_(std::exchange(o.pool_, nullptr)), what_(o.what_), blocks_(std::move(o.blocks_)) {
+  o.blocks_.clear();
+}
+
+KvBlockTable& KvBlockTable::operator=(KvBlockTable&& o) noexcept {
+  if (this != &o) {
+    release();
+    pool_ = std::exchange(o.pool_, nullptr);
+    what_ = o.what_;
+    blocks_ = std::move(o.blocks_);
+    o.blocks_.clear();
+  }
+  return *this;
+}
+
+void KvBlockTable::hold(int positions) {
+  if (!pool_) return;
+  const int need = kv_blocks_for(positions);
+  if (size_t(need) > blocks_.capacity())
+    fail("internal: {} positions past the block table's {}", positions, blocks_.capacity() * kKvBlockTokens);
+  while (blocks() < need) blocks_.push_back(pool_->take(what_));
+}
+
+void KvBlockTable::release() noexcept {
+  if (pool_)
+    for (void* b : blocks_) pool_->give(b);
+  blocks_.clear();
 }
 
 bool promise_positions(const std::vector<KvPoolUse>& pools, int positions) {

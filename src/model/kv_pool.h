@@ -93,6 +93,38 @@ struct KvPoolUse {
   }
 };
 
+// A sequence's blocks of one pool, in order: block b holds positions (a
+// ring: slots) [64b, 64b + 64). Its capacity is fixed when it is made, so
+// data() never moves and the backends' layer views read it in place.
+class KvBlockTable {
+ public:
+  KvBlockTable() = default;
+  // Room for `max_positions` positions of `pool` (null: a table that holds
+  // nothing, for a model without such layers); `what` names the blocks in
+  // the pool's errors.
+  KvBlockTable(KvBlockPool* pool, int max_positions, const char* what);
+  KvBlockTable(KvBlockTable&& o) noexcept;
+  KvBlockTable& operator=(KvBlockTable&& o) noexcept;
+  ~KvBlockTable() { release(); }
+
+  // Takes blocks until `positions` positions are held. Throws Error where
+  // the pool refuses; the blocks taken before stay held (release gives them
+  // back).
+  void hold(int positions);
+  // Every block back to the pool.
+  void release() noexcept;
+
+  int blocks() const { return int(blocks_.size()); }
+  void* block(int i) const { return blocks_[size_t(i)]; }
+  void* const* data() const { return blocks_.data(); }
+  size_t bytes_held() const { return pool_ ? blocks_.size() * pool_->block_bytes() : 0; }
+
+ private:
+  KvBlockPool* pool_ = nullptr;
+  const char* what_ = "";
+  std::vector<void*> blocks_;  // capacity: the most blocks
+};
+
 // Admission over a group's pools: the blocks of `positions` promised on
 // every pool, or on none (false).
 bool promise_positions(const std::vector<KvPoolUse>& pools, int positions);

@@ -143,12 +143,12 @@ CpuGemma4::CpuGemma4(std::shared_ptr<Gemma4Model> model, int max_tokens)
     : Gemma4Runtime(max_tokens, kMaxRows), m_(std::move(model)) {
   m_->check_capacity(max_tokens);
   ring_slots_ = gemma4_ring_slots(m_->cfg, max_tokens, kMaxRows);
-  full_blocks_.reserve(size_t(kv_blocks_for(max_tokens)));
-  ring_blocks_.reserve(size_t(kv_blocks_for(ring_slots_)));
+  full_kv_ = KvBlockTable(m_->full_pool.get(), max_tokens, "the KV cache");
+  ring_kv_ = KvBlockTable(m_->ring_pool.get(), ring_slots_, "the sliding-window KV cache");
   for (size_t i = 0; i < m_->layers.size(); ++i) {
     const Gemma4LayerSpec& spec = m_->layers[i].spec;
     LayerKv kv;
-    kv.blocks = spec.sliding ? ring_blocks_.data() : full_blocks_.data();
+    kv.blocks = spec.sliding ? ring_kv_.data() : full_kv_.data();
     kv.row = size_t(spec.kv_heads) * size_t(spec.head_dim);
     kv.k_at = m_->kv_at[i];
     kv.v_at = kv.k_at + size_t(kKvBlockTokens) * kv.row;
@@ -160,23 +160,16 @@ CpuGemma4::CpuGemma4(std::shared_ptr<Gemma4Model> model, int max_tokens)
 void CpuGemma4::hold_forward(int T) {
   // Within the reserved capacities: the tables' data (what kv_ points to) never moves.
   const int positions = length_ + T;
-  while (int(full_blocks_.size()) * kKvBlockTokens < positions && m_->full_pool)
-    full_blocks_.push_back(static_cast<float*>(m_->full_pool->take("the KV cache")));
-  while (int(ring_blocks_.size()) * kKvBlockTokens < std::min(positions, ring_slots_) && m_->ring_pool)
-    ring_blocks_.push_back(static_cast<float*>(m_->ring_pool->take("the sliding-window KV cache")));
+  full_kv_.hold(positions);
+  ring_kv_.hold(std::min(positions, ring_slots_));
   hidden_.reserve(size_t(T) * size_t(m_->cfg.hidden_size));
-}
-
-void CpuGemma4::release_kv() noexcept {
-  for (float* b : full_blocks_) m_->full_pool->give(b);
-  for (float* b : ring_blocks_) m_->ring_pool->give(b);
-  full_blocks_.clear();
-  ring_blocks_.clear();
 }
 
 void CpuGemma4::reset() {
   clear_positions();
-  release_kv();  // blocks back to the pools: their slots are written before they are read
+  // Blocks back to the pools: their slots are written before they are read.
+  full_kv_.release();
+  ring_kv_.release();
   hidden_.clear();
   head_work_ = HeadWork{};
 }

@@ -36,17 +36,15 @@ constexpr int kMaxRows = 64;
 // block holds, per layer of its kind in order, keys [kKvBlockTokens][row]
 // then values.
 struct LayerKv {
-  float* const* blocks = nullptr;  // the sequence's table for this layer's kind
-  size_t k_at = 0, v_at = 0;       // floats from a block's start to this layer's keys, values
-  size_t row = 0;                  // floats per position: kv_heads * head_dim
+  void* const* blocks = nullptr;  // the sequence's table for this layer's kind (KvBlockTable::data)
+  size_t k_at = 0, v_at = 0;      // floats from a block's start to this layer's keys, values
+  size_t row = 0;                 // floats per position: kv_heads * head_dim
   int slots = 0;
-  float* key(int pos) const {
+  float* key(int pos) const { return at(pos) + k_at; }
+  float* value(int pos) const { return at(pos) + v_at; }
+  float* at(int pos) const {
     const int s = pos % slots;
-    return blocks[s / kKvBlockTokens] + k_at + size_t(s % kKvBlockTokens) * row;
-  }
-  float* value(int pos) const {
-    const int s = pos % slots;
-    return blocks[s / kKvBlockTokens] + v_at + size_t(s % kKvBlockTokens) * row;
+    return static_cast<float*>(blocks[s / kKvBlockTokens]) + size_t(s % kKvBlockTokens) * row;
   }
 };
 
@@ -98,7 +96,7 @@ struct Gemma4Model {
 class CpuGemma4 final : public Gemma4Runtime, public VerifyHeadArms {
  public:
   CpuGemma4(std::shared_ptr<Gemma4Model> model, int max_tokens);
-  ~CpuGemma4() override { release_kv(); }
+  ~CpuGemma4() override = default;
 
   ModelInfo info() const override { return m_->info; }
   const char* backend_name() const override { return "cpu"; }
@@ -137,11 +135,10 @@ class CpuGemma4 final : public Gemma4Runtime, public VerifyHeadArms {
   const float* cached(int layer, int pos, bool key) const;
   // Gemma4Runtime::hold_forward (rings: blocks up to their slots).
   void hold_forward(int T) override;
-  void release_kv() noexcept;
 
   std::shared_ptr<Gemma4Model> m_;
-  // The KV block tables, reserved at their most blocks (kv_ points into them).
-  std::vector<float*> full_blocks_, ring_blocks_;
+  // The KV block tables of the full layers and the sliding rings (kv_ reads them in place).
+  KvBlockTable full_kv_, ring_kv_;
   int ring_slots_ = 0;
   std::vector<LayerKv> kv_;    // per layer
   std::vector<float> hidden_;  // [last_T][H], post final norm

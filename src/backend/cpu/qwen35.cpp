@@ -106,6 +106,7 @@ CpuModel::CpuModel(const Qwen35Config& rank_config, const CpuRuntimeOptions& opt
 CpuQwen35::CpuQwen35(std::shared_ptr<CpuModel> model, int max_tokens)
     : m_(std::move(model)),
       max_tokens_(max_tokens),
+      kv_(m_->kv_layers() > 0 ? &m_->kv_pool() : nullptr, max_tokens, "the KV cache"),
       hidden_(RowAlloc<float>(&m_->allocator, "hidden rows")),
       mtp_hidden_(RowAlloc<float>(&m_->allocator, "MTP hidden rows")),
       draft_vocab_(m_->cfg.vocab_size) {
@@ -121,12 +122,7 @@ CpuQwen35::CpuQwen35(std::shared_ptr<CpuModel> model, int max_tokens)
   }
 }
 
-CpuQwen35::~CpuQwen35() { release_kv(); }
-
-void CpuQwen35::release_kv() {
-  for (float* b : kv_blocks_) m_->kv_pool().give(b);
-  kv_blocks_.clear();
-}
+CpuQwen35::~CpuQwen35() = default;
 
 KvBlockPool& CpuModel::kv_pool() {
   if (!kv_pool_) {
@@ -143,22 +139,16 @@ int CpuModel::kv_layers() const {
   return n;
 }
 
-KvLayer CpuModel::kv_layer(const std::vector<float*>& blocks, int index) const {
+KvLayer CpuModel::kv_layer(const KvBlockTable& blocks, int index) const {
   const size_t row = size_t(cfg.num_key_value_heads) * size_t(cfg.head_dim);
   const size_t k_at = size_t(index) * 2 * kKvBlockTokens * row;
   return KvLayer{blocks.data(), k_at, k_at + kKvBlockTokens * row, row};
 }
 
-void CpuQwen35::hold_kv(int positions) {
-  if (m_->kv_layers() == 0) return;  // no attention layer: no cache
-  while (int(kv_blocks_.size()) * kKvBlockTokens < positions)
-    kv_blocks_.push_back(static_cast<float*>(m_->kv_pool().take("the KV cache")));
-}
-
 void CpuQwen35::reset() {
   // The KV blocks go back to the pool (their rows are written before they
   // are read); the GDN states are read from position 0 and must be zero again.
-  release_kv();
+  kv_.release();
   for (GdnState& st : gdn_) {
     std::fill(st.conv.begin(), st.conv.end(), 0.0f);
     std::fill(st.S.begin(), st.S.end(), 0.0f);
@@ -189,7 +179,7 @@ void CpuQwen35::check_forward(std::span<const int32_t> tokens) {
   if (T <= 0) fail("target_forward: no tokens");
   if (length_ + T > max_tokens_) fail("sequence of {} tokens exceeds the cache capacity {}", length_ + T, max_tokens_);
   m_->check_tokens(tokens);
-  hold_kv(length_ + T);
+  kv_.hold(length_ + T);
 }
 
 void CpuQwen35::reserve_step(std::span<const int32_t> tokens, int mtp_end) {
@@ -197,7 +187,7 @@ void CpuQwen35::reserve_step(std::span<const int32_t> tokens, int mtp_end) {
   if (mtp_end > 0 && !m_->has_mtp)
     fail("this checkpoint has no MTP head (mtp_num_hidden_layers is 0 and no mtp.layers.* tensors)");
   if (mtp_end > max_tokens_) fail("MTP cache capacity {} exceeded ({} entries)", max_tokens_, mtp_end);
-  hold_kv(mtp_end);
+  kv_.hold(mtp_end);
   reserve_rows(int(tokens.size()), mtp_end > 0);
 }
 
@@ -252,7 +242,7 @@ void CpuQwen35::forward_together(std::span<CpuQwen35* const> seqs, std::span<con
   for (size_t i = 0, kv_index = 0; i < m.layers.size(); kv_index += m.layers[i].full ? 1 : 0, ++i) {
     for (size_t s = 0; s < seqs.size(); ++s) {
       CpuQwen35& q = *seqs[s];
-      if (m.layers[i].full) segs[s].kv = m.kv_layer(q.kv_blocks_, int(kv_index));
+      if (m.layers[i].full) segs[s].kv = m.kv_layer(q.kv_, int(kv_index));
       segs[s].gdn = m.layers[i].full ? nullptr : &q.gdn_[i];
       if (segs[s].gdn && segs[s].T > 1) {  // snapshot for rollback
         segs[s].gdn->conv_before.assign(segs[s].gdn->conv.begin(), segs[s].gdn->conv.end());

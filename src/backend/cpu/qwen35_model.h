@@ -75,11 +75,14 @@ std::shared_ptr<CpuModel> load_tensor_parallel_rank(const Qwen35Checkpoint& ck, 
 // then the MTP layer, keys [kKvBlockTokens][kv_heads][head_dim] then values
 // (CpuModel::kv_layer). Rows are written before they are read.
 struct KvLayer {
-  float* const* blocks = nullptr;  // the sequence's block table
-  size_t k_at = 0, v_at = 0;       // floats from a block's start to this layer's keys, values
-  size_t row = 0;                  // floats per position: kv_heads * head_dim
-  float* key(int pos) const { return blocks[pos / kKvBlockTokens] + k_at + size_t(pos % kKvBlockTokens) * row; }
-  float* value(int pos) const { return blocks[pos / kKvBlockTokens] + v_at + size_t(pos % kKvBlockTokens) * row; }
+  void* const* blocks = nullptr;  // the sequence's block table (KvBlockTable::data)
+  size_t k_at = 0, v_at = 0;      // floats from a block's start to this layer's keys, values
+  size_t row = 0;                 // floats per position: kv_heads * head_dim
+  float* key(int pos) const { return at(pos) + k_at; }
+  float* value(int pos) const { return at(pos) + v_at; }
+  float* at(int pos) const {
+    return static_cast<float*>(blocks[pos / kKvBlockTokens]) + size_t(pos % kKvBlockTokens) * row;
+  }
 };
 
 // A sequence's buffer that grows with its rows: its blocks come from the
@@ -176,7 +179,7 @@ struct CpuModel {
   KvBlockPool& kv_pool();
   int kv_layers() const;  // attention layers, plus the MTP layer
   // Attention layer `index` (the MTP layer: kv_layers() - 1) in `blocks`.
-  KvLayer kv_layer(const std::vector<float*>& blocks, int index) const;
+  KvLayer kv_layer(const KvBlockTable& blocks, int index) const;
   MatrixPtr embed_tokens, lm_head;
   std::vector<float> final_norm;
   std::vector<LayerWeights> layers;
@@ -248,10 +251,6 @@ class CpuQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadAr
  private:
   // Checks a forward of `tokens` and takes the KV blocks it writes.
   void check_forward(std::span<const int32_t> tokens);
-  // Takes blocks from the pool until the table holds `positions` positions.
-  void hold_kv(int positions);
-  // Every block back to the pool.
-  void release_kv();
   // Grows the row buffers to what a forward of T rows and, with mtp, an MTP
   // call of up to T entries write.
   void reserve_rows(int T, bool mtp);
@@ -266,7 +265,7 @@ class CpuQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadAr
 
   std::shared_ptr<CpuModel> m_;
   int max_tokens_;
-  std::vector<float*> kv_blocks_;  // the KV block table: block b holds positions [64b, 64b + 64)
+  KvBlockTable kv_;  // the KV blocks: block b holds positions [64b, 64b + 64)
   std::vector<GdnState> gdn_;  // per layer (GDN layers only)
   int length_ = 0;
   int forward_start_ = 0;  // length before the last target_forward

@@ -53,7 +53,7 @@ void CpuQwen35::mtp_run(std::span<CpuQwen35* const> seqs, std::span<const std::s
   for (size_t s = 0; s < seqs.size(); ++s) {
     const int n = int(tokens[s].size());
     if (seqs[s]->mtp_length_ + n > seqs[s]->max_tokens_) fail("MTP cache capacity {} exceeded", seqs[s]->max_tokens_);
-    seqs[s]->hold_kv(seqs[s]->mtp_length_ + n);
+    seqs[s]->kv_.hold(seqs[s]->mtp_length_ + n);
     N += n;
   }
   for (size_t s = 0; s < seqs.size(); ++s)  // before any changes (a step reserved them already)
@@ -70,7 +70,7 @@ void CpuQwen35::mtp_run(std::span<CpuQwen35* const> seqs, std::span<const std::s
       cpu::rmsnorm(&e[r * H], m.mtp_norm_emb.data(), cfg.rms_norm_eps, H, &cat[r * 2 * H]);
       cpu::rmsnorm(hidden[s] + size_t(i) * H, m.mtp_norm_hid.data(), cfg.rms_norm_eps, H, &cat[r * 2 * H + H]);
     }
-    segs[s] = Segment{m.kv_layer(seqs[s]->kv_blocks_, m.kv_layers() - 1), nullptr, seqs[s]->mtp_length_, int(row), n};
+    segs[s] = Segment{m.kv_layer(seqs[s]->kv_, m.kv_layers() - 1), nullptr, seqs[s]->mtp_length_, int(row), n};
   }
   m.matmul(*m.mtp_fc, cat.data(), N, u.data());
   m.decoder_layer(m.mtp_layer, segs, N, u.data());

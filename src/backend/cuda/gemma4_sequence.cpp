@@ -21,7 +21,7 @@ CudaGemma4::CudaGemma4(std::shared_ptr<CudaGemma4Model> model, int max_tokens)
   const CudaGemma4Model& m = *m_;
   ring_slots_ = gemma4_ring_slots(m.cfg, max_tokens, kMaxRows);
   full_kv_ = KvTable(m.full_pool, max_tokens, mem_);
-  ring_kv_ = KvTable(m.ring_pool, ring_slots_, mem_);
+  ring_kv_ = KvTable(m.ring_pool, ring_slots_, mem_, "the sliding-window KV cache");
   for (size_t i = 0; i < m.layers.size(); ++i) {
     const Gemma4LayerSpec& spec = m.layers[i].spec;
     Gemma4LayerCache c;

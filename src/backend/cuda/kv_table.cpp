@@ -10,44 +10,32 @@
 
 namespace nextn::cuda {
 
-KvTable::KvTable(std::shared_ptr<KvBlockPool> pool, int max_positions, DeviceMemory& mem) : pool_(std::move(pool)) {
+KvTable::KvTable(std::shared_ptr<KvBlockPool> pool, int max_positions, DeviceMemory& mem, const char* what)
+    : pool_(std::move(pool)), table_(pool_.get(), max_positions, what) {
   const int max_blocks = kv_blocks_for(max_positions);
-  blocks_.reserve(size_t(max_blocks));
   d_table_ = mem.alloc<void*>(size_t(std::max(1, max_blocks)) * sizeof(void*), "the KV block table");
 }
 
 KvTable::KvTable(KvTable&& o) noexcept
-    : pool_(std::move(o.pool_)), blocks_(std::move(o.blocks_)), d_table_(std::exchange(o.d_table_, nullptr)) {
-  o.blocks_.clear();
-}
+    : pool_(std::move(o.pool_)), table_(std::move(o.table_)), d_table_(std::exchange(o.d_table_, nullptr)) {}
 
 KvTable& KvTable::operator=(KvTable&& o) noexcept {
   if (this != &o) {
-    release();
+    table_.release();  // to the pool this table holds, before it may go
+    table_ = std::move(o.table_);
     pool_ = std::move(o.pool_);
-    blocks_ = std::move(o.blocks_);
-    o.blocks_.clear();
     d_table_ = std::exchange(o.d_table_, nullptr);
   }
   return *this;
 }
 
 void KvTable::hold(int positions, cudaStream_t s) {
-  if (!pool_) return;
-  const size_t first = blocks_.size();
-  if (size_t(kv_blocks_for(positions)) > blocks_.capacity())
-    fail("internal: {} KV positions past the table's {}", positions, blocks_.capacity() * kKvBlockTokens);
-  while (int(blocks_.size()) * kKvBlockTokens < positions) blocks_.push_back(pool_->take("the KV cache"));
+  const int first = table_.blocks();
+  table_.hold(positions);
   // From pageable memory: the call returns once the pointers are staged.
-  if (blocks_.size() > first)
-    CUDA_CHECK(cudaMemcpyAsync(d_table_ + first, blocks_.data() + first, (blocks_.size() - first) * sizeof(void*),
+  if (table_.blocks() > first)
+    CUDA_CHECK(cudaMemcpyAsync(d_table_ + first, table_.data() + first, size_t(table_.blocks() - first) * sizeof(void*),
                                cudaMemcpyHostToDevice, s));
-}
-
-void KvTable::release() noexcept {
-  if (pool_)
-    for (void* b : blocks_) pool_->give(b);
-  blocks_.clear();
 }
 
 }  // namespace nextn::cuda

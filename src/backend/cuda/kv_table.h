@@ -13,30 +13,31 @@
 
 namespace nextn::cuda {
 
-// A sequence's KV block table: blocks from the group's pool as the sequence
-// grows, their pointers on the host and in a device table the kernels read.
+// A sequence's KV block table (model/kv_pool.h's KvBlockTable) and its
+// copy in device memory, which the kernels read.
 class KvTable {
  public:
   KvTable() = default;
-  // Room for `max_positions` positions; the device table from `mem`.
-  KvTable(std::shared_ptr<KvBlockPool> pool, int max_positions, DeviceMemory& mem);
+  // Room for `max_positions` positions; the device table from `mem`;
+  // `what` names the blocks in the pool's errors.
+  KvTable(std::shared_ptr<KvBlockPool> pool, int max_positions, DeviceMemory& mem, const char* what = "the KV cache");
   KvTable(KvTable&& o) noexcept;
   KvTable& operator=(KvTable&& o) noexcept;
-  ~KvTable() { release(); }
+  ~KvTable() = default;
   // Takes blocks until `positions` positions are held, their pointers
   // copied into the device table on `s` (before the work that reads them).
   void hold(int positions, cudaStream_t s);
   // Every block back to the pool.
-  void release() noexcept;
+  void release() noexcept { table_.release(); }
   void* const* device() const { return d_table_; }
-  int blocks() const { return int(blocks_.size()); }
-  void* block(int i) const { return blocks_[size_t(i)]; }
-  size_t bytes_held() const { return pool_ ? blocks_.size() * pool_->block_bytes() : 0; }
+  int blocks() const { return table_.blocks(); }
+  void* block(int i) const { return table_.block(i); }
+  size_t bytes_held() const { return table_.bytes_held(); }
 
  private:
-  std::shared_ptr<KvBlockPool> pool_;
-  std::vector<void*> blocks_;  // capacity max_blocks: the copies read it in place
-  void** d_table_ = nullptr;   // [max_blocks]
+  std::shared_ptr<KvBlockPool> pool_;  // keeps the pool while table_ holds its blocks
+  KvBlockTable table_;
+  void** d_table_ = nullptr;  // [max_blocks], from the sequence's device memory
 };
 
 }  // namespace nextn::cuda
