@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "backend/cpu/qwen35.h"
 #include "core/error.h"
 #include "engine/generate.h"
+#include "engine/prefill_budget.h"
 #include "engine/step_loop.h"
 #include "fixture_util.h"
 #include "io/checkpoint.h"
@@ -134,6 +137,107 @@ TEST_P(ChunkedPrefill, DecodingSequencesKeepSteppingWhileAPromptArrives) {
       EXPECT_EQ(f.result.tokens, solo[by_id.at(f.id)]) << "sequence " << by_id.at(f.id);
     }
   }
+}
+
+// The stall budget (engine/prefill_budget.h): one sequence decodes (one row
+// a step; with MTP a block of 2); a 30-token prompt joins with chunks of up
+// to 29. With a step planted at 1 ms for up to 2 rows, 2 ms at 4, 4 ms at 8
+// and --prefill-stall 2, a step may cost 2 ms: 4 rows, so 3 prompt rows
+// beside the decode row (2 beside the block) in the first step the prompt
+// joins. The later ones follow what those steps measured (prompt_scale):
+// each carries what its budget allows, at least one row. With nothing
+// decoding, a prompt forwards its whole chunk. Both answer as their solo
+// runs with whole chunks.
+TEST_P(ChunkedPrefill, AStallBudgetCutsChunksBesideDecodingSequencesAndChangesNoToken) {
+  const auto ckpt = Qwen35Checkpoint::open(GetParam());
+  const auto ref = test::load_reference(GetParam());
+  const std::vector<int32_t> prompt = long_prompt(GetParam());
+  std::vector<DraftKind> drafts = {DraftKind::None};
+  if (ckpt.mtp_layers() > 0) drafts.push_back(DraftKind::Mtp);
+  for (DraftKind draft : drafts) {
+    SCOPED_TRACE(draft_kind_name(draft));
+    GenerateOptions o;
+    o.draft = draft;
+    const int K = draft == DraftKind::Mtp ? 2 : 1;  // decode rows a step
+    if (draft == DraftKind::Mtp) o.block_size = K;
+    o.ignore_eos = true;
+    o.max_new_tokens = 48;  // the first still decodes when the second's prompt is in
+    o.prefill_chunk = 29;
+    const std::vector<std::vector<int32_t>> prompts = {ref.prompt, prompt};
+    const int cap = runtime_capacity(int(prompt.size()), o.max_new_tokens, kMaxBlockSize);
+    std::vector<std::vector<int32_t>> solo;
+    for (const auto& p : prompts) {
+      auto rt = make_cpu_runtime(ckpt, cap, kOptions);
+      solo.push_back(generate(*rt, p, o).tokens);
+    }
+    auto group = make_cpu_sequence_group(ckpt, kOptions);
+    std::vector<std::unique_ptr<ModelRuntime>> slots;
+    for (size_t i = 0; i < prompts.size(); ++i) slots.push_back(group->add_sequence(cap));
+    StepLoop loop(*group);
+    loop.set_prefill_stall(2);
+    for (int sequences : {1, 2})
+      for (const auto& [rows, ms] : {std::pair{1, 1.0}, {2, 1.0}, {4, 2.0}, {8, 4.0}})
+        loop.cost_model().record_verify(sequences, rows, ms);
+    std::vector<int> budgets, prompt_rows;
+    loop.on_step = [&](const StepReport& r) {
+      budgets.push_back(r.prompt_budget);
+      prompt_rows.push_back(r.prefill_rows);
+    };
+    std::map<int, size_t> by_id;
+    by_id[loop.add(*slots[0], prompts[0], o)] = 0;
+    loop.step();  // its prompt alone: the whole chunk, no budget
+    EXPECT_EQ(budgets, std::vector<int>{-1});
+    EXPECT_EQ(prompt_rows, std::vector<int>{int(ref.prompt.size())});
+    budgets.clear(), prompt_rows.clear();
+    by_id[loop.add(*slots[1], prompts[1], o)] = 1;
+    int left = int(prompt.size());
+    while (left > 0) {
+      loop.step();
+      ASSERT_FALSE(budgets.empty());
+      const int s = int(budgets.size()) - 1;
+      // The budget never exceeds what the prompt holds, and the prompt moves every step.
+      if (s == 0) EXPECT_EQ(budgets[0], 4 - K);
+      EXPECT_GE(budgets[size_t(s)], 0) << "step " << s;
+      EXPECT_LE(budgets[size_t(s)], left) << "step " << s;
+      EXPECT_EQ(prompt_rows[size_t(s)], std::max(1, budgets[size_t(s)])) << "step " << s;
+      left -= prompt_rows[size_t(s)];
+    }
+    loop.on_step = nullptr;
+    while (loop.running() > 0) loop.step();
+    for (auto& f : loop.take_finished()) {
+      ASSERT_FALSE(f.error);
+      EXPECT_EQ(f.result.tokens, solo[by_id.at(f.id)]) << "sequence " << by_id.at(f.id);
+    }
+  }
+}
+
+// The budget is the largest row count the model fits under it (between
+// measured rows it interpolates), never below none and never above what the
+// prompts hold.
+TEST(PrefillBudget, TheLargestPromptRowsThatFit) {
+  CostModelChooser cost;
+  for (const auto& [rows, ms] : {std::pair{1, 1.0}, {16, 1.0}, {32, 2.0}, {64, 4.0}}) {
+    cost.record_verify(16, rows, ms);
+    cost.record_verify(1, rows, ms);
+  }
+  EXPECT_EQ(prompt_rows_within(cost, 2.0, 16, 16, 1, 512), 16);  // 32 rows: 2 ms
+  EXPECT_EQ(prompt_rows_within(cost, 3.0, 16, 16, 1, 512), 32);  // 48 rows: 3 ms
+  EXPECT_EQ(prompt_rows_within(cost, 3.0, 16, 16, 1, 20), 20);   // all the prompts hold
+  EXPECT_EQ(prompt_rows_within(cost, 1.5, 1, 1, 1, 512), 23);    // 24 rows: 1.5 ms
+  // Steps with prompt rows that took twice their prediction: the next
+  // budget counts prompt rows at 1.25x (an exponential average), so the
+  // step may reach 1.6 ms of the table: 25 rows.
+  cost.observe_prompt_step(16, 32, 4.0);
+  EXPECT_DOUBLE_EQ(cost.prompt_scale(), 1.25);
+  EXPECT_EQ(prompt_rows_within(cost, 2.0, 16, 16, 1, 512), 9);
+  CostModelChooser steep;
+  steep.record_verify(1, 1, 1.0);
+  steep.record_verify(1, 2, 2.0);
+  EXPECT_EQ(prompt_rows_within(steep, 1.5, 1, 1, 1, 512), 0);  // one more row already costs 2x
+  for (double bad : {-1.0, 0.5, 1.0, std::numeric_limits<double>::infinity(), std::nan("")})
+    EXPECT_THROW(check_prefill_stall(bad), Error) << bad;
+  check_prefill_stall(0);
+  check_prefill_stall(1.5);
 }
 
 TEST(ChunkedPrefillOptions, AChunkOfNoTokensIsRefusedByName) {

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -316,6 +317,60 @@ TEST_P(CudaBatch, PromptOnlyStepsWaitForTheirChunk) {
   ASSERT_FALSE(done[0].error);
   auto alone = cuda_alone(ck, false)(256);
   EXPECT_EQ(done[0].result.tokens, generate(*alone, prompt, o).tokens);
+}
+
+// The stall budget (engine/prefill_budget.h) on CUDA: in bf16 the group
+// cuts a prompt's chunks only within 64 rows (a wider forward takes the
+// prefill GEMMs, whose rows a cut would change); fp32 runs every forward on
+// the graphs. A 150-token prompt joins a decoding sequence: with chunks of
+// 64 it forwards 3 rows in its first step (planted costs: a step of 1
+// sequence and 1 row may grow to 4 rows) and then what the measured steps
+// allow, with chunks of 100 its whole chunks. Both sequences answer as
+// their solo runs at the same chunk size.
+TEST_P(CudaBatch, AStallBudgetCutsPromptsOnlyWithinTheInvariantRows) {
+  NEXTN_REQUIRE_GPU();
+  const auto ck = Qwen35Checkpoint::open(GetParam());
+  const auto ref = test::load_reference(GetParam());
+  const std::vector<int32_t> prompt = test::cycled(ref.prompt, 150);
+  EXPECT_EQ(make_group(ck, true)->chunk_invariant_rows(), std::numeric_limits<int>::max());
+  auto group = make_group(ck, false);
+  ASSERT_EQ(group->chunk_invariant_rows(), 64);
+  for (int chunk : {64, 100}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    GenerateOptions o;
+    o.max_new_tokens = 64;  // the first decodes through the whole prompt's arrival
+    o.ignore_eos = true;
+    o.prefill_chunk = chunk;
+    auto first = group->add_sequence(256), second = group->add_sequence(256);
+    StepLoop loop(*group);
+    loop.set_prefill_stall(2);
+    for (int sequences : {1, 2})
+      for (const auto& [rows, ms] : {std::pair{1, 1.0}, {2, 1.0}, {4, 2.0}, {8, 4.0}})
+        loop.cost_model().record_verify(sequences, rows, ms);
+    const int id_first = loop.add(*first, ref.prompt, o);
+    loop.step();
+    std::vector<int> prompt_rows;
+    loop.on_step = [&](const StepReport& r) {
+      if (r.prefill_rows > 0) prompt_rows.push_back(r.prefill_rows);
+    };
+    const int id_second = loop.add(*second, prompt, o);
+    while (loop.running() > 0) loop.step();
+    if (chunk == 100) {
+      EXPECT_EQ(prompt_rows, (std::vector<int>{100, 50}));
+    } else {
+      ASSERT_FALSE(prompt_rows.empty());
+      EXPECT_EQ(prompt_rows[0], 3);
+      int rows = 0;
+      for (int r : prompt_rows) EXPECT_LE(r, chunk), rows += r;
+      EXPECT_EQ(rows, int(prompt.size()));
+    }
+    for (auto& f : loop.take_finished()) {
+      ASSERT_FALSE(f.error);
+      auto alone = cuda_alone(ck, false)(256);
+      EXPECT_EQ(f.result.tokens, generate(*alone, f.id == id_first ? ref.prompt : prompt, o).tokens)
+          << (f.id == id_second ? "the prompt that joined" : "the decoding sequence");
+    }
+  }
 }
 
 TEST_P(CudaBatch, OverrunAndBadTokenFailOneSequenceAlone) {

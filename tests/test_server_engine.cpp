@@ -241,6 +241,53 @@ TEST(ServerEngine, LogStepsPrintsOneLinePerStep) {
   }
 }
 
+// --prefill-stall: requests that join while others decode have their prompt
+// chunks cut to the step's cost budget (the log shows the budget), and every
+// answer, greedy, plain and with MTP, is still its solo run's. A factor of 1
+// or less is refused by name.
+TEST(ServerEngine, AStallBudgetCutsPromptsAndChangesNoAnswer) {
+  const auto ckpt = Qwen35Checkpoint::open(kModel);
+  const auto tokenizer = tok::load_model_tokenizer(kModel, "test");
+  const std::vector<std::string> prompts = {
+      "def fibonacci(n):", "import os\nimport sys\nimport json\nimport re\n# read every file\n",
+      "class Stack:\n    def __init__(self):\n        self.items = []\n    def push(self, x):",
+      "for i in range(10):\n    for j in range(10):\n        print(i, j)\n", "x = [1, 2, 3, 4, 5, 6, 7, 8, 9]",
+      "# sort a list of pairs by their second item, then by the first\n"};
+  const std::vector<int> max_tokens = {6, 30, 12, 30, 20, 30};
+  for (DraftKind draft : {DraftKind::None, DraftKind::Mtp}) {
+    Metrics metrics;
+    EngineOptions eo = engine_options(draft, 64);
+    eo.limits.max_batch = 3;
+    eo.prefill_chunk = 16;
+    eo.prefill_stall = 1.5;
+    eo.log_steps = true;
+    testing::internal::CaptureStderr();
+    std::vector<Finished> got;
+    {
+      Engine engine(ckpt, tokenizer, eo, metrics);
+      std::vector<std::shared_ptr<Job>> jobs;
+      for (size_t i = 0; i < prompts.size(); ++i) jobs.push_back(greedy_job(tokenizer, prompts[i], max_tokens[i]));
+      got = engine_test::serve_all(engine, jobs);
+    }
+    const std::string err = testing::internal::GetCapturedStderr();
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(got[i].text, reference_text(ckpt, tokenizer, prompts[i], max_tokens[i], draft))
+          << draft_kind_name(draft) << " prompt " << i;
+    EXPECT_NE(err.find(", budget "), std::string::npos) << err;  // someone joined while others decoded
+  }
+  for (double bad : {1.0, 0.5, -2.0}) {
+    Metrics metrics;
+    EngineOptions eo = engine_options(DraftKind::None, 8);
+    eo.prefill_stall = bad;
+    try {
+      Engine engine(ckpt, tokenizer, eo, metrics);
+      ADD_FAILURE() << "accepted --prefill-stall " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--prefill-stall"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(ServerEngine, StopStringsCutTheText) {
   const auto ckpt = Qwen35Checkpoint::open(kModel);
   const auto tokenizer = tok::load_model_tokenizer(kModel, "test");

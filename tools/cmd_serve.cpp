@@ -25,6 +25,7 @@
 #include "server/openai_api.h"
 #include "speculative/gemma4_drafter.h"
 #include "engine/block_choice.h"
+#include "engine/prefill_budget.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/model_tokenizer.h"
 
@@ -37,6 +38,7 @@ struct ServeArgs {
   RuntimeArgs runtime;
   OracleArgs oracle;
   bool log_steps = false;
+  double prefill_stall = 0;
   int max_body_kib = 1024, max_prompt_tokens = 2048, max_tokens = 1024, queue_depth = 16, max_batch = 8;
   int max_connections = 2048;
   double header_timeout = 10, body_timeout = 30, idle_timeout = 15, write_timeout = 30, drain_timeout = 30;
@@ -87,6 +89,7 @@ void run(const ServeArgs& a) {
   if (a.queue_depth < 1) fail("--queue-depth {} must be at least 1", a.queue_depth);
   if (a.max_batch < 1) fail("--max-batch {} must be at least 1", a.max_batch);
   if (a.prefill_chunk < 1) fail("--prefill-chunk {} must be at least 1", a.prefill_chunk);
+  check_prefill_stall(a.prefill_stall);
   if (a.kv_cache_tokens < 0) fail("--kv-cache-tokens {} must not be negative", a.kv_cache_tokens);
   if (a.max_connections < 1) fail("--max-connections {} must be at least 1", a.max_connections);
   for (const auto& [flag, v] : {std::pair{"--header-timeout", a.header_timeout}, {"--body-timeout", a.body_timeout},
@@ -146,6 +149,7 @@ void run(const ServeArgs& a) {
   eo.oracle = oracle;
   eo.draft_cost = draft_cost;
   eo.prefill_chunk = a.prefill_chunk;
+  eo.prefill_stall = a.prefill_stall;
   eo.kv_cache_tokens = a.kv_cache_tokens;
   eo.log_steps = a.log_steps;
   std::string model_name =
@@ -226,6 +230,11 @@ void register_serve(CLI::App& app) {
                            ->check(number());
   cmd->add_option("--prefill-chunk", a->prefill_chunk,
                   "Prompt tokens a request forwards per engine step beside the running streams (default 512)")
+      ->check(number());
+  cmd->add_option("--prefill-stall", a->prefill_stall,
+                  "While requests decode, cut arriving prompts' chunks so that a step costs at most this many times "
+                  "their step alone, by a cost model measured at start (above 1; default 0: off, whole chunks). "
+                  "Cuda Qwen3.5 needs --prefill-chunk 64 or less")
       ->check(number());
   cmd->add_option("--host", a->host, "Address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", a->port, "Port (default 8000; 0: any free port, printed at start)")->check(number());

@@ -35,6 +35,11 @@ void CostModelChooser::record_verify(int sequences, int rows, double ms) {
   if (!fresh) it->second += kVerifyAverage * (ms - it->second);
 }
 
+void CostModelChooser::observe_prompt_step(int sequences, int rows, double ms) {
+  if (sequences < 1 || rows < 1 || !(ms > 0)) return;
+  prompt_scale_ += kVerifyAverage * (ms / verify_ms(sequences, rows) - prompt_scale_);
+}
+
 std::map<std::pair<int, int>, double> CostModelChooser::verify_table() const {
   std::map<std::pair<int, int>, double> out;
   for (const auto& [b, table] : verify_)

@@ -84,6 +84,13 @@ class CostModelChooser final : public BlockChooser {
 
   // A measured verify step (probe_step_costs, observe_step).
   void record_verify(int sequences, int rows, double ms);
+  // A step that carried prompt rows within the stall budget
+  // (engine/prefill_budget.h): what it took against what the verify table
+  // predicts for its rows. Prompt rows attend to a context the probe never
+  // had, so their steps may cost more than decode rows; prompt_scale()
+  // follows the ratio (an exponential average; 1 before any such step).
+  void observe_prompt_step(int sequences, int rows, double ms);
+  double prompt_scale() const { return prompt_scale_; }
   // The model's step time (milliseconds): verify of `rows` over `sequences`
   // plus a draft stage of `chain` chained steps and `drafts` tokens.
   double predicted_ms(int sequences, int rows, int chain, int drafts) const;
@@ -100,6 +107,7 @@ class CostModelChooser final : public BlockChooser {
   // draft_ms = a * chain + b * drafts, fitted over recent steps (decayed sums).
   double sxx_ = 0, sxy_ = 0, syy_ = 0, sxt_ = 0, syt_ = 0;
   int draft_steps_ = 0;
+  double prompt_scale_ = 1.0;
   std::vector<double> pooled_offered_, pooled_accepted_;
   BlockChoiceReport report_;
 };

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "engine/prefill_budget.h"
 #include "sampling/sampling.h"
 #include "speculative/acceptance.h"
 
@@ -35,7 +36,7 @@ struct StepLoop::Run {
   int step_k = 1;            // this step's block size
   std::vector<int64_t> offered_at;  // [i]: rounds whose draft i+1 followed accepted drafts
   int rounds_without_drafts = 0;
-  int prompt_done = 0;   // prompt tokens forwarded (chunks of o.prefill_chunk)
+  int prompt_done = 0;   // prompt tokens forwarded (chunks of at most o.prefill_chunk)
   bool mid_prompt = false;  // this step forwarded a chunk before the prompt's last: no token yet
   bool prefilled = false;   // the whole prompt forwarded and its first token committed
   bool done = false;
@@ -179,13 +180,14 @@ void StepLoop::step() {
   const auto t0 = Clock::now();
   StepReport report;
   try {
+    cut_prompts(report);
     reserve();
     if (runs_.empty()) return;  // every sequence failed alone: no step ran
     std::vector<ModelRuntime*> seqs;
     std::vector<std::span<const int32_t>> rows;
     for (auto& run : runs_) {
       Run& r = *run;
-      if (!r.prefilled) {  // reserve() cut the prompt's next chunk
+      if (!r.prefilled) {  // cut_prompts() cut the prompt's next chunk
         report.prefill_rows += int(r.block.size());
         if (r.prompt_done == 0) r.prefill_start = t0;
       }
@@ -305,6 +307,8 @@ void StepLoop::step() {
     // What this step cost, for the next choices (steps with prompt rows are not decode steps).
     if (report.prefill_rows == 0)
       chooser_->observe_step(report.sequences, report.rows, ms_between(t0, t2), chain, drafted, ms_between(t2, t3));
+    else if (report.prompt_budget >= 0)
+      cost_model_.observe_prompt_step(report.sequences, report.rows, ms_between(t0, t2));
   } catch (...) {
     fail_all(std::current_exception());
     return;
@@ -317,13 +321,45 @@ void StepLoop::step() {
   if (on_step) on_step(report);
 }
 
+void StepLoop::set_prefill_stall(double stall) {
+  check_prefill_stall(stall);
+  prefill_stall_ = stall;
+}
+
+void StepLoop::cut_prompts(StepReport& report) {
+  std::vector<Run*> prompts;
+  int decode_sequences = 0, decode_rows = 0, whole = 0;
+  for (auto& run : runs_) {
+    Run& r = *run;
+    if (r.prefilled) {
+      ++decode_sequences;
+      decode_rows += int(r.block.size());
+    } else {
+      prompts.push_back(&r);
+      whole += std::min(r.o.prefill_chunk, int(r.prompt.size()) - r.prompt_done);
+    }
+  }
+  // With nothing decoding nobody waits: every prompt forwards its whole chunk.
+  int allowed = whole;
+  if (prefill_stall_ > 0 && decode_sequences > 0 && !prompts.empty()) {
+    allowed = prompt_rows_within(cost_model_, prefill_stall_, decode_sequences, decode_rows, int(prompts.size()),
+                                 whole);
+    report.prompt_budget = allowed;
+  }
+  // In arrival order; each prompt forwards at least one row, so every one
+  // moves, and its chunk is cut only where no bit changes (prefill_budget.h).
+  for (Run* r : prompts) {
+    const int chunk = std::min(r->o.prefill_chunk, int(r->prompt.size()) - r->prompt_done);
+    const bool may_cut = r->o.prefill_chunk <= group_.chunk_invariant_rows();
+    const int n = may_cut ? std::clamp(allowed, 1, chunk) : chunk;
+    allowed -= n;
+    r->block.assign(r->prompt.begin() + r->prompt_done, r->prompt.begin() + r->prompt_done + n);
+  }
+}
+
 void StepLoop::reserve() {
   for (auto& run : runs_) {
     Run& r = *run;
-    if (!r.prefilled) {  // the prompt's next chunk
-      const int n = std::min(r.o.prefill_chunk, int(r.prompt.size()) - r.prompt_done);
-      r.block.assign(r.prompt.begin() + r.prompt_done, r.prompt.begin() + r.prompt_done + n);
-    }
     try {
       r.rt->reserve_step(r.block, r.mtp_end());
     } catch (const DeviceFault&) {

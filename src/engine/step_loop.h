@@ -43,6 +43,7 @@ struct StepReport {
   int sequences = 0;     // sequences in the step
   int rows = 0;          // trunk rows over all of them
   int prefill_rows = 0;  // of those, prompt rows
+  int prompt_budget = -1;  // the prompt rows the stall budget allowed (-1: no budget applied)
   double ms = 0;         // wall time of the step
   // Its parts (host wall time; device work lands in the part that waits for it):
   double forward_ms = 0;  // the reservation and the trunk forward's launches
@@ -98,10 +99,16 @@ class StepLoop {
   CostModelChooser& cost_model() { return cost_model_; }
   // A test seam: another chooser in its place (nullptr: the cost model's back).
   void set_block_chooser(BlockChooser* chooser) { chooser_ = chooser ? chooser : &cost_model_; }
+  // Chunked prefill within a cost budget (engine/prefill_budget.h): while
+  // sequences decode, a step's prompt rows keep its predicted time within
+  // `stall` times the decode rows' alone (0: every prompt its whole chunk).
+  // Error for a factor in (0, 1].
+  void set_prefill_stall(double stall);
 
  private:
   struct Run;
   void fail_all(std::exception_ptr error);
+  void cut_prompts(StepReport& report);  // each prompt's rows this step (its next chunk, within the stall budget)
   void reserve();  // the step's reservation: fails alone the sequences that cannot proceed
   void fail_alone(Run& run, std::exception_ptr error);
   void finish(Run& run);
@@ -120,6 +127,7 @@ class StepLoop {
   std::vector<Finished> finished_;
   int next_id_ = 0;
   int64_t steps_ = 0;
+  double prefill_stall_ = 0;
 };
 
 }  // namespace nextn

@@ -101,6 +101,15 @@ class SequenceGroup {
   // CPU backend's calls return when their work is done.
   virtual void wait_for(std::span<ModelRuntime* const> sequences);
 
+  // The widest forward that a prompt may be cut into without changing a
+  // bit: a prompt forwarded in chunks of at most this many rows leaves the
+  // same caches however the chunks are cut (the CPU: any width, every op is
+  // batch-invariant; CUDA Qwen3.5 in bf16: 64, since a wider forward takes
+  // the prefill GEMMs for all but its last 64 rows). The engine shrinks a
+  // prompt's chunk to a step's cost budget only within it
+  // (engine/prefill_budget.h). The default: 0 (never shrunk).
+  virtual int chunk_invariant_rows() const { return 0; }
+
   StepWork step_work() const { return step_work_; }
   // The pools the sequences' KV blocks come from (model/kv_pool.h), which
   // admission promises blocks against; empty where each sequence holds its

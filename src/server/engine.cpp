@@ -63,20 +63,30 @@ Engine::Engine(std::unique_ptr<SequenceGroup> group, const tok::Tokenizer& token
     fail("--kv-cache-tokens: the {} backend's sequences of this model hold their own caches (no shared KV pool)",
          group_->backend_name());
   }
+  steps_.set_prefill_stall(options_.prefill_stall);
+  const bool budget = options_.prefill_stall > 0;
+  if (budget && options_.prefill_chunk > group_->chunk_invariant_rows())
+    fail("--prefill-stall: the {} backend cuts a prompt's chunks only within {} tokens (a wider forward takes another "
+         "path, which a cut would change); set --prefill-chunk {} or less",
+         group_->backend_name(), group_->chunk_invariant_rows(), group_->chunk_invariant_rows());
   const bool drafts = options_.make_drafter || options_.draft != DraftKind::None;
-  if (drafts && auto_k) {
+  if ((drafts && auto_k) || budget) {
+    // The budget weighs prompt rows beside decode rows: the probe measures up to 8 rows a sequence.
     std::vector<ModelRuntime*> slots;
     for (auto& slot : free_slots_) slots.push_back(slot.get());
-    probe_step_costs(*group_, slots, options_.block_size, steps_.cost_model());
+    probe_step_costs(*group_, slots, budget ? std::max(options_.block_size, kAutoMaxBlockSize) : options_.block_size,
+                     steps_.cost_model());
   }
   work_before_ = group_->step_work();
   steps_.on_step = [this, step = uint64_t(0)](const StepReport& r) mutable {
     metrics_.step(r, group_->step_work().since(work_before_));
     if (options_.log_steps)
       fmt::print(stderr,
-                 "step {}: {} sequences, {} rows ({} prompt), {:.2f} ms: forward {:.2f}, head {:.2f}, pairing {:.2f}, "
+                 "step {}: {} sequences, {} rows ({} prompt{}), {:.2f} ms: forward {:.2f}, head {:.2f}, pairing {:.2f}, "
                  "drafts {:.2f}\n",
-                 ++step, r.sequences, r.rows, r.prefill_rows, r.ms, r.forward_ms, r.head_ms, r.pairing_ms, r.draft_ms);
+                 ++step, r.sequences, r.rows, r.prefill_rows,
+                 r.prompt_budget >= 0 ? fmt::format(", budget {}", r.prompt_budget) : std::string(), r.ms,
+                 r.forward_ms, r.head_ms, r.pairing_ms, r.draft_ms);
     report_kv_pools();
     if (r.choice) metrics_.block_choice(r.chosen_k, *r.choice, steps_.cost_model().verify_table());
   };

@@ -55,6 +55,12 @@ struct EngineOptions {
   OracleSpec oracle;
   DraftCost draft_cost = DraftCost::Free;
   int prefill_chunk = kDefaultPrefillChunk;  // GenerateOptions::prefill_chunk of every request
+  // --prefill-stall (engine/prefill_budget.h): while requests decode, a
+  // step's prompt rows keep it within this many times their step alone, by
+  // the cost model that probe_step_costs seeds at start (0: off, every
+  // prompt its whole chunk). Refused where it could not act: a chunk wider
+  // than the group's chunk_invariant_rows().
+  double prefill_stall = 0;
   // Positions the KV pool may hold across all requests (--kv-cache-tokens);
   // 0: max_batch requests of the longest prompt plus max_tokens. A request
   // is admitted when its own budget fits beside the running ones'

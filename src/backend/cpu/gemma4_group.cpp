@@ -4,6 +4,7 @@
 // ModelInfo says 0 MTP layers), and the base class's per-sequence fallback
 // would refuse them.
 #include <algorithm>
+#include <limits>
 #include <climits>
 
 #include "backend/cpu/gemma4_model.h"
@@ -22,6 +23,7 @@ class CpuGemma4Group final : public SequenceGroup {
   ModelInfo info() const override { return model_->info; }
   int max_sequences() const override { return INT_MAX; }
   bool shares_forwards() const override { return true; }
+  int chunk_invariant_rows() const override { return std::numeric_limits<int>::max(); }  // every op batch-invariant
   std::vector<KvPoolUse> kv_pools() override { return model_->kv_pools(); }
   std::unique_ptr<ModelRuntime> add_sequence(int max_tokens) override {
     return std::make_unique<CpuGemma4>(model_, max_tokens);

@@ -4,6 +4,7 @@
 // one fixed order (gemm.h): a row's logits are the same bits alone or among
 // others.
 #include <algorithm>
+#include <limits>
 #include <climits>
 #include <cmath>
 #include <vector>
@@ -220,6 +221,7 @@ class CpuSequenceGroup final : public SequenceGroup {
   ModelInfo info() const override { return qwen35_info(model_->cfg); }
   int max_sequences() const override { return INT_MAX; }
   bool shares_forwards() const override { return true; }
+  int chunk_invariant_rows() const override { return std::numeric_limits<int>::max(); }  // every op batch-invariant
   void set_allocator(Allocator* allocator) override { model_->allocator = allocator; }
   std::vector<KvPoolUse> kv_pools() override {
     if (model_->kv_layers() == 0) return {};

@@ -7,6 +7,7 @@
 // never made for it (its ModelInfo says 0 MTP layers).
 #ifdef NEXTN_HAVE_CUDA
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,8 @@ class CudaGemma4Group final : public SequenceGroup {
   ModelInfo info() const override { return model_->info; }
   int max_sequences() const override { return kMaxRows; }  // a decode row of each fits one pass
   bool shares_forwards() const override { return true; }
+  // Every forward runs in passes of at most kMaxRows rows (no prefill GEMM): any cut gives the same bits.
+  int chunk_invariant_rows() const override { return std::numeric_limits<int>::max(); }
   std::vector<KvPoolUse> kv_pools() override { return model_->kv_pools(); }
   // Every sequence's passes run on the model's one stream.
   void wait_for(std::span<ModelRuntime* const>) override { CUDA_CHECK(cudaStreamSynchronize(model_->stream)); }
