@@ -274,6 +274,9 @@ TEST(ServerEngine, AStallBudgetCutsPromptsAndChangesNoAnswer) {
       EXPECT_EQ(got[i].text, reference_text(ckpt, tokenizer, prompts[i], max_tokens[i], draft))
           << draft_kind_name(draft) << " prompt " << i;
     EXPECT_NE(err.find(", budget "), std::string::npos) << err;  // someone joined while others decoded
+    const std::string m = metrics.render();
+    EXPECT_GT(metric(m, "nextn_prefill_budget_rows_count"), 0) << m;
+    EXPECT_GT(metric(m, "nextn_prefill_prompt_scale"), 0) << m;
   }
   for (double bad : {1.0, 0.5, -2.0}) {
     Metrics metrics;

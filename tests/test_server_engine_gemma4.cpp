@@ -144,6 +144,51 @@ TEST(ServerEngineGemma4, GreedyAnswersEqualGenerateWithAndWithoutTheAssistant) {
   }
 }
 
+// --prefill-stall on the Gemma 4 group (any chunk is cut-invariant there):
+// a request that joins while another decodes with the assistant has its
+// prompt cut to the step budget, and both answer as their solo runs.
+TEST(ServerEngineGemma4, AStallBudgetCutsAJoiningPromptAndChangesNoAnswer) {
+  const auto tokenizer = tok::load_model_tokenizer(kTokenizerDir, "test");
+  const auto ref = test::load_gemma4_reference(test::gemma4_fixture_dirs().at(0));
+  const Served served(ref, /*with_assistant=*/true);
+  std::vector<int32_t> joining;
+  while (joining.size() < 40) joining.insert(joining.end(), ref.prompt.begin(), ref.prompt.end());
+  joining.resize(40);
+  constexpr int kFirstTokens = 60, kJoiningTokens = 8;
+  EngineOptions eo;
+  eo.limits.max_prompt_tokens = 64;
+  eo.limits.max_tokens = 64;
+  eo.make_drafter = [a = served.assistant](ModelRuntime& rt) { return a->drafter(rt); };
+  eo.block_size = kAssistantBlockSize;
+  eo.prefill_chunk = 16;
+  eo.prefill_stall = 1.5;
+  Metrics metrics;
+  const auto engine = std::make_unique<Engine>(served.target.make_group(), tokenizer, eo, metrics);
+  auto first = job_of(ref.prompt, kFirstTokens, {.temperature = 0});
+  ASSERT_TRUE(engine->submit(first));
+  std::string first_text;
+  bool first_done = false;
+  while (first_text.empty())  // it decodes before the second arrives
+    for (JobEvent& ev : first->take(1000ms)) {
+      first_text += ev.text;
+      first_done = first_done || ev.final;
+    }
+  ASSERT_FALSE(first_done) << "the first request ended before the second joined";
+  auto second = job_of(joining, kJoiningTokens, {.temperature = 0});
+  ASSERT_TRUE(engine->submit(second));
+  first_text += wait(*first).text;
+  const Finished b = wait(*second);
+  GenerateOptions o;
+  o.ignore_eos = true;
+  o.max_new_tokens = kFirstTokens;
+  EXPECT_EQ(first_text, tokenizer.decode(generate_with_assistant(served.target.factory, ref.assistant(), ref.prompt, o,
+                                                                 kThreads).tokens));
+  o.max_new_tokens = kJoiningTokens;
+  EXPECT_EQ(b.text, tokenizer.decode(generate_with_assistant(served.target.factory, ref.assistant(), joining, o,
+                                                             kThreads).tokens));
+  EXPECT_GT(metric(metrics.render(), "nextn_prefill_budget_rows_count"), 0) << metrics.render();
+}
+
 // Six concurrent requests, --kv-cache-tokens of four blocks and two blocks
 // of each pool per request: at most two run at once, the rest wait in the
 // queue (not a failure), and every answer equals its solo run. Both pools

@@ -345,6 +345,7 @@ void StepLoop::cut_prompts(StepReport& report) {
     allowed = prompt_rows_within(cost_model_, prefill_stall_, decode_sequences, decode_rows, int(prompts.size()),
                                  whole);
     report.prompt_budget = allowed;
+    report.prompt_scale = cost_model_.prompt_scale();
   }
   // In arrival order; each prompt forwards at least one row, so every one
   // moves, and its chunk is cut only where no bit changes (prefill_budget.h).

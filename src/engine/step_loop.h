@@ -44,6 +44,7 @@ struct StepReport {
   int rows = 0;          // trunk rows over all of them
   int prefill_rows = 0;  // of those, prompt rows
   int prompt_budget = -1;  // the prompt rows the stall budget allowed (-1: no budget applied)
+  double prompt_scale = 0;  // the cost model's prompt_scale() the budget used (where one applied)
   double ms = 0;         // wall time of the step
   // Its parts (host wall time; device work lands in the part that waits for it):
   double forward_ms = 0;  // the reservation and the trunk forward's launches

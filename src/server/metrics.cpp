@@ -36,7 +36,8 @@ Metrics::Metrics()
       step_rows_hist_({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}),
       step_seconds_({0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2.5}),
       between_tokens_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}),
-      block_size_({1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64}) {}
+      block_size_({1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64}),
+      prompt_budget_({0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512}) {}
 
 void Metrics::block_choice(std::span<const int> chosen, const BlockChoiceReport& choice,
                            const std::map<std::pair<int, int>, double>& cost_table) {
@@ -60,6 +61,10 @@ void Metrics::step(const StepReport& report, const StepWork& work) {
   step_sequences_.observe(report.sequences);
   step_rows_hist_.observe(report.rows);
   step_seconds_.observe(report.ms / 1e3);
+  if (report.prompt_budget >= 0) {
+    prompt_budget_.observe(report.prompt_budget);
+    prompt_scale_ = report.prompt_scale;
+  }
   if (report.ms > slowest_step_.ms) slowest_step_ = {report.sequences, report.rows, report.prefill_rows, report.ms};
 }
 
@@ -220,6 +225,12 @@ std::string Metrics::render() const {
           "Connections refused (503) at the cap because every open one had a request in progress.", refused_);
   step_sequences_.render(out, "nextn_step_sequences", "Requests in one engine step.");
   step_rows_hist_.render(out, "nextn_step_rows", "Trunk rows of one engine step.");
+  prompt_budget_.render(out, "nextn_prefill_budget_rows",
+                        "Prompt rows the --prefill-stall budget allowed a step beside decoding requests.");
+  out += fmt::format("# HELP nextn_prefill_prompt_scale Measured over predicted time of the budget's steps with prompt "
+                     "rows (an exponential average; 1 before any).\n"
+                     "# TYPE nextn_prefill_prompt_scale gauge\nnextn_prefill_prompt_scale {}\n",
+                     prompt_scale_);
   step_seconds_.render(out, "nextn_engine_step_seconds", "Wall time of one engine step, all its requests together.");
   out += fmt::format("# HELP nextn_engine_slowest_step_seconds The slowest engine step so far, by its sequences, "
                      "rows and prompt rows.\n# TYPE nextn_engine_slowest_step_seconds gauge\n"

@@ -78,6 +78,7 @@ class Metrics {
   std::map<std::string, uint64_t> rounds_by_arm_;
   int waiting_ = 0, running_ = 0;
   uint64_t steps_ = 0, step_rows_ = 0, prefill_rows_ = 0;
+  double prompt_scale_ = 1.0;  // the --prefill-stall budget's last prompt scale
   StepWork work_;
   BlockChoiceReport choice_;
   std::map<std::pair<int, int>, double> cost_table_;
@@ -86,7 +87,8 @@ class Metrics {
   uint64_t evicted_ = 0, timed_out_ = 0, refused_ = 0;
   std::vector<std::pair<std::string, KvPoolStats>> kv_;  // by pool name
   uint64_t kv_waits_ = 0;
-  Histogram queue_, first_token_, latency_, step_sequences_, step_rows_hist_, step_seconds_, between_tokens_, block_size_;
+  Histogram queue_, first_token_, latency_, step_sequences_, step_rows_hist_, step_seconds_, between_tokens_, block_size_,
+      prompt_budget_;
   struct {
     int sequences = 0, rows = 0, prefill_rows = 0;
     double ms = 0;
