@@ -196,7 +196,9 @@ TEST_P(ChunkedPrefill, AStallBudgetCutsChunksBesideDecodingSequencesAndChangesNo
       ASSERT_FALSE(budgets.empty());
       const int s = int(budgets.size()) - 1;
       // The budget never exceeds what the prompt holds, and the prompt moves every step.
-      if (s == 0) EXPECT_EQ(budgets[0], 4 - K);
+      if (s == 0) {
+        EXPECT_EQ(budgets[0], 4 - K);
+      }
       EXPECT_GE(budgets[size_t(s)], 0) << "step " << s;
       EXPECT_LE(budgets[size_t(s)], left) << "step " << s;
       EXPECT_EQ(prompt_rows[size_t(s)], std::max(1, budgets[size_t(s)])) << "step " << s;

@@ -11,13 +11,17 @@
 // are batch-invariant (row j of a many-row product equals a one-row product)
 // and attention and the GDN recurrence run per sequence.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/allocator.h"
+#include "core/error.h"
 #include "model/kv_pool.h"
 #include "model/runtime.h"
 
@@ -146,5 +150,30 @@ std::unique_ptr<SequenceGroup> make_serial_sequence_group(RuntimeFactory factory
 // tests: a batch of one through the engine). It holds no others
 // (max_sequences 1; add_sequence throws); `sequence` must outlive it.
 std::unique_ptr<SequenceGroup> make_solo_group(ModelRuntime& sequence);
+
+// What a group's calls check of the sequences they are given: each one of
+// the group's own (a `Seq` for which `belongs` holds), each listed once;
+// Error ("internal: ...") naming `what` otherwise. Used by every backend's
+// group.
+template <typename Seq, typename Belongs>
+std::vector<Seq*> own_sequences(std::span<ModelRuntime* const> sequences, const char* what, Belongs&& belongs) {
+  std::vector<Seq*> seqs;
+  seqs.reserve(sequences.size());
+  for (ModelRuntime* rt : sequences) {
+    auto* s = dynamic_cast<Seq*>(rt);
+    if (s == nullptr || !belongs(*s)) fail("internal: {} over a sequence of another group", what);
+    if (std::find(seqs.begin(), seqs.end(), s) != seqs.end()) fail("internal: {} lists one sequence twice", what);
+    seqs.push_back(s);
+  }
+  return seqs;
+}
+// The same, for a call with another list of `lists` entries, one per sequence (at least one).
+template <typename Seq, typename Belongs>
+std::vector<Seq*> own_sequences(std::span<ModelRuntime* const> sequences, size_t lists, const char* what,
+                                Belongs&& belongs) {
+  if (sequences.size() != lists || sequences.empty())
+    fail("internal: {} of {} sequences and {} lists", what, sequences.size(), lists);
+  return own_sequences<Seq>(sequences, what, std::forward<Belongs>(belongs));
+}
 
 }  // namespace nextn

@@ -41,18 +41,8 @@ class CpuGemma4Group final : public SequenceGroup {
   }
 
  private:
-  // The group's own sequences, each listed once, and as many as the other list.
   std::vector<CpuGemma4*> own(std::span<ModelRuntime* const> sequences, size_t lists, const char* what) const {
-    if (sequences.size() != lists || sequences.empty())
-      fail("internal: {} of {} sequences and {} lists", what, sequences.size(), lists);
-    std::vector<CpuGemma4*> seqs;
-    for (ModelRuntime* rt : sequences) {
-      auto* g = dynamic_cast<CpuGemma4*>(rt);
-      if (g == nullptr || g->model() != model_.get()) fail("internal: {} over a sequence of another group", what);
-      if (std::find(seqs.begin(), seqs.end(), g) != seqs.end()) fail("internal: {} lists one sequence twice", what);
-      seqs.push_back(g);
-    }
-    return seqs;
+    return own_sequences<CpuGemma4>(sequences, lists, what, [&](const CpuGemma4& g) { return g.model() == model_.get(); });
   }
   std::shared_ptr<Gemma4Model> model_;
 };

@@ -256,18 +256,8 @@ class CpuSequenceGroup final : public SequenceGroup {
   }
 
  private:
-  // The group's own sequences, each listed once, and as many as the other list.
   std::vector<CpuQwen35*> own(std::span<ModelRuntime* const> sequences, size_t lists, const char* what) const {
-    if (sequences.size() != lists || sequences.empty())
-      fail("internal: {} of {} sequences and {} lists", what, sequences.size(), lists);
-    std::vector<CpuQwen35*> seqs;
-    for (ModelRuntime* rt : sequences) {
-      auto* q = dynamic_cast<CpuQwen35*>(rt);
-      if (q == nullptr || q->model() != model_.get()) fail("internal: {} over a sequence of another group", what);
-      if (std::find(seqs.begin(), seqs.end(), q) != seqs.end()) fail("internal: {} lists one sequence twice", what);
-      seqs.push_back(q);
-    }
-    return seqs;
+    return own_sequences<CpuQwen35>(sequences, lists, what, [&](const CpuQwen35& q) { return q.model() == model_.get(); });
   }
   std::shared_ptr<CpuModel> model_;
   int max_positions_;

@@ -68,18 +68,9 @@ class CudaGemma4Group final : public SequenceGroup {
   }
 
  private:
-  // The group's own sequences, each listed once, and as many as the other list.
   std::vector<CudaGemma4*> members(std::span<ModelRuntime* const> sequences, size_t lists, const char* what) const {
-    if (sequences.size() != lists || sequences.empty())
-      fail("internal: {} of {} sequences and {} lists", what, sequences.size(), lists);
-    std::vector<CudaGemma4*> seqs;
-    for (ModelRuntime* rt : sequences) {
-      auto* g = dynamic_cast<CudaGemma4*>(rt);
-      if (g == nullptr || g->model() != model_.get()) fail("internal: {} over a sequence of another group", what);
-      if (std::find(seqs.begin(), seqs.end(), g) != seqs.end()) fail("internal: {} lists one sequence twice", what);
-      seqs.push_back(g);
-    }
-    return seqs;
+    return own_sequences<CudaGemma4>(sequences, lists, what,
+                                     [&](const CudaGemma4& g) { return g.model() == model_.get(); });
   }
 
   std::string dir_;  // for messages

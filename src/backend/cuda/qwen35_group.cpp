@@ -333,14 +333,7 @@ class CudaSequenceGroup final : public SequenceGroup {
 
 std::vector<CudaQwen35*> CudaSequenceGroup::members(std::span<ModelRuntime* const> sequences,
                                                    const char* what) const {
-  std::vector<CudaQwen35*> seqs;
-  for (ModelRuntime* s : sequences) {
-    auto* q = dynamic_cast<CudaQwen35*>(s);
-    if (q == nullptr || q->weights() != weights_.get()) fail("internal: {} over a sequence of another group", what);
-    if (std::find(seqs.begin(), seqs.end(), q) != seqs.end()) fail("internal: {} lists one sequence twice", what);
-    seqs.push_back(q);
-  }
-  return seqs;
+  return own_sequences<CudaQwen35>(sequences, what, [&](const CudaQwen35& q) { return q.weights() == weights_.get(); });
 }
 
 // The sequences' rows in chunks of at most kMaxRows rows, each sequence
