@@ -9,7 +9,9 @@
 //  - the prefill workspace exists only between a long prompt and the next
 //    forward, and a second prompt after reset() reallocates it to the same bits;
 //  - device_memory() shows the row-count workspaces at the built size;
-//  - the hidden rows grow with the longest forward, not the capacity.
+//  - the hidden rows grow with the longest forward, not the capacity;
+//  - the attention partials grow with the positions, not the capacity, and
+//    their size changes no bit.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -217,6 +219,43 @@ TEST(CudaRows, HiddenRowsGrowWithTheLongestForward) {
   EXPECT_EQ(generate(*rt, short_prompt, o).tokens, generate_fresh(fresh, short_prompt, plain).tokens);
 }
 
+// The attention partials (fp32, [64 rows][heads][splits of 256 keys][hd + 2])
+// start at 4 splits, whatever the capacity, and double as the positions
+// grow, after graphs were captured on the old buffer (which the growth
+// drops), up to the capacity's splits. Their stride changes no bit: a
+// sequence whose partials grew on a long prompt answers a short one as a
+// fresh sequence does, greedy and MTP-speculative.
+TEST(CudaRows, AttentionPartialsGrowWithThePositions) {
+  NEXTN_REQUIRE_GPU();
+  const auto ck = Qwen35Checkpoint::open(rows_checkpoint());
+  const auto& c = ck.config();
+  const uint64_t split = uint64_t(64) * uint64_t(c.num_attention_heads) * uint64_t(c.head_dim + 2) * 4;
+  const auto fresh = [&](int cap) { return make_cuda_runtime(ck, cap, 64); };
+  auto rt = fresh(3000);
+  EXPECT_EQ(uses_of(*rt).at("attention partials"), 4 * split) << "a capacity of 3000 positions";
+  EXPECT_EQ(uses_of(*fresh(300)).at("attention partials"), 2 * split) << "a capacity of 300: its own 2 splits";
+  GenerateOptions o;
+  o.max_new_tokens = 12;
+  o.ignore_eos = true;
+  const auto short_prompt = prompt_of(10, c.vocab_size), long_prompt = prompt_of(1500, c.vocab_size);
+  const auto short_alone = generate_fresh(fresh, short_prompt, o).tokens;
+  EXPECT_EQ(generate(*rt, short_prompt, o).tokens, short_alone);  // graphs captured on 4 splits
+  EXPECT_EQ(uses_of(*rt).at("attention partials"), 4 * split);
+  rt->reset();
+  EXPECT_EQ(generate(*rt, long_prompt, o).tokens, generate_fresh(fresh, long_prompt, o).tokens);
+  EXPECT_EQ(uses_of(*rt).at("attention partials"), 8 * split) << "1512 positions: 6 splits, doubled from 4";
+  rt->reset();
+  EXPECT_EQ(generate(*rt, short_prompt, o).tokens, short_alone) << "on 8 splits";
+  if (ck.mtp_layers() > 0) {
+    o.draft = DraftKind::Mtp;
+    rt->reset();
+    EXPECT_EQ(generate(*rt, short_prompt, o).tokens, short_alone) << "MTP on 8 splits";
+  }
+  auto full = fresh(3000);
+  full->target_forward(prompt_of(2999, c.vocab_size));
+  EXPECT_EQ(uses_of(*full).at("attention partials"), 12 * split) << "at most the capacity's 12 splits";
+}
+
 TEST(CudaRows, DeviceMemoryShowsTheBuiltRows) {
   NEXTN_REQUIRE_GPU();
   const auto ck = Qwen35Checkpoint::open(rows_checkpoint());
@@ -228,7 +267,7 @@ TEST(CudaRows, DeviceMemoryShowsTheBuiltRows) {
   EXPECT_EQ(n.at("logits"), uint64_t(4) * uint64_t(c.vocab_size) * 4);
   for (const char* what : {"GDN projections", "GDN conv outputs", "argmax pairs"})
     EXPECT_EQ(n.at(what) * 16, w.at(what)) << what;
-  for (const char* what : {"activations", "attention", "MTP inputs", "head inputs"})
+  for (const char* what : {"activations", "attention partials", "MTP inputs", "head inputs"})
     if (w.count(what)) {
       EXPECT_LT(n.at(what), w.at(what)) << what;
     }

@@ -50,6 +50,9 @@ TEST(CudaWorkspaceDims, SumsAreCheckedIn64Bits) {
   EXPECT_EQ(d.gdn_ld, 2 * 2 * 64 + 4 * 64 + 4 * 64 + 2 * 4);
   EXPECT_EQ(d.hidden_rows, 64 + 64);  // not by the capacity: a longer forward grows them
   EXPECT_EQ(cuda::workspace_dims(small, 1).hidden_rows, 64 + 64);
+  // The attention partials start at 1024 positions (4 splits), or the capacity's when less: they grow.
+  EXPECT_EQ(d.partial_positions, 100);
+  EXPECT_EQ(cuda::workspace_dims(small, 30000).partial_positions, 1024);
 
   test::expect_error([&] { (void)cuda::workspace_dims(big_config(), 100); }, "projection row width",
                      "q/k/v row width");

@@ -17,7 +17,7 @@ struct GroupEntry {
   const GdnLayer* gdn = nullptr;   // [GDN layers] its GDN table (conv state, S, private projection rows)
   void* const* kv_blocks = nullptr;  // its KV block table (kernels.h, KvBlocks)
   float* attn_partial = nullptr;   // its attention partials, for its max_splits
-  int max_splits = 0;              // ceil(its max_tokens / kAttnSplit)
+  int max_splits = 0;              // ceil(its Workspace::partial_positions / kAttnSplit)
   int pad_ = 0;
   const void* in = nullptr;        // gather: its source rows (hidden or MTP hidden) [rows][width]
   void* out = nullptr;             // scatter: its destination rows [rows][width]

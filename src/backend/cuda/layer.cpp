@@ -46,7 +46,7 @@ void decoder_layer(const LayerContext& c, const LayerWeights& L, int T, const St
       c.mark("attn.core");
       if (b.prefill != nullptr) b.prefill->attention(c, T, kv, b);
       else
-        cuda::attention(c.attn, b.q, kv, act, b.proj, c.proj_ld, T, pos, c.max_tokens, c.attn_partial, b.act, stream);
+        cuda::attention(c.attn, b.q, kv, act, b.proj, c.proj_ld, T, pos, c.partial_positions, c.attn_partial, b.act, stream);
     }
     c.mark("attn.o");
     project(c, L.attn.o, b.act, T, qd, b.x, H, true, b);

@@ -68,7 +68,7 @@ struct LayerContext {
   const CudaQwen35Weights& w;
   int H = 0;
   Act act = Act::BF16;
-  int max_tokens = 0;  // the caches' positions
+  int partial_positions = 0;  // the positions attn_partial holds the splits of (Workspace::partial_positions)
   int max_rows = 0;    // R: the decode kernels' widest call
   AttnShape attn{};
   GdnShape gdn{};

@@ -82,7 +82,7 @@ void PrefillWorkspace::attention(const LayerContext& c, int T, KvBlocks kv, cons
   const size_t as = size_t(act_size(c.act));
   for (int t0 = 0, i = 0; t0 < T; t0 += c.max_rows, ++i)
     cuda::attention(c.attn, b.q + size_t(t0) * qd, kv, c.act, b.proj + size_t(t0) * c.proj_ld,
-                    c.proj_ld, std::min(c.max_rows, T - t0), d_pos + i, c.max_tokens, c.attn_partial,
+                    c.proj_ld, std::min(c.max_rows, T - t0), d_pos + i, c.partial_positions, c.attn_partial,
                     static_cast<char*>(b.act) + size_t(t0) * qd * as, c.stream);
 }
 

@@ -122,7 +122,7 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
   gdn_shape_ = {c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim,
                 c.linear_conv_kernel_dim, c.rms_norm_eps};
   state_ = SequenceState(*w_, max_tokens, max_rows_, dims.gdn_ld, kv_pool ? std::move(kv_pool) : make_kv_pool(*w_));
-  ws_ = Workspace(*w_, dims, attn_shape_, max_tokens, max_rows_);
+  ws_ = Workspace(*w_, dims, attn_shape_, max_rows_);
   const size_t group_entries = size_t(kGroupTables) * kMaxGroupSequences;
   lead_.d_tables = lead_.mem.alloc<cuda::GroupEntry>(group_entries * sizeof(cuda::GroupEntry), "group tables");
   lead_.h_tables = make_pinned<cuda::GroupEntry>(group_entries);
@@ -159,7 +159,7 @@ void CudaQwen35::reset() {
 // group, so a group's total counts them once) and its own buffers.
 std::vector<MemoryUse> CudaQwen35::device_memory() const {
   std::map<std::string, uint64_t> sum;
-  for (const DeviceMemory* mem : {&w_->mem, &state_.mem, &ws_.mem, &ws_.hidden_mem, &lead_.mem})
+  for (const DeviceMemory* mem : {&w_->mem, &state_.mem, &ws_.mem, &ws_.hidden_mem, &ws_.partial_mem, &lead_.mem})
     for (const auto& [what, bytes] : mem->by_use()) sum[what] += uint64_t(bytes);
   if (prefill_)
     for (const auto& [what, bytes] : prefill_->mem.by_use()) sum[what] += uint64_t(bytes);
@@ -197,8 +197,8 @@ void CudaQwen35::check_tokens(std::span<const int32_t> tokens) const {
 // steps
 
 LayerContext CudaQwen35::layer_context() {
-  LayerContext c{*w_, H_, act_, max_tokens_, max_rows_, attn_shape_, gdn_shape_, ws_.proj_ld, ws_.act_ld, ws_.splitk,
-                 ws_.attn_partial, stream_, profiler_};
+  LayerContext c{*w_, H_, act_, ws_.partial_positions, max_rows_, attn_shape_, gdn_shape_, ws_.proj_ld, ws_.act_ld,
+                 ws_.splitk, ws_.attn_partial, stream_, profiler_};
   if (ws_.moe.present()) c.moe = &ws_.moe;
   return c;
 }
@@ -227,7 +227,18 @@ void CudaQwen35::check_forward(std::span<const int32_t> tokens) const {
   check_tokens(tokens);
 }
 
-void CudaQwen35::hold_kv(int positions) { state_.kv.hold(positions, stream_); }
+void CudaQwen35::hold_positions(int positions) {
+  state_.kv.hold(positions, stream_);
+  if (positions <= ws_.partial_positions) return;
+  int splits = (ws_.partial_positions + cuda::kAttnSplit - 1) / cuda::kAttnSplit;
+  while (int64_t(splits) * cuda::kAttnSplit < positions) splits *= 2;
+  const int grown = int(std::min<int64_t>(int64_t(splits) * cuda::kAttnSplit, max_tokens_));
+  // Once per sequence and doubling: not a step's wait (not counted).
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  graphs_.clear();  // they hold the old buffer and its split stride
+  Allocator* const from = allocator_ ? *allocator_ : nullptr;  // null: cudaMalloc (the product)
+  ws_.grow_partials(grown, from);
+}
 
 void CudaQwen35::hold_rows(int T) {
   const int64_t need = int64_t(T) + kMaxRows;
@@ -242,7 +253,7 @@ void CudaQwen35::hold_rows(int T) {
 
 void CudaQwen35::target_forward(std::span<const int32_t> tokens) {
   check_forward(tokens);
-  hold_kv(state_.length + int(tokens.size()));
+  hold_positions(state_.length + int(tokens.size()));
   hold_rows(int(tokens.size()));
   const int T = int(tokens.size());
   state_.forward_start = state_.length;

@@ -75,7 +75,7 @@ cuda::GroupEntry CudaQwen35::group_entry(int row, int T, const StepArgs* args) c
   e.gdn = state_.gdn_table;
   e.kv_blocks = state_.d_kv_blocks;
   e.attn_partial = ws_.attn_partial;
-  e.max_splits = (max_tokens_ + cuda::kAttnSplit - 1) / cuda::kAttnSplit;
+  e.max_splits = (ws_.partial_positions + cuda::kAttnSplit - 1) / cuda::kAttnSplit;
   e.first_row = &args->first_row;
   e.n_real = &args->n_real;
   e.out_row = &args->out_row;
@@ -108,7 +108,7 @@ void CudaQwen35::forward_group(std::span<const GroupSlice> slices, std::span<con
     if (slices[i].row != rows || slices[i].T != int(tokens[i].size()) || slices[i].seq->w_ != w_)
       fail("internal: forward_group slices out of order");
     slices[i].seq->check_rows("forward_group", slices[i].T);  // its own buffers take its rows
-    slices[i].seq->hold_kv(slices[i].seq->state_.length + slices[i].T);
+    slices[i].seq->hold_positions(slices[i].seq->state_.length + slices[i].T);
     rows += slices[i].T;
   }
   if (rows > max_rows_) fail("internal: forward_group of {} rows above {}", rows, max_rows_);

@@ -88,7 +88,7 @@ void CudaQwen35::mtp_forward_group(std::span<const GroupSlice> slices,
         std::copy(next_tokens[j].begin(), next_tokens[j].end(), a.tokens + slices[j].row);
       std::fill(a.tokens + rows, a.tokens + shape.padded_rows, 0);
     }
-    q.hold_kv(q.state_.mtp_length + slices[i].T);
+    q.hold_positions(q.state_.mtp_length + slices[i].T);
     q.ws_.upload(a, q.stream_);
     if (&q != this) {  // its target rows and its upload before the pass
       CUDA_CHECK(cudaEventRecord(q.group_event_, q.stream_));
@@ -149,7 +149,7 @@ void CudaQwen35::mtp_draft_group(std::span<CudaQwen35* const> seqs, std::span<co
       am.n_real = 1;
       q.ws_.h_chain_args[2 * k] = am;
     }
-    q.hold_kv(q.state_.mtp_length + ni - 1);
+    q.hold_positions(q.state_.mtp_length + ni - 1);
     CUDA_CHECK(cudaMemcpyAsync(q.ws_.d_chain_args, q.ws_.h_chain_args, sizeof(StepArgs) * size_t(2 * ni - 1),
                                cudaMemcpyHostToDevice, q.stream_));
     if (&q != this) {  // its MTP rows and its staged arguments before the chain

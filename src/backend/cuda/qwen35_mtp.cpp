@@ -51,7 +51,7 @@ void CudaQwen35::check_mtp_forward(std::span<const int32_t> next_tokens, int fir
 void CudaQwen35::mtp_forward(std::span<const int32_t> next_tokens, int first_row) {
   check_mtp_forward(next_tokens, first_row);
   const int n = int(next_tokens.size());
-  hold_kv(state_.mtp_length + n);
+  hold_positions(state_.mtp_length + n);
   for (int done = 0; done < n;) {
     const int m = std::min(max_rows_, n - done);
     StepArgs a = args();
@@ -73,7 +73,7 @@ void CudaQwen35::mtp_step(int32_t token) {
   if (state_.mtp_last_n == 0) fail("mtp_step before any mtp_forward");
   check_tokens({&token, 1});
   if (state_.mtp_length + 1 > max_tokens_) fail("MTP cache capacity {} exceeded", max_tokens_);
-  hold_kv(state_.mtp_length + 1);
+  hold_positions(state_.mtp_length + 1);
   StepArgs a = args();
   a.pos = state_.mtp_length;
   a.out_row = 0;
@@ -109,7 +109,7 @@ void CudaQwen35::check_mtp_draft(int n) const {
 void CudaQwen35::mtp_draft(int n, int32_t* out) {
   if (n <= 0) return;
   check_mtp_draft(n);
-  hold_kv(state_.mtp_length + n - 1);
+  hold_positions(state_.mtp_length + n - 1);
   // Entry 0: argmax args for the last row of the latest call; then per step
   // i >= 1: the step's args (2i-1) and the argmax args for its row 0 (2i).
   StepArgs head = args();

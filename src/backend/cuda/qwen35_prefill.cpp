@@ -56,7 +56,7 @@ void CudaQwen35::reserve_step(std::span<const int32_t> tokens, int mtp_end) {
   if (mtp_end > 0 && !w_->has_mtp)
     fail("this checkpoint has no MTP head (mtp_num_hidden_layers is 0 and no mtp.layers.* tensors)");
   if (mtp_end > max_tokens_) fail("MTP cache capacity {} exceeded ({} entries)", max_tokens_, mtp_end);
-  hold_kv(std::max(state_.length + int(tokens.size()), mtp_end));
+  hold_positions(std::max(state_.length + int(tokens.size()), mtp_end));
   hold_rows(int(tokens.size()));
   // A refusal part way leaves the sequence holding none: what the
   // workspace's constructor took goes back as it unwinds.

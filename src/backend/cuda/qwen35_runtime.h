@@ -243,9 +243,12 @@ class CudaQwen35 final : public ModelRuntime, public MtpHead, public VerifyHeadA
   void share_allocator(std::shared_ptr<Allocator* const> source) { allocator_ = std::move(source); }
   // What target_forward checks before any change (token ids, capacity).
   void check_forward(std::span<const int32_t> tokens) const;
-  // KV blocks for `positions` positions (target and MTP), their table
-  // entries copied on this sequence's stream.
-  void hold_kv(int positions);
+  // Room for `positions` positions (target and MTP): KV blocks, their table
+  // entries copied on this sequence's stream, and attention partials for
+  // them. The partials grow to the next power of two of splits (at most the
+  // capacity's); growing waits for the stream once (not counted) and drops
+  // the graphs, which hold the old buffer and its split stride.
+  void hold_positions(int positions);
   // Hidden rows for a forward of T rows (and the MTP chain's beyond them):
   // they grow, in whole passes, with the longest forward so far.
   void hold_rows(int T);

@@ -10,10 +10,9 @@
 
 namespace nextn::cuda {
 
-Workspace::Workspace(const CudaQwen35Weights& w, const WorkspaceDims& dims, const AttnShape& attn, int max_tokens,
-                     int R)
-    : rows(R), H(w.cfg.hidden_size), act(w.act), proj_ld(dims.proj_ld), act_ld(dims.act_ld),
-      hidden_rows(dims.hidden_rows) {
+Workspace::Workspace(const CudaQwen35Weights& w, const WorkspaceDims& dims, const AttnShape& attn_shape, int R)
+    : rows(R), H(w.cfg.hidden_size), act(w.act), proj_ld(dims.proj_ld), act_ld(dims.act_ld), attn(attn_shape),
+      hidden_rows(dims.hidden_rows), partial_positions(dims.partial_positions) {
   const auto& c = w.cfg;
   const int V = c.vocab_size, qd = c.num_attention_heads * c.head_dim;
   const size_t as = size_t(act_size(act));
@@ -25,7 +24,8 @@ Workspace::Workspace(const CudaQwen35Weights& w, const WorkspaceDims& dims, cons
   proj = mem.alloc<float>(size_t(R) * proj_ld * 4, "activations");
   act_buf = mem.alloc(size_t(R) * act_ld * as, "activations");
   q = mem.alloc<float>(size_t(R) * qd * 4, "activations");
-  attn_partial = mem.alloc<float>(size_t(cuda::attn_partial_floats(attn, max_tokens, R)) * 4, "attention");
+  attn_partial =
+      partial_mem.alloc<float>(size_t(cuda::attn_partial_floats(attn, partial_positions, R)) * 4, "attention partials");
   const size_t splitk_bytes = size_t(w.splitk_floats_for(R)) * 4;
   splitk = mem.alloc<float>(splitk_bytes, "split-K partials");
   CUDA_CHECK(cudaMemset(splitk, 0, splitk_bytes));  // the streamed kernel's tile counters start at zero
@@ -94,6 +94,15 @@ void Workspace::grow_hidden(int new_rows, Allocator* from, cudaStream_t s) {
   hidden = h;
   mtp_hidden = mh;
   hidden_rows = new_rows;
+}
+
+void Workspace::grow_partials(int positions, Allocator* from) {
+  if (positions <= partial_positions) return;
+  DeviceMemory m;
+  float* p = m.alloc<float>(size_t(cuda::attn_partial_floats(attn, positions, rows)) * 4, "attention partials", from);
+  partial_mem = std::move(m);
+  attn_partial = p;
+  partial_positions = positions;
 }
 
 void Workspace::reset(cudaStream_t s) {

@@ -36,8 +36,8 @@ struct StepArgs {
 struct Workspace {
   Workspace() = default;  // holds nothing (a CudaQwen35 before its constructor fills it)
   // Every buffer below for `rows` rows of the weights' shapes (dims: the
-  // checked widths; max_tokens: the attention partials' splits).
-  Workspace(const CudaQwen35Weights& w, const WorkspaceDims& dims, const AttnShape& attn, int max_tokens, int rows);
+  // checked widths, the hidden rows and the partials' first positions).
+  Workspace(const CudaQwen35Weights& w, const WorkspaceDims& dims, const AttnShape& attn, int rows);
   // Copies `a` to d_args through a pinned ring slot on `s`; waits only if
   // the slot's previous copy has not run yet (kArgSlots uploads behind).
   void upload(const StepArgs& a, cudaStream_t s);
@@ -60,15 +60,23 @@ struct Workspace {
   // `from` (null: cudaMalloc) holding the old rows, on `s`. The caller has
   // waited for the stream and drops what captured the old pointers (graphs).
   void grow_hidden(int rows, Allocator* from, cudaStream_t s);
+  // Attention partials for `positions` positions: a new buffer from `from`
+  // (null: cudaMalloc); the old one goes at once (the partials are scratch,
+  // written before they are read within a call). The caller has waited for
+  // the stream and drops what captured the old pointer (graphs).
+  void grow_partials(int positions, Allocator* from);
 
   DeviceMemory mem;
-  DeviceMemory hidden_mem;  // hidden and mtp_hidden, replaced as they grow
+  DeviceMemory hidden_mem;   // hidden and mtp_hidden, replaced as they grow
+  DeviceMemory partial_mem;  // attn_partial, replaced as it grows
   int rows = 0;  // R
   int H = 0;
   Act act = Act::BF16;
   int proj_ld = 0;      // fp32 projections per row: max(q|gate + k + v, gate + up)
   int act_ld = 0;       // act inputs of o_proj / out_proj / down per row
+  AttnShape attn{};     // the partials' shape
   int hidden_rows = 0;  // rows of hidden and mtp_hidden: the longest forward so far + R (grow_hidden)
+  int partial_positions = 0;  // positions attn_partial holds the splits of (grow_partials)
 
   StepArgs* d_args = nullptr;        // [1]
   StepArgs* d_chain_args = nullptr;  // [2R]: per-step arguments of a chained mtp_draft
@@ -77,7 +85,7 @@ struct Workspace {
   float* proj = nullptr;             // [R][proj_ld] fp32 projections
   void* act_buf = nullptr;           // [R][act_ld] act: inputs of o_proj / out_proj / down (and GDN y)
   float* q = nullptr;                // [R][Hq*hd] fp32 rotated queries
-  float* attn_partial = nullptr;     // [attn_partial_floats(attn, max_tokens, R)] fp32 split partials
+  float* attn_partial = nullptr;     // [attn_partial_floats(attn, partial_positions, R)] fp32 split partials
   float* splitk = nullptr;           // [w.splitk_floats_for(R)] fp32 split-K partials and tile counters
   void* hidden = nullptr;            // [hidden_rows][H] act: post-norm rows of the last target forward
   void* mtp_hidden = nullptr;        // [hidden_rows][H] act: post mtp.norm rows of the last MTP call

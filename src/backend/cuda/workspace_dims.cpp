@@ -28,6 +28,8 @@ WorkspaceDims workspace_dims(const Qwen35Config& c, int max_tokens) {
   // A forward of up to 64 rows, and 64 more for the MTP chain's rows: a
   // longer forward (a prompt chunk) grows them (Workspace::grow_hidden).
   d.hidden_rows = 2 * kWorkspaceRows;
+  // The attention partials: a few splits, grown with the positions in use.
+  d.partial_positions = std::min(max_tokens, kFirstPartialPositions);
   return d;
 }
 

@@ -17,7 +17,11 @@ struct WorkspaceDims {
   int act_ld = 0;       // act inputs of o_proj / out_proj / down per row
   int gdn_ld = 0;       // GDN in-projections per row: qkv (conv_dim) + z + b + a
   int hidden_rows = 0;  // rows of the target's (and MTP's) post-norm hidden buffer
+  int partial_positions = 0;  // positions the attention partials start with (they grow, Workspace::grow_partials)
 };
+
+// Positions the attention partials hold at first: 4 splits of 256 keys.
+inline constexpr int kFirstPartialPositions = 1024;
 
 // Throws Error unless 1 <= max_rows <= kWorkspaceRows: the rows per forward
 // a CUDA sequence is built for (the size of its row-count workspaces).
