@@ -232,6 +232,9 @@ TEST(PrefillBudget, TheLargestPromptRowsThatFit) {
   cost.observe_prompt_step(16, 32, 4.0);
   EXPECT_DOUBLE_EQ(cost.prompt_scale(), 1.25);
   EXPECT_EQ(prompt_rows_within(cost, 2.0, 16, 16, 1, 512), 9);
+  CostModelChooser unmeasured;
+  unmeasured.observe_prompt_step(2, 8, 3.0);
+  EXPECT_EQ(unmeasured.prompt_scale(), 1.0);  // no table: nothing to weigh the step against
   CostModelChooser steep;
   steep.record_verify(1, 1, 1.0);
   steep.record_verify(1, 2, 2.0);

@@ -36,7 +36,8 @@ void CostModelChooser::record_verify(int sequences, int rows, double ms) {
 }
 
 void CostModelChooser::observe_prompt_step(int sequences, int rows, double ms) {
-  if (sequences < 1 || rows < 1 || !(ms > 0)) return;
+  // Without a measured table the prediction is a row count, not milliseconds: nothing to compare.
+  if (sequences < 1 || rows < 1 || !(ms > 0) || verify_.empty()) return;
   prompt_scale_ += kVerifyAverage * (ms / verify_ms(sequences, rows) - prompt_scale_);
 }
 

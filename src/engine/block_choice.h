@@ -88,7 +88,8 @@ class CostModelChooser final : public BlockChooser {
   // (engine/prefill_budget.h): what it took against what the verify table
   // predicts for its rows. Prompt rows attend to a context the probe never
   // had, so their steps may cost more than decode rows; prompt_scale()
-  // follows the ratio (an exponential average; 1 before any such step).
+  // follows the ratio (an exponential average; 1 before any such step, and
+  // while nothing is measured).
   void observe_prompt_step(int sequences, int rows, double ms);
   double prompt_scale() const { return prompt_scale_; }
   // The model's step time (milliseconds): verify of `rows` over `sequences`
