@@ -244,8 +244,10 @@ void CudaQwen35::hold_rows(int T) {
   const int64_t need = int64_t(T) + kMaxRows;
   if (need <= ws_.hidden_rows) return;
   const int rows = checked_int((need + kMaxRows - 1) / kMaxRows * kMaxRows, "--backend cuda: hidden rows (a forward + 64)");
-  // Once per sequence and longer forward: not a step's wait (not counted).
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // A graph still in flight is freed when it completes (cudaGraphExecDestroy),
+  // and grow_hidden's copies follow the queued work on the stream, which it
+  // waits for before the old rows go: no wait here (its one is not counted:
+  // once per sequence and longer forward).
   graphs_.clear();  // they hold the old rows' pointers
   Allocator* const from = allocator_ ? *allocator_ : nullptr;  // null: cudaMalloc (the product)
   ws_.grow_hidden(rows, from, stream_);
