@@ -243,8 +243,8 @@ TEST(ServerEngine, LogStepsPrintsOneLinePerStep) {
 
 // --prefill-stall: requests that join while others decode have their prompt
 // chunks cut to the step's cost budget (the log shows the budget), and every
-// answer, greedy, plain and with MTP, is still its solo run's. A factor of 1
-// or less is refused by name.
+// answer, greedy and seeded sampled, plain and with MTP, is still its solo
+// run's. A factor of 1 or less is refused by name.
 TEST(ServerEngine, AStallBudgetCutsPromptsAndChangesNoAnswer) {
   const auto ckpt = Qwen35Checkpoint::open(kModel);
   const auto tokenizer = tok::load_model_tokenizer(kModel, "test");
@@ -254,6 +254,12 @@ TEST(ServerEngine, AStallBudgetCutsPromptsAndChangesNoAnswer) {
       "for i in range(10):\n    for j in range(10):\n        print(i, j)\n", "x = [1, 2, 3, 4, 5, 6, 7, 8, 9]",
       "# sort a list of pairs by their second item, then by the first\n"};
   const std::vector<int> max_tokens = {6, 30, 12, 30, 20, 30};
+  CompletionRequest sampled;
+  sampled.prompt = prompts[2];
+  sampled.max_tokens = 20;
+  sampled.sampling.temperature = 0.8;
+  sampled.sampling.seed = 11;
+  sampled.seed_given = true;
   for (DraftKind draft : {DraftKind::None, DraftKind::Mtp}) {
     Metrics metrics;
     EngineOptions eo = engine_options(draft, 64);
@@ -267,12 +273,14 @@ TEST(ServerEngine, AStallBudgetCutsPromptsAndChangesNoAnswer) {
       Engine engine(ckpt, tokenizer, eo, metrics);
       std::vector<std::shared_ptr<Job>> jobs;
       for (size_t i = 0; i < prompts.size(); ++i) jobs.push_back(greedy_job(tokenizer, prompts[i], max_tokens[i]));
+      jobs.push_back(std::make_shared<Job>(sampled, tokenizer.encode(sampled.prompt)));
       got = engine_test::serve_all(engine, jobs);
     }
     const std::string err = testing::internal::GetCapturedStderr();
     for (size_t i = 0; i < prompts.size(); ++i)
       EXPECT_EQ(got[i].text, reference_text(ckpt, tokenizer, prompts[i], max_tokens[i], draft))
           << draft_kind_name(draft) << " prompt " << i;
+    EXPECT_EQ(got.back().text, reference_sampled_text(ckpt, tokenizer, sampled, draft)) << draft_kind_name(draft);
     EXPECT_NE(err.find(", budget "), std::string::npos) << err;  // someone joined while others decoded
     const std::string m = metrics.render();
     EXPECT_GT(metric(m, "nextn_prefill_budget_rows_count"), 0) << m;

@@ -497,6 +497,31 @@ class EngineSteps(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
 
+class PrefillStall(unittest.TestCase):
+    """`serve --prefill-stall 2`: prompts that join running requests are cut to the step budget (its
+    histogram in /metrics), and every answer still equals its solo `nextn generate` run."""
+
+    def test_budgeted_prompts_answer_as_alone(self):
+        prompts = [p * 3 for p in PROMPTS[:6]]
+        lengths = [8, 24, 12, 24, 16, 24]
+        server = Server("--max-batch", "3", "--prefill-chunk", "16", "--prefill-stall", "2")
+        try:
+            client = server.client(max_retries=0)
+            barrier = threading.Barrier(len(prompts))
+
+            def ask(i):
+                barrier.wait()  # three run, three join as slots free while the others decode
+                return client.completions.create(model=server.model, prompt=prompts[i], max_tokens=lengths[i],
+                                                 temperature=0)
+            with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+                answers = list(pool.map(ask, range(len(prompts))))
+            for i, p in enumerate(prompts):
+                self.assertEqual(answers[i].choices[0].text, expected_text(p, lengths[i]), p)
+            self.assertGreater(metric(server.get("/metrics")[1], "nextn_prefill_budget_rows_count"), 0)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
 class OracleAndAutoK(unittest.TestCase):
     """`serve --draft oracle` (issue 23 item 9) at K chosen per step: greedy answers equal plain
     `nextn generate`; a repeated request replays its truth; sampling is refused by field; the
