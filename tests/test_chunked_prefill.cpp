@@ -36,6 +36,18 @@ std::vector<int32_t> long_prompt(const std::string& dir) {
   return p;
 }
 
+// Steps the loop to its end: each finished sequence (by_id: its index) has
+// the tokens of its solo run.
+void finish_each_as_alone(StepLoop& loop, const std::map<int, size_t>& by_id,
+                          const std::vector<std::vector<int32_t>>& solo) {
+  loop.on_step = nullptr;
+  while (loop.running() > 0) loop.step();
+  for (auto& f : loop.take_finished()) {
+    ASSERT_FALSE(f.error);
+    EXPECT_EQ(f.result.tokens, solo[by_id.at(f.id)]) << "sequence " << by_id.at(f.id);
+  }
+}
+
 class ChunkedPrefill : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ChunkedPrefill, ChunkSizesChangeNoToken) {
@@ -130,12 +142,7 @@ TEST_P(ChunkedPrefill, DecodingSequencesKeepSteppingWhileAPromptArrives) {
       EXPECT_EQ(tokens_this_step[2], s + 1 == chunks ? 1 : 0) << "step " << s;  // its first token with its last chunk
     }
     EXPECT_EQ(prompt_rows, int(prompt.size()));
-    loop.on_step = nullptr;
-    while (loop.running() > 0) loop.step();
-    for (auto& f : loop.take_finished()) {
-      ASSERT_FALSE(f.error);
-      EXPECT_EQ(f.result.tokens, solo[by_id.at(f.id)]) << "sequence " << by_id.at(f.id);
-    }
+    finish_each_as_alone(loop, by_id, solo);
   }
 }
 
@@ -204,12 +211,7 @@ TEST_P(ChunkedPrefill, AStallBudgetCutsChunksBesideDecodingSequencesAndChangesNo
       EXPECT_EQ(prompt_rows[size_t(s)], std::max(1, budgets[size_t(s)])) << "step " << s;
       left -= prompt_rows[size_t(s)];
     }
-    loop.on_step = nullptr;
-    while (loop.running() > 0) loop.step();
-    for (auto& f : loop.take_finished()) {
-      ASSERT_FALSE(f.error);
-      EXPECT_EQ(f.result.tokens, solo[by_id.at(f.id)]) << "sequence " << by_id.at(f.id);
-    }
+    finish_each_as_alone(loop, by_id, solo);
   }
 }
 
