@@ -233,8 +233,8 @@ void register_serve(CLI::App& app) {
       ->check(number());
   cmd->add_option("--prefill-stall", a->prefill_stall,
                   "While requests decode, cut arriving prompts' chunks so that a step costs at most this many times "
-                  "their step alone, by a cost model measured at start (above 1; default 0: off, whole chunks). "
-                  "Cuda Qwen3.5 needs --prefill-chunk 64 or less")
+                  "their step alone, by a cost model measured at start (above 1; default 0: off, whole chunks). On "
+                  "CUDA, Qwen3.5 needs --prefill-chunk 64 or less")
       ->check(number());
   cmd->add_option("--host", a->host, "Address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", a->port, "Port (default 8000; 0: any free port, printed at start)")->check(number());
