@@ -7,6 +7,7 @@
 // speculation may change when a token comes, never which.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <string>
@@ -56,9 +57,11 @@ TEST(ServerEngineMix, RandomEnginesAndArrivalsAnswerAsAlone) {
       eo.block_policy = pick(0, 1) ? BlockPolicy::Auto : BlockPolicy::Fixed;
       if (eo.block_policy == BlockPolicy::Fixed) eo.block_size = pick(2, 5);
     }
-    // Room for two to four requests' whole budgets: the rest wait for blocks.
+    // Room for two to four requests' whole budgets (and the start-up probe's
+    // block a slot): the rest wait for blocks.
     const int budget = runtime_capacity(kMaxPrompt, kMaxTokens, kAutoMaxBlockSize);
-    eo.kv_cache_tokens = pick(0, 1) ? 0 : pick(2, 4) * kv_blocks_for(budget) * kKvBlockTokens;
+    const int blocks = std::max(pick(2, 4) * kv_blocks_for(budget), eo.limits.max_batch);
+    eo.kv_cache_tokens = pick(0, 1) ? 0 : blocks * kKvBlockTokens;
     const std::string what = "round " + std::to_string(round) + ": max-batch " + std::to_string(eo.limits.max_batch) +
                              ", chunk " + std::to_string(eo.prefill_chunk) + ", stall " +
                              std::to_string(eo.prefill_stall) + ", " + draft_kind_name(eo.draft) + " " +
