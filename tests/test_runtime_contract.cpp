@@ -53,6 +53,15 @@ TEST(CudaWorkspaceDims, SumsAreCheckedIn64Bits) {
   // The attention partials start at 1024 positions (4 splits), or the capacity's when less: they grow.
   EXPECT_EQ(d.partial_positions, 100);
   EXPECT_EQ(cuda::workspace_dims(small, 30000).partial_positions, 1024);
+  // Their growth: doubled splits of 256 keys until the positions fit, at most the capacity.
+  EXPECT_EQ(cuda::grown_partial_positions(1024, 1000, 30000), 1024);
+  EXPECT_EQ(cuda::grown_partial_positions(1024, 1025, 30000), 2048);
+  EXPECT_EQ(cuda::grown_partial_positions(1024, 1512, 3000), 2048);
+  EXPECT_EQ(cuda::grown_partial_positions(2048, 2999, 3000), 3000);
+  EXPECT_EQ(cuda::grown_partial_positions(1024, 30000, 30000), 30000);
+  EXPECT_EQ(cuda::grown_partial_positions(1024, 8193, 30000), 16384);
+  EXPECT_EQ(cuda::grown_partial_positions(100, 300, 300), 300);  // a capacity below one split's doubling
+  EXPECT_EQ(cuda::grown_partial_positions(1, 257, 100000), 512);
 
   test::expect_error([&] { (void)cuda::workspace_dims(big_config(), 100); }, "projection row width",
                      "q/k/v row width");

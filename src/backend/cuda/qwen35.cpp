@@ -230,9 +230,7 @@ void CudaQwen35::check_forward(std::span<const int32_t> tokens) const {
 void CudaQwen35::hold_positions(int positions) {
   state_.kv.hold(positions, stream_);
   if (positions <= ws_.partial_positions) return;
-  int splits = (ws_.partial_positions + cuda::kAttnSplit - 1) / cuda::kAttnSplit;
-  while (int64_t(splits) * cuda::kAttnSplit < positions) splits *= 2;
-  const int grown = int(std::min<int64_t>(int64_t(splits) * cuda::kAttnSplit, max_tokens_));
+  const int grown = grown_partial_positions(ws_.partial_positions, positions, max_tokens_);
   // Once per sequence and doubling: not a step's wait (not counted).
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   graphs_.clear();  // they hold the old buffer and its split stride

@@ -133,7 +133,7 @@ size_t sequence_bytes(const Qwen35Config& c, int max_tokens, Act act, bool has_m
 
 CudaQwen35Weights::CudaQwen35Weights(const Qwen35Checkpoint& ck, int reserve_tokens, const RuntimeOptions& options)
     : cfg(ck.config()), act(options.act == Activations::Fp32 ? Act::F32 : Act::BF16), fp8_matmul(options.fp8_matmul) {
-  static_assert(kWorkspaceRows == kMaxRows && kMaxForwardRows == kMaxRows);
+  static_assert(kWorkspaceRows == kMaxRows && kMaxForwardRows == kMaxRows && kPartialSplitKeys == cuda::kAttnSplit);
   if (reserve_tokens < 0) fail("internal: CudaQwen35Weights reserving {} tokens", reserve_tokens);
   (void)cuda_device_summary();
   check_shapes(cfg);

@@ -33,4 +33,11 @@ WorkspaceDims workspace_dims(const Qwen35Config& c, int max_tokens) {
   return d;
 }
 
+int grown_partial_positions(int held, int positions, int max_tokens) {
+  if (positions <= held) return held;
+  int64_t splits = std::max<int64_t>(1, (int64_t(held) + kPartialSplitKeys - 1) / kPartialSplitKeys);
+  while (splits * kPartialSplitKeys < positions) splits *= 2;
+  return int(std::min<int64_t>(splits * kPartialSplitKeys, max_tokens));
+}
+
 }  // namespace nextn::cuda

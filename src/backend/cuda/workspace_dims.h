@@ -22,6 +22,13 @@ struct WorkspaceDims {
 
 // Positions the attention partials hold at first: 4 splits of 256 keys.
 inline constexpr int kFirstPartialPositions = 1024;
+// kernels.h's kAttnSplit: keys per attention split (this header has no CUDA types).
+inline constexpr int kPartialSplitKeys = 256;
+
+// The positions attention partials of `held` positions grow to for
+// `positions` (CudaQwen35::hold_positions): `held` itself when it suffices,
+// else the next doubling of its splits that holds them, at most `max_tokens`.
+int grown_partial_positions(int held, int positions, int max_tokens);
 
 // Throws Error unless 1 <= max_rows <= kWorkspaceRows: the rows per forward
 // a CUDA sequence is built for (the size of its row-count workspaces).
