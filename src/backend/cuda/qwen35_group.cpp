@@ -28,7 +28,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <limits>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -289,10 +288,8 @@ class CudaSequenceGroup final : public SequenceGroup {
   ModelInfo info() const override { return info_; }
   int max_sequences() const override { return kMaxGroupSequences; }
   bool shares_forwards() const override { return true; }
-  int chunk_invariant_rows() const override {
-    // CudaQwen35::prefill_applies: only bf16 forwards of more than kMaxRows take the prefill GEMMs.
-    return options_.prefill_gemm && options_.act == Activations::Bf16 ? kMaxRows : std::numeric_limits<int>::max();
-  }
+  // Forwards on the graphs are batch-invariant row by row; the prefill GEMMs' rows depend on the cut.
+  int chunk_invariant_rows() const override { return graph_only_rows(options_.prefill_gemm, weights_->act); }
   std::unique_ptr<ModelRuntime> add_sequence(int max_tokens) override {
     if (max_tokens > max_positions_)
       fail("a sequence of up to {} positions exceeds config.json's max_position_embeddings {}", max_tokens,

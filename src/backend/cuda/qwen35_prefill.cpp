@@ -25,6 +25,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -37,7 +38,11 @@
 
 namespace nextn::cuda {
 
-bool CudaQwen35::prefill_applies(int T) const { return prefill_gemm_enabled_ && act_ == Act::BF16 && T > kMaxRows; }
+int graph_only_rows(bool prefill_gemm, Act act) {
+  return prefill_gemm && act == Act::BF16 ? kMaxRows : std::numeric_limits<int>::max();
+}
+
+bool CudaQwen35::prefill_applies(int T) const { return T > graph_only_rows(prefill_gemm_enabled_, act_); }
 
 void CudaQwen35::prefill_release() {
   if (!prefill_) return;

@@ -125,6 +125,10 @@ struct CudaQwen35Weights {
 // up to `max_rows` rows, takes beyond the weights (KV caches, GDN state and
 // projections, logits), for the up-front checks.
 size_t sequence_bytes(const Qwen35Config& c, int max_tokens, Act act, bool has_mtp, int max_rows = kMaxRows);
+// The widest forward that runs on the graphs alone: with the prefill GEMMs on
+// (RuntimeOptions::prefill_gemm) in bf16, a wider forward sends all but its
+// last kMaxRows rows through them (qwen35_prefill.cpp); otherwise any width.
+int graph_only_rows(bool prefill_gemm, Act act);
 
 class CudaQwen35;
 
