@@ -4,14 +4,18 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "engine/generate.h"
+#include "io/checkpoint.h"
 #include "server/engine.h"
 #include "server/job.h"
+#include "tokenizer/tokenizer.h"
 
 namespace nextn::server::engine_test {
 
@@ -47,6 +51,18 @@ inline std::vector<Finished> serve_all(Engine& engine, const std::vector<std::sh
     });
   for (auto& c : clients) c.join();
   return got;
+}
+
+// What a greedy request answers alone: plain greedy generation of `prompt`
+// on a fresh CPU sequence of `capacity` positions, as text without a final
+// EOS token (the server does not send its text).
+inline std::string plain_greedy_text(const Qwen35Checkpoint& ckpt, const tok::Tokenizer& t,
+                                     const std::vector<int32_t>& prompt, int n, int capacity) {
+  auto rt = make_runtime(ckpt, BackendKind::Cpu, capacity);
+  auto r = greedy_generate(*rt, prompt, n, /*ignore_eos=*/false);
+  const auto& eos = ckpt.config().eos_token_ids;
+  if (!r.tokens.empty() && std::find(eos.begin(), eos.end(), r.tokens.back()) != eos.end()) r.tokens.pop_back();
+  return t.decode(r.tokens);
 }
 
 // A metric's value as rendered ("name value"; -1 when absent).

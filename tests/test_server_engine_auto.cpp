@@ -30,11 +30,7 @@ std::shared_ptr<Job> job_for(const tok::Tokenizer& t, const std::string& prompt,
 }
 
 std::string plain_text(const Qwen35Checkpoint& ckpt, const tok::Tokenizer& t, const std::string& prompt, int n) {
-  auto rt = make_runtime(ckpt, BackendKind::Cpu, 256);
-  auto r = greedy_generate(*rt, t.encode(prompt), n, /*ignore_eos=*/false);
-  const auto& eos = ckpt.config().eos_token_ids;
-  if (!r.tokens.empty() && std::find(eos.begin(), eos.end(), r.tokens.back()) != eos.end()) r.tokens.pop_back();
-  return t.decode(r.tokens);
+  return engine_test::plain_greedy_text(ckpt, t, t.encode(prompt), n, 256);
 }
 
 using engine_test::metric;

@@ -27,13 +27,9 @@ namespace {
 const std::string kModel = std::string(NEXTN_SOURCE_DIR) + "/models/default";
 constexpr int kMaxPrompt = 48, kMaxTokens = 24;
 
-// What `nextn generate --prompt-ids ... -n N` answers: plain greedy alone, as text without a final EOS.
+// What `nextn generate --prompt-ids ... -n N` answers: plain greedy alone.
 std::string alone(const Qwen35Checkpoint& ckpt, const tok::Tokenizer& t, const std::vector<int32_t>& prompt, int n) {
-  auto rt = make_runtime(ckpt, BackendKind::Cpu, runtime_capacity(kMaxPrompt, kMaxTokens, kMaxBlockSize));
-  auto r = greedy_generate(*rt, prompt, n, /*ignore_eos=*/false);
-  const auto& eos = ckpt.config().eos_token_ids;
-  if (!r.tokens.empty() && std::find(eos.begin(), eos.end(), r.tokens.back()) != eos.end()) r.tokens.pop_back();
-  return t.decode(r.tokens);
+  return engine_test::plain_greedy_text(ckpt, t, prompt, n, runtime_capacity(kMaxPrompt, kMaxTokens, kMaxBlockSize));
 }
 
 TEST(ServerEngineMix, RandomEnginesAndArrivalsAnswerAsAlone) {
