@@ -327,7 +327,7 @@ void StepLoop::set_prefill_stall(double stall) {
 }
 
 void StepLoop::cut_prompts(StepReport& report) {
-  std::vector<Run*> prompts;
+  std::vector<std::pair<Run*, int>> prompts;  // each prompt and its whole next chunk
   int decode_sequences = 0, decode_rows = 0, whole = 0;
   for (auto& run : runs_) {
     Run& r = *run;
@@ -335,8 +335,8 @@ void StepLoop::cut_prompts(StepReport& report) {
       ++decode_sequences;
       decode_rows += int(r.block.size());
     } else {
-      prompts.push_back(&r);
-      whole += std::min(r.o.prefill_chunk, int(r.prompt.size()) - r.prompt_done);
+      prompts.emplace_back(&r, std::min(r.o.prefill_chunk, int(r.prompt.size()) - r.prompt_done));
+      whole += prompts.back().second;
     }
   }
   // With nothing decoding nobody waits: every prompt forwards its whole chunk.
@@ -349,8 +349,7 @@ void StepLoop::cut_prompts(StepReport& report) {
   }
   // In arrival order; each prompt forwards at least one row, so every one
   // moves, and its chunk is cut only where no bit changes (prefill_budget.h).
-  for (Run* r : prompts) {
-    const int chunk = std::min(r->o.prefill_chunk, int(r->prompt.size()) - r->prompt_done);
+  for (auto [r, chunk] : prompts) {
     const bool may_cut = r->o.prefill_chunk <= group_.chunk_invariant_rows();
     const int n = may_cut ? std::clamp(allowed, 1, chunk) : chunk;
     allowed -= n;
