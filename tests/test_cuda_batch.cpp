@@ -361,7 +361,10 @@ TEST_P(CudaBatch, AStallBudgetCutsPromptsOnlyWithinTheInvariantRows) {
       ASSERT_FALSE(prompt_rows.empty());
       EXPECT_EQ(prompt_rows[0], 3);
       int rows = 0;
-      for (int r : prompt_rows) EXPECT_LE(r, chunk), rows += r;
+      for (int r : prompt_rows) {
+        EXPECT_LE(r, chunk);
+        rows += r;
+      }
       EXPECT_EQ(rows, int(prompt.size()));
     }
     for (auto& f : loop.take_finished()) {
