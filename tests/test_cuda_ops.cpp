@@ -14,6 +14,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/matmul_stream.h"
 #include "test_cuda_util.h"
 
 namespace nextn {
@@ -191,6 +192,60 @@ TEST(CudaOps, StreamedSplitKReusesScratch) {
       const auto fresh = run_matmul(dm, xt, T, Act::BF16);
       const auto reused = run_matmul(dm, xt, T, Act::BF16, nullptr, &scratch);
       EXPECT_EQ(0, std::memcmp(fresh.data(), reused.data(), fresh.size() * 4));
+    }
+  }
+}
+
+// The RMSNorm folded into the streamed kernel's activation load (decode
+// widths, matmul_stream.h): the bits of the norm kernel's bf16 rows then the
+// streamed matmul, for row widths that fill the norm's per-thread loads and
+// ones that do not, split-K and partial tiles, a row stride wider than the
+// row, plain and accumulating outputs.
+TEST(CudaOps, FoldedNormMatmulIsTheNormThenTheMatmul) {
+  NEXTN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const float eps = 1e-6f;
+  for (WKind kind : {WKind::Q4, WKind::Q8}) {
+    for (const Shape& sh : {Shape{200, 1152, 32}, Shape{320, 2048, 64} /* split-K */, Shape{256, 5120, 64},
+                             Shape{300, 2560, 128} /* partial tile */, Shape{640, 6144, 64} /* 24 per thread */}) {
+      TestMatrix tm(rng, kind, sh.rows, sh.cols, sh.group);
+      const auto dm = tm.device();
+      ASSERT_NE(dm.packed, nullptr);
+      const int ld = sh.cols + 64;
+      auto gamma = test::randn(rng, size_t(sh.cols), 0.3f);
+      for (auto& g : gamma) g += 1.0f;
+      DevBuf dg(gamma.size() * 4), scratch(size_t(std::max<int64_t>(1, cuda::splitk_scratch_floats(dm))) * 4);
+      dg.put(gamma);
+      cudaMemset(scratch.p, 0, scratch.bytes);
+      EXPECT_FALSE(cuda::stream_folds_norm(dm, cuda::kFoldedNormRows + 1));
+      for (int T = 1; T <= cuda::kFoldedNormRows; ++T) {
+        for (bool accumulate : {false, true}) {
+          SCOPED_TRACE(testing::Message() << kind_name(kind) << " [" << sh.rows << "x" << sh.cols << "] splits "
+                                          << dm.splits << " T=" << T << (accumulate ? " accumulate" : ""));
+          ASSERT_TRUE(cuda::stream_folds_norm(dm, T));
+          const auto x = test::randn(rng, size_t(T) * ld, 2.0f);
+          const auto y0 = test::randn(rng, size_t(T) * sh.rows, 1.0f);
+          DevBuf dx(x.size() * 4), dxn(size_t(T) * sh.cols * 2), want(y0.size() * 4), got(y0.size() * 4);
+          dx.put(x);
+          want.put(y0);
+          got.put(y0);
+          cuda::rmsnorm(dx.p, Act::F32, ld, dg.as<float>(), eps, T, sh.cols, dxn.p, Act::BF16, sh.cols, nullptr, nullptr);
+          cuda::matmul(dm, dxn.p, Act::BF16, T, sh.cols, want.as<float>(), sh.rows, accumulate, scratch.as<float>(), nullptr);
+          cuda::stream_matmul_normed(dm, dx.as<float>(), ld, dg.as<float>(), eps, T, got.as<float>(), sh.rows,
+                                     accumulate, scratch.as<float>(), nullptr);
+          const auto a = want.get<float>(y0.size()), b = got.get<float>(y0.size());
+          EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
+          // And near the CPU's fp32 norm and matmul (the bf16 rows bound the error).
+          std::vector<float> xn(size_t(T) * sh.cols);
+          for (int t = 0; t < T; ++t) cpu::rmsnorm(&x[size_t(t) * ld], gamma.data(), eps, sh.cols, &xn[size_t(t) * sh.cols]);
+          auto ref = cpu_matmul(tm, xn, T);
+          if (accumulate)
+            for (size_t i = 0; i < ref.size(); ++i) ref[i] += y0[i];
+          EXPECT_LT(rel_err(b, ref), 1e-2);
+        }
+      }
     }
   }
 }

@@ -32,7 +32,7 @@ __device__ void attn_prepare_at(const AttnShape& a, const float* proj, int ld, c
   const float* src = is_q ? row + size_t(h) * 2 * hd : row + size_t(a.Hq) * 2 * hd + size_t(h - a.Hq) * hd;
   const float v = src[d];
   const float ss = block_sum(mul_rn(v, v), scratch);
-  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(add_rn(__fdiv_rn(ss, float(hd)), a.eps)));
+  const float inv = rms_inverse(ss, hd, a.eps);
   xn[d] = mul_rn(mul_rn(v, inv), (is_q ? q_norm : k_norm)[d]);
   __syncthreads();
   float out = xn[d];

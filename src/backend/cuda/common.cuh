@@ -78,6 +78,14 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return s;
 }
 
+// RMSNorm's multiplier from a row's sum of squares: 1 / sqrt(ss / n + eps),
+// each step rounded once, as cpu::rmsnorm rounds it. Every norm kernel uses
+// it; rmsnorm.cu and the streamed matmul's folded norm (matmul_stream.cu)
+// must give the same bits.
+__device__ __forceinline__ float rms_inverse(float ss, int n, float eps) {
+  return __fdiv_rn(1.0f, __fsqrt_rn(add_rn(__fdiv_rn(ss, float(n)), eps)));
+}
+
 __device__ __forceinline__ float block_max(float v, float* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
   v = warp_max(v);

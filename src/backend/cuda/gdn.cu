@@ -169,7 +169,7 @@ __device__ void gdn_recurrence_at(const GdnShape& g, const GdnLayer& L, int T, i
     o = add_rn(red_o[0][j], red_o[1][j]);
     const bool writer = active && part == 0;
     const float ss = block_sum(writer ? mul_rn(o, o) : 0.0f, scratch);
-    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(add_rn(__fdiv_rn(ss, float(dv)), g.eps)));
+    const float inv = rms_inverse(ss, dv, g.eps);
     if (writer) {
       const float y = mul_rn(mul_rn(mul_rn(o, inv), L.norm_w[j]), silu(z));
       y_rows[size_t(t) * vd + h * dv + j] = from_f32<TX>(y);

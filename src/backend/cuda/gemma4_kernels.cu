@@ -23,11 +23,6 @@ constexpr int kKeyTile = 32;                           // keys per online-softma
 constexpr int kAttnThreads = 128;                      // one (token, query head) per block
 constexpr int kPerThread = kGemma4MaxHeadDim / kAttnThreads;  // head_dim elements a thread accumulates
 
-// 1 / sqrt(mean(x^2) + eps), as cpu::rmsnorm rounds it.
-__device__ __forceinline__ float rms_inverse(float sum_sq, int n, float eps) {
-  return __fdiv_rn(1.0f, __fsqrt_rn(add_rn(__fdiv_rn(sum_sq, float(n)), eps)));
-}
-
 // Sum of squares of x[0..n) over the block (fixed shape).
 __device__ __forceinline__ float block_sum_sq(const float* x, int n, float* scratch) {
   float ss = 0.0f;

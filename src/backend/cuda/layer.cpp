@@ -4,6 +4,7 @@
 #include "backend/cuda/layer.h"
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/matmul_stream.h"
 #include "backend/cuda/moe_layer.h"
 #include "backend/cuda/prefill_workspace.h"
 #include "backend/cuda/qwen35_runtime.h"
@@ -21,6 +22,27 @@ void project(const LayerContext& c, const DevMatrix& W, const void* x, int T, in
   else cuda::matmul(W, x, c.act, T, ldx, y, ldy, accumulate, c.splitk, c.stream);
 }
 
+// y = lin . rmsnorm(b.x, gamma) for T rows. At decode widths, where every
+// part's streamed kernel folds the norm into its activation load (same bits
+// as the norm kernel's bf16 rows), no norm kernel runs and b.xn is not
+// written; otherwise the norm kernel writes b.xn and the parts read it.
+void norm_then_linear(const LayerContext& c, const char* label, const float* gamma, const Linear& lin, int T, float* y,
+                      int ldy, const StepBuffers& b) {
+  bool folds = b.prefill == nullptr && c.act == Act::BF16;
+  for (const auto& p : lin.parts) folds = folds && stream_folds_norm(p.m, T);
+  const float eps = c.w.cfg.rms_norm_eps;
+  if (folds) {
+    c.mark(label);
+    for (const auto& p : lin.parts)
+      stream_matmul_normed(p.m, b.x, c.H, gamma, eps, T, y + p.offset, ldy, false, c.splitk, c.stream);
+    return;
+  }
+  c.mark("norm");
+  cuda::rmsnorm(b.x, Act::F32, c.H, gamma, eps, T, c.H, b.xn, c.act, c.H, nullptr, c.stream);
+  c.mark(label);
+  run_linear(c, lin, b.xn, T, c.H, y, ldy, b);
+}
+
 void decoder_layer(const LayerContext& c, const LayerWeights& L, int T, const StepBuffers& b, const SequenceView& s) {
   const auto& cfg = c.w.cfg;
   const float eps = cfg.rms_norm_eps;
@@ -28,12 +50,9 @@ void decoder_layer(const LayerContext& c, const LayerWeights& L, int T, const St
   const Act act = c.act;
   const cudaStream_t stream = c.stream;
   const int* pos = &s.args->pos;
-  c.mark("norm");
-  cuda::rmsnorm(b.x, Act::F32, H, L.input_norm, eps, T, H, b.xn, act, H, nullptr, stream);
   if (L.full) {
     const int qd = cfg.num_attention_heads * cfg.head_dim;
-    c.mark("attn.qkv");
-    run_linear(c, L.attn.qkv, b.xn, T, H, b.proj, c.proj_ld, b);
+    norm_then_linear(c, "attn.qkv", L.input_norm, L.attn.qkv, T, b.proj, c.proj_ld, b);
     if (b.group != nullptr) {
       c.mark("attn.core");
       cuda::attention_group(c.attn, b.group->entries, b.group->n, b.group->max_T, L.kv_index, b.proj, c.proj_ld,
@@ -52,8 +71,7 @@ void decoder_layer(const LayerContext& c, const LayerWeights& L, int T, const St
     project(c, L.attn.o, b.act, T, qd, b.x, H, true, b);
   } else {
     const cuda::GdnLayer& g = (*b.gdn_host)[size_t(L.gdn_index)];
-    c.mark("gdn.in");
-    run_linear(c, L.gdn_in, b.xn, T, H, const_cast<float*>(g.proj), g.proj_ld, b);
+    norm_then_linear(c, "gdn.in", L.input_norm, L.gdn_in, T, const_cast<float*>(g.proj), g.proj_ld, b);
     if (b.group != nullptr) {
       c.mark("gdn.rec");
       cuda::gdn_group(c.gdn, b.group->entries, b.group->n, b.group->max_T, L.gdn_index, g.proj, b.act, act, stream);
@@ -69,14 +87,13 @@ void decoder_layer(const LayerContext& c, const LayerWeights& L, int T, const St
     c.mark("gdn.out");
     project(c, L.gdn_out, b.act, T, cfg.value_dim(), b.x, H, true, b);
   }
-  c.mark("norm");
-  cuda::rmsnorm(b.x, Act::F32, H, L.post_norm, eps, T, H, b.xn, act, H, nullptr, stream);
   if (L.is_moe) {
+    c.mark("norm");
+    cuda::rmsnorm(b.x, Act::F32, H, L.post_norm, eps, T, H, b.xn, act, H, nullptr, stream);
     moe_block(c, L.moe, T, b.xn, H, b.x, H);
     return;
   }
-  c.mark("mlp.gate_up");
-  run_linear(c, L.gate_up, b.xn, T, H, b.proj, c.proj_ld, b);
+  norm_then_linear(c, "mlp.gate_up", L.post_norm, L.gate_up, T, b.proj, c.proj_ld, b);
   c.mark("mlp.swiglu");
   cuda::swiglu(b.proj, c.proj_ld, cfg.intermediate_size, T, b.act, act, c.act_ld, stream);
   c.mark("mlp.down");

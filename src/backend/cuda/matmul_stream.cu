@@ -21,7 +21,12 @@
 //    one bf16x2 subtract and one bf16x2 fma give round_bf16(s * q + b);
 //    q8: the byte under an fp32 exponent, fma in fp32, one rounding to bf16);
 //  - split-K partials are reduced in split order by the last block to finish
-//    a tile (a counter per tile), not by a second launch.
+//    a tile (a counter per tile), not by a second launch;
+//  - at decode widths (T <= kFoldedNormRows) the RMSNorm before a projection
+//    is folded in: the consumer warps normalize the fp32 residual rows into
+//    shared memory once per block, with rmsnorm.cu's summation order and
+//    rounding (the same bf16 bits), and the producer copies weights only.
+//    This saves the norm's launch and its gap, 129 of them per 27B token.
 //
 // The scaled formats (FP8, Z4) decode their codes to exact bf16 values (fp8:
 // the value itself; z4: q - zero) and multiply each group's MMA sum by its fp32
@@ -65,6 +70,8 @@ constexpr int kWorkers = 132;       // H200 multiprocessors: the split choice's 
 
 enum Epi : int { kOut = 0, kArgmax = 1 };
 
+constexpr int kNormPer = 24;  // folded norm: row elements per consumer thread (cols <= 256 x 24)
+
 struct StreamParams {
   const uint8_t* packed;
   int rows, cols, splits, per;   // per: chunks per split
@@ -79,6 +86,13 @@ struct StreamParams {
   ArgMax* pairs;                 // [T][tiles]
   const int* stop;
   HeadTally tally;               // the LM head's counters (null elsewhere)
+  // The folded norm (NORM): x is unused; the consumers write
+  // bf16(norm_x[t] * rms_inverse * gamma) for t < T into shared memory at
+  // norm_off, rows norm_stride bytes apart.
+  const float* norm_x;           // [T][ld_norm_x] fp32
+  const float* gamma;            // [cols]
+  float eps;
+  int ld_norm_x, norm_off, norm_stride;
 };
 
 // ---- mbarrier and bulk copy (sm_90) ----
@@ -123,6 +137,39 @@ __device__ __forceinline__ void half0_sync() { asm volatile("bar.sync 2, 128;\n"
 __device__ __forceinline__ void red_read_arrive() { asm volatile("bar.arrive 3, 256;\n" ::: "memory"); }
 __device__ __forceinline__ void red_read_wait() { asm volatile("bar.sync 3, 256;\n" ::: "memory"); }
 
+// The folded norm, run by the 256 consumer threads before their first item:
+// rmsnorm_kernel's arithmetic (rmsnorm.cu) with the consumers as its block.
+// Thread t sums the squares of elements t, t + 256, ... in that order; the
+// warps' sums are added in warp order (block_sum's shape, over a named
+// barrier the producer never joins); the output is bf16(x * inv * gamma).
+__device__ void fold_norm(const StreamParams& p, uint8_t* smem, float* scratch) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, n = p.cols;
+  for (int t = 0; t < p.T; ++t) {
+    const float* xr = p.norm_x + size_t(t) * p.ld_norm_x;
+    float v[kNormPer];
+#pragma unroll
+    for (int j = 0; j < kNormPer; ++j) v[j] = tid + j * 256 < n ? xr[tid + j * 256] : 0.0f;
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kNormPer; ++j)
+      if (tid + j * 256 < n) ss = add_rn(ss, mul_rn(v[j], v[j]));
+    ss = warp_sum(ss);
+    consumers_sync();  // scratch may still be read for the previous row
+    if (lane == 0) scratch[warp] = ss;
+    consumers_sync();
+    float sum = 0.0f;
+    for (int w = 0; w < kWarps; ++w) sum = add_rn(sum, scratch[w]);
+    const float inv = rms_inverse(sum, n, p.eps);
+    bf16* out = reinterpret_cast<bf16*>(smem + p.norm_off + t * p.norm_stride);
+#pragma unroll
+    for (int j = 0; j < kNormPer; ++j) {
+      const int i = tid + j * 256;
+      if (i < n) out[i] = from_f32<bf16>(mul_rn(mul_rn(v[j], inv), p.gamma[i]));
+    }
+  }
+  consumers_sync();  // the rows are complete before any warp reads them
+}
+
 // A consumer lane's offsets in a stage (stream_unit.cuh's LaneOffsets) for this call's layout.
 template <int FMT>
 __device__ __forceinline__ LaneOffsets lane_offsets(const StreamParams& p, int kh, int rg, int lane) {
@@ -136,7 +183,7 @@ __device__ __forceinline__ LaneOffsets lane_offsets(const StreamParams& p, int k
   return o;
 }
 
-template <int FMT, int NF, int EPI, int MINB>
+template <int FMT, int NF, int EPI, int MINB, bool NORM = false>
 __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamParams p) {
   constexpr int BITS = fmt_bits(FMT);
   pdl_prologue();
@@ -147,10 +194,11 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
   __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
   __shared__ ArgMax best[4][kMaxRows];
   __shared__ int last;
+  __shared__ float norm_scratch[kWarps];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     for (int i = 0; i < p.stages; ++i) {
-      mbar_init(&full[i], 1 + 32);  // the weights' expect_tx + each producer lane's cp.async arrival
+      mbar_init(&full[i], NORM ? 1 : 1 + 32);  // the weights' expect_tx (+ each producer lane's cp.async arrival)
       mbar_init(&empty[i], kWarps);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -172,11 +220,13 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
           bulk_copy(dst, p.packed + (size_t(tile) * p.chunks + ch) * p.unit_bytes, uint32_t(p.unit_bytes),
                     &full[stage]);
         }
-        for (int i = lane; i < p.T * 16; i += 32) {  // 16 pieces of 16 bytes per token row
-          const int t = i >> 4, q = i & 15;
-          cp_async16(dst + p.unit_bytes + t * kXStride + 16 * q, p.x + size_t(t) * p.ldx + size_t(ch) * kK + 8 * q);
+        if constexpr (!NORM) {
+          for (int i = lane; i < p.T * 16; i += 32) {  // 16 pieces of 16 bytes per token row
+            const int t = i >> 4, q = i & 15;
+            cp_async16(dst + p.unit_bytes + t * kXStride + 16 * q, p.x + size_t(t) * p.ldx + size_t(ch) * kK + 8 * q);
+          }
+          cp_async_arrive(&full[stage]);
         }
-        cp_async_arrive(&full[stage]);
         if (++stage == p.stages) {
           stage = 0;
           phase ^= 1u;
@@ -193,6 +243,9 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
   bool tok[NF];  // this lane's token row of fragment f exists
 #pragma unroll
   for (int f = 0; f < NF; ++f) tok[f] = 8 * f + g < p.T;
+  // This lane's activations in the folded norm's rows (token g, piece 2kh), chunk 0.
+  const uint8_t* norm_x = smem + p.norm_off + g * p.norm_stride + 16 * c + 128 * kh;
+  if constexpr (NORM) fold_norm(p, smem, norm_scratch);
   const int gpc = p.gpc, stage_smem = p.stage_smem, stages = p.stages;
   int stage = 0;
   uint32_t phase = 0;
@@ -207,6 +260,7 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
     for (int ch = c0; ch < c1; ++ch) {
       mbar_wait(&full[stage], phase);
       const uint8_t* st = smem + stage * stage_smem;
+      const uint8_t* xp = NORM ? norm_x + ch * (kK * 2) : st + off.x;
       if constexpr (FMT == kFp8A8) {
         if (gpc == 2)
           unit_compute_a8<NF, 2>(st, off, tok, acc, lane);
@@ -215,11 +269,11 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
         else
           unit_compute_a8<NF, 4>(st, off, tok, acc, lane);
       } else if (gpc == 2)
-        unit_compute<FMT, NF, 2>(st, off, tok, acc);
+        unit_compute<FMT, NF, 2>(st, off, xp, tok, acc);
       else if (gpc == 1)
-        unit_compute<FMT, NF, 1>(st, off, tok, acc);
+        unit_compute<FMT, NF, 1>(st, off, xp, tok, acc);
       else
-        unit_compute<FMT, NF, 4>(st, off, tok, acc);
+        unit_compute<FMT, NF, 4>(st, off, xp, tok, acc);
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[stage]);
       if (++stage == stages) {
@@ -386,6 +440,15 @@ KernelFn kernel_for(int fmt, int epi, int nf) {
     default: return kernel_for<kZ4>(epi, nf);
   }
 }
+// The folded norm's kernels: one token fragment, outputs (T <= kFoldedNormRows).
+KernelFn norm_kernel_for(int fmt) {
+  switch (fmt) {
+    case kQ4: return stream_kernel<kQ4, 1, kOut, 3, true>;
+    case kQ8: return stream_kernel<kQ8, 1, kOut, 3, true>;
+    case kFp8: return stream_kernel<kFp8, 1, kOut, 3, true>;
+    default: return stream_kernel<kZ4, 1, kOut, 3, true>;
+  }
+}
 
 // Dynamic shared memory per SM for the blocks it hosts (228 KB less each
 // block's static part and reserve).
@@ -397,8 +460,9 @@ int g_cap_per_sm = 3, g_cap_stages = kMaxStages;
 
 void launch(const DevMatrix& W, int epi, StreamParams p, cudaStream_t s) {
   if (g_sms == 0) init_kernels();
+  const bool norm = p.norm_x != nullptr;
   const uintptr_t xa = reinterpret_cast<uintptr_t>(p.x);
-  if (xa % 16 != 0 || p.ldx % 8 != 0)
+  if (!norm && (xa % 16 != 0 || p.ldx % 8 != 0))
     fail("matmul: activations must be 16-byte aligned with a row stride that is a multiple of 8 (got stride {})",
          p.ldx);
   const int fmt = compute_fmt_of(W), nf = ceil_div(p.T, 8);
@@ -408,20 +472,25 @@ void launch(const DevMatrix& W, int epi, StreamParams p, cudaStream_t s) {
   p.gshift = W.group == 32 ? 5 : W.group == 64 ? 6 : 7;
   p.unit_bytes = unit_bytes_of(W);
   p.per = ceil_div(p.chunks, p.splits);
-  p.stage_smem = (p.unit_bytes + p.T * kXStride + 127) / 128 * 128;
+  p.stage_smem = (p.unit_bytes + (norm ? 0 : p.T * kXStride) + 127) / 128 * 128;
   const int red = 4 * 2 * nf * 4 * 32 * 4;
+  // The folded norm's rows: 2 cols bytes + 64 each (as kXStride, the 16-byte
+  // reads of 8 token rows hit distinct banks), after the reduction buffer.
+  p.norm_stride = 2 * p.cols + 64;
+  const int norm_bytes = norm ? p.T * p.norm_stride : 0;
   // As many blocks per SM as registers allow while each keeps four stages
   // (more warps to dequantize); else fewer blocks with deeper rings.
   int per_sm = std::min(max_per_sm(nf), g_cap_per_sm), budget = 0;
   for (; per_sm > 1; --per_sm)
-    if (4 * p.stage_smem + red <= kSmemPerSM / per_sm - 2048) break;
+    if (4 * p.stage_smem + red + norm_bytes <= kSmemPerSM / per_sm - 2048) break;
   budget = per_sm == 1 ? kSmemMaxBlock : kSmemPerSM / per_sm - 2048;
-  p.stages = std::min(g_cap_stages, (budget - red) / p.stage_smem);
+  p.stages = std::min(g_cap_stages, (budget - red - norm_bytes) / p.stage_smem);
   if (p.stages < 2) fail("matmul: stage of {} bytes does not fit in shared memory", p.stage_smem);
-  const int smem = p.stages * p.stage_smem + red;
+  p.norm_off = p.stages * p.stage_smem + red;
+  const int smem = p.norm_off + norm_bytes;
   const int items = p.tiles * p.splits;
   const int grid = std::min(items, g_sms * per_sm);
-  CUDA_CHECK(launch_kernel(kernel_for(fmt, epi, nf), grid, kThreads, size_t(smem), s, p));
+  CUDA_CHECK(launch_kernel(norm ? norm_kernel_for(fmt) : kernel_for(fmt, epi, nf), grid, kThreads, size_t(smem), s, p));
   CUDA_CHECK_LAUNCH("stream_kernel");
 }
 
@@ -445,11 +514,15 @@ void init_kernels() {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
-  for (int fmt : {kQ4, kQ8, kFp8, kZ4, kFp8A8})
+  for (int fmt : {kQ4, kQ8, kFp8, kZ4, kFp8A8}) {
     for (int epi : {int(kOut), int(kArgmax)})
       for (int nf = 1; nf <= 8; ++nf)
         CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel_for(fmt, epi, nf)),
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMaxBlock));
+    if (fmt != kFp8A8)
+      CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(norm_kernel_for(fmt)),
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMaxBlock));
+  }
 }
 
 void set_stream_caps(int per_sm, int stages) {
@@ -486,6 +559,31 @@ void stream_matmul(const DevMatrix& W, const void* x, int T, int ldx, float* y, 
                    float* scratch, cudaStream_t s, const HeadTally& tally) {
   StreamParams p = base_params(W, x, T, ldx);
   p.tally = tally;
+  p.y = y;
+  p.ldy = ldy;
+  p.accumulate = accumulate ? 1 : 0;
+  if (p.splits > 1) {
+    if (scratch == nullptr) fail("matmul: split-K matrix without scratch");
+    if (stream_tiles(W) > kCounterSlots) fail("matmul: {} tiles exceed the split-K counters", stream_tiles(W));
+    p.counters = reinterpret_cast<int*>(scratch);
+    p.partial = scratch + kCounterSlots;
+  }
+  launch(W, kOut, p, s);
+}
+
+bool stream_folds_norm(const DevMatrix& W, int T) {
+  return W.packed != nullptr && compute_fmt_of(W) != kFp8A8 && T >= 1 && T <= kFoldedNormRows &&
+         W.cols <= 256 * kNormPer;
+}
+
+void stream_matmul_normed(const DevMatrix& W, const float* x, int ldx, const float* gamma, float eps, int T, float* y,
+                          int ldy, bool accumulate, float* scratch, cudaStream_t s) {
+  if (!stream_folds_norm(W, T)) fail("matmul: no folded norm for this matrix at {} rows", T);
+  StreamParams p = base_params(W, nullptr, T, 0);
+  p.norm_x = x;
+  p.ld_norm_x = ldx;
+  p.gamma = gamma;
+  p.eps = eps;
   p.y = y;
   p.ldy = ldy;
   p.accumulate = accumulate ? 1 : 0;

@@ -33,6 +33,13 @@ int64_t stream_counter_floats();
 // With a tally (the LM head) the kernel counts its work (kernels.h, HeadCounters).
 void stream_matmul(const DevMatrix& W, const void* x, int T, int ldx, float* y, int ldy, bool accumulate,
                    float* scratch, cudaStream_t s, const HeadTally& tally = {});
+// RMSNorm folded into the activation load, for decode widths: y (+)= W .
+// bf16(rmsnorm(x, gamma, eps)) with the bits of rmsnorm() to bf16 then
+// stream_matmul(), from the fp32 rows x [T][ldx], T <= kFoldedNormRows.
+constexpr int kFoldedNormRows = 2;
+bool stream_folds_norm(const DevMatrix& W, int T);
+void stream_matmul_normed(const DevMatrix& W, const float* x, int ldx, const float* gamma, float eps, int T, float* y,
+                          int ldy, bool accumulate, float* scratch, cudaStream_t s);
 // Writes (max, index) pairs [T][stream_tiles(W)].
 void stream_matmul_argmax(const DevMatrix& W, const void* x, int T, int ldx, void* pairs, const int* stop,
                           cudaStream_t s, const HeadTally& tally = {});

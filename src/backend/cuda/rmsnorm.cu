@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(256) rmsnorm_kernel(const TI* x, int ldx, cons
     for (int j = 0; j < PER; ++j)
       if (threadIdx.x + j * 256 < n) ss = add_rn(ss, mul_rn(v[j], v[j]));
     ss = block_sum(ss, scratch);
-    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(add_rn(__fdiv_rn(ss, float(n)), eps)));
+    const float inv = rms_inverse(ss, n, eps);
     yr = y + size_t(row + (out_row0 != nullptr ? *out_row0 : 0)) * ldy;
 #pragma unroll
     for (int j = 0; j < PER; ++j) {
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(256) rmsnorm_kernel(const TI* x, int ldx, cons
       ss = add_rn(ss, mul_rn(v, v));
     }
     ss = block_sum(ss, scratch);
-    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(add_rn(__fdiv_rn(ss, float(n)), eps)));
+    const float inv = rms_inverse(ss, n, eps);
     yr = y + size_t(row + (out_row0 != nullptr ? *out_row0 : 0)) * ldy;
     for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = from_f32<TO>(mul_rn(mul_rn(to_f32(xr[i]), inv), gamma[i]));
   }
