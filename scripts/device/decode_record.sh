@@ -5,7 +5,9 @@
 # prefill GEMM) and the previous state (bench decode --pdl off --prefill
 # chunked) timed in the same call, the per-operation
 # breakdown (bench decode --breakdown), and MTP rounds at K = 4 and 8
-# (ms per round against ms per greedy token).
+# (ms per round against ms per greedy token). Each new-binary step's
+# `--json` output goes to $OUT/json/, and scripts/decode_record_json.py
+# writes issue 24's summary rows from them ($OUT/decode-record.json).
 #
 #   scripts/device/prepare.sh     # here: builds build-cuda/
 #   device run, carry [build-cuda/nextn, build-cuda/lib, build-cuda/COMMIT]:
@@ -37,7 +39,25 @@ export_cuda_libs
 N=$BUILD/nextn
 mkdir -p "$CK"
 record_start
+mkdir -p "$OUT/json"
 say "cuBLAS from $CUBLAS_DIR; before = $BEFORE"
+
+# json_step NAME LIMIT ARGS...: run_step's budget and limit, with --json:
+# the object goes to $OUT/json/NAME.json, stderr to the step's log, and the
+# summary gets the step's decode tokens/s (and ms per round).
+json_step() {
+  local name=$1 limit=$2
+  shift 2
+  if [ "$(left)" -lt 20 ]; then say "skip $name: $(left) s of the budget left"; return; fi
+  [ "$limit" -gt "$(left)" ] && limit=$(left)
+  local t0=$(date +%s)
+  timeout "$limit" "$@" --json >"$OUT/json/$name.json" 2>"$LOG/$name.txt"
+  say "$name: exit $? in $(( $(date +%s) - t0 )) s: $*"
+  python3 -c 'import json, sys
+j = json.load(open(sys.argv[1]))
+print("    decode tok/s", j["decode_tokens_per_second"], "ms per round", j.get("decode_ms_per_round"))' \
+    "$OUT/json/$name.json" >>"$SUMMARY" 2>&1
+}
 
 
 for size in ${NEXTN_RECORD_SIZES:-0.8b 4b 27b}; do
@@ -46,18 +66,20 @@ for size in ${NEXTN_RECORD_SIZES:-0.8b 4b 27b}; do
   [ "$size" = 27b ] && n=128
   run_step "make_$size" 120 "$N" make-checkpoint --preset "qwen3.5-$size" --quant q4 --seed "$SEED" --out "$dir"
   common=(bench decode --backend cuda -m "$dir" --prompt-len 16 -n "$n" --repeats 3)
-  run_step "decode_${size}_new" 200 "$N" "${common[@]}" --prefill-len 2048 --breakdown
+  json_step "decode_${size}_new" 200 "$N" "${common[@]}" --prefill-len 2048 --breakdown
   run_step "decode_${size}_old" 200 "$N" "${common[@]}" --prefill-len 2048 $BEFORE
-  run_step "mtp4_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 4 --breakdown
+  json_step "mtp4_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 4 --breakdown
   if [ -n "${NEXTN_RECORD_DRAFT_VOCAB:-}" ]; then
     run_step "mtp4dv_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 4 \
       --draft-vocab "$NEXTN_RECORD_DRAFT_VOCAB"
   fi
-  run_step "mtp8_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 8
+  json_step "mtp8_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 8
   [ "${NEXTN_RECORD_MTP_BEFORE:-1}" = 1 ] &&
     run_step "mtp4_${size}_old" 200 "$N" "${common[@]}" --draft mtp --block-size 4 $BEFORE
   rm -rf "$dir"
 done
 
+python3 scripts/decode_record_json.py "$OUT/json" --commit "$(head -1 "$BUILD/COMMIT")" \
+  --sizes "${NEXTN_RECORD_SIZES:-0.8b 4b 27b}" --quant q4 --json "$OUT/decode-record.json" | tee -a "$SUMMARY"
 say "elapsed: $(( $(date +%s) - START )) s"
 record_finish
