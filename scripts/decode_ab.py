@@ -17,7 +17,11 @@ import sys
 def load(pattern):
     runs = {}  # preset -> [(tok/s median, min, max, roofline share, quant)]
     for f in sorted(glob.glob(pattern)):
-        j = json.load(open(f))
+        try:
+            j = json.load(open(f))
+        except ValueError:  # a run that failed or timed out left no object: said, and left out
+            print(f"skipped {f}: not a bench decode JSON object", file=sys.stderr)
+            continue
         model = j["model"]  # "preset qwen3.5-27b (q4, seed 0, in memory)"
         preset = model.split()[1]
         quant = model.split("(")[1].split(",")[0]
@@ -25,7 +29,7 @@ def load(pattern):
         runs.setdefault((preset, quant), []).append(
             (d["median"], d["min"], d["max"], j["roofline"]["fraction_of_roofline"], d["n"]))
     if not runs:
-        raise ValueError(f"no file matches {pattern}")
+        raise ValueError(f"no bench decode JSON object in {pattern}")
     return runs
 
 
