@@ -16,18 +16,12 @@
 # NEXTN_BENCH_VERIFY=0 skips the 27B verify-arm run.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUT=${OUT:-$ROOT/out}
-BUILD=${NEXTN_BUILD:-build-cuda}
+. scripts/device/lib.sh
 BUDGET=${NEXTN_BENCH_BUDGET:-330}
 CK=${NEXTN_CK_DIR:-/tmp/nextn-ck}
 SEED=${NEXTN_SEED:-0}
-LOG=$OUT/logs
 mkdir -p "$CK"
-SUMMARY=$OUT/summary.txt
 START=$(date +%s)
-. scripts/device/lib.sh
-export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 N=$BUILD/nextn
 
 record_start

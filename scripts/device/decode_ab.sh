@@ -16,18 +16,13 @@
 #
 # Environment: NEXTN_BUILD (build-cuda), NEXTN_AB_SIZES ("27b 0.8b 4b"),
 # NEXTN_AB_QUANT (q4), NEXTN_AB_TOKENS (128), NEXTN_AB_BUDGET (480 s: no run
-# starts past it).
+# starts with fewer than 20 s of it left; lib.sh's step_limit).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUT=${OUT:-$ROOT/out}
-BUILD=${NEXTN_BUILD:-build-cuda}
-LOG=$OUT/logs
-SUMMARY=$OUT/summary.txt
 . scripts/device/lib.sh
-export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-record_start
+BUDGET=${NEXTN_AB_BUDGET:-480}
 START=$(date +%s)
+record_start
 mkdir -p base "$OUT/ab"
 [ -f build-base.tar.xz ] && tar xJf build-base.tar.xz -C base
 if [ ! -x "$BUILD/nextn" ] || [ ! -x "base/$BUILD/nextn" ]; then
@@ -40,11 +35,11 @@ new_commit=$(head -1 "$BUILD/COMMIT")
 say "base $base_commit, new $new_commit"
 for size in ${NEXTN_AB_SIZES:-27b 0.8b 4b}; do
   for side in base new base new; do
-    if [ $(( $(date +%s) - START )) -gt "${NEXTN_AB_BUDGET:-480}" ]; then say "skip $size $side: budget"; continue; fi
+    limit=$(step_limit "decode $size $side" 120) || continue
     bin=$BUILD/nextn
     [ $side = base ] && bin=base/$BUILD/nextn
     f=$OUT/ab/decode_${size}_${side}_$(date +%s%N).json
-    timeout 120 "$bin" bench decode --backend cuda --preset "qwen3.5-$size" --quant "${NEXTN_AB_QUANT:-q4}" \
+    timeout "$limit" "$bin" bench decode --backend cuda --preset "qwen3.5-$size" --quant "${NEXTN_AB_QUANT:-q4}" \
       --prompt-len 16 -n "${NEXTN_AB_TOKENS:-128}" --repeats 3 --json >"$f" 2>>"$LOG/decode_${size}_${side}.err"
     say "decode $size $side: exit $?"
   done

@@ -24,17 +24,12 @@
 # --draft-vocab N, docs/speculative.md section 10).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUT=${OUT:-$ROOT/out}
-BUILD=${NEXTN_BUILD:-build-cuda}
+. scripts/device/lib.sh
 BUDGET=${NEXTN_BENCH_BUDGET:-420}
 CK=${NEXTN_CK_DIR:-/tmp/nextn-ck}
 SEED=${NEXTN_SEED:-0}
 BEFORE=${NEXTN_RECORD_BEFORE:---pdl off --prefill chunked}
-LOG=$OUT/logs
-SUMMARY=$OUT/summary.txt
 START=$(date +%s)
-. scripts/device/lib.sh
 export_cuda_libs
 N=$BUILD/nextn
 mkdir -p "$CK"
@@ -42,14 +37,13 @@ record_start
 mkdir -p "$OUT/json"
 say "cuBLAS from $CUBLAS_DIR; before = $BEFORE"
 
-# json_step NAME LIMIT ARGS...: run_step's budget and limit, with --json:
-# the object goes to $OUT/json/NAME.json, stderr to the step's log, and the
-# summary gets the step's decode tokens/s (and ms per round).
+# json_step NAME LIMIT ARGS...: run_step with --json: the object goes to
+# $OUT/json/NAME.json, stderr to the step's log, and the summary gets the
+# step's decode tokens/s (and ms per round).
 json_step() {
-  local name=$1 limit=$2
+  local name=$1 limit
+  limit=$(step_limit "$1" "$2") || return 0
   shift 2
-  if [ "$(left)" -lt 20 ]; then say "skip $name: $(left) s of the budget left"; return; fi
-  [ "$limit" -gt "$(left)" ] && limit=$(left)
   local t0=$(date +%s)
   timeout "$limit" "$@" --json >"$OUT/json/$name.json" 2>"$LOG/$name.txt"
   say "$name: exit $? in $(( $(date +%s) - t0 )) s: $*"

@@ -24,18 +24,13 @@
 # (/tmp/nextn-ck), NEXTN_SEED (0).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUT=${OUT:-$ROOT/out}
-BUILD=${NEXTN_BUILD:-build-cuda}
+. scripts/device/lib.sh
 BUDGET=${NEXTN_BENCH_BUDGET:-450}
 CK=${NEXTN_CK_DIR:-/tmp/nextn-ck}
 SEED=${NEXTN_SEED:-0}
 QUANTS=${NEXTN_FORMATS_QUANTS:-q4 fp8 gptq4}
 SHAPES=${*:-4b 27b}
-LOG=$OUT/logs
-SUMMARY=$OUT/summary.txt
 START=$(date +%s)
-. scripts/device/lib.sh
 export_cuda_libs
 N=$BUILD/nextn
 mkdir -p "$CK"

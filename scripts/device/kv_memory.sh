@@ -12,16 +12,10 @@
 # NEXTN_KV_PROMPT (16000: the long prompt's tokens), NEXTN_CK_DIR (/tmp/nextn-ck).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUT=${OUT:-$ROOT/out}
-BUILD=${NEXTN_BUILD:-build-cuda}
+. scripts/device/lib.sh
 CK=${NEXTN_CK_DIR:-/tmp/nextn-ck}
 PRESET=${NEXTN_KV_PRESET:-qwen3.5-27b}
 PROMPT=${NEXTN_KV_PROMPT:-16000}
-LOG=$OUT/logs
-SUMMARY=$OUT/summary.txt
-. scripts/device/lib.sh
-export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 record_start
 
 dir=$(serve_checkpoint "$PRESET")

@@ -1,5 +1,13 @@
-# Shared by the device scripts (sourced, not run): the summary line writer and
-# the machine record before and after a run. Expects BUILD, OUT, LOG, SUMMARY.
+# Shared by the device scripts (sourced, not run, right after `cd` to the
+# repository root): their common settings, the summary line writer, the
+# machine record before and after a run, budgeted steps.
+ROOT=$PWD
+OUT=${OUT:-$ROOT/out}              # what the call brings back
+BUILD=${NEXTN_BUILD:-build-cuda}   # the carried binaries (prepare.sh)
+LOG=$OUT/logs
+SUMMARY=$OUT/summary.txt
+export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+
 say() { echo "$*" | tee -a "$SUMMARY"; }
 
 gpu_state() {
@@ -16,7 +24,6 @@ link_source_root() {
     mkdir -p "$(dirname "$src")" && ln -s "$ROOT" "$src"
     say "linked $src -> $ROOT"
   fi
-  export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 }
 
 # The binaries travel as one xz archive (prepare.sh): the tracked tree is near
@@ -61,15 +68,22 @@ export_cuda_libs() {
 # Seconds left of $BUDGET since $START (the scripts that time steps set both).
 left() { echo $((BUDGET - ($(date +%s) - START))); }
 
-# run_step NAME LIMIT COMMAND...: runs the command with a time limit (at
-# most what is left of the budget, so that a call ends inside it) unless
-# fewer than 20 s of the budget are left (then says it skipped), logs its
+# step_limit NAME LIMIT: prints a step's time limit, LIMIT or what is left of
+# the budget if less, so that a call ends inside it; with fewer than 20 s
+# left it says the step is skipped and fails.
+step_limit() {
+  local left_s
+  left_s=$(left)
+  if [ "$left_s" -lt 20 ]; then say "skip $1: $left_s s of the budget left" >&2; return 1; fi
+  echo $(( $2 < left_s ? $2 : left_s ))
+}
+
+# run_step NAME LIMIT COMMAND...: runs the command within step_limit, logs its
 # output to $LOG/NAME.txt and copies its summary lines into the summary.
 run_step() {
-  local name=$1 limit=$2
+  local name=$1 limit
+  limit=$(step_limit "$1" "$2") || return 0
   shift 2
-  if [ "$(left)" -lt 20 ]; then say "skip $name: $(left) s of the budget left"; return; fi
-  [ "$limit" -gt "$(left)" ] && limit=$(left)
   local t0=$(date +%s)
   timeout "$limit" "$@" >"$LOG/$name.txt" 2>&1
   say "$name: exit $? in $(( $(date +%s) - t0 )) s: $*"

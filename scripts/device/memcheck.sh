@@ -19,11 +19,6 @@
 # replace a phase's filter; NEXTN_T_MEMCHECK_{OPS,MODEL,SPEC} its limit (s).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUT=${OUT:-$ROOT/out}
-BUILD=${NEXTN_BUILD:-build-cuda}
-LOG=$OUT/logs
-SUMMARY=$OUT/summary.txt
 . scripts/device/lib.sh
 record_start
 link_source_root

@@ -20,15 +20,10 @@
 # summed per kernel name: logs/ncu_<preset>.txt).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUT=${OUT:-$ROOT/out}
-BUILD=${NEXTN_BUILD:-build-cuda}
+. scripts/device/lib.sh
 BUDGET=${NEXTN_BENCH_BUDGET:-540}
 CK=${NEXTN_CK_DIR:-/tmp/nextn-ck}
-LOG=$OUT/logs
-SUMMARY=$OUT/summary.txt
 START=$(date +%s)
-. scripts/device/lib.sh
 record_start
 link_source_root
 export_cuda_libs

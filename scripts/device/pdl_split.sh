@@ -13,16 +13,10 @@
 # NEXTN_BENCH_BUDGET seconds (400), NEXTN_CK_DIR (/tmp/nextn-ck).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUT=${OUT:-$ROOT/out}
-BUILD=${NEXTN_BUILD:-build-cuda}
+. scripts/device/lib.sh
 BUDGET=${NEXTN_BENCH_BUDGET:-400}
 CK=${NEXTN_CK_DIR:-/tmp/nextn-ck}
-LOG=$OUT/logs
-SUMMARY=$OUT/summary.txt
 START=$(date +%s)
-. scripts/device/lib.sh
-export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 N=$BUILD/nextn
 mkdir -p "$CK"
 record_start

@@ -19,11 +19,6 @@
 # NEXTN_UNSEEN_QWEN_MOE=1 runs check_unseen.py's Qwen3.5 MoE variants likewise.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUT=${OUT:-$ROOT/out}
-BUILD=${NEXTN_BUILD:-build-cuda}
-LOG=$OUT/logs
-SUMMARY=$OUT/summary.txt
 . scripts/device/lib.sh
 record_start
 

@@ -18,15 +18,9 @@
 # NEXTN_CK_DIR (/tmp/nextn-ck).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUT=${OUT:-$ROOT/out}
-BUILD=${NEXTN_BUILD:-build-cuda}
+. scripts/device/lib.sh
 CK=${NEXTN_CK_DIR:-/tmp/nextn-ck}
 PRESET=${NEXTN_SERVE_PRESET:-qwen3.5-27b}
-LOG=$OUT/logs
-SUMMARY=$OUT/summary.txt
-. scripts/device/lib.sh
-export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 record_start
 
 dir=$CK/serve-$PRESET-q4

@@ -9,13 +9,7 @@
 #   scripts/device/prepare.sh; device run, carry build-cuda.tar.xz: bash scripts/device/sweep_splits.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUT=${OUT:-$ROOT/out}
-BUILD=${NEXTN_BUILD:-build-cuda}
-LOG=$OUT/logs
-SUMMARY=$OUT/summary.txt
 . scripts/device/lib.sh
-export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 record_start
 W=${WIDTHS:-1,8,16,32}
 row() { grep -E "^ +[0-9]+ " | awk '{printf "R=%s %s ms %s%%  ", $1, $2, $6} END {print ""}'; }

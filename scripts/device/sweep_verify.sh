@@ -48,9 +48,7 @@
 # skipped and listed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUT=${OUT:-$ROOT/out}
-BUILD=${NEXTN_BUILD:-build-cuda}
+. scripts/device/lib.sh
 BACKEND=${NEXTN_SWEEP_BACKEND:-cuda}
 MODE=${NEXTN_SWEEP_MODE:-all}
 BUDGET=${NEXTN_SWEEP_BUDGET:-520}
@@ -67,10 +65,7 @@ MODELS=${NEXTN_SWEEP_MODELS:-4b=qwen3.5-4b 27b=qwen3.5-27b}
 # while-walk runs by default on cuda only (the CPU has one walk; an explicit
 # NEXTN_SWEEP_WHILE_RATES there only exercises this script's flow)
 if [ "$BACKEND" = cuda ]; then WHILE_RATES=${NEXTN_SWEEP_WHILE_RATES-0.8}; else WHILE_RATES=${NEXTN_SWEEP_WHILE_RATES-}; fi
-LOG=$OUT/logs
-SUMMARY=$OUT/summary.txt
 START=$(date +%s)
-. scripts/device/lib.sh
 export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"  # libfmt carried by prepare.sh
 NEXTN=$BUILD/nextn
 mkdir -p "$OUT/json" "$CK"

@@ -10,13 +10,7 @@
 # Environment: NEXTN_BUILD (build-cuda), NEXTN_TRUNK_ARGS (extra flags, e.g. --repeats 60).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUT=${OUT:-$ROOT/out}
-BUILD=${NEXTN_BUILD:-build-cuda}
-LOG=$OUT/logs
-SUMMARY=$OUT/summary.txt
 . scripts/device/lib.sh
-export LD_LIBRARY_PATH="$ROOT/$BUILD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 record_start
 t0=$(date +%s)
 # shellcheck disable=SC2086
