@@ -409,19 +409,6 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
 // ---- host side ----
 int g_sms = 0;
 
-// y (+)= and, for a split matrix, its partials and tile counters in the scratch.
-void set_output(const DevMatrix& W, StreamParams& p, float* y, int ldy, bool accumulate, float* scratch) {
-  p.y = y;
-  p.ldy = ldy;
-  p.accumulate = accumulate ? 1 : 0;
-  if (p.splits > 1) {
-    if (scratch == nullptr) fail("matmul: split-K matrix without scratch");
-    if (stream_tiles(W) > kCounterSlots) fail("matmul: {} tiles exceed the split-K counters", stream_tiles(W));
-    p.counters = reinterpret_cast<int*>(scratch);
-    p.partial = scratch + kCounterSlots;
-  }
-}
-
 using KernelFn = void (*)(StreamParams);
 
 // Blocks per SM the register budget allows (launch bounds), by fragment count.
@@ -572,7 +559,15 @@ void stream_matmul(const DevMatrix& W, const void* x, int T, int ldx, float* y, 
                    float* scratch, cudaStream_t s, const HeadTally& tally) {
   StreamParams p = base_params(W, x, T, ldx);
   p.tally = tally;
-  set_output(W, p, y, ldy, accumulate, scratch);
+  p.y = y;
+  p.ldy = ldy;
+  p.accumulate = accumulate ? 1 : 0;
+  if (p.splits > 1) {
+    if (scratch == nullptr) fail("matmul: split-K matrix without scratch");
+    if (stream_tiles(W) > kCounterSlots) fail("matmul: {} tiles exceed the split-K counters", stream_tiles(W));
+    p.counters = reinterpret_cast<int*>(scratch);
+    p.partial = scratch + kCounterSlots;
+  }
   launch(W, kOut, p, s);
 }
 
@@ -589,7 +584,15 @@ void stream_matmul_normed(const DevMatrix& W, const float* x, int ldx, const flo
   p.ld_norm_x = ldx;
   p.gamma = gamma;
   p.eps = eps;
-  set_output(W, p, y, ldy, accumulate, scratch);
+  p.y = y;
+  p.ldy = ldy;
+  p.accumulate = accumulate ? 1 : 0;
+  if (p.splits > 1) {
+    if (scratch == nullptr) fail("matmul: split-K matrix without scratch");
+    if (stream_tiles(W) > kCounterSlots) fail("matmul: {} tiles exceed the split-K counters", stream_tiles(W));
+    p.counters = reinterpret_cast<int*>(scratch);
+    p.partial = scratch + kCounterSlots;
+  }
   launch(W, kOut, p, s);
 }
 
