@@ -26,10 +26,12 @@ def median(j, key):
     return j[key]["median"] if j and key in j else None
 
 
-def row(d, size, commit, quant_made):
-    new = load(os.path.join(d, f"decode_{size}_new.json"))
-    k4 = load(os.path.join(d, f"mtp4_{size}_new.json"))
-    k8 = load(os.path.join(d, f"mtp8_{size}_new.json"))
+def row(d, size, commit, quant_made, key=None):
+    """key: the files' name part (the size, or SIZE-bf16 for the bf16 preset runs)."""
+    key = key or size
+    new = load(os.path.join(d, f"decode_{key}_new.json"))
+    k4 = load(os.path.join(d, f"mtp4_{key}_new.json"))
+    k8 = load(os.path.join(d, f"mtp8_{key}_new.json"))
     step = median(new, "decode_ms_per_token")
     over = lambda j: round(median(j, "decode_ms_per_round") / step, 3) if step and median(j, "decode_ms_per_round") else None
     kernels = None
@@ -59,12 +61,14 @@ def main() -> int:
     ap.add_argument("--commit", required=True, help="the binary's commit (build-cuda/COMMIT)")
     ap.add_argument("--sizes", default="0.8b 4b 27b")
     ap.add_argument("--quant", default="q4", help="the quantization of the checkpoints the runs read")
+    ap.add_argument("--bf16-sizes", default="", help="sizes also decoded from bf16 presets (decode_SIZE-bf16_new.json)")
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args()
     if not os.path.isdir(args.dir):
         print(f"error: {args.dir}: not a folder", file=sys.stderr)
         return 1
     rows = [row(args.dir, s, args.commit, args.quant) for s in args.sizes.split()]
+    rows += [row(args.dir, s, args.commit, "bf16", key=f"{s}-bf16") for s in args.bf16_sizes.split()]
     if all(r["decode_tok_s"] is None for r in rows):
         print(f"error: {args.dir}: no decode_<size>_new.json with decode tokens/s", file=sys.stderr)
         return 1

@@ -15,7 +15,9 @@
 #
 # Environment: NEXTN_BUILD (build-cuda), NEXTN_RECORD_SIZES ("0.8b 4b 27b"),
 # NEXTN_RECORD_BEFORE ("--pdl off --prefill chunked": the bench decode
-# flags of the *_old runs, i.e. what a change is compared against),
+# flags of the *_old runs, i.e. what a change is compared against; empty:
+# no *_old runs), NEXTN_RECORD_BF16 ("27b": presets also decoded from bf16
+# weights, generated in host memory by --preset, no file; empty: none),
 # NEXTN_BENCH_BUDGET seconds (420; steps that would start past it are
 # skipped and say so), NEXTN_CK_DIR (/tmp/nextn-ck), NEXTN_SEED (0),
 # NEXTN_RECORD_MTP_BEFORE (1; 0 skips the K = 4 round with the "before"
@@ -28,7 +30,7 @@ cd "$(dirname "$0")/../.."
 BUDGET=${NEXTN_BENCH_BUDGET:-420}
 CK=${NEXTN_CK_DIR:-/tmp/nextn-ck}
 SEED=${NEXTN_SEED:-0}
-BEFORE=${NEXTN_RECORD_BEFORE:---pdl off --prefill chunked}
+BEFORE=${NEXTN_RECORD_BEFORE-"--pdl off --prefill chunked"}
 START=$(date +%s)
 export_cuda_libs
 N=$BUILD/nextn
@@ -61,19 +63,25 @@ for size in ${NEXTN_RECORD_SIZES:-0.8b 4b 27b}; do
   run_step "make_$size" 120 "$N" make-checkpoint --preset "qwen3.5-$size" --quant q4 --seed "$SEED" --out "$dir"
   common=(bench decode --backend cuda -m "$dir" --prompt-len 16 -n "$n" --repeats 3)
   json_step "decode_${size}_new" 200 "$N" "${common[@]}" --prefill-len 2048 --breakdown
-  run_step "decode_${size}_old" 200 "$N" "${common[@]}" --prefill-len 2048 $BEFORE
+  [ -n "$BEFORE" ] && run_step "decode_${size}_old" 200 "$N" "${common[@]}" --prefill-len 2048 $BEFORE
   json_step "mtp4_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 4 --breakdown
   if [ -n "${NEXTN_RECORD_DRAFT_VOCAB:-}" ]; then
     run_step "mtp4dv_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 4 \
       --draft-vocab "$NEXTN_RECORD_DRAFT_VOCAB"
   fi
   json_step "mtp8_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 8
-  [ "${NEXTN_RECORD_MTP_BEFORE:-1}" = 1 ] &&
+  [ -n "$BEFORE" ] && [ "${NEXTN_RECORD_MTP_BEFORE:-1}" = 1 ] &&
     run_step "mtp4_${size}_old" 200 "$N" "${common[@]}" --draft mtp --block-size 4 $BEFORE
   rm -rf "$dir"
 done
 
+for size in ${NEXTN_RECORD_BF16-27b}; do
+  json_step "decode_${size}-bf16_new" 240 "$N" bench decode --backend cuda --preset "qwen3.5-$size" --quant bf16 \
+    --prompt-len 16 -n 64 --repeats 3 --breakdown
+done
+
 python3 scripts/decode_record_json.py "$OUT/json" --commit "$(head -1 "$BUILD/COMMIT")" \
-  --sizes "${NEXTN_RECORD_SIZES:-0.8b 4b 27b}" --quant q4 --json "$OUT/decode-record.json" | tee -a "$SUMMARY"
+  --sizes "${NEXTN_RECORD_SIZES:-0.8b 4b 27b}" --quant q4 --bf16-sizes "${NEXTN_RECORD_BF16-27b}" \
+  --json "$OUT/decode-record.json" | tee -a "$SUMMARY"
 say "elapsed: $(( $(date +%s) - START )) s"
 record_finish

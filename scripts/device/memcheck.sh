@@ -34,7 +34,7 @@ elif [ ! -x "$BUILD/nextn_tests" ]; then
 else
   say "sanitizer: $("$SANITIZER" --version 2>&1 | tail -1)"
   fx=qwen35_causal_tied
-  phases=("ops|${NEXTN_MEMCHECK_OPS:-CudaOps.*:CudaHeadOps.*:CudaHandles.MovesHandOver*:CudaHandles.RuntimeThatFails*}|${NEXTN_T_MEMCHECK_OPS:-90}"
+  phases=("ops|${NEXTN_MEMCHECK_OPS:-CudaOps.*:CudaFolds.*:CudaGdn.*:CudaHeadOps.*:CudaHandles.MovesHandOver*:CudaHandles.RuntimeThatFails*}|${NEXTN_T_MEMCHECK_OPS:-90}"
           "model|${NEXTN_MEMCHECK_MODEL:-Fixtures/CudaModel.TeacherForcedArgmaxMatchesReference/$fx:Fixtures/CudaModel.GreedyMatchesReferenceInFp32Mode/$fx:Fixtures/CudaModel.RuntimeContract/$fx:Fixtures/CudaModel.GraphsMatchEagerLaunches/$fx}|${NEXTN_T_MEMCHECK_MODEL:-60}"
           "spec|${NEXTN_MEMCHECK_SPEC:-Fixtures/CudaModel.SpeculativeEqualsGreedyFp32/$fx:Fixtures/CudaHead.EveryArmCountsWhatRan/$fx}|${NEXTN_T_MEMCHECK_SPEC:-80}")
   for ph in "${phases[@]}"; do

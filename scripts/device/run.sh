@@ -34,7 +34,7 @@ else
 
   # 1. the CUDA tests, in phases (a crash or a sticky CUDA error ends one
   # phase only): ops, model parity, speculative == greedy, benchmarks.
-  phases=("ops|CudaCli.*:CudaOps.*:CudaHeadOps.*:CudaScaled.*|${NEXTN_T_OPS:-120}"
+  phases=("ops|CudaCli.*:CudaOps.*:CudaFolds.*:CudaGdn.*:CudaHeadOps.*:CudaScaled.*|${NEXTN_T_OPS:-120}"
           "model|*CudaModel.TeacherForced*:*CudaModel.Greedy*:*CudaModel.Graphs*:*CudaModel.RuntimeContract*:CudaHandles.*|${NEXTN_T_MODEL:-120}"
           "spec|*CudaModel.Speculative*:CudaModelStreamed.*:*CudaHead.*:CudaPrefill.*:CudaRows.*:CudaDraftVocab.*:CudaPdl.*:CudaProfile.*:CudaMtpLogits.*:CudaSampledSpeculative.*|${NEXTN_T_SPEC:-300}")
   # Several sequences in one forward (tests/test_cuda_batch.cpp): == each alone.

@@ -5,6 +5,10 @@
 // dk^-1/2); and the new conv state (the last K-1 pre-conv rows).
 // gdn_recurrence: one block per value head, the fp32 state column of each
 // thread in registers, tokens in order; then the gated RMSNorm per head.
+// gdn_step: both in one launch for decode widths (T <= kGdnStepRows): each
+// value head's block convolves the channels it reads (its key head's q and
+// k, its own v) into shared memory, then runs the recurrence from there.
+// Same arithmetic, same bits; one launch and its gap fewer per GDN layer.
 //
 // State buffers come in pairs: a step reads buffer (*parity ^ invert) and
 // writes the other, so the state before a verify step survives it untouched
@@ -20,6 +24,24 @@ namespace {
 
 constexpr int kMaxDk = 128;
 constexpr int kGdnThreads = 128;  // >= dk and >= dv: conv segments, state columns
+
+// Row j of [conv state (K-1 rows) ; this step's pre-conv rows], channel ch.
+__device__ __forceinline__ float conv_row(const GdnLayer& L, const float* st, int cd, int K, int ch, int j) {
+  return j < K - 1 ? st[size_t(j) * cd + ch] : L.proj[size_t(j - (K - 1)) * L.proj_ld + ch];
+}
+// Channel ch of token t after the causal conv and SiLU.
+__device__ __forceinline__ float conv_channel(const GdnLayer& L, const float* st, int cd, int K, int ch, int t) {
+  const float* w = L.conv_w + size_t(ch) * K;
+  float s = 0.0f;
+  for (int i = 0; i < K; ++i) s = add_rn(s, mul_rn(w[i], conv_row(L, st, cd, K, ch, t + i)));
+  return silu(s);
+}
+// A q or k channel's l2 norm over its head (eps 1e-6) from the head's sum
+// of squares ss; q is also scaled by dk^-1/2.
+__device__ __forceinline__ float qk_normed(float c, float ss, bool is_q, int dk) {
+  c = mul_rn(c, __fdiv_rn(1.0f, __fsqrt_rn(add_rn(ss, 1e-6f))));
+  return is_q ? mul_rn(c, __fdiv_rn(1.0f, __fsqrt_rn(float(dk)))) : c;
+}
 
 // Block (segment, y, layer): segments are the Hk q heads, the Hk k heads,
 // then v in chunks of 128 channels; y < T is token y, y == T writes the new
@@ -40,29 +62,16 @@ __device__ void gdn_conv_at(const GdnShape& g, const GdnLayer& L, int T, int par
   }
   const int ch = ch0 + threadIdx.x;
   const bool active = int(threadIdx.x) < nch;
-  auto hist = [&](int j) {  // row j of [state (K-1 rows) ; pre-conv rows of this step]
-    return j < K - 1 ? st[size_t(j) * cd + ch] : L.proj[size_t(j - (K - 1)) * L.proj_ld + ch];
-  };
   if (y == T) {
     if (active)
-      for (int r = 0; r < K - 1; ++r) nst[size_t(r) * cd + ch] = hist(T + r);
+      for (int r = 0; r < K - 1; ++r) nst[size_t(r) * cd + ch] = conv_row(L, st, cd, K, ch, T + r);
     return;
   }
   if (skip_out) return;
   const int t = y;
-  float c = 0.0f;
-  if (active) {
-    const float* w = L.conv_w + size_t(ch) * K;
-    float s = 0.0f;
-    for (int i = 0; i < K; ++i) s = add_rn(s, mul_rn(w[i], hist(t + i)));
-    c = silu(s);
-  }
-  if (kind != 2) {  // l2 norm over the head (eps 1e-6), q also scaled
-    const float ss = block_sum(mul_rn(c, c), scratch);
-    c = mul_rn(c, __fdiv_rn(1.0f, __fsqrt_rn(add_rn(ss, 1e-6f))));
-    if (kind == 0) c = mul_rn(c, __fdiv_rn(1.0f, __fsqrt_rn(float(g.dk))));
-  }
-  if (active) L.conv_out[size_t(t) * cd + ch] = c;
+  const float c = active ? conv_channel(L, st, cd, K, ch, t) : 0.0f;
+  const float out = kind == 2 ? c : qk_normed(c, block_sum(mul_rn(c, c), scratch), kind == 0, g.dk);
+  if (active) L.conv_out[size_t(t) * cd + ch] = out;
 }
 
 __global__ void __launch_bounds__(kGdnThreads) gdn_conv_kernel(GdnShape g, const GdnLayer* table, int layer0, int T,
@@ -92,15 +101,26 @@ __global__ void __launch_bounds__(kGdnThreads) gdn_conv_group_kernel(GdnShape g,
 constexpr int kRecThreads = 256;
 constexpr int kRowsPerPart = kMaxDk / 2;
 
+// The recurrence's post-conv inputs of one value head: token t's q, k
+// (its key head's) and v (its own) at q[t * stride + i], ...: conv_out rows
+// in global memory, or gdn_step's rows in shared memory.
+struct ConvRows {
+  const float *q, *k, *v;
+  int stride;
+};
+__device__ __forceinline__ ConvRows conv_out_rows(const GdnShape& g, const GdnLayer& L, int h) {
+  const int kd = g.Hk * g.dk, hk = h / (g.Hv / g.Hk);
+  return {L.conv_out + hk * g.dk, L.conv_out + kd + hk * g.dk, L.conv_out + 2 * kd + h * g.dv, g.conv_dim()};
+}
+
 // y_rows: where token t's gated-norm output goes (row t, [rows][Hv*dv]).
 template <typename TX>
-__device__ void gdn_recurrence_at(const GdnShape& g, const GdnLayer& L, int T, int parity, int replay, TX* y_rows,
-                                  int h) {
+__device__ void gdn_recurrence_at(const GdnShape& g, const GdnLayer& L, const ConvRows& rows, int T, int parity,
+                                  int replay, TX* y_rows, int h) {
   __shared__ float qs[kMaxDk], ks[kMaxDk];
   __shared__ float red_mem[2][kGdnThreads], red_o[2][kGdnThreads];
   __shared__ float scratch[32];
-  const int cd = g.conv_dim(), kd = g.Hk * g.dk, vd = g.Hv * g.dv, dk = g.dk, dv = g.dv;
-  const int hk = h / (g.Hv / g.Hk);
+  const int cd = g.conv_dim(), vd = g.Hv * g.dv, dk = g.dk, dv = g.dv;
   const int j = threadIdx.x % kGdnThreads, part = threadIdx.x / kGdnThreads, i0 = part * kRowsPerPart;
   const bool active = j < dv;
   const int p = parity & 1;
@@ -119,13 +139,13 @@ __device__ void gdn_recurrence_at(const GdnShape& g, const GdnLayer& L, int T, i
   const bool loads_qk = int(threadIdx.x) < dk;
   float nq = 0.0f, nk = 0.0f, nv = 0.0f, nb = 0.0f, ng = 0.0f, nz = 0.0f;
   auto load = [&](int t) {
-    const float* co = L.conv_out + size_t(t) * cd;
+    const size_t r = size_t(t) * rows.stride;
     const float* pr = L.proj + size_t(t) * L.proj_ld;
     if (loads_qk) {
-      nq = co[hk * dk + threadIdx.x];
-      nk = co[kd + hk * dk + threadIdx.x];
+      nq = rows.q[r + threadIdx.x];
+      nk = rows.k[r + threadIdx.x];
     }
-    nv = active ? co[2 * kd + h * dv + j] : 0.0f;
+    nv = active ? rows.v[r + j] : 0.0f;
     nb = pr[cd + vd + h];
     ng = pr[cd + vd + g.Hv + h];
     nz = active ? pr[cd + h * dv + j] : 0.0f;
@@ -189,7 +209,8 @@ __global__ void __launch_bounds__(kRecThreads, 1) gdn_recurrence_kernel(GdnShape
                                                                         int invert, int replay) {
   pdl_prologue();
   const GdnLayer L = table[layer0 + blockIdx.y];  // the pointers in registers
-  gdn_recurrence_at(g, L, T, *parity ^ invert, replay, static_cast<TX*>(L.y), blockIdx.x);
+  gdn_recurrence_at(g, L, conv_out_rows(g, L, blockIdx.x), T, *parity ^ invert, replay, static_cast<TX*>(L.y),
+                    blockIdx.x);
 }
 
 // The group pass: block (value head, entry); y rows beside the other
@@ -201,7 +222,57 @@ __global__ void __launch_bounds__(kRecThreads, 1) gdn_recurrence_group_kernel(Gd
   const GroupEntry& e = entries[blockIdx.y];
   if (e.T == 0) return;
   const GdnLayer L = e.gdn[layer];
-  gdn_recurrence_at(g, L, e.T, *e.parity, 0, y + size_t(e.row) * g.Hv * g.dv, blockIdx.x);
+  gdn_recurrence_at(g, L, conv_out_rows(g, L, blockIdx.x), e.T, *e.parity, 0, y + size_t(e.row) * g.Hv * g.dv,
+                    blockIdx.x);
+}
+
+// gdn_conv then gdn_recurrence for T <= kGdnStepRows tokens of one layer,
+// block (value head). Threads [0, 128) convolve q channel i, threads
+// [128, 256) k channel i of the key head, as gdn_conv_at's blocks of 128
+// (their l2-norm sums: the 4 warps of each half in order, block_sum's
+// shape), and threads [0, dv) the head's v channels. The conv_out rows and
+// the new conv state are written as gdn_conv writes them (a key head's
+// channels by the first of its value heads), for a later rollback.
+template <typename TX>
+__global__ void __launch_bounds__(kRecThreads, 1) gdn_step_kernel(GdnShape g, const GdnLayer* table, int layer, int T,
+                                                                  const int* parity) {
+  pdl_prologue();
+  __shared__ float q_rows[kGdnStepRows][kMaxDk], k_rows[kGdnStepRows][kMaxDk], v_rows[kGdnStepRows][kMaxDk];
+  __shared__ float scratch[kRecThreads / 32];
+  const GdnLayer L = table[layer];
+  const int h = blockIdx.x, cd = g.conv_dim(), kd = g.Hk * g.dk, K = g.K, ratio = g.Hv / g.Hk;
+  const int p = *parity & 1;
+  const float* st = L.conv_state + size_t(p) * (K - 1) * cd;
+  float* nst = L.conv_state + size_t(1 - p) * (K - 1) * cd;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int i = tid % kGdnThreads;
+  const bool is_k = tid >= kGdnThreads, qk_active = i < g.dk, v_active = tid < g.dv;
+  const bool writes_qk = qk_active && h % ratio == 0;
+  const int qk_ch = (is_k ? kd : 0) + (h / ratio) * g.dk + i, v_ch = 2 * kd + h * g.dv + tid;
+  for (int t = 0; t < T; ++t) {
+    const float c = qk_active ? conv_channel(L, st, cd, K, qk_ch, t) : 0.0f;
+    const float ss = warp_sum(mul_rn(c, c));
+    __syncthreads();  // scratch read for the previous token
+    if (lane == 0) scratch[warp] = ss;
+    __syncthreads();
+    float head_ss = 0.0f;
+    for (int w = 0; w < kGdnThreads / 32; ++w) head_ss = add_rn(head_ss, scratch[(is_k ? kGdnThreads / 32 : 0) + w]);
+    const float out = qk_normed(c, head_ss, !is_k, g.dk);
+    if (qk_active) (is_k ? k_rows : q_rows)[t][i] = out;
+    if (writes_qk) L.conv_out[size_t(t) * cd + qk_ch] = out;
+    if (v_active) {
+      const float v = conv_channel(L, st, cd, K, v_ch, t);
+      v_rows[t][tid] = v;
+      L.conv_out[size_t(t) * cd + v_ch] = v;
+    }
+  }
+  for (int r = 0; r < K - 1; ++r) {
+    if (writes_qk) nst[size_t(r) * cd + qk_ch] = conv_row(L, st, cd, K, qk_ch, T + r);
+    if (v_active) nst[size_t(r) * cd + v_ch] = conv_row(L, st, cd, K, v_ch, T + r);
+  }
+  __syncthreads();
+  const ConvRows rows{&q_rows[0][0], &k_rows[0][0], &v_rows[0][0], kMaxDk};
+  gdn_recurrence_at(g, L, rows, T, p, 0, static_cast<TX*>(L.y), h);
 }
 
 // Rollback of several sequences: block (part, layer, entry); parts
@@ -220,7 +291,8 @@ __global__ void __launch_bounds__(kRecThreads, 1) gdn_rollback_group_kernel(GdnS
     if (threadIdx.x >= kGdnThreads) return;  // the conv's blocks are kGdnThreads wide; y == T syncs nothing
     gdn_conv_at(g, L, e.T, parity, 1, blockIdx.x, e.T);
   } else {
-    gdn_recurrence_at(g, L, e.T, parity, 1, static_cast<float*>(nullptr), blockIdx.x - segs);
+    const int h = blockIdx.x - segs;
+    gdn_recurrence_at(g, L, conv_out_rows(g, L, h), e.T, parity, 1, static_cast<float*>(nullptr), h);
   }
 }
 
@@ -259,6 +331,20 @@ void gdn_recurrence(const GdnShape& g, const GdnLayer* table, int layer, int n_l
   else
     CUDA_CHECK(launch_kernel(gdn_recurrence_kernel<float>, grid, kRecThreads, 0, s, g, table, layer, T, parity, invert, replay ? 1 : 0));
   CUDA_CHECK_LAUNCH("gdn_recurrence_kernel");
+}
+
+bool gdn_step_fits(const GdnShape& g, int T) {
+  return T >= 1 && T <= kGdnStepRows && g.dk <= kMaxDk && g.dv <= kGdnThreads;
+}
+
+void gdn_step(const GdnShape& g, const GdnLayer* table, int layer, int T, const int* parity, Act act,
+              cudaStream_t s) {
+  if (!gdn_step_fits(g, T)) fail("gdn: no one-launch step for {} tokens of head dims {}x{}", T, g.dk, g.dv);
+  if (act == Act::BF16)
+    CUDA_CHECK(launch_kernel(gdn_step_kernel<bf16>, dim3(unsigned(g.Hv)), kRecThreads, 0, s, g, table, layer, T, parity));
+  else
+    CUDA_CHECK(launch_kernel(gdn_step_kernel<float>, dim3(unsigned(g.Hv)), kRecThreads, 0, s, g, table, layer, T, parity));
+  CUDA_CHECK_LAUNCH("gdn_step_kernel");
 }
 
 void gdn_rollback_group(const GdnShape& g, const GdnReplay* entries, int n_entries, int n_layers, cudaStream_t s) {

@@ -249,6 +249,12 @@ void gdn_conv(const GdnShape& g, const GdnLayer* table, int layer, int n_layers,
 // [layer, layer + n_layers) of the table, one block per (value head, layer).
 void gdn_recurrence(const GdnShape& g, const GdnLayer* table, int layer, int n_layers, int T, const int* parity,
                     int invert, bool replay, Act act, cudaStream_t s);
+// gdn_conv(..., T, parity, 0, false) then gdn_recurrence(..., T, parity, 0,
+// false) of one layer in one launch, the same bits in every buffer they
+// write, for decode widths (gdn_step_fits: T <= kGdnStepRows).
+constexpr int kGdnStepRows = 4;
+bool gdn_step_fits(const GdnShape& g, int T);
+void gdn_step(const GdnShape& g, const GdnLayer* table, int layer, int T, const int* parity, Act act, cudaStream_t s);
 
 // One sequence's rollback in a group (gdn_rollback_group): its GDN table,
 // its parity and the tokens of its last chunk to replay (T < 0: padding).

@@ -75,6 +75,9 @@ void decoder_layer(const LayerContext& c, const LayerWeights& L, int T, const St
     if (b.group != nullptr) {
       c.mark("gdn.rec");
       cuda::gdn_group(c.gdn, b.group->entries, b.group->n, b.group->max_T, L.gdn_index, g.proj, b.act, act, stream);
+    } else if (b.prefill == nullptr && cuda::gdn_step_fits(c.gdn, T)) {
+      c.mark("gdn.step");
+      cuda::gdn_step(c.gdn, b.gdn_table, L.gdn_index, T, &s.args->parity, act, stream);
     } else {
       c.mark("gdn.conv");
       cuda::gdn_conv(c.gdn, b.gdn_table, L.gdn_index, 1, T, &s.args->parity, 0, false, stream);
@@ -94,8 +97,16 @@ void decoder_layer(const LayerContext& c, const LayerWeights& L, int T, const St
     return;
   }
   norm_then_linear(c, "mlp.gate_up", L.post_norm, L.gate_up, T, b.proj, c.proj_ld, b);
+  // At decode widths down's kernel computes the SwiGLU of its own k range
+  // (same bits as the swiglu kernel); b.act is then not written.
+  const int I = cfg.intermediate_size;
+  if (b.prefill == nullptr && act == Act::BF16 && L.down.cols == I && cuda::stream_folds_swiglu(L.down, T)) {
+    c.mark("mlp.down");
+    cuda::stream_matmul_swiglu(L.down, b.proj, c.proj_ld, I, T, b.x, H, true, c.splitk, stream);
+    return;
+  }
   c.mark("mlp.swiglu");
-  cuda::swiglu(b.proj, c.proj_ld, cfg.intermediate_size, T, b.act, act, c.act_ld, stream);
+  cuda::swiglu(b.proj, c.proj_ld, I, T, b.act, act, c.act_ld, stream);
   c.mark("mlp.down");
   project(c, L.down, b.act, T, c.act_ld, b.x, H, true, b);
 }

@@ -22,11 +22,12 @@
 //    q8: the byte under an fp32 exponent, fma in fp32, one rounding to bf16);
 //  - split-K partials are reduced in split order by the last block to finish
 //    a tile (a counter per tile), not by a second launch;
-//  - at decode widths (T <= kFoldedNormRows) the RMSNorm before a projection
-//    is folded in: the consumer warps normalize the fp32 residual rows into
-//    shared memory once per block, with rmsnorm.cu's summation order and
-//    rounding (the same bf16 bits), and the producer copies weights only.
-//    This saves the norm's launch and its gap, 129 of them per 27B token.
+//  - at decode widths (T <= kFoldedRows) the op before a projection is
+//    folded in (stream_fold.cuh): the RMSNorm before qkv, GDN in and
+//    gate_up, the SwiGLU before down. The consumer warps write the bf16
+//    activation rows into shared memory with the replaced kernel's
+//    arithmetic (the same bits), and the producer copies weights only.
+//    This saves a launch and its gap, 193 of them per 27B token.
 //
 // The scaled formats (FP8, Z4) decode their codes to exact bf16 values (fp8:
 // the value itself; z4: q - zero) and multiply each group's MMA sum by its fp32
@@ -54,6 +55,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/matmul_stream.h"
 #include "backend/cuda/mma.cuh"
+#include "backend/cuda/stream_fold.cuh"
 #include "backend/cuda/stream_layout.cuh"
 #include "backend/cuda/stream_unit.cuh"
 
@@ -70,8 +72,6 @@ constexpr int kWorkers = 132;       // H200 multiprocessors: the split choice's 
 
 enum Epi : int { kOut = 0, kArgmax = 1 };
 
-constexpr int kNormPer = 24;  // folded norm: row elements per consumer thread (cols <= 256 x 24)
-
 struct StreamParams {
   const uint8_t* packed;
   int rows, cols, splits, per;   // per: chunks per split
@@ -86,13 +86,7 @@ struct StreamParams {
   ArgMax* pairs;                 // [T][tiles]
   const int* stop;
   HeadTally tally;               // the LM head's counters (null elsewhere)
-  // The folded norm (NORM): x is unused; the consumers write
-  // bf16(norm_x[t] * rms_inverse * gamma) for t < T into shared memory at
-  // norm_off, rows norm_stride bytes apart.
-  const float* norm_x;           // [T][ld_norm_x] fp32
-  const float* gamma;            // [cols]
-  float eps;
-  int ld_norm_x, norm_off, norm_stride;
+  FoldArgs fold;                 // a fold's source and its shared rows (x unused)
 };
 
 // ---- mbarrier and bulk copy (sm_90) ----
@@ -130,45 +124,12 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
                : "memory");
 }
 // Named barriers of the consumer warps (the producer warp never joins):
-// 1: all 256 consumer threads; 2: the 128 of k half 0; 3: "the k-half
-// buffer is read" (k half 0 arrives, k half 1 waits before refilling it).
-__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
+// 1: all 256 consumer threads (stream_fold.cuh); 2: the 128 of k half 0;
+// 3: "the k-half buffer is read" (k half 0 arrives, k half 1 waits before
+// refilling it).
 __device__ __forceinline__ void half0_sync() { asm volatile("bar.sync 2, 128;\n" ::: "memory"); }
 __device__ __forceinline__ void red_read_arrive() { asm volatile("bar.arrive 3, 256;\n" ::: "memory"); }
 __device__ __forceinline__ void red_read_wait() { asm volatile("bar.sync 3, 256;\n" ::: "memory"); }
-
-// The folded norm, run by the 256 consumer threads before their first item:
-// rmsnorm_kernel's arithmetic (rmsnorm.cu) with the consumers as its block.
-// Thread t sums the squares of elements t, t + 256, ... in that order; the
-// warps' sums are added in warp order (block_sum's shape, over a named
-// barrier the producer never joins); the output is bf16(x * inv * gamma).
-__device__ void fold_norm(const StreamParams& p, uint8_t* smem, float* scratch) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, n = p.cols;
-  for (int t = 0; t < p.T; ++t) {
-    const float* xr = p.norm_x + size_t(t) * p.ld_norm_x;
-    float v[kNormPer];
-#pragma unroll
-    for (int j = 0; j < kNormPer; ++j) v[j] = tid + j * 256 < n ? xr[tid + j * 256] : 0.0f;
-    float ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kNormPer; ++j)
-      if (tid + j * 256 < n) ss = add_rn(ss, mul_rn(v[j], v[j]));
-    ss = warp_sum(ss);
-    consumers_sync();  // scratch may still be read for the previous row
-    if (lane == 0) scratch[warp] = ss;
-    consumers_sync();
-    float sum = 0.0f;
-    for (int w = 0; w < kWarps; ++w) sum = add_rn(sum, scratch[w]);
-    const float inv = rms_inverse(sum, n, p.eps);
-    bf16* out = reinterpret_cast<bf16*>(smem + p.norm_off + t * p.norm_stride);
-#pragma unroll
-    for (int j = 0; j < kNormPer; ++j) {
-      const int i = tid + j * 256;
-      if (i < n) out[i] = from_f32<bf16>(mul_rn(mul_rn(v[j], inv), p.gamma[i]));
-    }
-  }
-  consumers_sync();  // the rows are complete before any warp reads them
-}
 
 // A consumer lane's offsets in a stage (stream_unit.cuh's LaneOffsets) for this call's layout.
 template <int FMT>
@@ -183,7 +144,7 @@ __device__ __forceinline__ LaneOffsets lane_offsets(const StreamParams& p, int k
   return o;
 }
 
-template <int FMT, int NF, int EPI, int MINB, bool NORM = false>
+template <int FMT, int NF, int EPI, int MINB, int FOLD = kNoFold>
 __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamParams p) {
   constexpr int BITS = fmt_bits(FMT);
   pdl_prologue();
@@ -194,11 +155,11 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
   __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
   __shared__ ArgMax best[4][kMaxRows];
   __shared__ int last;
-  __shared__ float norm_scratch[kWarps];
+  __shared__ float fold_scratch[kWarps];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     for (int i = 0; i < p.stages; ++i) {
-      mbar_init(&full[i], NORM ? 1 : 1 + 32);  // the weights' expect_tx (+ each producer lane's cp.async arrival)
+      mbar_init(&full[i], FOLD != kNoFold ? 1 : 1 + 32);  // the weights' expect_tx (+ each producer lane's cp.async arrival)
       mbar_init(&empty[i], kWarps);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -220,7 +181,7 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
           bulk_copy(dst, p.packed + (size_t(tile) * p.chunks + ch) * p.unit_bytes, uint32_t(p.unit_bytes),
                     &full[stage]);
         }
-        if constexpr (!NORM) {
+        if constexpr (FOLD == kNoFold) {
           for (int i = lane; i < p.T * 16; i += 32) {  // 16 pieces of 16 bytes per token row
             const int t = i >> 4, q = i & 15;
             cp_async16(dst + p.unit_bytes + t * kXStride + 16 * q, p.x + size_t(t) * p.ldx + size_t(ch) * kK + 8 * q);
@@ -243,15 +204,19 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
   bool tok[NF];  // this lane's token row of fragment f exists
 #pragma unroll
   for (int f = 0; f < NF; ++f) tok[f] = 8 * f + g < p.T;
-  // This lane's activations in the folded norm's rows (token g, piece 2kh), chunk 0.
-  const uint8_t* norm_x = smem + p.norm_off + g * p.norm_stride + 16 * c + 128 * kh;
-  if constexpr (NORM) fold_norm(p, smem, norm_scratch);
+  // This lane's activations in the folded rows (token g, piece 2kh) of
+  // their first chunk: chunk 0 (norm) or the item's first (swiglu).
+  const uint8_t* fold_x = smem + p.fold.off + g * p.fold.stride + 16 * c + 128 * kh;
+  if constexpr (FOLD == kFoldNorm) fold_norm(p.fold, p.T, p.cols, smem, fold_scratch);
   const int gpc = p.gpc, stage_smem = p.stage_smem, stages = p.stages;
   int stage = 0;
   uint32_t phase = 0;
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     const int tile = item / p.splits, s = item % p.splits;
     const int c0 = s * p.per, c1 = min(p.chunks, c0 + p.per);
+    // The previous item's reads of the rows ended before its k-half sum's barrier.
+    if constexpr (FOLD == kFoldSwiglu) fold_swiglu(p.fold, p.T, c0 * kK, c1 * kK, smem);
+    const int fold_c0 = FOLD == kFoldSwiglu ? c0 : 0;
     float acc[2][NF][4];
 #pragma unroll
     for (int m = 0; m < 2; ++m)
@@ -260,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
     for (int ch = c0; ch < c1; ++ch) {
       mbar_wait(&full[stage], phase);
       const uint8_t* st = smem + stage * stage_smem;
-      const uint8_t* xp = NORM ? norm_x + ch * (kK * 2) : st + off.x;
+      const uint8_t* xp = FOLD != kNoFold ? fold_x + (ch - fold_c0) * (kK * 2) : st + off.x;
       if constexpr (FMT == kFp8A8) {
         if (gpc == 2)
           unit_compute_a8<NF, 2>(st, off, tok, acc, lane);
@@ -440,14 +405,18 @@ KernelFn kernel_for(int fmt, int epi, int nf) {
     default: return kernel_for<kZ4>(epi, nf);
   }
 }
-// The folded norm's kernels: one token fragment, outputs (T <= kFoldedNormRows).
-KernelFn norm_kernel_for(int fmt) {
+// The folds' kernels: one token fragment, outputs (T <= kFoldedRows).
+template <int FOLD>
+KernelFn fold_kernel_for(int fmt) {
   switch (fmt) {
-    case kQ4: return stream_kernel<kQ4, 1, kOut, 3, true>;
-    case kQ8: return stream_kernel<kQ8, 1, kOut, 3, true>;
-    case kFp8: return stream_kernel<kFp8, 1, kOut, 3, true>;
-    default: return stream_kernel<kZ4, 1, kOut, 3, true>;
+    case kQ4: return stream_kernel<kQ4, 1, kOut, 3, FOLD>;
+    case kQ8: return stream_kernel<kQ8, 1, kOut, 3, FOLD>;
+    case kFp8: return stream_kernel<kFp8, 1, kOut, 3, FOLD>;
+    default: return stream_kernel<kZ4, 1, kOut, 3, FOLD>;
   }
+}
+KernelFn fold_kernel_for(int fold, int fmt) {
+  return fold == kFoldNorm ? fold_kernel_for<kFoldNorm>(fmt) : fold_kernel_for<kFoldSwiglu>(fmt);
 }
 
 // Dynamic shared memory per SM for the blocks it hosts (228 KB less each
@@ -458,11 +427,10 @@ constexpr int kSmemMaxBlock = 220 * 1024;
 // the bits do not depend on them): blocks per SM and the ring's depth.
 int g_cap_per_sm = 3, g_cap_stages = kMaxStages;
 
-void launch(const DevMatrix& W, int epi, StreamParams p, cudaStream_t s) {
+void launch(const DevMatrix& W, int epi, int fold, StreamParams p, cudaStream_t s) {
   if (g_sms == 0) init_kernels();
-  const bool norm = p.norm_x != nullptr;
   const uintptr_t xa = reinterpret_cast<uintptr_t>(p.x);
-  if (!norm && (xa % 16 != 0 || p.ldx % 8 != 0))
+  if (fold == kNoFold && (xa % 16 != 0 || p.ldx % 8 != 0))
     fail("matmul: activations must be 16-byte aligned with a row stride that is a multiple of 8 (got stride {})",
          p.ldx);
   const int fmt = compute_fmt_of(W), nf = ceil_div(p.T, 8);
@@ -472,25 +440,25 @@ void launch(const DevMatrix& W, int epi, StreamParams p, cudaStream_t s) {
   p.gshift = W.group == 32 ? 5 : W.group == 64 ? 6 : 7;
   p.unit_bytes = unit_bytes_of(W);
   p.per = ceil_div(p.chunks, p.splits);
-  p.stage_smem = (p.unit_bytes + (norm ? 0 : p.T * kXStride) + 127) / 128 * 128;
+  p.stage_smem = (p.unit_bytes + (fold != kNoFold ? 0 : p.T * kXStride) + 127) / 128 * 128;
   const int red = 4 * 2 * nf * 4 * 32 * 4;
-  // The folded norm's rows: 2 cols bytes + 64 each (as kXStride, the 16-byte
-  // reads of 8 token rows hit distinct banks), after the reduction buffer.
-  p.norm_stride = 2 * p.cols + 64;
-  const int norm_bytes = norm ? p.T * p.norm_stride : 0;
+  // The folded rows, after the reduction buffer: whole rows (norm) or one
+  // split's k range (swiglu).
+  p.fold.stride = fold == kFoldNorm ? fold_row_bytes(p.cols) : fold_row_bytes(p.per * kK);
+  const int fold_bytes = fold != kNoFold ? p.T * p.fold.stride : 0;
   // As many blocks per SM as registers allow while each keeps four stages
   // (more warps to dequantize); else fewer blocks with deeper rings.
   int per_sm = std::min(max_per_sm(nf), g_cap_per_sm), budget = 0;
   for (; per_sm > 1; --per_sm)
-    if (4 * p.stage_smem + red + norm_bytes <= kSmemPerSM / per_sm - 2048) break;
+    if (4 * p.stage_smem + red + fold_bytes <= kSmemPerSM / per_sm - 2048) break;
   budget = per_sm == 1 ? kSmemMaxBlock : kSmemPerSM / per_sm - 2048;
-  p.stages = std::min(g_cap_stages, (budget - red - norm_bytes) / p.stage_smem);
+  p.stages = std::min(g_cap_stages, (budget - red - fold_bytes) / p.stage_smem);
   if (p.stages < 2) fail("matmul: stage of {} bytes does not fit in shared memory", p.stage_smem);
-  p.norm_off = p.stages * p.stage_smem + red;
-  const int smem = p.norm_off + norm_bytes;
+  p.fold.off = p.stages * p.stage_smem + red;
+  const int smem = p.fold.off + fold_bytes;
   const int items = p.tiles * p.splits;
   const int grid = std::min(items, g_sms * per_sm);
-  CUDA_CHECK(launch_kernel(norm ? norm_kernel_for(fmt) : kernel_for(fmt, epi, nf), grid, kThreads, size_t(smem), s, p));
+  CUDA_CHECK(launch_kernel(fold != kNoFold ? fold_kernel_for(fold, fmt) : kernel_for(fmt, epi, nf), grid, kThreads, size_t(smem), s, p));
   CUDA_CHECK_LAUNCH("stream_kernel");
 }
 
@@ -520,8 +488,9 @@ void init_kernels() {
         CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel_for(fmt, epi, nf)),
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMaxBlock));
     if (fmt != kFp8A8)
-      CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(norm_kernel_for(fmt)),
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMaxBlock));
+      for (int fold : {int(kFoldNorm), int(kFoldSwiglu)})
+        CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(fold_kernel_for(fold, fmt)),
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMaxBlock));
   }
 }
 
@@ -555,10 +524,10 @@ int stream_splits(int rows, int cols) {
 
 int64_t stream_counter_floats() { return kCounterSlots; }
 
-void stream_matmul(const DevMatrix& W, const void* x, int T, int ldx, float* y, int ldy, bool accumulate,
-                   float* scratch, cudaStream_t s, const HeadTally& tally) {
-  StreamParams p = base_params(W, x, T, ldx);
-  p.tally = tally;
+namespace {
+
+// The output and, for a split matrix, the split-K scratch (tile counters, then the partials).
+void set_output(const DevMatrix& W, StreamParams& p, float* y, int ldy, bool accumulate, float* scratch) {
   p.y = y;
   p.ldy = ldy;
   p.accumulate = accumulate ? 1 : 0;
@@ -568,32 +537,54 @@ void stream_matmul(const DevMatrix& W, const void* x, int T, int ldx, float* y, 
     p.counters = reinterpret_cast<int*>(scratch);
     p.partial = scratch + kCounterSlots;
   }
-  launch(W, kOut, p, s);
 }
 
-bool stream_folds_norm(const DevMatrix& W, int T) {
-  return W.packed != nullptr && compute_fmt_of(W) != kFp8A8 && T >= 1 && T <= kFoldedNormRows &&
-         W.cols <= 256 * kNormPer;
+// Whether a fold's rows fit beside a ring of at least 4 stages at one block per SM.
+bool fold_fits(const DevMatrix& W, int fold, int T) {
+  if (W.packed == nullptr || compute_fmt_of(W) == kFp8A8 || T < 1 || T > kFoldedRows) return false;
+  const int chunks = W.cols / kK, per = ceil_div(chunks, W.splits);
+  const int row = fold == kFoldNorm ? fold_row_bytes(W.cols) : fold_row_bytes(per * kK);
+  if (fold == kFoldNorm && W.cols > kFoldThreads * kNormPer) return false;
+  const int stage = (unit_bytes_of(W) + 127) / 128 * 128, red = 4 * 2 * 4 * 32 * 4;
+  return 4 * stage + red + T * row <= kSmemMaxBlock;
 }
+
+}  // namespace
+
+void stream_matmul(const DevMatrix& W, const void* x, int T, int ldx, float* y, int ldy, bool accumulate,
+                   float* scratch, cudaStream_t s, const HeadTally& tally) {
+  StreamParams p = base_params(W, x, T, ldx);
+  p.tally = tally;
+  set_output(W, p, y, ldy, accumulate, scratch);
+  launch(W, kOut, kNoFold, p, s);
+}
+
+bool stream_folds_norm(const DevMatrix& W, int T) { return fold_fits(W, kFoldNorm, T); }
 
 void stream_matmul_normed(const DevMatrix& W, const float* x, int ldx, const float* gamma, float eps, int T, float* y,
                           int ldy, bool accumulate, float* scratch, cudaStream_t s) {
   if (!stream_folds_norm(W, T)) fail("matmul: no folded norm for this matrix at {} rows", T);
   StreamParams p = base_params(W, nullptr, T, 0);
-  p.norm_x = x;
-  p.ld_norm_x = ldx;
-  p.gamma = gamma;
-  p.eps = eps;
-  p.y = y;
-  p.ldy = ldy;
-  p.accumulate = accumulate ? 1 : 0;
-  if (p.splits > 1) {
-    if (scratch == nullptr) fail("matmul: split-K matrix without scratch");
-    if (stream_tiles(W) > kCounterSlots) fail("matmul: {} tiles exceed the split-K counters", stream_tiles(W));
-    p.counters = reinterpret_cast<int*>(scratch);
-    p.partial = scratch + kCounterSlots;
-  }
-  launch(W, kOut, p, s);
+  p.fold.x = x;
+  p.fold.ld = ldx;
+  p.fold.gamma = gamma;
+  p.fold.eps = eps;
+  set_output(W, p, y, ldy, accumulate, scratch);
+  launch(W, kOut, kFoldNorm, p, s);
+}
+
+bool stream_folds_swiglu(const DevMatrix& W, int T) { return fold_fits(W, kFoldSwiglu, T); }
+
+void stream_matmul_swiglu(const DevMatrix& W, const float* gate_up, int ld, int up, int T, float* y, int ldy,
+                          bool accumulate, float* scratch, cudaStream_t s) {
+  if (!stream_folds_swiglu(W, T)) fail("matmul: no folded SwiGLU for this matrix at {} rows", T);
+  if (up < W.cols) fail("matmul: folded SwiGLU's up half starts at column {}, inside the gate's {}", up, W.cols);
+  StreamParams p = base_params(W, nullptr, T, 0);
+  p.fold.x = gate_up;
+  p.fold.ld = ld;
+  p.fold.up = up;
+  set_output(W, p, y, ldy, accumulate, scratch);
+  launch(W, kOut, kFoldSwiglu, p, s);
 }
 
 void stream_matmul_argmax(const DevMatrix& W, const void* x, int T, int ldx, void* pairs, const int* stop,
@@ -603,7 +594,7 @@ void stream_matmul_argmax(const DevMatrix& W, const void* x, int T, int ldx, voi
   p.splits = 1;
   p.pairs = static_cast<ArgMax*>(pairs);
   p.stop = stop;
-  launch(W, kArgmax, p, s);
+  launch(W, kArgmax, kNoFold, p, s);
 }
 
 }  // namespace nextn::cuda

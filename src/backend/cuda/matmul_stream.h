@@ -33,13 +33,21 @@ int64_t stream_counter_floats();
 // With a tally (the LM head) the kernel counts its work (kernels.h, HeadCounters).
 void stream_matmul(const DevMatrix& W, const void* x, int T, int ldx, float* y, int ldy, bool accumulate,
                    float* scratch, cudaStream_t s, const HeadTally& tally = {});
-// RMSNorm folded into the activation load, for decode widths: y (+)= W .
-// bf16(rmsnorm(x, gamma, eps)) with the bits of rmsnorm() to bf16 then
-// stream_matmul(), from the fp32 rows x [T][ldx], T <= kFoldedNormRows.
-constexpr int kFoldedNormRows = 2;
+// The folds (stream_fold.cuh): at decode widths (T <= kFoldedRows) the op
+// before the projection runs in its kernel, with the bits of that op's own
+// kernel to bf16 then stream_matmul(). W8A8 and shapes whose rows do not fit
+// beside the ring are refused (the stream_folds_* checks say which).
+constexpr int kFoldedRows = 2;
+// y (+)= W . bf16(rmsnorm(x, gamma, eps)), from the fp32 rows x [T][ldx].
 bool stream_folds_norm(const DevMatrix& W, int T);
 void stream_matmul_normed(const DevMatrix& W, const float* x, int ldx, const float* gamma, float eps, int T, float* y,
                           int ldy, bool accumulate, float* scratch, cudaStream_t s);
+// y (+)= W . bf16(silu(gate) * up), gate = gate_up[t][0, W.cols) and
+// up = gate_up[t][up, up + W.cols), fp32 rows [T][ld] (the gate_up
+// projection's output: up = the intermediate size).
+bool stream_folds_swiglu(const DevMatrix& W, int T);
+void stream_matmul_swiglu(const DevMatrix& W, const float* gate_up, int ld, int up, int T, float* y, int ldy,
+                          bool accumulate, float* scratch, cudaStream_t s);
 // Writes (max, index) pairs [T][stream_tiles(W)].
 void stream_matmul_argmax(const DevMatrix& W, const void* x, int T, int ldx, void* pairs, const int* stop,
                           cudaStream_t s, const HeadTally& tally = {});
