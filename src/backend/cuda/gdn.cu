@@ -233,6 +233,7 @@ __global__ void __launch_bounds__(kRecThreads, 1) gdn_recurrence_group_kernel(Gd
 // shape), and threads [0, dv) the head's v channels. The conv_out rows and
 // the new conv state are written as gdn_conv writes them (a key head's
 // channels by the first of its value heads), for a later rollback.
+constexpr int kStateBatch = 4;  // conv-state rows loaded before they are stored
 template <typename TX>
 __global__ void __launch_bounds__(kRecThreads, 1) gdn_step_kernel(GdnShape g, const GdnLayer* table, int layer, int T,
                                                                   const int* parity) {
@@ -250,7 +251,9 @@ __global__ void __launch_bounds__(kRecThreads, 1) gdn_step_kernel(GdnShape g, co
   const bool writes_qk = qk_active && h % ratio == 0;
   const int qk_ch = (is_k ? kd : 0) + (h / ratio) * g.dk + i, v_ch = 2 * kd + h * g.dv + tid;
   for (int t = 0; t < T; ++t) {
+    // Both convs' loads before any store (a load after a store waits for it).
     const float c = qk_active ? conv_channel(L, st, cd, K, qk_ch, t) : 0.0f;
+    const float v = v_active ? conv_channel(L, st, cd, K, v_ch, t) : 0.0f;
     const float ss = warp_sum(mul_rn(c, c));
     __syncthreads();  // scratch read for the previous token
     if (lane == 0) scratch[warp] = ss;
@@ -261,14 +264,25 @@ __global__ void __launch_bounds__(kRecThreads, 1) gdn_step_kernel(GdnShape g, co
     if (qk_active) (is_k ? k_rows : q_rows)[t][i] = out;
     if (writes_qk) L.conv_out[size_t(t) * cd + qk_ch] = out;
     if (v_active) {
-      const float v = conv_channel(L, st, cd, K, v_ch, t);
       v_rows[t][tid] = v;
       L.conv_out[size_t(t) * cd + v_ch] = v;
     }
   }
-  for (int r = 0; r < K - 1; ++r) {
-    if (writes_qk) nst[size_t(r) * cd + qk_ch] = conv_row(L, st, cd, K, qk_ch, T + r);
-    if (v_active) nst[size_t(r) * cd + v_ch] = conv_row(L, st, cd, K, v_ch, T + r);
+  // The new conv state, its rows loaded before they are stored.
+  for (int r0 = 0; r0 < K - 1; r0 += kStateBatch) {
+    float qk_keep[kStateBatch], v_keep[kStateBatch];
+#pragma unroll
+    for (int r = 0; r < kStateBatch; ++r) {
+      const bool row = r0 + r < K - 1;
+      qk_keep[r] = writes_qk && row ? conv_row(L, st, cd, K, qk_ch, T + r0 + r) : 0.0f;
+      v_keep[r] = v_active && row ? conv_row(L, st, cd, K, v_ch, T + r0 + r) : 0.0f;
+    }
+#pragma unroll
+    for (int r = 0; r < kStateBatch; ++r) {
+      if (r0 + r >= K - 1) break;
+      if (writes_qk) nst[size_t(r0 + r) * cd + qk_ch] = qk_keep[r];
+      if (v_active) nst[size_t(r0 + r) * cd + v_ch] = v_keep[r];
+    }
   }
   __syncthreads();
   const ConvRows rows{&q_rows[0][0], &k_rows[0][0], &v_rows[0][0], kMaxDk};

@@ -21,6 +21,11 @@ enum Fold : int { kNoFold = 0, kFoldNorm = 1, kFoldSwiglu = 2 };
 
 constexpr int kFoldThreads = 256;  // the consumer warps
 constexpr int kNormPer = 24;       // folded norm: row elements per consumer thread (cols <= 256 x 24)
+// Loads a thread keeps in flight before it stores: a load after a shared
+// store waits for it (the compiler cannot tell the pointers apart), so the
+// folds load a batch into registers first, one round trip per batch.
+constexpr int kFoldBatch = 8;
+static_assert(kNormPer % kFoldBatch == 0);
 
 struct FoldArgs {
   const float* x = nullptr;  // [T][ld] fp32: residual rows (norm), gate | up rows (swiglu)
@@ -64,9 +69,18 @@ __device__ void fold_norm(const FoldArgs& f, int T, int n, uint8_t* smem, float*
     const float inv = rms_inverse(consumers_sum(ss, scratch), n, f.eps);
     bf16* out = reinterpret_cast<bf16*>(smem + f.off + t * f.stride);
 #pragma unroll
-    for (int j = 0; j < kNormPer; ++j) {
-      const int i = tid + j * kFoldThreads;
-      if (i < n) out[i] = from_f32<bf16>(mul_rn(mul_rn(v[j], inv), f.gamma[i]));
+    for (int j0 = 0; j0 < kNormPer; j0 += kFoldBatch) {
+      float gamma[kFoldBatch];
+#pragma unroll
+      for (int j = 0; j < kFoldBatch; ++j) {
+        const int i = tid + (j0 + j) * kFoldThreads;
+        gamma[j] = i < n ? f.gamma[i] : 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < kFoldBatch; ++j) {
+        const int i = tid + (j0 + j) * kFoldThreads;
+        if (i < n) out[i] = from_f32<bf16>(mul_rn(mul_rn(v[j0 + j], inv), gamma[j]));
+      }
     }
   }
   consumers_sync();  // the rows are complete before any warp reads them
@@ -81,7 +95,20 @@ __device__ void fold_swiglu(const FoldArgs& f, int T, int k0, int k1, uint8_t* s
     const float* gate = f.x + size_t(t) * f.ld + k0;
     const float* up = gate + f.up;
     bf16* out = reinterpret_cast<bf16*>(smem + f.off + t * f.stride);
-    for (int i = threadIdx.x; i < n; i += kFoldThreads) out[i] = from_f32<bf16>(mul_rn(silu(gate[i]), up[i]));
+    for (int base = threadIdx.x; base < n; base += kFoldBatch * kFoldThreads) {
+      float g[kFoldBatch], u[kFoldBatch];
+#pragma unroll
+      for (int j = 0; j < kFoldBatch; ++j) {
+        const int i = base + j * kFoldThreads;
+        g[j] = i < n ? gate[i] : 0.0f;
+        u[j] = i < n ? up[i] : 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < kFoldBatch; ++j) {
+        const int i = base + j * kFoldThreads;
+        if (i < n) out[i] = from_f32<bf16>(mul_rn(silu(g[j]), u[j]));
+      }
+    }
   }
   consumers_sync();
 }
