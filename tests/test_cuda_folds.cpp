@@ -21,17 +21,12 @@ using cuda::Act;
 using cuda::WKind;
 using test::DevBuf;
 using test::rel_err;
+using test::cpu_matmul;
 using test::TestMatrix;
 
 struct Shape {
   int rows, cols, group;
 };
-
-std::vector<float> cpu_matmul(TestMatrix& tm, const std::vector<float>& x, int T) {
-  std::vector<float> y(size_t(T) * tm.rows);
-  cpu::matmul(*tm.cpu(), x.data(), T, y.data());
-  return y;
-}
 
 size_t scratch_bytes(const cuda::DevMatrix& dm) { return size_t(std::max<int64_t>(1, cuda::splitk_scratch_floats(dm))) * 4; }
 

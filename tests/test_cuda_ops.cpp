@@ -24,6 +24,7 @@ using cuda::Act;
 using cuda::WKind;
 using test::DevBuf;
 using test::rel_err;
+using test::cpu_matmul;
 using test::TestMatrix;
 
 struct Shape {
@@ -58,12 +59,6 @@ std::vector<float> run_matmul(const cuda::DevMatrix& m, const std::vector<float>
   if (y0) dy.put(*y0);
   cuda::matmul(m, dx.p, act, T, m.cols, dy.as<float>(), m.rows, y0 != nullptr, scratch.as<float>(), nullptr);
   return dy.get<float>(size_t(T) * m.rows);
-}
-
-std::vector<float> cpu_matmul(TestMatrix& tm, const std::vector<float>& x, int T) {
-  std::vector<float> y(size_t(T) * tm.rows);
-  cpu::matmul(*tm.cpu(), x.data(), T, y.data());
-  return y;
 }
 
 TEST(CudaOps, MatmulMatchesCpu) {

@@ -311,5 +311,12 @@ struct TestMatrix {
   }
 };
 
+// The CPU reference's y = x . W^T for T rows of x [T][cols].
+inline std::vector<float> cpu_matmul(TestMatrix& tm, const std::vector<float>& x, int T) {
+  std::vector<float> y(size_t(T) * tm.rows);
+  cpu::matmul(*tm.cpu(), x.data(), T, y.data());
+  return y;
+}
+
 }  // namespace nextn::test
 #endif  // NEXTN_HAVE_CUDA
