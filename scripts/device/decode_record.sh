@@ -18,6 +18,8 @@
 # flags of the *_old runs, i.e. what a change is compared against; empty:
 # no *_old runs), NEXTN_RECORD_BF16 ("27b": presets also decoded from bf16
 # weights, generated in host memory by --preset, no file; empty: none),
+# NEXTN_RECORD_PREFILL (2048: the decode steps also time a prefill of this
+# many tokens; empty: none, a shorter call),
 # NEXTN_BENCH_BUDGET seconds (420; steps that would start past it are
 # skipped and say so), NEXTN_CK_DIR (/tmp/nextn-ck), NEXTN_SEED (0),
 # NEXTN_RECORD_MTP_BEFORE (1; 0 skips the K = 4 round with the "before"
@@ -31,6 +33,7 @@ BUDGET=${NEXTN_BENCH_BUDGET:-420}
 CK=${NEXTN_CK_DIR:-/tmp/nextn-ck}
 SEED=${NEXTN_SEED:-0}
 BEFORE=${NEXTN_RECORD_BEFORE-"--pdl off --prefill chunked"}
+PREFILL=${NEXTN_RECORD_PREFILL-2048}
 START=$(date +%s)
 export_cuda_libs
 N=$BUILD/nextn
@@ -62,8 +65,10 @@ for size in ${NEXTN_RECORD_SIZES:-0.8b 4b 27b}; do
   [ "$size" = 27b ] && n=128
   run_step "make_$size" 120 "$N" make-checkpoint --preset "qwen3.5-$size" --quant q4 --seed "$SEED" --out "$dir"
   common=(bench decode --backend cuda -m "$dir" --prompt-len 16 -n "$n" --repeats 3)
-  json_step "decode_${size}_new" 200 "$N" "${common[@]}" --prefill-len 2048 --breakdown
-  [ -n "$BEFORE" ] && run_step "decode_${size}_old" 200 "$N" "${common[@]}" --prefill-len 2048 $BEFORE
+  prefill=()
+  [ -n "$PREFILL" ] && prefill=(--prefill-len "$PREFILL")
+  json_step "decode_${size}_new" 200 "$N" "${common[@]}" "${prefill[@]}" --breakdown
+  [ -n "$BEFORE" ] && run_step "decode_${size}_old" 200 "$N" "${common[@]}" "${prefill[@]}" $BEFORE
   json_step "mtp4_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 4 --breakdown
   if [ -n "${NEXTN_RECORD_DRAFT_VOCAB:-}" ]; then
     run_step "mtp4dv_${size}_new" 200 "$N" "${common[@]}" --draft mtp --block-size 4 \
