@@ -19,7 +19,10 @@ gpu_state() {
 # (fixtures, the nextn binary): make them resolve here. Expects ROOT too.
 link_source_root() {
   local src
-  src=$(grep -a -o -m1 '/[[:alnum:]_./-]*/tests/fixtures' "$BUILD/nextn_tests" 2>/dev/null | head -1 | sed 's#/tests/fixtures$##')
+  # The most frequent match: the linker's merged strings also yield odd ones
+  # (".../testsn/tests/fixtures" beside ".../tests/fixtures").
+  src=$(grep -a -o '/[[:alnum:]_./-]*/tests/fixtures' "$BUILD/nextn_tests" 2>/dev/null | sort | uniq -c | sort -rn |
+    awk 'NR == 1 {print $2}' | sed 's#/tests/fixtures$##')
   if [ -n "$src" ] && [ "$src" != "$ROOT" ] && [ ! -e "$src" ]; then
     mkdir -p "$(dirname "$src")" && ln -s "$ROOT" "$src"
     say "linked $src -> $ROOT"
