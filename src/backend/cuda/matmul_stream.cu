@@ -27,7 +27,7 @@
 //    gate_up, the SwiGLU before down. The consumer warps write the bf16
 //    activation rows into shared memory with the replaced kernel's
 //    arithmetic (the same bits), and the producer copies weights only.
-//    This saves a launch and its gap, 193 of them per 27B token.
+//    This saves a launch and its gap, 192 of them per 27B token.
 //
 // The scaled formats (FP8, Z4) decode their codes to exact bf16 values (fp8:
 // the value itself; z4: q - zero) and multiply each group's MMA sum by its fp32
