@@ -83,55 +83,72 @@ TEST(CudaFolds, NormMatmulIsTheNormThenTheMatmul) {
   }
 }
 
+// The SwiGLU fold of one down matrix against the swiglu kernel's bf16 rows
+// then the streamed matmul (bitwise), and the CPU's fp32 reference, at every
+// folded width, accumulating into the residual as the layer does and not.
+void check_swiglu_fold(std::mt19937_64& rng, WKind kind, const Shape& sh) {
+  TestMatrix tm(rng, kind, sh.rows, sh.cols, sh.group);
+  const auto dm = tm.device();
+  ASSERT_NE(dm.packed, nullptr);
+  const int I = sh.cols, ld = 2 * I + 32;  // gate | up, then padding (as the projection buffer)
+  DevBuf scratch(scratch_bytes(dm));
+  cudaMemset(scratch.p, 0, scratch.bytes);
+  EXPECT_FALSE(cuda::stream_folds_swiglu(dm, cuda::kFoldedRows + 1));
+  for (int T = 1; T <= cuda::kFoldedRows; ++T) {
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE(testing::Message() << (kind == WKind::Q4 ? "q4" : "q8") << " [" << sh.rows << "x" << sh.cols
+                                      << "] splits " << dm.splits << " T=" << T << (accumulate ? " accumulate" : ""));
+      ASSERT_TRUE(cuda::stream_folds_swiglu(dm, T));
+      const auto gu = test::randn(rng, size_t(T) * ld, 2.0f);
+      const auto y0 = test::randn(rng, size_t(T) * sh.rows, 1.0f);
+      DevBuf dgu(gu.size() * 4), dact(size_t(T) * I * 2), want(y0.size() * 4), got(y0.size() * 4);
+      dgu.put(gu);
+      want.put(y0);
+      got.put(y0);
+      cuda::swiglu(dgu.as<float>(), ld, I, T, dact.p, Act::BF16, I, nullptr);
+      cuda::matmul(dm, dact.p, Act::BF16, T, I, want.as<float>(), sh.rows, accumulate, scratch.as<float>(), nullptr);
+      cuda::stream_matmul_swiglu(dm, dgu.as<float>(), ld, I, T, got.as<float>(), sh.rows, accumulate,
+                                 scratch.as<float>(), nullptr);
+      const auto a = want.get<float>(y0.size()), b = got.get<float>(y0.size());
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
+      std::vector<float> act(size_t(T) * I);
+      for (int t = 0; t < T; ++t)
+        for (int i = 0; i < I; ++i) act[size_t(t) * I + i] = cpu::silu(gu[size_t(t) * ld + i]) * gu[size_t(t) * ld + I + i];
+      auto ref = cpu_matmul(tm, act, T);
+      if (accumulate)
+        for (size_t i = 0; i < ref.size(); ++i) ref[i] += y0[i];
+      EXPECT_LT(rel_err(b, ref), 1e-2);
+    }
+  }
+}
+
 // The SwiGLU folded into the down projection's activation load, per item
-// over its k range: the bits of the swiglu kernel's bf16 rows then the
-// streamed matmul, unsplit and split-K (items of several k ranges per
-// block), partial tiles, the 27B's 17,408-wide rows, accumulating into the
-// residual as the layer does and not.
+// over its k range: unsplit and split-K, partial tiles, the 27B's
+// 17,408-wide rows.
 TEST(CudaFolds, SwigluMatmulIsTheSwigluThenTheMatmul) {
   NEXTN_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(seed);
   std::mt19937_64 rng(seed);
-  for (WKind kind : {WKind::Q4, WKind::Q8}) {
+  for (WKind kind : {WKind::Q4, WKind::Q8})
     for (const Shape& sh : {Shape{200, 1152, 32}, Shape{320, 2048, 64}, Shape{300, 2560, 128},
-                             Shape{256, 9728, 64}, Shape{640, 17408, 64}}) {
-      TestMatrix tm(rng, kind, sh.rows, sh.cols, sh.group);
-      const auto dm = tm.device();
-      ASSERT_NE(dm.packed, nullptr);
-      const int I = sh.cols, ld = 2 * I + 32;  // gate | up, then padding (as the projection buffer)
-      DevBuf scratch(scratch_bytes(dm));
-      cudaMemset(scratch.p, 0, scratch.bytes);
-      EXPECT_FALSE(cuda::stream_folds_swiglu(dm, cuda::kFoldedRows + 1));
-      for (int T = 1; T <= cuda::kFoldedRows; ++T) {
-        for (bool accumulate : {false, true}) {
-          SCOPED_TRACE(testing::Message() << (kind == WKind::Q4 ? "q4" : "q8") << " [" << sh.rows << "x" << sh.cols
-                                          << "] splits " << dm.splits << " T=" << T << (accumulate ? " accumulate" : ""));
-          ASSERT_TRUE(cuda::stream_folds_swiglu(dm, T));
-          const auto gu = test::randn(rng, size_t(T) * ld, 2.0f);
-          const auto y0 = test::randn(rng, size_t(T) * sh.rows, 1.0f);
-          DevBuf dgu(gu.size() * 4), dact(size_t(T) * I * 2), want(y0.size() * 4), got(y0.size() * 4);
-          dgu.put(gu);
-          want.put(y0);
-          got.put(y0);
-          cuda::swiglu(dgu.as<float>(), ld, I, T, dact.p, Act::BF16, I, nullptr);
-          cuda::matmul(dm, dact.p, Act::BF16, T, I, want.as<float>(), sh.rows, accumulate, scratch.as<float>(), nullptr);
-          cuda::stream_matmul_swiglu(dm, dgu.as<float>(), ld, I, T, got.as<float>(), sh.rows, accumulate,
-                                     scratch.as<float>(), nullptr);
-          const auto a = want.get<float>(y0.size()), b = got.get<float>(y0.size());
-          EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
-          std::vector<float> act(size_t(T) * I);
-          for (int t = 0; t < T; ++t)
-            for (int i = 0; i < I; ++i)
-              act[size_t(t) * I + i] = cpu::silu(gu[size_t(t) * ld + i]) * gu[size_t(t) * ld + I + i];
-          auto ref = cpu_matmul(tm, act, T);
-          if (accumulate)
-            for (size_t i = 0; i < ref.size(); ++i) ref[i] += y0[i];
-          EXPECT_LT(rel_err(b, ref), 1e-2);
-        }
-      }
-    }
-  }
+                             Shape{256, 9728, 64}, Shape{640, 17408, 64}})
+      check_swiglu_fold(rng, kind, sh);
+}
+
+// More items than blocks: at one block per SM (the bench's tuning cap) a
+// 200-tile matrix gives most blocks two items, and each block rewrites its
+// folded rows between them.
+TEST(CudaFolds, SwigluMatmulWithSeveralItemsPerBlock) {
+  NEXTN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  struct OneBlockPerSm {
+    OneBlockPerSm() { cuda::set_stream_caps(1, 0); }
+    ~OneBlockPerSm() { cuda::set_stream_caps(0, 0); }
+  } caps;
+  check_swiglu_fold(rng, WKind::Q4, Shape{25600, 1152, 32});
 }
 
 }  // namespace
