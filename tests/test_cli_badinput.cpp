@@ -307,6 +307,8 @@ const std::vector<Case> kCases = {
     {"bench projection --widths 1,,2", "--widths"},
     {"bench projection --widths x", "--widths"},
     {"bench projection --splits -1", "--splits"},
+    {"bench projection --fold silu", "--fold"},
+    {"bench projection --fold norm --argmax", "--argmax"},
 };
 
 // generate and bench: an empty value read as 0, a negative seed read as

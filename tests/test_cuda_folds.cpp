@@ -12,6 +12,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/matmul_stream.h"
+#include "backend/cuda/projection_bench.h"
 #include "test_cuda_util.h"
 
 namespace nextn {
@@ -149,6 +150,30 @@ TEST(CudaFolds, SwigluMatmulWithSeveralItemsPerBlock) {
     ~OneBlockPerSm() { cuda::set_stream_caps(0, 0); }
   } caps;
   check_swiglu_fold(rng, WKind::Q4, Shape{25600, 1152, 32});
+}
+
+// `nextn bench projection --fold`: its own check that the fold gives the
+// bits of the op's kernel then the matmul, and both arms timed.
+TEST(CudaFolds, ProjectionBenchTimesTheFoldAgainstItsKernels) {
+  NEXTN_REQUIRE_GPU();
+  for (const char* fold : {"norm", "swiglu"}) {
+    SCOPED_TRACE(fold);
+    cuda::ProjBenchConfig c;
+    c.rows = 640;
+    c.cols = 2048;
+    c.widths = {1, 2};
+    c.fold = fold;
+    c.repeats = 4;
+    c.rounds = 2;
+    const auto r = cuda::bench_projection(c);
+    EXPECT_TRUE(r.fold_equal);
+    EXPECT_TRUE(r.invariant);
+    ASSERT_EQ(r.rows.size(), 2u);
+    for (const auto& row : r.rows) {
+      EXPECT_GT(row.ms_median, 0.0);
+      EXPECT_GT(row.unfolded_ms_median, 0.0);
+    }
+  }
 }
 
 }  // namespace

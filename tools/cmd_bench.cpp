@@ -300,11 +300,14 @@ void register_bench(CLI::App& app) {
   proj->add_option("--stream-stages", pr->stream_stages,
                    "Streamed kernel: at most this many ring stages, 2..12 (tuning; default: the production choice)")
       ->check(number());
+  proj->add_option("--fold", pr->fold,
+                   "norm or swiglu: time the fold against the op's own kernel then the matmul (widths 1..2)");
   proj->add_flag("--json", pr->json, "Print one JSON object");
   proj->callback([pr, pw] {
     pr->widths.clear();
     for (int32_t w : parse_id_list(*pw, "--widths")) pr->widths.push_back(int(w));
-    if (bench::run_projection(*pr) != 0) throw Error("bench projection: batch invariance check failed");
+    if (bench::run_projection(*pr) != 0)
+      throw Error("bench projection: the batch invariance or the fold's bits check failed");
   });
 
   // nextn bench trunk (src/bench/trunk.h): issue 24's kernel table.

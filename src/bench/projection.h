@@ -18,11 +18,13 @@ struct ProjectionOptions {
   // The streamed kernel's tuning caps (0: the production ones): blocks per
   // SM 1..3, ring stages 2..12 (--stream-per-sm, --stream-stages).
   int stream_per_sm = 0, stream_stages = 0;
+  // norm | swiglu: the fold against the op's own kernel then the matmul (--fold; widths 1..2).
+  std::string fold;
   bool json = false;
 };
 
 // Prints the table (or one JSON object); returns the process exit code
-// (non-zero when the batch-invariance check fails).
+// (non-zero when the batch-invariance check or the fold's bits check fails).
 int run_projection(const ProjectionOptions& o);
 
 }  // namespace nextn::bench

@@ -65,6 +65,11 @@ __global__ void fill_fp8_scales(float* s, int rows, int groups, float mag, uint3
     s[i] = mag * (0.5f + float(hash32(block, seed) & 0xffff) / 65536.0f);
   }
 }
+// fp32 rows for the folds' inputs: uniform in [offset - 1, offset + 1).
+__global__ void fill_f32(float* x, size_t n, float offset, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    x[i] = offset + float(hash32(i, seed) & 0xffff) / 32768.0f - 1.0f;
+}
 // Every 64th column times 30: outlier channels.
 __global__ void scale_outlier_columns(bf16* x, size_t n, int cols) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
@@ -116,6 +121,9 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
   const int bits = c.quant == "q4" ? 4 : 8;
   for (int W : c.widths)
     if (W < 1 || W > kMaxRows) fail("bench projection: width {} outside [1, {}]", W, kMaxRows);
+  const bool fold_norm = c.fold == "norm", fold_swiglu = c.fold == "swiglu";
+  if (!c.fold.empty() && !fold_norm && !fold_swiglu) fail("bench projection: --fold must be norm or swiglu");
+  if (!c.fold.empty() && (c.argmax || c.fp8_w8a8)) fail("bench projection: --fold takes no argmax and no W8A8");
 
   DevMatrix proto;
   proto.kind = fp8 ? WKind::FP8 : bits == 4 ? WKind::Q4 : WKind::Q8;
@@ -177,6 +185,40 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
   Buf pairs(size_t(argmax_pairs_bytes(proto))), out(kMaxRows * 4);
   CUDA_CHECK(cudaDeviceSynchronize());
 
+  // The folds' inputs: fp32 residual rows and gamma (norm), fp32 gate | up rows (swiglu).
+  const int fold_ld = fold_swiglu ? 2 * c.cols : c.cols;
+  Buf fold_x(c.fold.empty() ? 4 : size_t(kMaxRows) * fold_ld * 4), gamma(size_t(c.cols) * 4);
+  constexpr float kEps = 1e-6f;
+  if (!c.fold.empty()) {
+    for (int W : c.widths)
+      if (!(fold_norm ? stream_folds_norm(mats[0], W) : stream_folds_swiglu(mats[0], W)))
+        fail("bench projection: no {} fold for this matrix at width {} (the folds take 1..{} rows)", c.fold, W,
+             kFoldedRows);
+    fill_f32<<<1024, 256>>>(static_cast<float*>(fold_x.p), size_t(kMaxRows) * fold_ld, 0.0f, 9u);
+    fill_f32<<<64, 256>>>(static_cast<float*>(gamma.p), size_t(c.cols), 1.0f, 11u);
+    CUDA_CHECK_LAUNCH("bench fill_f32");
+  }
+  const float* fx = static_cast<const float*>(fold_x.p);
+  float* yp = static_cast<float*>(y.p);
+  float* sp = static_cast<float*>(scratch.p);
+  // The op's own kernel into x, then the matmul; and the fold alone.
+  auto unfolded = [&](int i, int W, cudaStream_t s) {
+    const DevMatrix& m = mats[size_t(i) % mats.size()];
+    if (fold_norm)
+      rmsnorm(fx, Act::F32, c.cols, static_cast<const float*>(gamma.p), kEps, W, c.cols, x.p, Act::BF16, c.cols,
+              nullptr, s);
+    else
+      swiglu(fx, fold_ld, c.cols, W, x.p, Act::BF16, c.cols, s);
+    matmul(m, x.p, Act::BF16, W, c.cols, yp, c.rows, false, sp, s);
+  };
+  auto folded = [&](int i, int W, cudaStream_t s) {
+    const DevMatrix& m = mats[size_t(i) % mats.size()];
+    if (fold_norm)
+      stream_matmul_normed(m, fx, c.cols, static_cast<const float*>(gamma.p), kEps, W, yp, c.rows, false, sp, s);
+    else
+      stream_matmul_swiglu(m, fx, fold_ld, c.cols, W, yp, c.rows, false, sp, s);
+  };
+
   // One production call: copy i of the weights, W rows of activations from xp.
   auto launch = [&](int i, const void* xp, int W, cudaStream_t s) {
     const DevMatrix& m = mats[size_t(i) % mats.size()];
@@ -224,6 +266,17 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
     std::swap(x.p, xo.p);
   }
 
+  // The fold's bits == the op's kernel then the matmul, at every width.
+  for (int W : c.fold.empty() ? std::vector<int>{} : c.widths) {
+    const size_t n = size_t(W) * c.rows;
+    std::vector<float> want(n), got(n);
+    unfolded(0, W, nullptr);
+    CUDA_CHECK(cudaMemcpy(want.data(), y.p, n * 4, cudaMemcpyDeviceToHost));
+    folded(0, W, nullptr);
+    CUDA_CHECK(cudaMemcpy(got.data(), y.p, n * 4, cudaMemcpyDeviceToHost));
+    if (std::memcmp(want.data(), got.data(), n * 4) != 0) r.fold_equal = false;
+  }
+
   const Event e0 = make_event(), e1 = make_event();
   // Copy bandwidth: 1 GiB device to device (read + write counted).
   {
@@ -248,39 +301,55 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
   // replay of a graph of kGraphLaunches launches (rotating the copies),
   // divided by kGraphLaunches; the widths interleave ABBA over rounds.
   constexpr int kGraphLaunches = 10;
+  // In fold mode graph k + n holds width k's op kernel + matmul pairs, and
+  // graph k the fold (the rows' time); each round times both, in turn.
   const Stream stream = make_stream();
-  std::vector<GraphExec> graphs(c.widths.size());
-  for (size_t k = 0; k < c.widths.size(); ++k) {
+  const size_t n = c.widths.size(), arms = c.fold.empty() ? 1 : 2;
+  std::vector<GraphExec> graphs(n * arms);
+  for (size_t k = 0; k < graphs.size(); ++k) {
+    const int W = c.widths[k % n];
     Graph g;
     CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < kGraphLaunches; ++i) launch(i, x.p, c.widths[k], stream);
+    for (int i = 0; i < kGraphLaunches; ++i) {
+      if (c.fold.empty()) launch(i, x.p, W, stream);
+      else if (k < n) folded(i, W, stream);
+      else unfolded(i, W, stream);
+    }
     CUDA_CHECK(end_capture(stream, &g));
     graphs[k] = instantiate(g);
     CUDA_CHECK(cudaGraphLaunch(graphs[k], stream));  // warm-up
   }
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<std::vector<double>> samples(c.widths.size());
+  std::vector<std::vector<double>> samples(graphs.size());
   const int per_round = std::max(1, c.repeats / std::max(1, c.rounds));
   for (int round = 0; round < c.rounds; ++round) {
-    for (size_t wi = 0; wi < c.widths.size(); ++wi) {
-      const size_t k = round % 2 ? c.widths.size() - 1 - wi : wi;
-      for (int i = 0; i < per_round; ++i) {
-        CUDA_CHECK(cudaEventRecord(e0, stream));
-        CUDA_CHECK(cudaGraphLaunch(graphs[k], stream));
-        CUDA_CHECK(cudaEventRecord(e1, stream));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        samples[k].push_back(ms / kGraphLaunches);
+    for (size_t wi = 0; wi < n; ++wi) {
+      for (size_t a = 0; a < arms; ++a) {
+        const size_t k = (round % 2 ? n - 1 - wi : wi) + n * (round % 2 ? arms - 1 - a : a);
+        for (int i = 0; i < per_round; ++i) {
+          CUDA_CHECK(cudaEventRecord(e0, stream));
+          CUDA_CHECK(cudaGraphLaunch(graphs[k], stream));
+          CUDA_CHECK(cudaEventRecord(e1, stream));
+          CUDA_CHECK(cudaEventSynchronize(e1));
+          float ms = 0;
+          CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+          samples[k].push_back(ms / kGraphLaunches);
+        }
       }
     }
   }
-  for (size_t k = 0; k < c.widths.size(); ++k) {
+  for (size_t k = 0; k < n; ++k) {
     ProjBenchRow row;
     row.W = c.widths[k];
     row.ms_median = median(samples[k]);
     row.ms_min = *std::min_element(samples[k].begin(), samples[k].end());
     row.ms_max = *std::max_element(samples[k].begin(), samples[k].end());
+    if (arms == 2) {
+      const auto& u = samples[k + n];
+      row.unfolded_ms_median = median(u);
+      row.unfolded_ms_min = *std::min_element(u.begin(), u.end());
+      row.unfolded_ms_max = *std::max_element(u.begin(), u.end());
+    }
     row.bytes = r.weight_bytes + double(row.W) * c.cols * 2 + (c.argmax ? 0.0 : double(row.W) * c.rows * 4);
     r.rows.push_back(row);
   }

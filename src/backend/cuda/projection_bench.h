@@ -21,12 +21,16 @@ struct ProjBenchConfig {
   int rounds = 3;
   int splits = 0;    // split-K override; 0: choose_splits (the production choice)
   int stream_per_sm = 0, stream_stages = 0;  // the streamed kernel's tuning caps (set_stream_caps; 0: production)
+  // "norm" or "swiglu": time the fold (matmul_stream.h) against the op's own
+  // kernel then the matmul, at widths up to kFoldedRows ("": the matmul alone).
+  std::string fold;
 };
 
 struct ProjBenchRow {
   int W = 0;
   double ms_median = 0, ms_min = 0, ms_max = 0;
   double bytes = 0;  // bytes the launch must move (weights, scales+biases, activations, outputs)
+  double unfolded_ms_median = 0, unfolded_ms_min = 0, unfolded_ms_max = 0;  // fold mode: the op's kernel + the matmul
 };
 
 struct ProjBenchResult {
@@ -40,6 +44,7 @@ struct ProjBenchResult {
   bool streamed = false;    // served by the streamed kernel (else the generic one)
   bool invariant = false;   // row r alone == row r inside the 64-row call, bitwise
   std::string invariant_detail;
+  bool fold_equal = true;   // fold mode: the fold's outputs == the op's kernel then the matmul, bitwise, every width
   // W8A8 only: its outputs against W8A16's (same weights and 64 rows of
   // activations), as ||y8 - y16|| / ||y16|| and max |y8 - y16| / max |y16|,
   // for activations uniform in [-1, 1] and for the same with every 64th
