@@ -43,6 +43,23 @@ void norm_then_linear(const LayerContext& c, const char* label, const float* gam
   run_linear(c, lin, b.xn, T, c.H, y, ldy, b);
 }
 
+// b.x += down . swiglu(gate_up rows in b.proj) for T rows. At decode widths
+// down's streamed kernel computes the SwiGLU of its own k range (same bits
+// as the swiglu kernel) and b.act is not written; otherwise the swiglu
+// kernel writes b.act and down reads it.
+void swiglu_then_down(const LayerContext& c, const DevMatrix& down, int T, const StepBuffers& b) {
+  const int I = c.w.cfg.intermediate_size;
+  if (b.prefill == nullptr && c.act == Act::BF16 && down.cols == I && stream_folds_swiglu(down, T)) {
+    c.mark("mlp.down");
+    stream_matmul_swiglu(down, b.proj, c.proj_ld, I, T, b.x, c.H, true, c.splitk, c.stream);
+    return;
+  }
+  c.mark("mlp.swiglu");
+  cuda::swiglu(b.proj, c.proj_ld, I, T, b.act, c.act, c.act_ld, c.stream);
+  c.mark("mlp.down");
+  project(c, down, b.act, T, c.act_ld, b.x, c.H, true, b);
+}
+
 void decoder_layer(const LayerContext& c, const LayerWeights& L, int T, const StepBuffers& b, const SequenceView& s) {
   const auto& cfg = c.w.cfg;
   const float eps = cfg.rms_norm_eps;
@@ -97,18 +114,7 @@ void decoder_layer(const LayerContext& c, const LayerWeights& L, int T, const St
     return;
   }
   norm_then_linear(c, "mlp.gate_up", L.post_norm, L.gate_up, T, b.proj, c.proj_ld, b);
-  // At decode widths down's kernel computes the SwiGLU of its own k range
-  // (same bits as the swiglu kernel); b.act is then not written.
-  const int I = cfg.intermediate_size;
-  if (b.prefill == nullptr && act == Act::BF16 && L.down.cols == I && cuda::stream_folds_swiglu(L.down, T)) {
-    c.mark("mlp.down");
-    cuda::stream_matmul_swiglu(L.down, b.proj, c.proj_ld, I, T, b.x, H, true, c.splitk, stream);
-    return;
-  }
-  c.mark("mlp.swiglu");
-  cuda::swiglu(b.proj, c.proj_ld, I, T, b.act, act, c.act_ld, stream);
-  c.mark("mlp.down");
-  project(c, L.down, b.act, T, c.act_ld, b.x, H, true, b);
+  swiglu_then_down(c, L.down, T, b);
 }
 
 }  // namespace nextn::cuda

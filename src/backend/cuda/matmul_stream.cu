@@ -427,6 +427,18 @@ constexpr int kSmemMaxBlock = 220 * 1024;
 // the bits do not depend on them): blocks per SM and the ring's depth.
 int g_cap_per_sm = 3, g_cap_stages = kMaxStages;
 
+// Shared-memory sizes that launch() lays out and fold_fits() checks: a
+// stage (a unit, plus the activation rows when nothing is folded), the
+// k-half reduction buffer, and a folded row (whole rows for the norm, one
+// split's k range for the SwiGLU).
+int stage_bytes(const DevMatrix& W, int fold, int T) {
+  return (unit_bytes_of(W) + (fold != kNoFold ? 0 : T * kXStride) + 127) / 128 * 128;
+}
+constexpr int reduction_bytes(int nf) { return 4 * 2 * nf * 4 * 32 * 4; }
+int fold_stride(const DevMatrix& W, int fold) {
+  return fold == kFoldNorm ? fold_row_bytes(W.cols) : fold_row_bytes(ceil_div(W.cols / kK, W.splits) * kK);
+}
+
 void launch(const DevMatrix& W, int epi, int fold, StreamParams p, cudaStream_t s) {
   if (g_sms == 0) init_kernels();
   const uintptr_t xa = reinterpret_cast<uintptr_t>(p.x);
@@ -440,12 +452,11 @@ void launch(const DevMatrix& W, int epi, int fold, StreamParams p, cudaStream_t 
   p.gshift = W.group == 32 ? 5 : W.group == 64 ? 6 : 7;
   p.unit_bytes = unit_bytes_of(W);
   p.per = ceil_div(p.chunks, p.splits);
-  p.stage_smem = (p.unit_bytes + (fold != kNoFold ? 0 : p.T * kXStride) + 127) / 128 * 128;
-  const int red = 4 * 2 * nf * 4 * 32 * 4;
-  // The folded rows, after the reduction buffer: whole rows (norm) or one
-  // split's k range (swiglu).
-  p.fold.stride = fold == kFoldNorm ? fold_row_bytes(p.cols) : fold_row_bytes(p.per * kK);
-  const int fold_bytes = fold != kNoFold ? p.T * p.fold.stride : 0;
+  p.stage_smem = stage_bytes(W, fold, p.T);
+  const int red = reduction_bytes(nf);
+  // The folded rows, after the reduction buffer.
+  p.fold.stride = fold != kNoFold ? fold_stride(W, fold) : 0;
+  const int fold_bytes = p.T * p.fold.stride;
   // As many blocks per SM as registers allow while each keeps four stages
   // (more warps to dequantize); else fewer blocks with deeper rings.
   int per_sm = std::min(max_per_sm(nf), g_cap_per_sm), budget = 0;
@@ -473,6 +484,26 @@ StreamParams base_params(const DevMatrix& W, const void* x, int T, int ldx) {
   p.ldx = ldx;
   p.T = T;
   return p;
+}
+
+// The output and, for a split matrix, the split-K scratch (tile counters, then the partials).
+void set_output(const DevMatrix& W, StreamParams& p, float* y, int ldy, bool accumulate, float* scratch) {
+  p.y = y;
+  p.ldy = ldy;
+  p.accumulate = accumulate ? 1 : 0;
+  if (p.splits > 1) {
+    if (scratch == nullptr) fail("matmul: split-K matrix without scratch");
+    if (stream_tiles(W) > kCounterSlots) fail("matmul: {} tiles exceed the split-K counters", stream_tiles(W));
+    p.counters = reinterpret_cast<int*>(scratch);
+    p.partial = scratch + kCounterSlots;
+  }
+}
+
+// Whether a fold's rows fit beside a ring of at least 4 stages at one block per SM.
+bool fold_fits(const DevMatrix& W, int fold, int T) {
+  if (W.packed == nullptr || compute_fmt_of(W) == kFp8A8 || T < 1 || T > kFoldedRows) return false;
+  if (fold == kFoldNorm && W.cols > kFoldThreads * kNormPer) return false;
+  return 4 * stage_bytes(W, fold, T) + reduction_bytes(1) + T * fold_stride(W, fold) <= kSmemMaxBlock;
 }
 
 }  // namespace
@@ -523,33 +554,6 @@ int stream_splits(int rows, int cols) {
 }
 
 int64_t stream_counter_floats() { return kCounterSlots; }
-
-namespace {
-
-// The output and, for a split matrix, the split-K scratch (tile counters, then the partials).
-void set_output(const DevMatrix& W, StreamParams& p, float* y, int ldy, bool accumulate, float* scratch) {
-  p.y = y;
-  p.ldy = ldy;
-  p.accumulate = accumulate ? 1 : 0;
-  if (p.splits > 1) {
-    if (scratch == nullptr) fail("matmul: split-K matrix without scratch");
-    if (stream_tiles(W) > kCounterSlots) fail("matmul: {} tiles exceed the split-K counters", stream_tiles(W));
-    p.counters = reinterpret_cast<int*>(scratch);
-    p.partial = scratch + kCounterSlots;
-  }
-}
-
-// Whether a fold's rows fit beside a ring of at least 4 stages at one block per SM.
-bool fold_fits(const DevMatrix& W, int fold, int T) {
-  if (W.packed == nullptr || compute_fmt_of(W) == kFp8A8 || T < 1 || T > kFoldedRows) return false;
-  const int chunks = W.cols / kK, per = ceil_div(chunks, W.splits);
-  const int row = fold == kFoldNorm ? fold_row_bytes(W.cols) : fold_row_bytes(per * kK);
-  if (fold == kFoldNorm && W.cols > kFoldThreads * kNormPer) return false;
-  const int stage = (unit_bytes_of(W) + 127) / 128 * 128, red = 4 * 2 * 4 * 32 * 4;
-  return 4 * stage + red + T * row <= kSmemMaxBlock;
-}
-
-}  // namespace
 
 void stream_matmul(const DevMatrix& W, const void* x, int T, int ldx, float* y, int ldy, bool accumulate,
                    float* scratch, cudaStream_t s, const HeadTally& tally) {
