@@ -32,8 +32,10 @@ struct Shape {
 size_t scratch_bytes(const cuda::DevMatrix& dm) { return size_t(std::max<int64_t>(1, cuda::splitk_scratch_floats(dm))) * 4; }
 
 // The RMSNorm folded into the activation load: the bits of the norm
-// kernel's bf16 rows then the streamed matmul, for row widths that fill the
-// norm's per-thread loads and ones that do not, split-K and partial tiles, a
+// kernel's bf16 rows then the streamed matmul at every folded width (the
+// producer's two batches of rows at T > 4), for rows that fill the
+// consumers' batches of loads and ones that do not, rows wider than the norm
+// kernel keeps in registers (its loop form), split-K and partial tiles, a
 // row stride wider than the row, plain and accumulating outputs.
 TEST(CudaFolds, NormMatmulIsTheNormThenTheMatmul) {
   NEXTN_REQUIRE_GPU();
@@ -43,7 +45,8 @@ TEST(CudaFolds, NormMatmulIsTheNormThenTheMatmul) {
   const float eps = 1e-6f;
   for (WKind kind : {WKind::Q4, WKind::Q8}) {
     for (const Shape& sh : {Shape{200, 1152, 32}, Shape{320, 2048, 64} /* split-K */, Shape{256, 5120, 64},
-                             Shape{300, 2560, 128} /* partial tile */, Shape{640, 6144, 64} /* 24 per thread */}) {
+                             Shape{300, 2560, 128} /* partial tile */, Shape{640, 6144, 64},
+                             Shape{128, 8192, 64} /* beyond 24 per thread */}) {
       TestMatrix tm(rng, kind, sh.rows, sh.cols, sh.group);
       const auto dm = tm.device();
       ASSERT_NE(dm.packed, nullptr);
@@ -123,8 +126,8 @@ void check_swiglu_fold(std::mt19937_64& rng, WKind kind, const Shape& sh) {
   }
 }
 
-// The SwiGLU folded into the down projection's activation load, per item
-// over its k range: unsplit and split-K, partial tiles, the 27B's
+// The SwiGLU folded into the down projection's activation load, a stage's
+// columns at a time: unsplit and split-K, partial tiles, the 27B's
 // 17,408-wide rows.
 TEST(CudaFolds, SwigluMatmulIsTheSwigluThenTheMatmul) {
   NEXTN_REQUIRE_GPU();
@@ -138,8 +141,8 @@ TEST(CudaFolds, SwigluMatmulIsTheSwigluThenTheMatmul) {
 }
 
 // More items than blocks: at one block per SM (the bench's tuning cap) a
-// 200-tile matrix gives most blocks two items, and each block rewrites its
-// folded rows between them.
+// 200-tile matrix gives most blocks two items, and the producer's slices
+// follow the ring across them.
 TEST(CudaFolds, SwigluMatmulWithSeveralItemsPerBlock) {
   NEXTN_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
@@ -161,7 +164,7 @@ TEST(CudaFolds, ProjectionBenchTimesTheFoldAgainstItsKernels) {
     cuda::ProjBenchConfig c;
     c.rows = 640;
     c.cols = 2048;
-    c.widths = {1, 2};
+    c.widths = {1, 5};
     c.fold = fold;
     c.repeats = 4;
     c.rounds = 2;

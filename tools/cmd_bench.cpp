@@ -301,7 +301,7 @@ void register_bench(CLI::App& app) {
                    "Streamed kernel: at most this many ring stages, 2..12 (tuning; default: the production choice)")
       ->check(number());
   proj->add_option("--fold", pr->fold,
-                   "norm or swiglu: time the fold against the op's own kernel then the matmul (widths 1..2)");
+                   "norm or swiglu: time the fold against the op's own kernel then the matmul (widths 1..8)");
   proj->add_flag("--json", pr->json, "Print one JSON object");
   proj->callback([pr, pw] {
     pr->widths.clear();

@@ -67,15 +67,21 @@ __device__ __forceinline__ float warp_max(float v) {
 // Block-wide sum with a fixed shape: butterfly in each warp, then the warp
 // sums in warp order. `scratch` holds at least 32 floats; all threads of
 // the block must call it; every thread gets the result.
+// The warps' partial sums added in warp order from zero: block_sum's last
+// step, and that of every fixed-order sum across warps (the folded norm's,
+// the GDN step's per-head ones).
+__device__ __forceinline__ float sum_in_warp_order(const float* partials, int count) {
+  float s = 0.0f;
+  for (int w = 0; w < count; ++w) s = add_rn(s, partials[w]);
+  return s;
+}
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
   v = warp_sum(v);
   __syncthreads();  // scratch may still be read by a previous call
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  float s = 0.0f;
-  for (int w = 0; w < nwarps; ++w) s = add_rn(s, scratch[w]);
-  return s;
+  return sum_in_warp_order(scratch, nwarps);
 }
 
 // RMSNorm's multiplier from a row's sum of squares: 1 / sqrt(ss / n + eps),

@@ -29,11 +29,25 @@ constexpr int kGdnThreads = 128;  // >= dk and >= dv: conv segments, state colum
 __device__ __forceinline__ float conv_row(const GdnLayer& L, const float* st, int cd, int K, int ch, int j) {
   return j < K - 1 ? st[size_t(j) * cd + ch] : L.proj[size_t(j - (K - 1)) * L.proj_ld + ch];
 }
-// Channel ch of token t after the causal conv and SiLU.
+// Channel ch of token t after the causal conv and SiLU. The taps are
+// loaded a batch at a time before they are summed (in tap order): Qwen3.5's
+// 4 taps are one memory round trip, not four.
+constexpr int kTapBatch = 4;
 __device__ __forceinline__ float conv_channel(const GdnLayer& L, const float* st, int cd, int K, int ch, int t) {
   const float* w = L.conv_w + size_t(ch) * K;
   float s = 0.0f;
-  for (int i = 0; i < K; ++i) s = add_rn(s, mul_rn(w[i], conv_row(L, st, cd, K, ch, t + i)));
+  for (int i0 = 0; i0 < K; i0 += kTapBatch) {
+    float wv[kTapBatch], xv[kTapBatch];
+#pragma unroll
+    for (int j = 0; j < kTapBatch; ++j) {
+      const bool tap = i0 + j < K;
+      wv[j] = tap ? w[i0 + j] : 0.0f;
+      xv[j] = tap ? conv_row(L, st, cd, K, ch, t + i0 + j) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kTapBatch; ++j)
+      if (i0 + j < K) s = add_rn(s, mul_rn(wv[j], xv[j]));
+  }
   return silu(s);
 }
 // A q or k channel's l2 norm over its head (eps 1e-6) from the head's sum
@@ -258,8 +272,7 @@ __global__ void __launch_bounds__(kRecThreads, 1) gdn_step_kernel(GdnShape g, co
     __syncthreads();  // scratch read for the previous token
     if (lane == 0) scratch[warp] = ss;
     __syncthreads();
-    float head_ss = 0.0f;
-    for (int w = 0; w < kGdnThreads / 32; ++w) head_ss = add_rn(head_ss, scratch[(is_k ? kGdnThreads / 32 : 0) + w]);
+    const float head_ss = sum_in_warp_order(scratch + (is_k ? kGdnThreads / 32 : 0), kGdnThreads / 32);
     const float out = qk_normed(c, head_ss, !is_k, g.dk);
     if (qk_active) (is_k ? k_rows : q_rows)[t][i] = out;
     if (writes_qk) L.conv_out[size_t(t) * cd + qk_ch] = out;

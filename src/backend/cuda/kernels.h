@@ -251,8 +251,9 @@ void gdn_recurrence(const GdnShape& g, const GdnLayer* table, int layer, int n_l
                     int invert, bool replay, Act act, cudaStream_t s);
 // gdn_conv(..., T, parity, 0, false) then gdn_recurrence(..., T, parity, 0,
 // false) of one layer in one launch, the same bits in every buffer they
-// write, for decode widths (gdn_step_fits: T <= kGdnStepRows).
-constexpr int kGdnStepRows = 4;
+// write, for decode and verify widths (gdn_step_fits: T <= kGdnStepRows,
+// as the streamed folds: a K <= 7 verify block runs both in one launch).
+constexpr int kGdnStepRows = 8;
 bool gdn_step_fits(const GdnShape& g, int T);
 void gdn_step(const GdnShape& g, const GdnLayer* table, int layer, int T, const int* parity, Act act, cudaStream_t s);
 

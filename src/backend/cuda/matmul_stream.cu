@@ -22,12 +22,13 @@
 //    q8: the byte under an fp32 exponent, fma in fp32, one rounding to bf16);
 //  - split-K partials are reduced in split order by the last block to finish
 //    a tile (a counter per tile), not by a second launch;
-//  - at decode widths (T <= kFoldedRows) the op before a projection is
-//    folded in (stream_fold.cuh): the RMSNorm before qkv, GDN in and
-//    gate_up, the SwiGLU before down. The consumer warps write the bf16
-//    activation rows into shared memory with the replaced kernel's
-//    arithmetic (the same bits), and the producer copies weights only.
-//    This saves a launch and its gap, 192 of them per 27B token.
+//  - at decode and verify widths (T <= kFoldedRows) the op before a
+//    projection is folded in (stream_fold.cuh): the RMSNorm before qkv, GDN
+//    in and gate_up, the SwiGLU before down. Instead of copying each
+//    stage's bf16 activation slice, the producer computes it from the fp32
+//    rows with the replaced kernel's arithmetic (the same bits); for the
+//    norm, the consumers first compute each row's multiplier. This saves
+//    a launch and its gap, 192 of them per 27B decode token.
 //
 // The scaled formats (FP8, Z4) decode their codes to exact bf16 values (fp8:
 // the value itself; z4: q - zero) and multiply each group's MMA sum by its fp32
@@ -56,6 +57,7 @@
 #include "backend/cuda/matmul_stream.h"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/stream_fold.cuh"
+#include "backend/cuda/stream_ring.cuh"
 #include "backend/cuda/stream_layout.cuh"
 #include "backend/cuda/stream_unit.cuh"
 
@@ -71,6 +73,7 @@ constexpr int kCounterSlots = 4096; // split-K tile counters at the start of the
 constexpr int kWorkers = 132;       // H200 multiprocessors: the split choice's model (a constant: same bits anywhere)
 
 enum Epi : int { kOut = 0, kArgmax = 1 };
+static_assert(kFoldedRows <= kMaxFoldRows, "the folds run one token fragment");
 
 struct StreamParams {
   const uint8_t* packed;
@@ -86,50 +89,8 @@ struct StreamParams {
   ArgMax* pairs;                 // [T][tiles]
   const int* stop;
   HeadTally tally;               // the LM head's counters (null elsewhere)
-  FoldArgs fold;                 // a fold's source and its shared rows (x unused)
+  FoldArgs fold;                 // a fold's source (x unused)
 };
-
-// ---- mbarrier and bulk copy (sm_90) ----
-__device__ __forceinline__ void mbar_init(uint64_t* b, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* b, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* b) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(b)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* b, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred P1;\n"
-      "LAB_WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-      "@P1 bra DONE;\n"
-      "bra LAB_WAIT;\n"
-      "DONE:\n"
-      "}\n" ::"r"(smem_u32(b)),
-      "r"(parity)
-      : "memory");
-}
-// cp_async_arrive makes `bar` count one arrival once all of this thread's
-// earlier cp.async (mma.cuh) have landed.
-__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   smem_u32(dst)),
-               "l"(src), "r"(bytes), "r"(smem_u32(bar))
-               : "memory");
-}
-// Named barriers of the consumer warps (the producer warp never joins):
-// 1: all 256 consumer threads (stream_fold.cuh); 2: the 128 of k half 0;
-// 3: "the k-half buffer is read" (k half 0 arrives, k half 1 waits before
-// refilling it).
-__device__ __forceinline__ void half0_sync() { asm volatile("bar.sync 2, 128;\n" ::: "memory"); }
-__device__ __forceinline__ void red_read_arrive() { asm volatile("bar.arrive 3, 256;\n" ::: "memory"); }
-__device__ __forceinline__ void red_read_wait() { asm volatile("bar.sync 3, 256;\n" ::: "memory"); }
 
 // A consumer lane's offsets in a stage (stream_unit.cuh's LaneOffsets) for this call's layout.
 template <int FMT>
@@ -155,11 +116,12 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
   __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
   __shared__ ArgMax best[4][kMaxRows];
   __shared__ int last;
-  __shared__ float fold_scratch[kWarps];
+  __shared__ float fold_scratch[kMaxFoldRows * kWarps];
+  __shared__ float row_inv[kMaxFoldRows];  // the folded norm's row multipliers
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     for (int i = 0; i < p.stages; ++i) {
-      mbar_init(&full[i], FOLD != kNoFold ? 1 : 1 + 32);  // the weights' expect_tx (+ each producer lane's cp.async arrival)
+      mbar_init(&full[i], 1 + 32);  // the weights' expect_tx, each producer lane's activation slice
       mbar_init(&empty[i], kWarps);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -170,10 +132,13 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
   if (warp == kWarps) {  // producer: the ring of stage units
     int stage = 0;
     uint32_t phase = 0;
+    bool have_inverses = FOLD != kFoldNorm;
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
       const int tile = item / p.splits, s = item % p.splits;
       const int c0 = s * p.per, c1 = min(p.chunks, c0 + p.per);
       for (int ch = c0; ch < c1; ++ch) {
+        SliceRegs slice;  // a fold's first rows, in flight while the stage drains
+        if constexpr (FOLD != kNoFold) slice_load<FOLD>(p.fold, p.T, 0, ch * kK, lane, slice);
         mbar_wait(&empty[stage], phase ^ 1u);
         uint8_t* dst = smem + stage * p.stage_smem;
         if (lane == 0) {
@@ -187,12 +152,28 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
             cp_async16(dst + p.unit_bytes + t * kXStride + 16 * q, p.x + size_t(t) * p.ldx + size_t(ch) * kK + 8 * q);
           }
           cp_async_arrive(&full[stage]);
+        } else {
+          if (!have_inverses) {
+            __syncwarp();
+            inverses_wait();
+            have_inverses = true;
+          }
+          slice_store<FOLD>(slice, p.T, 0, row_inv, dst + p.unit_bytes, kXStride, lane);
+          for (int t0 = kSliceRows; t0 < p.T; t0 += kSliceRows) {
+            slice_load<FOLD>(p.fold, p.T, t0, ch * kK, lane, slice);
+            slice_store<FOLD>(slice, p.T, t0, row_inv, dst + p.unit_bytes, kXStride, lane);
+          }
+          mbar_arrive(&full[stage]);
         }
         if (++stage == p.stages) {
           stage = 0;
           phase ^= 1u;
         }
       }
+    }
+    if (!have_inverses) {  // (no stage: cannot happen, items have chunks; the barrier must still meet)
+      __syncwarp();
+      inverses_wait();
     }
     return;
   }
@@ -204,19 +185,13 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
   bool tok[NF];  // this lane's token row of fragment f exists
 #pragma unroll
   for (int f = 0; f < NF; ++f) tok[f] = 8 * f + g < p.T;
-  // This lane's activations in the folded rows (token g, piece 2kh) of
-  // their first chunk: chunk 0 (norm) or the item's first (swiglu).
-  const uint8_t* fold_x = smem + p.fold.off + g * p.fold.stride + 16 * c + 128 * kh;
-  if constexpr (FOLD == kFoldNorm) fold_norm(p.fold, p.T, p.cols, smem, fold_scratch);
+  if constexpr (FOLD == kFoldNorm) fold_inverses(p.fold, p.T, p.cols, row_inv, fold_scratch);
   const int gpc = p.gpc, stage_smem = p.stage_smem, stages = p.stages;
   int stage = 0;
   uint32_t phase = 0;
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     const int tile = item / p.splits, s = item % p.splits;
     const int c0 = s * p.per, c1 = min(p.chunks, c0 + p.per);
-    // The previous item's reads of the rows ended before its k-half sum's barrier.
-    if constexpr (FOLD == kFoldSwiglu) fold_swiglu(p.fold, p.T, c0 * kK, c1 * kK, smem);
-    const int fold_c0 = FOLD == kFoldSwiglu ? c0 : 0;
     float acc[2][NF][4];
 #pragma unroll
     for (int m = 0; m < 2; ++m)
@@ -225,7 +200,6 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
     for (int ch = c0; ch < c1; ++ch) {
       mbar_wait(&full[stage], phase);
       const uint8_t* st = smem + stage * stage_smem;
-      const uint8_t* xp = FOLD != kNoFold ? fold_x + (ch - fold_c0) * (kK * 2) : st + off.x;
       if constexpr (FMT == kFp8A8) {
         if (gpc == 2)
           unit_compute_a8<NF, 2>(st, off, tok, acc, lane);
@@ -234,11 +208,11 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
         else
           unit_compute_a8<NF, 4>(st, off, tok, acc, lane);
       } else if (gpc == 2)
-        unit_compute<FMT, NF, 2>(st, off, xp, tok, acc);
+        unit_compute<FMT, NF, 2>(st, off, tok, acc);
       else if (gpc == 1)
-        unit_compute<FMT, NF, 1>(st, off, xp, tok, acc);
+        unit_compute<FMT, NF, 1>(st, off, tok, acc);
       else
-        unit_compute<FMT, NF, 4>(st, off, xp, tok, acc);
+        unit_compute<FMT, NF, 4>(st, off, tok, acc);
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[stage]);
       if (++stage == stages) {
@@ -427,17 +401,11 @@ constexpr int kSmemMaxBlock = 220 * 1024;
 // the bits do not depend on them): blocks per SM and the ring's depth.
 int g_cap_per_sm = 3, g_cap_stages = kMaxStages;
 
-// Shared-memory sizes that launch() lays out and fold_fits() checks: a
-// stage (a unit, plus the activation rows when nothing is folded), the
-// k-half reduction buffer, and a folded row (whole rows for the norm, one
-// split's k range for the SwiGLU).
-int stage_bytes(const DevMatrix& W, int fold, int T) {
-  return (unit_bytes_of(W) + (fold != kNoFold ? 0 : T * kXStride) + 127) / 128 * 128;
-}
+// Shared-memory sizes that launch() lays out: a stage (a unit, then the
+// activation rows of its k range, copied or computed by a fold) and the
+// k-half reduction buffer.
+int stage_bytes(const DevMatrix& W, int T) { return (unit_bytes_of(W) + T * kXStride + 127) / 128 * 128; }
 constexpr int reduction_bytes(int nf) { return 4 * 2 * nf * 4 * 32 * 4; }
-int fold_stride(const DevMatrix& W, int fold) {
-  return fold == kFoldNorm ? fold_row_bytes(W.cols) : fold_row_bytes(ceil_div(W.cols / kK, W.splits) * kK);
-}
 
 void launch(const DevMatrix& W, int epi, int fold, StreamParams p, cudaStream_t s) {
   if (g_sms == 0) init_kernels();
@@ -452,21 +420,17 @@ void launch(const DevMatrix& W, int epi, int fold, StreamParams p, cudaStream_t 
   p.gshift = W.group == 32 ? 5 : W.group == 64 ? 6 : 7;
   p.unit_bytes = unit_bytes_of(W);
   p.per = ceil_div(p.chunks, p.splits);
-  p.stage_smem = stage_bytes(W, fold, p.T);
+  p.stage_smem = stage_bytes(W, p.T);
   const int red = reduction_bytes(nf);
-  // The folded rows, after the reduction buffer.
-  p.fold.stride = fold != kNoFold ? fold_stride(W, fold) : 0;
-  const int fold_bytes = p.T * p.fold.stride;
   // As many blocks per SM as registers allow while each keeps four stages
   // (more warps to dequantize); else fewer blocks with deeper rings.
   int per_sm = std::min(max_per_sm(nf), g_cap_per_sm), budget = 0;
   for (; per_sm > 1; --per_sm)
-    if (4 * p.stage_smem + red + fold_bytes <= kSmemPerSM / per_sm - 2048) break;
+    if (4 * p.stage_smem + red <= kSmemPerSM / per_sm - 2048) break;
   budget = per_sm == 1 ? kSmemMaxBlock : kSmemPerSM / per_sm - 2048;
-  p.stages = std::min(g_cap_stages, (budget - red - fold_bytes) / p.stage_smem);
+  p.stages = std::min(g_cap_stages, (budget - red) / p.stage_smem);
   if (p.stages < 2) fail("matmul: stage of {} bytes does not fit in shared memory", p.stage_smem);
-  p.fold.off = p.stages * p.stage_smem + red;
-  const int smem = p.fold.off + fold_bytes;
+  const int smem = p.stages * p.stage_smem + red;
   const int items = p.tiles * p.splits;
   const int grid = std::min(items, g_sms * per_sm);
   CUDA_CHECK(launch_kernel(fold != kNoFold ? fold_kernel_for(fold, fmt) : kernel_for(fmt, epi, nf), grid, kThreads, size_t(smem), s, p));
@@ -499,11 +463,10 @@ void set_output(const DevMatrix& W, StreamParams& p, float* y, int ldy, bool acc
   }
 }
 
-// Whether a fold's rows fit beside a ring of at least 4 stages at one block per SM.
-bool fold_fits(const DevMatrix& W, int fold, int T) {
-  if (W.packed == nullptr || compute_fmt_of(W) == kFp8A8 || T < 1 || T > kFoldedRows) return false;
-  if (fold == kFoldNorm && W.cols > kFoldThreads * kNormPer) return false;
-  return 4 * stage_bytes(W, fold, T) + reduction_bytes(1) + T * fold_stride(W, fold) <= kSmemMaxBlock;
+// The folds' kernels run one token fragment; W8A8 quantizes its
+// activations to int8 on the way in, which no fold computes.
+bool fold_fits(const DevMatrix& W, int T) {
+  return W.packed != nullptr && compute_fmt_of(W) != kFp8A8 && T >= 1 && T <= kFoldedRows;
 }
 
 }  // namespace
@@ -563,7 +526,7 @@ void stream_matmul(const DevMatrix& W, const void* x, int T, int ldx, float* y, 
   launch(W, kOut, kNoFold, p, s);
 }
 
-bool stream_folds_norm(const DevMatrix& W, int T) { return fold_fits(W, kFoldNorm, T); }
+bool stream_folds_norm(const DevMatrix& W, int T) { return fold_fits(W, T); }
 
 void stream_matmul_normed(const DevMatrix& W, const float* x, int ldx, const float* gamma, float eps, int T, float* y,
                           int ldy, bool accumulate, float* scratch, cudaStream_t s) {
@@ -577,7 +540,7 @@ void stream_matmul_normed(const DevMatrix& W, const float* x, int ldx, const flo
   launch(W, kOut, kFoldNorm, p, s);
 }
 
-bool stream_folds_swiglu(const DevMatrix& W, int T) { return fold_fits(W, kFoldSwiglu, T); }
+bool stream_folds_swiglu(const DevMatrix& W, int T) { return fold_fits(W, T); }
 
 void stream_matmul_swiglu(const DevMatrix& W, const float* gate_up, int ld, int up, int T, float* y, int ldy,
                           bool accumulate, float* scratch, cudaStream_t s) {

@@ -33,11 +33,11 @@ int64_t stream_counter_floats();
 // With a tally (the LM head) the kernel counts its work (kernels.h, HeadCounters).
 void stream_matmul(const DevMatrix& W, const void* x, int T, int ldx, float* y, int ldy, bool accumulate,
                    float* scratch, cudaStream_t s, const HeadTally& tally = {});
-// The folds (stream_fold.cuh): at decode widths (T <= kFoldedRows) the op
-// before the projection runs in its kernel, with the bits of that op's own
-// kernel to bf16 then stream_matmul(). W8A8 and shapes whose rows do not fit
-// beside the ring are refused (the stream_folds_* checks say which).
-constexpr int kFoldedRows = 2;
+// The folds (stream_fold.cuh): at decode and verify widths (T <=
+// kFoldedRows, one token fragment) the op before the projection runs in its
+// kernel, with the bits of that op's own kernel to bf16 then
+// stream_matmul(). W8A8 is refused (the stream_folds_* checks say so).
+constexpr int kFoldedRows = 8;
 // y (+)= W . bf16(rmsnorm(x, gamma, eps)), from the fp32 rows x [T][ldx].
 bool stream_folds_norm(const DevMatrix& W, int T);
 void stream_matmul_normed(const DevMatrix& W, const float* x, int ldx, const float* gamma, float eps, int T, float* y,

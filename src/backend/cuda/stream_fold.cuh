@@ -1,31 +1,35 @@
-// The streamed matmul's folds (matmul_stream.cu): at decode widths the op
-// before a projection runs inside the projection's kernel, in its 256
-// consumer threads, and writes the bf16 activation rows into shared memory;
-// the producer warp then streams weights only. Each fold computes the bits
-// of the kernel it replaces (docs/kernels.md, "Folds"):
-//  - kFoldNorm: rmsnorm.cu's RMSNorm of the fp32 residual rows, whole rows,
-//    once per block;
-//  - kFoldSwiglu: swiglu.cu's silu(gate) * up from the fp32 gate|up rows,
-//    over the k range of the block's current item (the down projection's
-//    rows are too long to hold whole).
+// The streamed matmul's folds (matmul_stream.cu): at decode and verify
+// widths (T <= kFoldedRows) the op before a projection runs inside the
+// projection's kernel. Its producer warp, which copies each stage's
+// activation slice in an unfolded call, computes the slice instead: the
+// bf16 rows of the stage's 128 columns, with the arithmetic of the kernel it
+// replaces, written where the copy would have put them. The consumers then
+// read the stage exactly as they read an unfolded one. (docs/kernels.md,
+// "Folds".)
+//  - kFoldNorm: rmsnorm.cu's bf16(x * inv * gamma). The row multiplier inv
+//    needs the whole row, so the consumer warps compute the T multipliers
+//    once per block, with the norm kernel's sum order, before their first
+//    stage (fold_inverses) and hand them to the producer (barrier 4).
+//  - kFoldSwiglu: swiglu.cu's bf16(silu(gate) * up), elementwise: nothing
+//    to hand over.
 #pragma once
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/stream_ring.cuh"
 
 namespace nextn::cuda::stream {
 
 enum Fold : int { kNoFold = 0, kFoldNorm = 1, kFoldSwiglu = 2 };
 
 constexpr int kFoldThreads = 256;  // the consumer warps
-constexpr int kNormPer = 24;       // folded norm: row elements per consumer thread (cols <= 256 x 24)
-// Loads a thread keeps in flight before it stores: a load after a shared
-// store waits for it (the compiler cannot tell the pointers apart), so the
-// folds load a batch into registers first, one round trip per batch.
+constexpr int kMaxFoldRows = 8;    // one token fragment
+// Loads a thread keeps in flight before it uses them: fold_inverses' row
+// elements, the producer's rows of a slice.
 constexpr int kFoldBatch = 8;
-static_assert(kNormPer % kFoldBatch == 0);
+constexpr int kSliceRows = 4;
 
 struct FoldArgs {
   const float* x = nullptr;  // [T][ld] fp32: residual rows (norm), gate | up rows (swiglu)
@@ -33,89 +37,86 @@ struct FoldArgs {
   const float* gamma = nullptr;  // [cols] (norm)
   float eps = 0.0f;              // (norm)
   int up = 0;                    // swiglu: column of up's first element in a row of x
-  int off = 0, stride = 0;       // the bf16 rows in shared memory: byte offset, row stride
 };
 
-// Named barrier 1: the 256 consumer threads (the producer warp never joins).
-__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
-
-// block_sum's shape (common.cuh) over the consumer threads: butterfly in each
-// warp, then the warp sums in warp order; `scratch` holds 8 floats.
-__device__ __forceinline__ float consumers_sum(float v, float* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_sum(v);
-  consumers_sync();  // scratch may still be read by a previous call
-  if (lane == 0) scratch[warp] = v;
-  consumers_sync();
-  float s = 0.0f;
-  for (int w = 0; w < kFoldThreads / 32; ++w) s = add_rn(s, scratch[w]);
-  return s;
-}
-
-// rmsnorm_kernel's arithmetic (rmsnorm.cu) with the consumers as its block:
-// thread t sums the squares of elements t, t + 256, ... in that order, the
-// sums meet in consumers_sum, and the output is bf16(x * inv * gamma).
-__device__ void fold_norm(const FoldArgs& f, int T, int n, uint8_t* smem, float* scratch) {
-  const int tid = threadIdx.x;
-  for (int t = 0; t < T; ++t) {
-    const float* xr = f.x + size_t(t) * f.ld;
-    float v[kNormPer];
+// rmsnorm_kernel's multiplier (rmsnorm.cu) for each of the T rows, with the
+// consumers as its 256-thread block: thread t sums the squares of elements
+// t, t + 256, ... in that order, each warp sums its lanes by butterfly, and
+// the warp sums meet in warp order (block_sum's shape). A batch of
+// kFoldBatch elements of up to kSliceRows rows is in flight at once; all T
+// rows share one barrier. `scratch` holds kMaxFoldRows x 8 floats.
+__device__ void fold_inverses(const FoldArgs& f, int T, int n, float* inv, float* scratch) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  for (int t0 = 0; t0 < T; t0 += kSliceRows) {
+    float ss[kSliceRows] = {};
+    for (int base = tid; base < n; base += kFoldBatch * kFoldThreads) {
+      float v[kSliceRows][kFoldBatch];
 #pragma unroll
-    for (int j = 0; j < kNormPer; ++j) v[j] = tid + j * kFoldThreads < n ? xr[tid + j * kFoldThreads] : 0.0f;
-    float ss = 0.0f;
+      for (int r = 0; r < kSliceRows; ++r)
 #pragma unroll
-    for (int j = 0; j < kNormPer; ++j)
-      if (tid + j * kFoldThreads < n) ss = add_rn(ss, mul_rn(v[j], v[j]));
-    const float inv = rms_inverse(consumers_sum(ss, scratch), n, f.eps);
-    bf16* out = reinterpret_cast<bf16*>(smem + f.off + t * f.stride);
+        for (int j = 0; j < kFoldBatch; ++j) {
+          const int i = base + j * kFoldThreads;
+          v[r][j] = t0 + r < T && i < n ? f.x[size_t(t0 + r) * f.ld + i] : 0.0f;
+        }
 #pragma unroll
-    for (int j0 = 0; j0 < kNormPer; j0 += kFoldBatch) {
-      float gamma[kFoldBatch];
+      for (int r = 0; r < kSliceRows; ++r)
 #pragma unroll
-      for (int j = 0; j < kFoldBatch; ++j) {
-        const int i = tid + (j0 + j) * kFoldThreads;
-        gamma[j] = i < n ? f.gamma[i] : 0.0f;
-      }
-#pragma unroll
-      for (int j = 0; j < kFoldBatch; ++j) {
-        const int i = tid + (j0 + j) * kFoldThreads;
-        if (i < n) out[i] = from_f32<bf16>(mul_rn(mul_rn(v[j0 + j], inv), gamma[j]));
-      }
+        for (int j = 0; j < kFoldBatch; ++j)
+          if (base + j * kFoldThreads < n) ss[r] = add_rn(ss[r], mul_rn(v[r][j], v[r][j]));
     }
-  }
-  consumers_sync();  // the rows are complete before any warp reads them
-}
-
-// swiglu_kernel's arithmetic (swiglu.cu) for columns [k0, k1) of T rows,
-// written from the start of each shared row. The caller has synchronised
-// the consumers since they last read the rows.
-__device__ void fold_swiglu(const FoldArgs& f, int T, int k0, int k1, uint8_t* smem) {
-  const int n = k1 - k0;
-  for (int t = 0; t < T; ++t) {
-    const float* gate = f.x + size_t(t) * f.ld + k0;
-    const float* up = gate + f.up;
-    bf16* out = reinterpret_cast<bf16*>(smem + f.off + t * f.stride);
-    for (int base = threadIdx.x; base < n; base += kFoldBatch * kFoldThreads) {
-      float g[kFoldBatch], u[kFoldBatch];
 #pragma unroll
-      for (int j = 0; j < kFoldBatch; ++j) {
-        const int i = base + j * kFoldThreads;
-        g[j] = i < n ? gate[i] : 0.0f;
-        u[j] = i < n ? up[i] : 0.0f;
-      }
-#pragma unroll
-      for (int j = 0; j < kFoldBatch; ++j) {
-        const int i = base + j * kFoldThreads;
-        if (i < n) out[i] = from_f32<bf16>(mul_rn(silu(g[j]), u[j]));
-      }
+    for (int r = 0; r < kSliceRows; ++r) {
+      const float w = warp_sum(ss[r]);
+      if (lane == 0 && t0 + r < T) scratch[(t0 + r) * 8 + warp] = w;
     }
   }
   consumers_sync();
+  if (tid < T) inv[tid] = rms_inverse(sum_in_warp_order(scratch + tid * 8, kFoldThreads / 32), n, f.eps);
+  inverses_arrive();
 }
 
-// Shared bytes of one folded activation row of `cols` columns: 16-byte
-// reads of 8 rows at this stride hit distinct banks (as stream_unit.cuh's
-// kXStride).
-constexpr int fold_row_bytes(int cols) { return 2 * cols + 64; }
+// The producer's slice of one stage: columns [k, k + 128) of rows
+// [t0, t0 + kSliceRows) (those below T), bf16, row t at dst + t *
+// row_stride. Lane l computes elements l, l + 32, l + 64, l + 96 of each
+// row. slice_load issues a batch's loads, slice_store uses them: the
+// producer issues the first batch before it waits for the stage to be free.
+struct SliceRegs {
+  float a[kSliceRows][4];  // x (norm) or gate (swiglu)
+  float b[kSliceRows][4];  // up (swiglu)
+  float gamma[4];          // (norm)
+};
+
+template <int FOLD>
+__device__ __forceinline__ void slice_load(const FoldArgs& f, int T, int t0, int k, int lane, SliceRegs& s) {
+  if constexpr (FOLD == kFoldNorm) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) s.gamma[j] = f.gamma[k + lane + 32 * j];
+  }
+#pragma unroll
+  for (int r = 0; r < kSliceRows; ++r) {
+    const float* row = f.x + size_t(t0 + r) * f.ld + k + lane;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      s.a[r][j] = t0 + r < T ? row[32 * j] : 0.0f;
+      if constexpr (FOLD == kFoldSwiglu) s.b[r][j] = t0 + r < T ? row[f.up + 32 * j] : 0.0f;
+    }
+  }
+}
+
+template <int FOLD>
+__device__ __forceinline__ void slice_store(const SliceRegs& s, int T, int t0, const float* inv, uint8_t* dst,
+                                            int row_stride, int lane) {
+#pragma unroll
+  for (int r = 0; r < kSliceRows; ++r) {
+    if (t0 + r >= T) break;
+    bf16* out = reinterpret_cast<bf16*>(dst + (t0 + r) * row_stride) + lane;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float v = FOLD == kFoldNorm ? mul_rn(mul_rn(s.a[r][j], inv[t0 + r]), s.gamma[j])
+                                        : mul_rn(silu(s.a[r][j]), s.b[r][j]);
+      out[32 * j] = from_f32<bf16>(v);
+    }
+  }
+}
 
 }  // namespace nextn::cuda::stream

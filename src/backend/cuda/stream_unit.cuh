@@ -89,12 +89,11 @@ __device__ __forceinline__ uint4 decode_z4(uint32_t w, uint32_t zp) {
 // rg * 32 + 16m + 8h + g, all token fragments. GPC: groups per unit row
 // (4: g32, the two pieces in different groups; 2: g64; 1: g128). A scaled
 // format sums each group's MMAs apart and adds them times the group's scale.
-// xp: this lane's activations of the unit (token g, piece 2kh), token
-// fragment f at xp + 8 f kXStride: in the stage, or in the folded norm's
-// rows (matmul_stream.cu; one fragment there).
+// This lane's activations of the unit (token g, piece 2kh) sit in the
+// stage at o.x, token fragment f at o.x + 8 f kXStride.
 template <int FMT, int NF, int GPC>
-__device__ __forceinline__ void unit_compute(const uint8_t* st, const LaneOffsets& o, const uint8_t* xp,
-                                             const bool (&tok)[NF], float (&acc)[2][NF][4]) {
+__device__ __forceinline__ void unit_compute(const uint8_t* st, const LaneOffsets& o, const bool (&tok)[NF],
+                                             float (&acc)[2][NF][4]) {
   constexpr int BITS = fmt_bits(FMT);
   constexpr bool kScaled = fmt_scaled(FMT);
   constexpr int LB = lane_bytes(BITS);
@@ -154,7 +153,7 @@ __device__ __forceinline__ void unit_compute(const uint8_t* st, const LaneOffset
 #pragma unroll
     for (int f = 0; f < NF; ++f) {
       b[f] = make_uint4(0, 0, 0, 0);
-      if (tok[f]) b[f] = *reinterpret_cast<const uint4*>(xp + 8 * f * kXStride + 64 * jj);
+      if (tok[f]) b[f] = *reinterpret_cast<const uint4*>(st + o.x + 8 * f * kXStride + 64 * jj);
     }
     // Both k halves of the piece, each over every (m, f): 2 NF independent
     // MMAs between two that share an accumulator. Per accumulator the order
