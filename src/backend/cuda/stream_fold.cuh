@@ -72,6 +72,7 @@ __device__ void fold_inverses(const FoldArgs& f, int T, int n, float* inv, float
   }
   consumers_sync();
   if (tid < T) inv[tid] = rms_inverse(sum_in_warp_order(scratch + tid * 8, kFoldThreads / 32), n, f.eps);
+  __syncwarp();  // bar.arrive is warp-aligned
   inverses_arrive();
 }
 
