@@ -309,6 +309,16 @@ const std::vector<Case> kCases = {
     {"bench projection --splits -1", "--splits"},
     {"bench projection --fold silu", "--fold"},
     {"bench projection --fold norm --argmax", "--argmax"},
+    {"bench chain --preset qwen3.5-35b-a3b", "qwen3.5-35b-a3b"},
+    {"bench chain --preset ''", "--preset"},
+    {"bench chain --layers 65", "--layers"},
+    {"bench chain --layers -1", "--layers"},
+    {"bench chain --layers x", "--layers"},
+    {"bench chain --quant fp8", "--quant"},
+    {"bench chain --rows 9", "--rows"},
+    {"bench chain --rows 0", "--rows"},
+    {"bench chain --rows ''", "--rows"},
+    {"bench chain --repeats 0", "--repeats"},
 };
 
 // generate and bench: an empty value read as 0, a negative seed read as

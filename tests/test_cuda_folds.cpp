@@ -148,10 +148,7 @@ TEST(CudaFolds, SwigluMatmulWithSeveralItemsPerBlock) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE(seed);
   std::mt19937_64 rng(seed);
-  struct OneBlockPerSm {
-    OneBlockPerSm() { cuda::set_stream_caps(1, 0); }
-    ~OneBlockPerSm() { cuda::set_stream_caps(0, 0); }
-  } caps;
+  const test::OneBlockPerSm caps;
   check_swiglu_fold(rng, WKind::Q4, Shape{25600, 1152, 32});
 }
 

@@ -20,6 +20,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/matmul_stream.h"
 #include "core/dtype.h"
 #include "io/checkpoint.h"
 #include "io/synthetic.h"
@@ -61,6 +62,15 @@ inline RowStats row_stats(const float* x, int64_t n) {
 
 // A device allocation, filled with NaN bytes (0xff) so that unwritten
 // outputs show.
+// The streamed kernel at one block per SM for the scope (set_stream_caps):
+// a matrix of more items than blocks gives blocks several items.
+struct OneBlockPerSm {
+  OneBlockPerSm() { cuda::set_stream_caps(1, 0); }
+  ~OneBlockPerSm() { cuda::set_stream_caps(0, 0); }
+  OneBlockPerSm(const OneBlockPerSm&) = delete;
+  OneBlockPerSm& operator=(const OneBlockPerSm&) = delete;
+};
+
 struct DevBuf {
   void* p = nullptr;
   size_t bytes = 0;

@@ -12,6 +12,7 @@
 #include "bench/decode_roofline.h"
 #include "bench/machine.h"
 #include "bench/projection.h"
+#include "bench/chain.h"
 #include "bench/trunk.h"
 #include "bench/verify_bench.h"
 #include "cli_common.h"
@@ -328,6 +329,24 @@ void register_bench(CLI::App& app) {
     tr->rows.clear();
     for (int32_t r : parse_id_list(*trows, "--rows")) tr->rows.push_back(int(r));
     if (bench::run_trunk(*tr) != 0) throw Error("bench trunk: batch invariance check failed");
+  });
+
+  // nextn bench chain (src/bench/chain.h): issue 24's persistent-kernel prototype.
+  auto ch = std::make_shared<bench::ChainOptions>();
+  auto crows = std::make_shared<std::string>("1,2,4,8");
+  auto* chain = bench_cmd->add_subcommand(
+      "chain", "A preset's MLP blocks as per-layer launches vs one chained launch, per row count");
+  chain->add_option("--preset", ch->preset, "A dense qwen3.5 preset (default qwen3.5-0.8b)");
+  chain->add_option("--layers", ch->layers, "MLP blocks in the chain, 1..64 (default: the preset's layers)")
+      ->check(number());
+  chain->add_option("--quant", ch->quant, "q4 or q8, MLX affine group 64 (default q4)");
+  chain->add_option("--rows", *crows, "Comma-separated row counts, each 1..8 (default 1,2,4,8)");
+  chain->add_option("--repeats", ch->repeats, "Timed replays per arm and row count (default 30)")->check(number());
+  chain->add_flag("--json", ch->json, "Print one JSON object");
+  chain->callback([ch, crows] {
+    ch->rows.clear();
+    for (int32_t r : parse_id_list(*crows, "--rows")) ch->rows.push_back(int(r));
+    if (bench::run_chain(*ch) != 0) throw Error("bench chain: the chained launch's bits differ from the launches'");
   });
 }
 

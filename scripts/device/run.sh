@@ -37,6 +37,9 @@ else
   phases=("ops|CudaCli.*:CudaOps.*:CudaFolds.*:CudaGdn.*:CudaHeadOps.*:CudaScaled.*|${NEXTN_T_OPS:-120}"
           "model|*CudaModel.TeacherForced*:*CudaModel.Greedy*:*CudaModel.Graphs*:*CudaModel.RuntimeContract*:CudaHandles.*|${NEXTN_T_MODEL:-120}"
           "spec|*CudaModel.Speculative*:CudaModelStreamed.*:*CudaHead.*:CudaPrefill.*:CudaRows.*:CudaDraftVocab.*:CudaPdl.*:CudaProfile.*:CudaMtpLogits.*:CudaSampledSpeculative.*|${NEXTN_T_SPEC:-300}")
+  # The chained launch (tests/test_cuda_chain.cpp; issue 24's persistent prototype) in its
+  # own phase: its blocks wait on each other, and a wait that cannot end traps.
+  phases+=("chain|CudaChain.*|${NEXTN_T_CHAIN:-90}")
   # Several sequences in one forward (tests/test_cuda_batch.cpp): == each alone.
   phases+=("batch|*CudaBatch.*:CudaBatchSynthetic.*|${NEXTN_T_BATCH:-300}")
   # Gemma 4 (tests/test_cuda_gemma4.cpp): parity, then speculative == greedy.

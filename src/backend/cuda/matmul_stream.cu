@@ -57,6 +57,7 @@
 #include "backend/cuda/matmul_stream.h"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/stream_fold.cuh"
+#include "backend/cuda/stream_item.cuh"
 #include "backend/cuda/stream_ring.cuh"
 #include "backend/cuda/stream_layout.cuh"
 #include "backend/cuda/stream_unit.cuh"
@@ -66,8 +67,6 @@ namespace {
 
 using namespace stream;
 
-constexpr int kWarps = 8;           // consumer warps
-constexpr int kThreads = (kWarps + 1) * 32;
 constexpr int kMaxStages = 12;
 constexpr int kCounterSlots = 4096; // split-K tile counters at the start of the scratch
 constexpr int kWorkers = 132;       // H200 multiprocessors: the split choice's model (a constant: same bits anywhere)
@@ -92,19 +91,6 @@ struct StreamParams {
   FoldArgs fold;                 // a fold's source (x unused)
 };
 
-// A consumer lane's offsets in a stage (stream_unit.cuh's LaneOffsets) for this call's layout.
-template <int FMT>
-__device__ __forceinline__ LaneOffsets lane_offsets(const StreamParams& p, int kh, int rg, int lane) {
-  constexpr int BITS = fmt_bits(FMT);
-  const int g = lane >> 2, c = lane & 3;
-  LaneOffsets o;
-  o.w = (kh * 4 + rg) * 4 * 32 * lane_bytes(BITS) + lane * lane_bytes(BITS);
-  // (row, group) entry of row rg*32 + g, group of piece 2kh
-  o.sb = unit_weight_bytes(BITS) + ((rg * 32 + g) * p.gpc + ((64 * kh) >> p.gshift)) * group_entry_bytes(FMT);
-  o.x = p.unit_bytes + g * kXStride + 16 * c + 128 * kh;  // token g, piece 2kh
-  return o;
-}
-
 template <int FMT, int NF, int EPI, int MINB, int FOLD = kNoFold>
 __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamParams p) {
   constexpr int BITS = fmt_bits(FMT);
@@ -119,13 +105,7 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
   __shared__ float fold_scratch[kMaxFoldRows * kWarps];
   __shared__ float row_inv[kMaxFoldRows];  // the folded norm's row multipliers
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < p.stages; ++i) {
-      mbar_init(&full[i], 1 + 32);  // the weights' expect_tx, each producer lane's activation slice
-      mbar_init(&empty[i], kWarps);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  ring_init(full, empty, p.stages, kWarps);
   __syncthreads();
   const int items = p.tiles * p.splits;
 
@@ -181,7 +161,7 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
   // Consumers: 4 row groups (rg) x 2 k halves (kh).
   const int kh = warp >> 2, rg = warp & 3, g = lane >> 2, c = lane & 3;
   float* red = reinterpret_cast<float*>(smem + p.stages * p.stage_smem);  // [rg][2 * NF * 4][32]
-  const LaneOffsets off = lane_offsets<FMT>(p, kh, rg, lane);
+  const LaneOffsets off = lane_offsets<FMT>(p.gpc, p.gshift, p.unit_bytes, kh, rg, lane);
   bool tok[NF];  // this lane's token row of fragment f exists
 #pragma unroll
   for (int f = 0; f < NF; ++f) tok[f] = 8 * f + g < p.T;
@@ -197,57 +177,18 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
     for (int m = 0; m < 2; ++m)
 #pragma unroll
       for (int f = 0; f < NF; ++f) acc[m][f][0] = acc[m][f][1] = acc[m][f][2] = acc[m][f][3] = 0.0f;
-    for (int ch = c0; ch < c1; ++ch) {
-      mbar_wait(&full[stage], phase);
-      const uint8_t* st = smem + stage * stage_smem;
-      if constexpr (FMT == kFp8A8) {
-        if (gpc == 2)
-          unit_compute_a8<NF, 2>(st, off, tok, acc, lane);
-        else if (gpc == 1)
-          unit_compute_a8<NF, 1>(st, off, tok, acc, lane);
-        else
-          unit_compute_a8<NF, 4>(st, off, tok, acc, lane);
-      } else if (gpc == 2)
-        unit_compute<FMT, NF, 2>(st, off, tok, acc);
-      else if (gpc == 1)
-        unit_compute<FMT, NF, 1>(st, off, tok, acc);
-      else
-        unit_compute<FMT, NF, 4>(st, off, tok, acc);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[stage]);
-      if (++stage == stages) {
-        stage = 0;
-        phase ^= 1u;
-      }
-    }
+    consume_units<FMT, NF>(smem, full, empty, stage_smem, stages, stage, phase, c0, c1, gpc, off, tok, acc, lane);
     if (threadIdx.x == 0 && p.tally.counters != nullptr) {  // the item's units are consumed (head: never split)
       const unsigned long long rows = unsigned(min(kRows, p.rows - tile * kRows));
       tally_block(p.tally, item == 0, p.T, (unsigned long long)(c1 - c0) * unsigned(p.unit_bytes),
                   EPI == kOut ? rows * unsigned(p.T) * 4ull : 0ull);
     }
 
-    // The two k halves: sum = half 0 + half 1.
     const bool first_item = item == int(blockIdx.x), last_item = item + int(gridDim.x) >= items;
-    float* my_red = red + rg * (2 * NF * 4) * 32;
-    if (kh == 1) {
-      if (!first_item) red_read_wait();  // half 0 has read the previous item's sums
-#pragma unroll
-      for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int f = 0; f < NF; ++f)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) my_red[((m * NF + f) * 4 + i) * 32 + lane] = acc[m][f][i];
-    }
-    consumers_sync();
+    sum_k_halves<NF>(acc, red, rg, kh, lane, first_item, last_item);
     const int row0 = tile * kRows + rg * 32;
+    const ItemOutput out{p.y, p.ldy, p.accumulate, p.partial, p.rows, p.T, p.splits};
     if (kh == 0) {
-#pragma unroll
-      for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int f = 0; f < NF; ++f)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) acc[m][f][i] = add_rn(acc[m][f][i], my_red[((m * NF + f) * 4 + i) * 32 + lane]);
-      if (!last_item) red_read_arrive();
       if constexpr (EPI == kArgmax) {
 #pragma unroll
         for (int f = 0; f < NF; ++f)
@@ -269,23 +210,7 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
             if (g == 0) best[rg][8 * f + 2 * c + hc] = a;
           }
       } else {
-#pragma unroll
-        for (int m = 0; m < 2; ++m)
-#pragma unroll
-          for (int f = 0; f < NF; ++f)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const int r = row0 + 16 * m + g + (i >= 2 ? 8 : 0);
-              const int t = 8 * f + 2 * c + (i & 1);
-              if (r >= p.rows || t >= p.T) continue;
-              if (p.splits > 1) {
-                p.partial[(size_t(s) * p.T + t) * p.rows + r] = acc[m][f][i];
-              } else {
-                float* dst = p.y + size_t(t) * p.ldy + r;
-                *dst = p.accumulate ? add_rn(*dst, acc[m][f][i]) : acc[m][f][i];
-              }
-            }
-        if (p.splits > 1) __threadfence();
+        store_item<NF>(out, acc, row0, s, lane);
       }
       if constexpr (EPI == kArgmax) {
         half0_sync();  // best is complete (its readers are k-half-0 threads: no later writer passes them)
@@ -299,49 +224,7 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
       }
     }
 
-    if (EPI == kOut && p.splits > 1) {
-      // The last of the tile's splits to finish sums the partials in split order.
-      consumers_sync();  // this item's partials are written
-      if (threadIdx.x == 0) last = atomicAdd(&p.counters[tile], 1) == p.splits - 1;
-      consumers_sync();
-      if (last) {
-        __threadfence();
-        // Each thread sums kSumRows outputs, loading kSumSplits partials of
-        // each before adding any: the loads are in flight together (a loop
-        // that added as it loaded waited one L2 round trip per partial, which
-        // cost gate_up at 32 rows more than its weights). The sums run in
-        // split order as before, so the bits are the same.
-        constexpr int kSumRows = 2, kSumSplits = 4, kStride = kWarps * 32;
-        for (int base = threadIdx.x; base < p.T * kRows; base += kSumRows * kStride) {
-          float v[kSumRows], part[kSumRows][kSumSplits];
-          for (int k0 = 0; k0 < p.splits; k0 += kSumSplits) {
-#pragma unroll
-            for (int i = 0; i < kSumRows; ++i) {
-              const int idx = base + i * kStride, t = idx / kRows, r = tile * kRows + idx % kRows;
-              const bool real = idx < p.T * kRows && r < p.rows;
-#pragma unroll
-              for (int j = 0; j < kSumSplits; ++j)
-                part[i][j] = real && k0 + j < p.splits ? __ldcg(p.partial + (size_t(k0 + j) * p.T + t) * p.rows + r) : 0.0f;
-            }
-#pragma unroll
-            for (int i = 0; i < kSumRows; ++i)
-#pragma unroll
-              for (int j = 0; j < kSumSplits; ++j) {
-                if (k0 + j >= p.splits) break;
-                v[i] = k0 + j == 0 ? part[i][j] : add_rn(v[i], part[i][j]);
-              }
-          }
-#pragma unroll
-          for (int i = 0; i < kSumRows; ++i) {
-            const int idx = base + i * kStride, t = idx / kRows, r = tile * kRows + idx % kRows;
-            if (idx >= p.T * kRows || r >= p.rows) continue;
-            float* dst = p.y + size_t(t) * p.ldy + r;
-            *dst = p.accumulate ? add_rn(*dst, v[i]) : v[i];
-          }
-        }
-        if (threadIdx.x == 0) p.counters[tile] = 0;
-      }
-    }
+    if (EPI == kOut && p.splits > 1) reduce_splits(out, p.counters, tile, &last);
   }
 }
 
@@ -420,20 +303,13 @@ void launch(const DevMatrix& W, int epi, int fold, StreamParams p, cudaStream_t 
   p.gshift = W.group == 32 ? 5 : W.group == 64 ? 6 : 7;
   p.unit_bytes = unit_bytes_of(W);
   p.per = ceil_div(p.chunks, p.splits);
-  p.stage_smem = stage_bytes(W, p.T);
-  const int red = reduction_bytes(nf);
-  // As many blocks per SM as registers allow while each keeps four stages
-  // (more warps to dequantize); else fewer blocks with deeper rings.
-  int per_sm = std::min(max_per_sm(nf), g_cap_per_sm), budget = 0;
-  for (; per_sm > 1; --per_sm)
-    if (4 * p.stage_smem + red <= kSmemPerSM / per_sm - 2048) break;
-  budget = per_sm == 1 ? kSmemMaxBlock : kSmemPerSM / per_sm - 2048;
-  p.stages = std::min(g_cap_stages, (budget - red) / p.stage_smem);
-  if (p.stages < 2) fail("matmul: stage of {} bytes does not fit in shared memory", p.stage_smem);
-  const int smem = p.stages * p.stage_smem + red;
+  const StreamRing ring = stream_ring(W, p.T);
+  p.stage_smem = ring.stage_smem;
+  p.stages = ring.stages;
   const int items = p.tiles * p.splits;
-  const int grid = std::min(items, g_sms * per_sm);
-  CUDA_CHECK(launch_kernel(fold != kNoFold ? fold_kernel_for(fold, fmt) : kernel_for(fmt, epi, nf), grid, kThreads, size_t(smem), s, p));
+  const int grid = std::min(items, g_sms * ring.per_sm);
+  CUDA_CHECK(launch_kernel(fold != kNoFold ? fold_kernel_for(fold, fmt) : kernel_for(fmt, epi, nf), grid, kThreads,
+                           size_t(ring.smem), s, p));
   CUDA_CHECK_LAUNCH("stream_kernel");
 }
 
@@ -470,6 +346,23 @@ bool fold_fits(const DevMatrix& W, int T) {
 }
 
 }  // namespace
+
+StreamRing stream_ring(const DevMatrix& W, int T) {
+  StreamRing r;
+  const int nf = ceil_div(T, 8);
+  r.stage_smem = stage_bytes(W, T);
+  const int red = reduction_bytes(nf);
+  // As many blocks per SM as registers allow while each keeps four stages
+  // (more warps to dequantize); else fewer blocks with deeper rings.
+  r.per_sm = std::min(max_per_sm(nf), g_cap_per_sm);
+  for (; r.per_sm > 1; --r.per_sm)
+    if (4 * r.stage_smem + red <= kSmemPerSM / r.per_sm - 2048) break;
+  const int budget = r.per_sm == 1 ? kSmemMaxBlock : kSmemPerSM / r.per_sm - 2048;
+  r.stages = std::min(g_cap_stages, (budget - red) / r.stage_smem);
+  if (r.stages < 2) fail("matmul: stage of {} bytes does not fit in shared memory", r.stage_smem);
+  r.smem = r.stages * r.stage_smem + red;
+  return r;
+}
 
 void init_kernels() {
   if (g_sms != 0) return;

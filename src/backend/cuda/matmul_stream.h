@@ -25,6 +25,13 @@ void stream_embed_rows(const DevMatrix& E, const int32_t* tokens, int T, float* 
 // (`nextn bench projection --stream-per-sm / --stream-stages`); 0 restores
 // the production cap. Speed only: the bits do not depend on them.
 void set_stream_caps(int per_sm, int stages);
+// The ring launch() lays out for W at T rows: bytes per stage, stages,
+// blocks per SM, dynamic shared bytes per block (matmul_chain.cu sizes its
+// ring the same way).
+struct StreamRing {
+  int stage_smem = 0, stages = 0, per_sm = 0, smem = 0;
+};
+StreamRing stream_ring(const DevMatrix& W, int T);
 // The split-K factor for an eligible shape (rows, cols).
 int stream_splits(int rows, int cols);
 // Floats at the start of a split-K scratch that hold the tile counters.

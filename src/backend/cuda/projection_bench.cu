@@ -12,6 +12,7 @@
 #include <tuple>
 #include <utility>
 
+#include "backend/cuda/bench_weights.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/device_handles.h"
@@ -22,54 +23,6 @@
 namespace nextn::cuda {
 namespace {
 
-__device__ __forceinline__ uint32_t hash32(uint64_t i, uint32_t seed) {
-  uint64_t x = i * 0x9E3779B97F4A7C15ull + seed * 0xD1B54A32D192ED03ull;
-  x ^= x >> 31;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 29;
-  return uint32_t(x >> 16);
-}
-__global__ void fill_words(uint32_t* w, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    w[i] = hash32(i, seed);
-}
-// MLX-like groups: scale of either sign, bias near -scale * qmax / 2.
-__global__ void fill_scales(float* s, float* b, size_t n, float mag, float qmax, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const float u = float(hash32(i, seed) & 0xffffff) / 16777216.0f - 0.5f;
-    const float v = float(hash32(i, seed + 7) & 0xffffff) / 16777216.0f - 0.5f;
-    const float sc = __bfloat162float(__float2bfloat16_rn(2.0f * u * mag));
-    s[i] = sc;
-    b[i] = __bfloat162float(__float2bfloat16_rn(-sc * qmax * 0.5f + 0.2f * v * mag * qmax));
-  }
-}
-__global__ void fill_act(bf16* x, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    x[i] = __float2bfloat16_rn(float(hash32(i, seed) & 0xffff) / 32768.0f - 1.0f);
-}
-// FP8 weights as a block-quantized release has them: values about normal
-// (the sum of four uniforms) at std 100, at most 346 (e4m3 reaches 448;
-// satfinite: never NaN).
-__global__ void fill_fp8(uint8_t* w, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const uint32_t h = hash32(i, seed);
-    const float u = float((h & 0xff) + ((h >> 8) & 0xff) + ((h >> 16) & 0xff) + (h >> 24)) / 255.0f - 2.0f;
-    w[i] = uint8_t(__nv_cvt_float_to_fp8(u * 173.0f, __NV_SATFINITE, __NV_E4M3));
-  }
-}
-// One fp32 scale per 128 x 128 block, repeated over the block's rows.
-__global__ void fill_fp8_scales(float* s, int rows, int groups, float mag, uint32_t seed) {
-  const size_t n = size_t(rows) * groups;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const size_t block = (i / groups / 128) * groups + i % groups;
-    s[i] = mag * (0.5f + float(hash32(block, seed) & 0xffff) / 65536.0f);
-  }
-}
-// fp32 rows for the folds' inputs: uniform in [offset - 1, offset + 1).
-__global__ void fill_f32(float* x, size_t n, float offset, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    x[i] = offset + float(hash32(i, seed) & 0xffff) / 32768.0f - 1.0f;
-}
 // Every 64th column times 30: outlier channels.
 __global__ void scale_outlier_columns(bf16* x, size_t n, int cols) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
@@ -94,12 +47,6 @@ struct Buf {
   void* p;
   explicit Buf(size_t n) : mem(make_device_buffer(n)), p(mem.get()) {}
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 }  // namespace
 
@@ -133,53 +80,19 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
   proto.splits = c.argmax ? 1 : c.splits > 0 ? c.splits : choose_splits(c.rows, c.cols, proto.kind);
   check_matrix(proto, "bench");
   r.splits = proto.splits;
-  const size_t words = size_t(c.rows) * c.cols * bits / 32, groups = size_t(c.rows) * (c.cols / c.group);
-  // Bytes a projection must read: the packed weights and one bf16 (scale, bias) pair, or FP8's fp32 scale, per group.
-  r.weight_bytes = double(words) * 4 + double(groups) * 4;
+  r.weight_bytes = synthetic_weight_bytes(proto);
   // Rotate over enough copies that they total >= 512 MB (L2 is 50 MB).
   r.copies = std::max(2, int((512e6 + r.weight_bytes - 1) / r.weight_bytes));
 
-  // Each copy keeps only what its kernel reads: the streamed layout when the
-  // shape takes the streamed kernel, else MLX words with fp32 scales.
-  std::vector<std::unique_ptr<Buf>> keep;
+  std::vector<DeviceBuffer> keep;
   std::vector<DevMatrix> mats;
-  for (int i = 0; i < r.copies; ++i) {
-    auto w = std::make_unique<Buf>(words * 4), sc = std::make_unique<Buf>(groups * 4),
-         bi = std::make_unique<Buf>(groups * 4);
-    DevMatrix m = proto;
-    m.w = w->p;
-    m.scales = static_cast<const float*>(sc->p);
-    m.biases = static_cast<const float*>(bi->p);
-    if (fp8) {
-      fill_fp8<<<4096, 256>>>(static_cast<uint8_t*>(w->p), words * 4, 17u + i);
-      fill_fp8_scales<<<1024, 256>>>(static_cast<float*>(sc->p), c.rows, c.cols / c.group,
-                                     1.0f / (100.0f * std::sqrt(float(c.cols))), 101u + i);
-      m.biases = nullptr;
-      m.fp8_activations = c.fp8_w8a8;
-    } else {
-      fill_words<<<4096, 256>>>(static_cast<uint32_t*>(w->p), words, 17u + i);
-      fill_scales<<<1024, 256>>>(static_cast<float*>(sc->p), static_cast<float*>(bi->p), groups,
-                                 1.0f / std::sqrt(float(c.cols)), float((1 << bits) - 1), 101u + i);
-    }
-    CUDA_CHECK_LAUNCH("bench fill");
-    auto packed = std::make_unique<Buf>(size_t(pack_quant_bytes(m)));
-    pack_quant(m, packed->p, nullptr);
-    if (m.packed != nullptr) {
-      m.w = nullptr;
-      m.scales = m.biases = nullptr;
-      keep.push_back(std::move(packed));
-    } else {
-      keep.push_back(std::move(w));
-      keep.push_back(std::move(sc));
-      keep.push_back(std::move(bi));
-    }
-    mats.push_back(m);
-  }
+  DevMatrix shaped = proto;
+  shaped.fp8_activations = fp8 && c.fp8_w8a8;
+  for (int i = 0; i < r.copies; ++i) mats.push_back(synthetic_matrix(shaped, uint32_t(i), keep));
   r.streamed = mats[0].packed != nullptr;
   const size_t xn = size_t(kMaxRows) * c.cols;
   Buf x(xn * 2);
-  fill_act<<<1024, 256>>>(static_cast<bf16*>(x.p), xn, 5u);
-  CUDA_CHECK_LAUNCH("bench fill_act");
+  fill_activations(x.p, xn, 5u);
   Buf y(size_t(kMaxRows) * c.rows * 4), scratch(size_t(std::max<int64_t>(1, splitk_scratch_floats(proto))) * 4);
   CUDA_CHECK(cudaMemset(scratch.p, 0, size_t(std::max<int64_t>(1, splitk_scratch_floats(proto))) * 4));
   Buf pairs(size_t(argmax_pairs_bytes(proto))), out(kMaxRows * 4);
@@ -194,9 +107,8 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
       if (!(fold_norm ? stream_folds_norm(mats[0], W) : stream_folds_swiglu(mats[0], W)))
         fail("bench projection: no {} fold for this matrix at width {} (the folds take 1..{} rows)", c.fold, W,
              kFoldedRows);
-    fill_f32<<<1024, 256>>>(static_cast<float*>(fold_x.p), size_t(kMaxRows) * fold_ld, 0.0f, 9u);
-    fill_f32<<<64, 256>>>(static_cast<float*>(gamma.p), size_t(c.cols), 1.0f, 11u);
-    CUDA_CHECK_LAUNCH("bench fill_f32");
+    fill_uniform(static_cast<float*>(fold_x.p), size_t(kMaxRows) * fold_ld, 0.0f, 9u);
+    fill_uniform(static_cast<float*>(gamma.p), size_t(c.cols), 1.0f, 11u);
   }
   const float* fx = static_cast<const float*>(fold_x.p);
   float* yp = static_cast<float*>(y.p);
@@ -278,24 +190,10 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
   }
 
   const Event e0 = make_event(), e1 = make_event();
-  // Copy bandwidth: 1 GiB device to device (read + write counted).
-  {
-    r.copy_bytes = int64_t(1) << 30;
-    Buf a(size_t(r.copy_bytes)), b(size_t(r.copy_bytes));
-    CUDA_CHECK(cudaMemset(a.p, 1, size_t(r.copy_bytes)));
-    std::vector<double> t;
-    for (int i = 0; i < 12; ++i) {
-      CUDA_CHECK(cudaEventRecord(e0));
-      CUDA_CHECK(cudaMemcpyAsync(b.p, a.p, size_t(r.copy_bytes), cudaMemcpyDeviceToDevice));
-      CUDA_CHECK(cudaEventRecord(e1));
-      CUDA_CHECK(cudaEventSynchronize(e1));
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      if (i >= 2) t.push_back(ms);
-    }
-    r.copy_ms = median(t);
-    r.copy_gbs = 2.0 * double(r.copy_bytes) / (r.copy_ms * 1e-3) / 1e9;
-  }
+  const CopyAnchor copy = measure_copy_bandwidth();
+  r.copy_bytes = copy.bytes;
+  r.copy_ms = copy.ms;
+  r.copy_gbs = copy.gbs;
 
   // Timing: as the runtime runs them, inside CUDA graphs. A sample is one
   // replay of a graph of kGraphLaunches launches (rotating the copies),
@@ -326,27 +224,19 @@ ProjBenchResult bench_projection(const ProjBenchConfig& c) {
     for (size_t wi = 0; wi < n; ++wi) {
       for (size_t a = 0; a < arms; ++a) {
         const size_t k = (round % 2 ? n - 1 - wi : wi) + n * (round % 2 ? arms - 1 - a : a);
-        for (int i = 0; i < per_round; ++i) {
-          CUDA_CHECK(cudaEventRecord(e0, stream));
-          CUDA_CHECK(cudaGraphLaunch(graphs[k], stream));
-          CUDA_CHECK(cudaEventRecord(e1, stream));
-          CUDA_CHECK(cudaEventSynchronize(e1));
-          float ms = 0;
-          CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-          samples[k].push_back(ms / kGraphLaunches);
-        }
+        for (int i = 0; i < per_round; ++i) samples[k].push_back(time_replay(graphs[k], stream, e0, e1) / kGraphLaunches);
       }
     }
   }
   for (size_t k = 0; k < n; ++k) {
     ProjBenchRow row;
     row.W = c.widths[k];
-    row.ms_median = median(samples[k]);
+    row.ms_median = sample_median(samples[k]);
     row.ms_min = *std::min_element(samples[k].begin(), samples[k].end());
     row.ms_max = *std::max_element(samples[k].begin(), samples[k].end());
     if (arms == 2) {
       const auto& u = samples[k + n];
-      row.unfolded_ms_median = median(u);
+      row.unfolded_ms_median = sample_median(u);
       row.unfolded_ms_min = *std::min_element(u.begin(), u.end());
       row.unfolded_ms_max = *std::max_element(u.begin(), u.end());
     }

@@ -45,7 +45,7 @@ struct FoldArgs {
 // the warp sums meet in warp order (block_sum's shape). A batch of
 // kFoldBatch elements of up to kSliceRows rows is in flight at once; all T
 // rows share one barrier. `scratch` holds kMaxFoldRows x 8 floats.
-__device__ void fold_inverses(const FoldArgs& f, int T, int n, float* inv, float* scratch) {
+__device__ inline void fold_inverses(const FoldArgs& f, int T, int n, float* inv, float* scratch) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   for (int t0 = 0; t0 < T; t0 += kSliceRows) {
     float ss[kSliceRows] = {};

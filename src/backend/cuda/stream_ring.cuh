@@ -55,4 +55,17 @@ __device__ __forceinline__ void red_read_wait() { asm volatile("bar.sync 3, 256;
 __device__ __forceinline__ void inverses_arrive() { asm volatile("bar.arrive 4, 288;\n" ::: "memory"); }
 __device__ __forceinline__ void inverses_wait() { asm volatile("bar.sync 4, 288;\n" ::: "memory"); }
 
+// Thread 0 sets up a ring of `stages` stages, before the block's first
+// __syncthreads: a full barrier completes on the weights' expect_tx and the
+// 32 producer lanes' activation arrivals, an empty one on the consumer warps.
+__device__ __forceinline__ void ring_init(uint64_t* full, uint64_t* empty, int stages, int consumer_warps) {
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < stages; ++i) {
+      mbar_init(&full[i], 1 + 32);
+      mbar_init(&empty[i], consumer_warps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+}
+
 }  // namespace nextn::cuda::stream

@@ -1,0 +1,150 @@
+// The chained streamed projections (matmul_chain.h, issue 24's persistent
+// prototype): a chain of MLP blocks in one launch must leave every buffer as
+// the folded calls one by one leave it, bit for bit. Skipped without a GPU.
+#ifdef NEXTN_HAVE_CUDA
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "backend/cuda/chain_bench.h"
+#include "backend/cuda/matmul_chain.h"
+#include "backend/cuda/matmul_stream.h"
+#include "test_cuda_util.h"
+
+namespace nextn {
+namespace {
+
+using cuda::WKind;
+using test::DevBuf;
+using test::TestMatrix;
+
+// `layers` MLP blocks of hidden size H and intermediate size I: x += down .
+// swiglu(gate_up . rmsnorm(x)), layer after layer, at T rows; the chain
+// against the same folded calls launched one by one.
+void check_mlp_chain(std::mt19937_64& rng, int layers, int H, int I, int T) {
+  SCOPED_TRACE(testing::Message() << "layers " << layers << " H " << H << " I " << I << " T " << T);
+  std::vector<std::unique_ptr<TestMatrix>> gate_up, down;
+  std::vector<cuda::DevMatrix> gu_dev, down_dev;
+  std::vector<std::unique_ptr<DevBuf>> gammas;
+  int64_t scratch_floats = 1;
+  for (int l = 0; l < layers; ++l) {
+    gate_up.push_back(std::make_unique<TestMatrix>(rng, WKind::Q4, 2 * I, H, 64));
+    down.push_back(std::make_unique<TestMatrix>(rng, WKind::Q4, H, I, 64));
+    gu_dev.push_back(gate_up.back()->device());
+    down_dev.push_back(down.back()->device());
+    ASSERT_NE(gu_dev.back().packed, nullptr);
+    ASSERT_NE(down_dev.back().packed, nullptr);
+    auto g = test::randn(rng, size_t(H), 0.3f);
+    for (auto& v : g) v += 1.0f;
+    gammas.push_back(std::make_unique<DevBuf>(g.size() * 4));
+    gammas.back()->put(g);
+    scratch_floats = std::max({scratch_floats, cuda::splitk_scratch_floats(gu_dev.back()),
+                               cuda::splitk_scratch_floats(down_dev.back())});
+  }
+  const int ld_proj = 2 * I + 32;
+  const auto x0 = test::randn(rng, size_t(T) * H, 1.0f);
+  struct Run {
+    DevBuf x, proj, scratch;
+    Run(int T, int H, int ld_proj, int64_t sf) : x(size_t(T) * H * 4), proj(size_t(T) * ld_proj * 4), scratch(size_t(sf) * 4) {
+      cudaMemset(scratch.p, 0, scratch.bytes);
+    }
+  };
+  Run want(T, H, ld_proj, scratch_floats), got(T, H, ld_proj, scratch_floats);
+  want.x.put(x0);
+  got.x.put(x0);
+  std::vector<cuda::ChainLink> links;
+  for (int l = 0; l < layers; ++l) {
+    const float* gamma = gammas[size_t(l)]->as<float>();
+    cuda::stream_matmul_normed(gu_dev[size_t(l)], want.x.as<float>(), H, gamma, 1e-6f, T, want.proj.as<float>(),
+                               ld_proj, false, want.scratch.as<float>(), nullptr);
+    cuda::stream_matmul_swiglu(down_dev[size_t(l)], want.proj.as<float>(), ld_proj, I, T, want.x.as<float>(), H, true,
+                               want.scratch.as<float>(), nullptr);
+    cuda::ChainLink norm;
+    norm.W = &gu_dev[size_t(l)];
+    norm.input = cuda::ChainInput::Norm;
+    norm.x = got.x.as<float>();
+    norm.ldx = H;
+    norm.gamma = gamma;
+    norm.eps = 1e-6f;
+    norm.y = got.proj.as<float>();
+    norm.ldy = ld_proj;
+    links.push_back(norm);
+    cuda::ChainLink swiglu;
+    swiglu.W = &down_dev[size_t(l)];
+    swiglu.input = cuda::ChainInput::Swiglu;
+    swiglu.x = got.proj.as<float>();
+    swiglu.ldx = ld_proj;
+    swiglu.up = I;
+    swiglu.y = got.x.as<float>();
+    swiglu.ldy = H;
+    swiglu.accumulate = true;
+    links.push_back(swiglu);
+  }
+  const cuda::StreamChain chain(links, T);
+  ASSERT_LE(chain.scratch_floats(), scratch_floats);
+  chain.launch(got.scratch.as<float>(), nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (DevBuf* b : {&want.x, &want.proj}) {
+    DevBuf& other = b == &want.x ? got.x : got.proj;
+    const auto a = b->get<uint8_t>(b->bytes), c = other.get<uint8_t>(other.bytes);
+    EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.size())) << (b == &want.x ? "x" : "proj");
+  }
+  // Launched again from the same x, the chain (its counters reset by the
+  // last block) gives the same bits again.
+  got.x.put(x0);
+  chain.launch(got.scratch.as<float>(), nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto a = want.x.get<uint8_t>(want.x.bytes), c = got.x.get<uint8_t>(got.x.bytes);
+  EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.size())) << "second launch";
+}
+
+// Unsplit gate_up and split-K down (a 256-row down of 2048 columns), every
+// folded width class (one batch of producer rows, two), one layer and four.
+TEST(CudaChain, MlpChainIsTheFoldedCallsOneByOne) {
+  NEXTN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  for (int T : {1, 3, 8}) {
+    check_mlp_chain(rng, 1, 256, 384, T);
+    check_mlp_chain(rng, 4, 256, 2048, T);
+  }
+}
+
+// At one block per SM, links with more items than blocks: blocks take
+// several items of a link and wait at every boundary.
+TEST(CudaChain, MlpChainWithSeveralItemsPerBlock) {
+  NEXTN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const test::OneBlockPerSm caps;
+  check_mlp_chain(rng, 3, 1024, 12800, 2);
+}
+
+// `nextn bench chain`: its own bits check passes and both arms are timed.
+TEST(CudaChain, BenchTimesTheChainAgainstTheLaunches) {
+  NEXTN_REQUIRE_GPU();
+  cuda::ChainBenchConfig c;
+  c.hidden = 256;
+  c.intermediate = 512;
+  c.layers = 3;
+  c.rows = {1, 5};
+  c.repeats = 4;
+  c.rounds = 2;
+  const auto r = cuda::bench_chain(c);
+  ASSERT_EQ(r.rows.size(), 2u);
+  EXPECT_GT(r.weight_bytes, 0.0);
+  for (const auto& row : r.rows) {
+    EXPECT_TRUE(row.equal) << "T " << row.T;
+    EXPECT_GT(row.chain_ms, 0.0);
+    EXPECT_GT(row.calls_ms, 0.0);
+    EXPECT_GT(row.grid, 0);
+  }
+}
+
+}  // namespace
+}  // namespace nextn
+#endif  // NEXTN_HAVE_CUDA
