@@ -10,21 +10,25 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/kernels.h"
+#include "core/error.h"
 
 namespace nextn::cuda {
 namespace {
 
 constexpr int kMaxHeadDim = 256;
-constexpr int kAttnThreads = 128;
-// The split kernel's loads in flight per thread: keys per warp batch (their
-// rows' elements of this lane), values per thread batch. The sums keep
-// their order (key by key, value by value): batching changes when a load is
-// issued, never the arithmetic. Unbatched, each key and value waited one
-// memory round trip (68 us per 0.8B decode call at 144 keys).
-constexpr int kKeyBatch = 4;
+// The split kernel: 8 warps; lane l of a warp owns dims [8l, 8l + 8) of a
+// key or value row (one 16-byte load in bf16). A warp takes every 8th key
+// of the split, kKeyBatch (scores) or kValueBatch (values) of them per
+// memory round trip, loaded before any is used. At short contexts a split
+// is one block per (head, query), so its latency is the kernel's: the
+// first form (4 warps, a key per round trip) took 68 us per 0.8B decode
+// call at 144 keys.
+constexpr int kAttnThreads = 256;
+constexpr int kAttnWarps = kAttnThreads / 32;
+constexpr int kLaneDims = 8;
+constexpr int kKeyBatch = 8;
 constexpr int kValueBatch = 8;
-constexpr int kDimsPerLane = kMaxHeadDim / 32;
-constexpr int kDimsPerThread = kMaxHeadDim / kAttnThreads;
+static_assert(32 * kLaneDims == kMaxHeadDim);
 constexpr unsigned kGroupAttnSlots = 16;  // split slots per (head, token) in a group pass (the solo cap)
 
 // Head h of token t: rows of proj and qout from the slice's first row on.
@@ -86,42 +90,75 @@ __global__ void __launch_bounds__(kMaxHeadDim) attn_prepare_group_kernel(AttnSha
                       qout + size_t(e.row) * a.Hq * a.hd, KvBlocks{e.kv_blocks, kv_layer}, blockIdx.x, blockIdx.y);
 }
 
+// Eight consecutive elements of a K or V row, as loaded (one bf16 uint4, or
+// two fp32 float4), then as floats.
+template <typename TX>
+struct Row8;
+template <>
+struct Row8<bf16> {
+  uint4 v;
+  __device__ __forceinline__ void load(const bf16* p) { v = *reinterpret_cast<const uint4*>(p); }
+  __device__ __forceinline__ void zero() { v = make_uint4(0, 0, 0, 0); }
+  __device__ __forceinline__ float at(int i) const {
+    const uint32_t w = (&v.x)[i >> 1];
+    return __uint_as_float((i & 1) ? (w & 0xffff0000u) : (w << 16));
+  }
+};
+template <>
+struct Row8<float> {
+  float4 a, b;
+  __device__ __forceinline__ void load(const float* p) {
+    a = reinterpret_cast<const float4*>(p)[0];
+    b = reinterpret_cast<const float4*>(p)[1];
+  }
+  __device__ __forceinline__ void zero() { a = b = make_float4(0, 0, 0, 0); }
+  __device__ __forceinline__ float at(int i) const { return i < 4 ? (&a.x)[i] : (&b.x)[i - 4]; }
+};
+
+// One split of query (h, t)'s keys, in a fixed order whatever the number of
+// queries: score j = scale * (the warp's butterfly over its lanes of each
+// lane's 8 products in dim order); the softmax over the split; each warp's
+// weighted values over its keys (j = w, w + 8, ... in order), then the warps'
+// sums in warp order.
 template <typename TX>
 __device__ void attn_split_at(const AttnShape& a, const float* q, KvBlocks kv, int pos0,
                               int max_splits, float scale, float* partial, int slot, int slots, int h, int t) {
   __shared__ float qs[kMaxHeadDim];
   __shared__ float sc[kAttnSplit];
+  __shared__ float part[kAttnWarps][kMaxHeadDim];
   __shared__ float scratch[32];
   const int hd = a.hd;
   const int kvh = h / (a.Hq / a.Hkv);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = kAttnThreads / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int kv_elems = a.Hkv * hd;
   const int nk = pos0 + t + 1;
   const int nsplit = (nk + kAttnSplit - 1) / kAttnSplit;
   if (slot >= nsplit) return;
+  const int d0 = kLaneDims * lane;
+  const bool dims = d0 < hd;  // this lane's 8 dims exist
   for (int d = threadIdx.x; d < hd; d += kAttnThreads) qs[d] = q[(size_t(t) * a.Hq + h) * hd + d];
+  __syncthreads();
+  float qv[kLaneDims];
+#pragma unroll
+  for (int i = 0; i < kLaneDims; ++i) qv[i] = dims ? qs[d0 + i] : 0.0f;
   for (int s = slot; s < nsplit; s += slots) {
     const int k0 = s * kAttnSplit, n = min(kAttnSplit, nk - k0);
-    __syncthreads();  // qs loaded; sc free from the previous split
-    // Scores: warp w takes keys w, w + nwarps, ...; lane l sums q . k over
-    // d = l, l + 32, ... in order, then the warp's butterfly.
-    for (int j0 = warp; j0 < n; j0 += nwarps * kKeyBatch) {
-      float kx[kKeyBatch][kDimsPerLane];
+    __syncthreads();  // sc and part free from the previous split
+    for (int j0 = warp; j0 < n; j0 += kAttnWarps * kKeyBatch) {
+      Row8<TX> kx[kKeyBatch];
 #pragma unroll
       for (int b = 0; b < kKeyBatch; ++b) {
-        const int j = j0 + b * nwarps;
-        const TX* kr = j < n ? kv_row<TX>(kv, 0, k0 + j, kv_elems) + kvh * hd : nullptr;
-#pragma unroll
-        for (int i = 0; i < kDimsPerLane; ++i) kx[b][i] = kr != nullptr && lane + 32 * i < hd ? to_f32(kr[lane + 32 * i]) : 0.0f;
+        const int j = j0 + b * kAttnWarps;
+        if (j < n && dims) kx[b].load(kv_row<TX>(kv, 0, k0 + j, kv_elems) + kvh * hd + d0);
+        else kx[b].zero();
       }
 #pragma unroll
       for (int b = 0; b < kKeyBatch; ++b) {
-        const int j = j0 + b * nwarps;
         float acc = 0.0f;
 #pragma unroll
-        for (int i = 0; i < kDimsPerLane; ++i)
-          if (lane + 32 * i < hd) acc = add_rn(acc, mul_rn(qs[lane + 32 * i], kx[b][i]));
+        for (int i = 0; i < kLaneDims; ++i) acc = add_rn(acc, mul_rn(qv[i], kx[b].at(i)));
         acc = warp_sum(acc);
+        const int j = j0 + b * kAttnWarps;
         if (lane == 0 && j < n) sc[j] = mul_rn(acc, scale);
       }
     }
@@ -141,29 +178,31 @@ __device__ void attn_split_at(const AttnShape& a, const float* q, KvBlocks kv, i
       out[0] = m;
       out[1] = l;
     }
-    // Weighted values: thread t sums dims t, t + kAttnThreads over the keys in order.
-    float acc[kDimsPerThread] = {};
-    for (int j0 = 0; j0 < n; j0 += kValueBatch) {
-      float vx[kValueBatch][kDimsPerThread];
+    float acc[kLaneDims] = {};
+    for (int j0 = warp; j0 < n; j0 += kAttnWarps * kValueBatch) {
+      Row8<TX> vx[kValueBatch];
 #pragma unroll
       for (int b = 0; b < kValueBatch; ++b) {
-        const TX* vr = j0 + b < n ? kv_row<TX>(kv, 1, k0 + j0 + b, kv_elems) + kvh * hd : nullptr;
-#pragma unroll
-        for (int i = 0; i < kDimsPerThread; ++i) {
-          const int d = threadIdx.x + i * kAttnThreads;
-          vx[b][i] = vr != nullptr && d < hd ? to_f32(vr[d]) : 0.0f;
-        }
+        const int j = j0 + b * kAttnWarps;
+        if (j < n && dims) vx[b].load(kv_row<TX>(kv, 1, k0 + j, kv_elems) + kvh * hd + d0);
+        else vx[b].zero();
       }
 #pragma unroll
-      for (int b = 0; b < kValueBatch; ++b)
-        if (j0 + b < n)
+      for (int b = 0; b < kValueBatch; ++b) {
+        const int j = j0 + b * kAttnWarps;
+        if (j < n)
 #pragma unroll
-          for (int i = 0; i < kDimsPerThread; ++i) acc[i] = add_rn(acc[i], mul_rn(sc[j0 + b], vx[b][i]));
+          for (int i = 0; i < kLaneDims; ++i) acc[i] = add_rn(acc[i], mul_rn(sc[j], vx[b].at(i)));
+      }
     }
+    if (dims)
 #pragma unroll
-    for (int i = 0; i < kDimsPerThread; ++i) {
-      const int d = threadIdx.x + i * kAttnThreads;
-      if (d < hd) out[2 + d] = acc[i];
+      for (int i = 0; i < kLaneDims; ++i) part[warp][d0 + i] = acc[i];
+    __syncthreads();
+    for (int d = threadIdx.x; d < hd; d += kAttnThreads) {
+      float o = 0.0f;
+      for (int w = 0; w < kAttnWarps; ++w) o = add_rn(o, part[w][d]);
+      out[2 + d] = o;
     }
   }
 }
@@ -238,6 +277,11 @@ __global__ void __launch_bounds__(kMaxHeadDim) attn_combine_group_kernel(AttnSha
 
 int max_splits_for(int max_tokens) { return ceil_div(max_tokens, kAttnSplit); }
 
+void check_head_dim(const AttnShape& a) {
+  if (a.hd < kLaneDims || a.hd > kMaxHeadDim || a.hd % kLaneDims != 0)
+    fail("attention: head dim {} is not a multiple of {} in [{}, {}]", a.hd, kLaneDims, kLaneDims, kMaxHeadDim);
+}
+
 }  // namespace
 
 int64_t attn_partial_floats(const AttnShape& a, int max_tokens, int max_rows) {
@@ -258,6 +302,7 @@ void attn_prepare(const AttnShape& a, const float* proj, int ld, int T, const fl
 
 void attention(const AttnShape& a, const float* q, KvBlocks kv, Act act, const float* proj, int ld, int T,
                const int* pos, int max_tokens, float* partial, void* out, cudaStream_t s) {
+  check_head_dim(a);
   const int max_splits = max_splits_for(max_tokens);
   // Slots per (head, token): a function of the cache size only.
   const dim3 grid(unsigned(std::min(max_splits, 16)), unsigned(a.Hq), unsigned(T));
@@ -282,6 +327,7 @@ void attention(const AttnShape& a, const float* q, KvBlocks kv, Act act, const f
 void attention_group(const AttnShape& a, const GroupEntry* entries, int n_entries, int max_T, int kv_layer,
                      const float* proj, int ld, const float* q_norm, const float* k_norm, const float* inv_freq,
                      float* q, void* out, Act act, cudaStream_t s) {
+  check_head_dim(a);
   const unsigned n = unsigned(n_entries), mt = unsigned(max_T);
   const dim3 prep(unsigned(a.Hq + a.Hkv), mt, n);
   const dim3 split(kGroupAttnSlots, unsigned(a.Hq), n * mt);
