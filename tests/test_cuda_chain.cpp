@@ -22,9 +22,11 @@ using test::TestMatrix;
 
 // `layers` MLP blocks of hidden size H and intermediate size I: x += down .
 // swiglu(gate_up . rmsnorm(x)), layer after layer, at T rows; the chain
-// against the same folded calls launched one by one.
-void check_mlp_chain(std::mt19937_64& rng, int layers, int H, int I, int T) {
-  SCOPED_TRACE(testing::Message() << "layers " << layers << " H " << H << " I " << I << " T " << T);
+// against the same folded calls launched one by one. gu_splits and
+// down_splits (0: the production choice) set the matrices' split-K.
+void check_mlp_chain(std::mt19937_64& rng, int layers, int H, int I, int T, int gu_splits = 0, int down_splits = 0) {
+  SCOPED_TRACE(testing::Message() << "layers " << layers << " H " << H << " I " << I << " T " << T << " splits "
+                                  << gu_splits << "/" << down_splits);
   std::vector<std::unique_ptr<TestMatrix>> gate_up, down;
   std::vector<cuda::DevMatrix> gu_dev, down_dev;
   std::vector<std::unique_ptr<DevBuf>> gammas;
@@ -34,6 +36,8 @@ void check_mlp_chain(std::mt19937_64& rng, int layers, int H, int I, int T) {
     down.push_back(std::make_unique<TestMatrix>(rng, WKind::Q4, H, I, 64));
     gu_dev.push_back(gate_up.back()->device());
     down_dev.push_back(down.back()->device());
+    if (gu_splits > 0) gu_dev.back().splits = gu_splits;
+    if (down_splits > 0) down_dev.back().splits = down_splits;
     ASSERT_NE(gu_dev.back().packed, nullptr);
     ASSERT_NE(down_dev.back().packed, nullptr);
     auto g = test::randn(rng, size_t(H), 0.3f);
@@ -110,6 +114,22 @@ TEST(CudaChain, MlpChainIsTheFoldedCallsOneByOne) {
   for (int T : {1, 3, 8}) {
     check_mlp_chain(rng, 1, 256, 384, T);
     check_mlp_chain(rng, 4, 256, 2048, T);
+  }
+}
+
+// Links of different item counts: a 2-item gate_up (256x2048) beside a
+// 16-item down (2048x128) leaves most blocks without a gate_up item, so
+// their first link is a down and they skip every norm link; and a split-K
+// gate_up (512x1024 in 4 splits), whose tiles finish in their last split's
+// block, at every link boundary.
+TEST(CudaChain, MlpChainWithUnevenLinks) {
+  NEXTN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  for (int T : {1, 6}) {
+    check_mlp_chain(rng, 3, 2048, 128, T, 1, 1);
+    check_mlp_chain(rng, 3, 1024, 256, T, 4, 2);
   }
 }
 

@@ -120,6 +120,7 @@ ChainBenchResult bench_chain(const ChainBenchConfig& c) {
     // The bits: both arms from x0, every layer; then x and the last gate_up rows compared.
     for (Arm* a : {&calls, &chained})
       CUDA_CHECK(cudaMemcpy(a->x.get(), x0.get(), size_t(T) * H * 4, cudaMemcpyDeviceToDevice));
+    CUDA_CHECK(cudaDeviceSynchronize());  // the setup above ran on the legacy stream; `stream` does not wait for it
     run_calls(stream);
     run_chain(stream);
     CUDA_CHECK(cudaStreamSynchronize(stream));

@@ -81,7 +81,7 @@ __device__ __forceinline__ void add_release(int* p, int v) {
 __device__ void wait_count(const int* count, int target) {
   const long long t0 = clock64();
   while (load_acquire(count) < target) {
-    __nanosleep(100);
+    __nanosleep(32);
     if (clock64() - t0 > kSpinLimit) __trap();
   }
 }
@@ -219,10 +219,15 @@ __global__ void __launch_bounds__(kThreads, 3) chain_kernel(const __grid_constan
     }
   }
   // The last block out resets the counters (every wait on them has passed).
+  // The fences order this block's count increments before its arrival, and
+  // the arrivals before the reset.
   consumers_sync();
-  if (threadIdx.x == 0 && atomicAdd(&p.done[p.n], 1) == int(gridDim.x) - 1) {
-    for (int i = 0; i <= p.n; ++i) p.done[i] = 0;
+  if (threadIdx.x == 0) {
     __threadfence();
+    if (atomicAdd(&p.done[p.n], 1) == int(gridDim.x) - 1) {
+      __threadfence();
+      for (int i = 0; i <= p.n; ++i) p.done[i] = 0;
+    }
   }
 }
 
@@ -256,6 +261,7 @@ StreamChain::StreamChain(const std::vector<ChainLink>& links, int T) : n_(int(li
     ph.splits = W.splits;
     ph.chunks = W.cols / kK;
     ph.per = ceil_div(ph.chunks, ph.splits);
+    if (ceil_div(ph.chunks, ph.per) != ph.splits) fail("chain: split-K {} of {} chunks leaves a split empty", ph.splits, ph.chunks);
     ph.tiles = ceil_div(W.rows, kRows);
     ph.fold = l.input == ChainInput::Norm ? kFoldNorm : kFoldSwiglu;
     ph.f.x = l.x;
@@ -278,8 +284,9 @@ StreamChain::StreamChain(const std::vector<ChainLink>& links, int T) : n_(int(li
   stages_ = std::min(ring.stages, kMaxStagesChain);
   smem_ = ring.smem - (ring.stages - stages_) * stage_smem_;
   const ChainFn kernel = chain_kernel_for(fmt_);
+  // The most any chain takes (one chain's own size would refuse a larger later one).
   CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  smem_));
+                                  kStreamSmemMaxBlock));
   int per_sm = 0, sms = 0, dev = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, size_t(smem_)));
   CUDA_CHECK(cudaGetDevice(&dev));
@@ -289,6 +296,7 @@ StreamChain::StreamChain(const std::vector<ChainLink>& links, int T) : n_(int(li
   grid_ = std::min(max_items, sms * std::min(per_sm, ring.per_sm));
   counters_ = make_device_buffer(size_t(n_ + 1) * sizeof(int));
   CUDA_CHECK(cudaMemset(counters_.get(), 0, size_t(n_ + 1) * sizeof(int)));
+  CUDA_CHECK(cudaDeviceSynchronize());  // the zeroed counters before a launch on any stream
 }
 
 void StreamChain::launch(float* scratch, cudaStream_t s) const {
@@ -302,7 +310,8 @@ void StreamChain::launch(float* scratch, cudaStream_t s) const {
   p.stages = stages_;
   p.stage_smem = stage_smem_;
   p.counters = reinterpret_cast<int*>(scratch);
-  p.partial = scratch + stream_counter_floats();
+  p.partial = scratch != nullptr ? scratch + stream_counter_floats() : nullptr;
+  if (scratch == nullptr && scratch_floats_ > 0) fail("chain: a split-K link without scratch");
   p.done = static_cast<int*>(counters_.get());
   CUDA_CHECK(launch_kernel(chain_kernel_for(fmt_), grid_, kThreads, size_t(smem_), s, p));
   CUDA_CHECK_LAUNCH("chain_kernel");

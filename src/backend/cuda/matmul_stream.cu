@@ -279,7 +279,7 @@ KernelFn fold_kernel_for(int fold, int fmt) {
 // Dynamic shared memory per SM for the blocks it hosts (228 KB less each
 // block's static part and reserve).
 constexpr int kSmemPerSM = 222 * 1024;
-constexpr int kSmemMaxBlock = 220 * 1024;
+constexpr int kSmemMaxBlock = kStreamSmemMaxBlock;
 // Tuning caps (set_stream_caps: `nextn bench projection` only; speed only,
 // the bits do not depend on them): blocks per SM and the ring's depth.
 int g_cap_per_sm = 3, g_cap_stages = kMaxStages;

@@ -28,6 +28,9 @@ void set_stream_caps(int per_sm, int stages);
 // The ring launch() lays out for W at T rows: bytes per stage, stages,
 // blocks per SM, dynamic shared bytes per block (matmul_chain.cu sizes its
 // ring the same way).
+// The dynamic shared memory the streamed kernels may take per block (their
+// MaxDynamicSharedMemorySize attribute).
+constexpr int kStreamSmemMaxBlock = 220 * 1024;
 struct StreamRing {
   int stage_smem = 0, stages = 0, per_sm = 0, smem = 0;
 };
