@@ -315,6 +315,7 @@ const std::vector<Case> kCases = {
     {"bench chain --layers -1", "--layers"},
     {"bench chain --layers x", "--layers"},
     {"bench chain --quant fp8", "--quant"},
+    {"bench chain --links all", "--links"},
     {"bench chain --rows 9", "--rows"},
     {"bench chain --rows 0", "--rows"},
     {"bench chain --rows ''", "--rows"},

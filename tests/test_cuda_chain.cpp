@@ -144,24 +144,35 @@ TEST(CudaChain, MlpChainWithSeveralItemsPerBlock) {
   check_mlp_chain(rng, 3, 1024, 12800, 2);
 }
 
-// `nextn bench chain`: its own bits check passes and both arms are timed.
+// `nextn bench chain`, both forms: its own bits check passes (in the layer
+// form, a chain that starts with a link from bf16 rows and ends with a
+// second norm link) and both arms are timed.
 TEST(CudaChain, BenchTimesTheChainAgainstTheLaunches) {
   NEXTN_REQUIRE_GPU();
-  cuda::ChainBenchConfig c;
-  c.hidden = 256;
-  c.intermediate = 512;
-  c.layers = 3;
-  c.rows = {1, 5};
-  c.repeats = 4;
-  c.rounds = 2;
-  const auto r = cuda::bench_chain(c);
-  ASSERT_EQ(r.rows.size(), 2u);
-  EXPECT_GT(r.weight_bytes, 0.0);
-  for (const auto& row : r.rows) {
-    EXPECT_TRUE(row.equal) << "T " << row.T;
-    EXPECT_GT(row.chain_ms, 0.0);
-    EXPECT_GT(row.calls_ms, 0.0);
-    EXPECT_GT(row.grid, 0);
+  for (bool per_layer : {false, true}) {
+    SCOPED_TRACE(per_layer ? "layer" : "mlp");
+    cuda::ChainBenchConfig c;
+    c.hidden = 256;
+    c.intermediate = 512;
+    c.layers = 3;
+    if (per_layer) {
+      c.in_rows = 416;  // a partial tile
+      c.out_cols = 384;
+    }
+    c.rows = {1, 5};
+    c.repeats = 4;
+    c.rounds = 2;
+    const auto r = cuda::bench_chain(c);
+    ASSERT_EQ(r.rows.size(), 2u);
+    EXPECT_GT(r.weight_bytes, 0.0);
+    EXPECT_EQ(r.launches, (per_layer ? 4 : 2) * c.layers);
+    EXPECT_EQ(r.chains, per_layer ? c.layers : 1);
+    for (const auto& row : r.rows) {
+      EXPECT_TRUE(row.equal) << "T " << row.T;
+      EXPECT_GT(row.chain_ms, 0.0);
+      EXPECT_GT(row.calls_ms, 0.0);
+      EXPECT_GT(row.grid, 0);
+    }
   }
 }
 

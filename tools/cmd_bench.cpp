@@ -339,6 +339,8 @@ void register_bench(CLI::App& app) {
   chain->add_option("--preset", ch->preset, "A dense qwen3.5 preset (default qwen3.5-0.8b)");
   chain->add_option("--layers", ch->layers, "MLP blocks in the chain, 1..64 (default: the preset's layers)")
       ->check(number());
+  chain->add_option("--links", ch->links,
+                    "mlp: every MLP block in one chain (default); layer: a chain per layer of GDN out, MLP, next GDN in");
   chain->add_option("--quant", ch->quant, "q4 or q8, MLX affine group 64 (default q4)");
   chain->add_option("--rows", *crows, "Comma-separated row counts, each 1..8 (default 1,2,4,8)");
   chain->add_option("--repeats", ch->repeats, "Timed replays per arm and row count (default 30)")->check(number());

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Issue 24's fold and chain decisions, one device call: each fold against its
 # op's own kernel then the matmul at 1 to 8 rows on the 27B, 4B and 0.8B
-# shapes (`nextn bench projection --fold`), then the chained MLP launch
-# against two launches per layer (`nextn bench chain`) on the 0.8B (every
-# layer), the 4B and the 27B (16 layers each). Every step's --json output to
+# shapes (`nextn bench projection --fold`), then the chained launches
+# against a launch per projection (`nextn bench chain`): the 0.8B's MLPs in
+# one chain, and a chain per layer (GDN out, MLP, next GDN in) on the 0.8B
+# (every layer), the 4B and the 27B (16 layers each). Every step's --json output to
 # $OUT/json/ and its times in the summary; a step that exits non-zero says
 # so there (a bits check that fails exits 1).
 #
@@ -39,7 +40,7 @@ if "fold" in j:
     print(f"    {j['shape']} fold {j['fold']}: same bits {j['fold_equal']}; us fold / unfolded:",
           ", ".join(f"T={r['W']} {r['ms'] * 1e3:.1f} / {r['unfolded_ms'] * 1e3:.1f}" for r in j["rows"]))
 else:
-    print(f"    {j['preset']} {j['layers']} layers: same bits {j['bits_equal']}; us chain / launches:",
+    print(f"    {j['preset']} {j['layers']} layers, links {j['links']}: same bits {j['bits_equal']}; us chain / launches:",
           ", ".join(f"T={r['T']} {r['chain_us']:.0f} / {r['launches_us']:.0f}" for r in j["rows"]))
 PY
 }
@@ -50,8 +51,11 @@ for shape in "27b 34816x5120 5120x17408" "4b 18432x2560 2560x9216" "0.8b 7168x10
   bench "fold_norm_$1" 60 bench projection --shape "$2" --fold norm --widths 1,2,4,5,8 --repeats "$FR"
   bench "fold_swiglu_$1" 60 bench projection --shape "$3" --fold swiglu --widths 1,2,4,5,8 --repeats "$FR"
 done
-# The chain: every 0.8B layer; 16 layers of the 4B and the 27B (the 27B's 64 take 6 GB and long to fill).
-bench chain_0.8b 90 bench chain --preset qwen3.5-0.8b --rows 1,2,4,8 --repeats "$CR"
-bench chain_4b 90 bench chain --preset qwen3.5-4b --layers 16 --rows 1,4,8 --repeats "$CR"
-bench chain_27b 120 bench chain --preset qwen3.5-27b --layers 16 --rows 1,4,8 --repeats "$CR"
+# The chain: every 0.8B layer's MLP in one launch, then a launch per layer of
+# GDN out + MLP + next GDN in; 16 layers of the 4B and the 27B (the 27B's 64
+# take 10 GB and long to fill).
+bench chain_mlp_0.8b 90 bench chain --preset qwen3.5-0.8b --rows 1,2,4,8 --repeats "$CR"
+bench chain_layer_0.8b 90 bench chain --preset qwen3.5-0.8b --links layer --rows 1,2,4,8 --repeats "$CR"
+bench chain_layer_4b 90 bench chain --preset qwen3.5-4b --links layer --layers 16 --rows 1,4,8 --repeats "$CR"
+bench chain_layer_27b 120 bench chain --preset qwen3.5-27b --links layer --layers 16 --rows 1,4,8 --repeats "$CR"
 record_finish

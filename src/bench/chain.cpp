@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/machine.h"
+#include "bench/trunk.h"
 #include "core/error.h"
 #include "io/synthetic.h"
 #ifdef NEXTN_HAVE_CUDA
@@ -26,6 +27,7 @@ SyntheticPreset check_options(const ChainOptions& o) {
   if (o.layers == 0 && p->layers > kMaxLayers)
     fail("bench chain: {} has {} layers, more than a chain takes ({}): give --layers", o.preset, p->layers, kMaxLayers);
   if (o.quant != "q4" && o.quant != "q8") fail("bench chain: --quant must be q4 or q8, got '{}'", o.quant);
+  if (o.links != "mlp" && o.links != "layer") fail("bench chain: --links must be mlp or layer, got '{}'", o.links);
   if (o.rows.empty()) fail("bench chain: --rows is empty");
   for (int r : o.rows)
     if (r < 1 || r > kMaxRows) fail("bench chain: --rows entries must be 1..{} (the folded widths), got {}", kMaxRows, r);
@@ -46,6 +48,11 @@ int run_chain(const ChainOptions& o) {
   c.intermediate = p.intermediate;
   c.layers = o.layers > 0 ? o.layers : p.layers;
   c.quant = o.quant;
+  if (o.links == "layer")
+    for (const TrunkMatrix& m : trunk_matrices(p)) {
+      if (m.name == "gdn.in") c.in_rows = m.rows;
+      if (m.name == "gdn.out") c.out_cols = m.cols;
+    }
   c.rows = o.rows;
   c.repeats = o.repeats;
   const cuda::ChainBenchResult r = cuda::bench_chain(c);
@@ -58,6 +65,11 @@ int run_chain(const ChainOptions& o) {
   out["hidden"] = c.hidden;
   out["intermediate"] = c.intermediate;
   out["layers"] = c.layers;
+  out["links"] = o.links;
+  out["in_rows"] = c.in_rows;
+  out["out_cols"] = c.out_cols;
+  out["launches_per_replay"] = r.launches;
+  out["chains_per_replay"] = r.chains;
   out["quant"] = o.quant;
   out["group_size"] = 64;
   out["gate_up_splits"] = r.gate_up_splits;
@@ -94,14 +106,16 @@ int run_chain(const ChainOptions& o) {
     fmt::print("{}\n", out.dump());
   } else {
     fmt::print("{}\n", machine_text(machine));
-    fmt::print("{} MLP blocks of {} ({}x{} gate_up, {}x{} down, {} group 64; splits {} and {}), {:.1f} MB of weights; "
+    fmt::print("{} layers of {}: {}x{} gate_up, {}x{} down{}, {} group 64 (MLP splits {} and {}), {:.1f} MB of weights; "
                "copy bandwidth {:.0f} GB/s\n",
-               c.layers, o.preset, 2 * c.intermediate, c.hidden, c.hidden, c.intermediate, o.quant, r.gate_up_splits,
-               r.down_splits, r.weight_bytes / 1e6, r.copy_gbs);
+               c.layers, o.preset, 2 * c.intermediate, c.hidden, c.hidden, c.intermediate,
+               o.links == "layer" ? fmt::format(", {}x{} GDN out, {}x{} GDN in", c.hidden, c.out_cols, c.in_rows, c.hidden)
+                                  : std::string(),
+               o.quant, r.gate_up_splits, r.down_splits, r.weight_bytes / 1e6, r.copy_gbs);
     fmt::print("us per pass over every block: median [min, max] of {} graph replays (share of copy bandwidth)\n\n",
                o.repeats);
-    fmt::print("| rows | {} launches | one chained launch | chain / launches | chain blocks | same bits |\n",
-               2 * c.layers);
+    fmt::print("| rows | {} launches | {} chained launch{} | chain / launches | chain blocks | same bits |\n",
+               r.launches, r.chains, r.chains == 1 ? "" : "es");
     fmt::print("|---:|---:|---:|---:|---:|---|\n{}", table);
   }
   return equal ? 0 : 3;

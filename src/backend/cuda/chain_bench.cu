@@ -18,6 +18,25 @@
 
 namespace nextn::cuda {
 
+namespace {
+
+// One link as its own streamed launch: what the layer path runs.
+void launch_alone(const ChainLink& l, int T, float* scratch, cudaStream_t s) {
+  switch (l.input) {
+    case ChainInput::Rows:
+      stream_matmul(*l.W, l.rows, T, l.ldx, l.y, l.ldy, l.accumulate, scratch, s);
+      break;
+    case ChainInput::Norm:
+      stream_matmul_normed(*l.W, l.x, l.ldx, l.gamma, l.eps, T, l.y, l.ldy, l.accumulate, scratch, s);
+      break;
+    case ChainInput::Swiglu:
+      stream_matmul_swiglu(*l.W, l.x, l.ldx, l.up, T, l.y, l.ldy, l.accumulate, scratch, s);
+      break;
+  }
+}
+
+}  // namespace
+
 ChainBenchResult bench_chain(const ChainBenchConfig& c) {
   ChainBenchResult r;
   cudaDeviceProp prop{};
@@ -25,12 +44,15 @@ ChainBenchResult bench_chain(const ChainBenchConfig& c) {
   r.device = prop.name;
   init_kernels();
   if (c.quant != "q4" && c.quant != "q8") fail("bench chain: --quant must be q4 or q8");
-  if (c.layers < 1 || 2 * c.layers > kChainMaxLinks) fail("bench chain: {} layers outside [1, {}]", c.layers, kChainMaxLinks / 2);
+  const bool per_layer = c.in_rows > 0;
+  const int links_per_layer = per_layer ? 4 : 2;
+  if (c.layers < 1 || (!per_layer && 2 * c.layers > kChainMaxLinks))
+    fail("bench chain: {} layers outside [1, {}]", c.layers, kChainMaxLinks / 2);
   for (int T : c.rows)
     if (T < 1 || T > kFoldedRows) fail("bench chain: {} rows outside [1, {}]", T, kFoldedRows);
-  const int H = c.hidden, I = c.intermediate, L = c.layers;
+  const int H = c.hidden, I = c.intermediate, L = c.layers, V = c.out_cols;
   const WKind kind = c.quant == "q4" ? WKind::Q4 : WKind::Q8;
-  auto proto = [&](int rows, int cols) {
+  auto shaped = [&](int rows, int cols) {
     DevMatrix m;
     m.kind = kind;
     m.rows = rows;
@@ -40,24 +62,34 @@ ChainBenchResult bench_chain(const ChainBenchConfig& c) {
     check_matrix(m, "bench chain");
     return m;
   };
-  const DevMatrix gu_shape = proto(2 * I, H), down_shape = proto(H, I);
-  r.gate_up_splits = gu_shape.splits;
-  r.down_splits = down_shape.splits;
-  std::vector<DeviceBuffer> keep;
-  std::vector<DevMatrix> gate_up, down;
-  std::vector<float*> gammas;
-  for (int l = 0; l < L; ++l) {
-    gate_up.push_back(synthetic_matrix(gu_shape, uint32_t(2 * l), keep));
-    down.push_back(synthetic_matrix(down_shape, uint32_t(2 * l + 1), keep));
-    if (gate_up.back().packed == nullptr || down.back().packed == nullptr)
-      fail("bench chain: {}x{} or {}x{} does not take the streamed kernel", 2 * I, H, H, I);
-    keep.push_back(make_device_buffer(size_t(H) * 4));
-    gammas.push_back(static_cast<float*>(keep.back().get()));
-    fill_uniform(gammas.back(), size_t(H), 1.0f, 1000u + uint32_t(l));
-    r.weight_bytes += synthetic_weight_bytes(gate_up.back()) + synthetic_weight_bytes(down.back());
+  std::vector<DevMatrix> shapes = {shaped(2 * I, H), shaped(H, I)};  // gate_up, down
+  if (per_layer) {
+    shapes.push_back(shaped(H, V));          // out
+    shapes.push_back(shaped(c.in_rows, H));  // in
   }
-  const int ld_proj = 2 * I;
-  const int64_t scratch_floats = std::max(splitk_scratch_floats(gate_up[0]), splitk_scratch_floats(down[0]));
+  r.gate_up_splits = shapes[0].splits;
+  r.down_splits = shapes[1].splits;
+  std::vector<DeviceBuffer> keep;
+  std::vector<std::vector<DevMatrix>> mats(shapes.size());  // [shape][layer]
+  std::vector<float*> gammas, in_gammas;
+  int64_t scratch_floats = 1;
+  for (int l = 0; l < L; ++l) {
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      mats[k].push_back(synthetic_matrix(shapes[k], uint32_t(4 * l + int(k)), keep));
+      if (mats[k].back().packed == nullptr)
+        fail("bench chain: {}x{} does not take the streamed kernel", shapes[k].rows, shapes[k].cols);
+      r.weight_bytes += synthetic_weight_bytes(mats[k].back());
+      scratch_floats = std::max(scratch_floats, splitk_scratch_floats(mats[k].back()));
+    }
+    for (auto* g : {&gammas, &in_gammas}) {
+      keep.push_back(make_device_buffer(size_t(H) * 4));
+      g->push_back(static_cast<float*>(keep.back().get()));
+      fill_uniform(g->back(), size_t(H), 1.0f, 1000u + uint32_t(2 * l + (g == &gammas ? 0 : 1)));
+    }
+  }
+  r.launches = links_per_layer * L;
+  r.chains = per_layer ? L : 1;
+  const int ld_proj = 2 * I, ld_in = std::max(c.in_rows, 1);
   const CopyAnchor copy = measure_copy_bandwidth();
   r.copy_gbs = copy.gbs;
 
@@ -67,57 +99,88 @@ ChainBenchResult bench_chain(const ChainBenchConfig& c) {
   for (int T : c.rows) {
     ChainBenchRow row;
     row.T = T;
-    // Each arm its own x, gate_up rows and split-K scratch.
+    // Each arm its own outputs and split-K scratch; both read the same core rows.
     struct Arm {
-      DeviceBuffer x, proj, scratch;
+      DeviceBuffer x, proj, in, scratch;
     };
     auto make_arm = [&] {
       Arm a{make_device_buffer(size_t(T) * H * 4), make_device_buffer(size_t(T) * ld_proj * 4),
-            make_device_buffer(size_t(std::max<int64_t>(1, scratch_floats)) * 4)};
-      CUDA_CHECK(cudaMemset(a.scratch.get(), 0, size_t(std::max<int64_t>(1, scratch_floats)) * 4));
+            make_device_buffer(size_t(T) * ld_in * 4), make_device_buffer(size_t(scratch_floats) * 4)};
+      CUDA_CHECK(cudaMemset(a.scratch.get(), 0, size_t(scratch_floats) * 4));
       CUDA_CHECK(cudaMemset(a.proj.get(), 0, size_t(T) * ld_proj * 4));
+      CUDA_CHECK(cudaMemset(a.in.get(), 0, size_t(T) * ld_in * 4));
       return a;
     };
     Arm calls = make_arm(), chained = make_arm();
     const DeviceBuffer x0 = make_device_buffer(size_t(T) * H * 4);
+    const DeviceBuffer core = make_device_buffer(size_t(T) * std::max(V, 8) * 2);  // the attention / GDN output rows
     fill_uniform(static_cast<float*>(x0.get()), size_t(T) * H, 0.0f, 7u);
-    auto run_calls = [&](cudaStream_t s) {
-      float* x = static_cast<float*>(calls.x.get());
-      float* proj = static_cast<float*>(calls.proj.get());
-      float* sp = static_cast<float*>(calls.scratch.get());
-      for (int l = 0; l < L; ++l) {
-        stream_matmul_normed(gate_up[size_t(l)], x, H, gammas[size_t(l)], kEps, T, proj, ld_proj, false, sp, s);
-        stream_matmul_swiglu(down[size_t(l)], proj, ld_proj, I, T, x, H, true, sp, s);
+    fill_activations(core.get(), size_t(T) * std::max(V, 8), 8u);
+    // Layer l's links over an arm's buffers.
+    auto layer_links = [&](Arm& a, int l) {
+      float* x = static_cast<float*>(a.x.get());
+      float* proj = static_cast<float*>(a.proj.get());
+      std::vector<ChainLink> links;
+      ChainLink out;
+      if (per_layer) {
+        out.W = &mats[2][size_t(l)];
+        out.input = ChainInput::Rows;
+        out.rows = core.get();
+        out.ldx = V;
+        out.y = x;
+        out.ldy = H;
+        out.accumulate = true;
+        links.push_back(out);
       }
-    };
-    std::vector<ChainLink> links;
-    for (int l = 0; l < L; ++l) {
       ChainLink norm;
-      norm.W = &gate_up[size_t(l)];
+      norm.W = &mats[0][size_t(l)];
       norm.input = ChainInput::Norm;
-      norm.x = static_cast<const float*>(chained.x.get());
+      norm.x = x;
       norm.ldx = H;
       norm.gamma = gammas[size_t(l)];
       norm.eps = kEps;
-      norm.y = static_cast<float*>(chained.proj.get());
+      norm.y = proj;
       norm.ldy = ld_proj;
       links.push_back(norm);
       ChainLink swiglu;
-      swiglu.W = &down[size_t(l)];
+      swiglu.W = &mats[1][size_t(l)];
       swiglu.input = ChainInput::Swiglu;
-      swiglu.x = static_cast<const float*>(chained.proj.get());
+      swiglu.x = proj;
       swiglu.ldx = ld_proj;
       swiglu.up = I;
-      swiglu.y = static_cast<float*>(chained.x.get());
+      swiglu.y = x;
       swiglu.ldy = H;
       swiglu.accumulate = true;
       links.push_back(swiglu);
+      if (per_layer) {
+        ChainLink in = norm;
+        in.W = &mats[3][size_t(l)];
+        in.gamma = in_gammas[size_t(l)];
+        in.y = static_cast<float*>(a.in.get());
+        in.ldy = ld_in;
+        links.push_back(in);
+      }
+      return links;
+    };
+    std::vector<ChainLink> call_links;
+    std::vector<std::vector<ChainLink>> segments(per_layer ? size_t(L) : 1);
+    for (int l = 0; l < L; ++l) {
+      for (const auto& link : layer_links(calls, l)) call_links.push_back(link);
+      for (const auto& link : layer_links(chained, l)) segments[per_layer ? size_t(l) : 0].push_back(link);
     }
-    const StreamChain chain(links, T);
-    row.grid = chain.grid();
-    auto run_chain = [&](cudaStream_t s) { chain.launch(static_cast<float*>(chained.scratch.get()), s); };
+    std::vector<std::unique_ptr<StreamChain>> chains;
+    for (const auto& seg : segments) {
+      chains.push_back(std::make_unique<StreamChain>(seg, T));
+      row.grid = std::max(row.grid, chains.back()->grid());
+    }
+    auto run_calls = [&](cudaStream_t s) {
+      for (const auto& link : call_links) launch_alone(link, T, static_cast<float*>(calls.scratch.get()), s);
+    };
+    auto run_chain = [&](cudaStream_t s) {
+      for (const auto& ch : chains) ch->launch(static_cast<float*>(chained.scratch.get()), s);
+    };
 
-    // The bits: both arms from x0, every layer; then x and the last gate_up rows compared.
+    // The bits: both arms from x0, every layer; then every output buffer compared.
     for (Arm* a : {&calls, &chained})
       CUDA_CHECK(cudaMemcpy(a->x.get(), x0.get(), size_t(T) * H * 4, cudaMemcpyDeviceToDevice));
     CUDA_CHECK(cudaDeviceSynchronize());  // the setup above ran on the legacy stream; `stream` does not wait for it
@@ -126,7 +189,8 @@ ChainBenchResult bench_chain(const ChainBenchConfig& c) {
     CUDA_CHECK(cudaStreamSynchronize(stream));
     row.equal = true;
     for (auto [bytes, pa, pb] : {std::tuple{size_t(T) * H * 4, calls.x.get(), chained.x.get()},
-                                 std::tuple{size_t(T) * ld_proj * 4, calls.proj.get(), chained.proj.get()}}) {
+                                 std::tuple{size_t(T) * ld_proj * 4, calls.proj.get(), chained.proj.get()},
+                                 std::tuple{size_t(T) * ld_in * 4, calls.in.get(), chained.in.get()}}) {
       std::vector<uint8_t> va(bytes), vb(bytes);
       CUDA_CHECK(cudaMemcpy(va.data(), pa, bytes, cudaMemcpyDeviceToHost));
       CUDA_CHECK(cudaMemcpy(vb.data(), pb, bytes, cudaMemcpyDeviceToHost));

@@ -42,8 +42,10 @@ namespace nextn::cuda {
 struct ChainPhase {
   const uint8_t* packed;
   int rows, cols, splits, per, tiles, chunks;
-  int fold;  // kFoldNorm | kFoldSwiglu
+  int fold;  // kNoFold (bf16 rows copied) | kFoldNorm | kFoldSwiglu
   stream::FoldArgs f;
+  const bf16* act;  // kNoFold: bf16 rows [T][ld_act]
+  int ld_act;
   float* y;
   int ldy, accumulate;
 };
@@ -160,18 +162,27 @@ __global__ void __launch_bounds__(kThreads, 3) chain_kernel(const __grid_constan
       }
       if (ahead == 0) issue_weights();  // in a link, the weights go just before their activations
       uint8_t* dst = smem + a_stage * p.stage_smem + p.unit_bytes;
-      SliceRegs slice;
-      const FoldArgs& f = p.phases[a.link].f;
-      for (int t0 = 0; t0 < p.T; t0 += kSliceRows) {
-        if (p.phases[a.link].fold == kFoldNorm) {
-          slice_load<kFoldNorm>(f, p.T, t0, a.ch * kK, lane, slice);
-          slice_store<kFoldNorm>(slice, p.T, t0, row_inv, dst, kXStride, lane);
-        } else {
-          slice_load<kFoldSwiglu>(f, p.T, t0, a.ch * kK, lane, slice);
-          slice_store<kFoldSwiglu>(slice, p.T, t0, row_inv, dst, kXStride, lane);
+      const ChainPhase& ph = p.phases[a.link];
+      if (ph.fold == kNoFold) {  // stream_kernel's copy: 16 pieces of 16 bytes per token row
+#pragma unroll 1
+        for (int i = lane; i < p.T * 16; i += 32) {
+          const int t = i >> 4, q = i & 15;
+          cp_async16(dst + t * kXStride + 16 * q, ph.act + size_t(t) * ph.ld_act + size_t(a.ch) * kK + 8 * q);
         }
+        cp_async_arrive(&full[a_stage]);
+      } else {
+        SliceRegs slice;
+        for (int t0 = 0; t0 < p.T; t0 += kSliceRows) {
+          if (ph.fold == kFoldNorm) {
+            slice_load<kFoldNorm>(ph.f, p.T, t0, a.ch * kK, lane, slice);
+            slice_store<kFoldNorm>(slice, p.T, t0, row_inv, dst, kXStride, lane);
+          } else {
+            slice_load<kFoldSwiglu>(ph.f, p.T, t0, a.ch * kK, lane, slice);
+            slice_store<kFoldSwiglu>(slice, p.T, t0, row_inv, dst, kXStride, lane);
+          }
+        }
+        mbar_arrive(&full[a_stage]);
       }
-      mbar_arrive(&full[a_stage]);
       if (++a_stage == p.stages) a_stage = 0;
       --ahead;
       cursor_next(p, a);
@@ -263,7 +274,11 @@ StreamChain::StreamChain(const std::vector<ChainLink>& links, int T) : n_(int(li
     ph.per = ceil_div(ph.chunks, ph.splits);
     if (ceil_div(ph.chunks, ph.per) != ph.splits) fail("chain: split-K {} of {} chunks leaves a split empty", ph.splits, ph.chunks);
     ph.tiles = ceil_div(W.rows, kRows);
-    ph.fold = l.input == ChainInput::Norm ? kFoldNorm : kFoldSwiglu;
+    ph.fold = l.input == ChainInput::Norm ? kFoldNorm : l.input == ChainInput::Swiglu ? kFoldSwiglu : kNoFold;
+    ph.act = static_cast<const bf16*>(l.rows);
+    ph.ld_act = l.ldx;
+    if (l.input == ChainInput::Rows && (reinterpret_cast<uintptr_t>(l.rows) % 16 != 0 || l.ldx % 8 != 0))
+      fail("chain: a link's bf16 rows must be 16-byte aligned with a stride that is a multiple of 8 (got {})", l.ldx);
     ph.f.x = l.x;
     ph.f.ld = l.ldx;
     ph.f.gamma = l.gamma;

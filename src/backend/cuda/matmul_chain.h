@@ -1,10 +1,10 @@
-// A chain of folded streamed projections in one launch (matmul_chain.cu):
-// issue 24's persistent-kernel prototype, measured by `nextn bench chain`
-// only. Each link is what stream_matmul_normed or stream_matmul_swiglu
-// computes, with the same bits; link i + 1 reads what link i wrote, so the
-// links run in order, but in one grid whose blocks stay resident: a block
-// streams the next link's weights into its ring while the previous link
-// finishes elsewhere, and no launch separates them.
+// A chain of streamed projections in one launch (matmul_chain.cu): issue
+// 24's persistent-kernel prototype, measured by `nextn bench chain` only.
+// Each link is what stream_matmul (bf16 rows), stream_matmul_normed or
+// stream_matmul_swiglu computes, with the same bits; link i + 1 may read
+// what link i wrote, so the links run in order, but in one grid whose blocks
+// stay resident: a block streams the next link's weights into its ring
+// while the previous link finishes elsewhere, and no launch separates them.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -16,12 +16,13 @@
 
 namespace nextn::cuda {
 
-enum class ChainInput { Norm, Swiglu };
+enum class ChainInput { Rows, Norm, Swiglu };
 constexpr int kChainMaxLinks = 128;  // a 64-layer model's MLPs
 
 struct ChainLink {
   const DevMatrix* W = nullptr;  // streamed (packed) q4 or q8; every link the same format and group
   ChainInput input = ChainInput::Norm;
+  const void* rows = nullptr;    // Rows: bf16 activation rows [T][ldx] (16-byte aligned, ldx % 8 == 0)
   const float* x = nullptr;      // fp32 rows [T][ldx]: the residual (Norm) or gate | up (Swiglu)
   int ldx = 0;
   const float* gamma = nullptr;  // Norm: [W->cols]
