@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/chain_bench.h"
@@ -130,6 +131,88 @@ TEST(CudaChain, MlpChainWithUnevenLinks) {
   for (int T : {1, 6}) {
     check_mlp_chain(rng, 3, 2048, 128, T, 1, 1);
     check_mlp_chain(rng, 3, 1024, 256, T, 4, 2);
+  }
+}
+
+// A link from bf16 rows in the middle of a chain, split-K (as every real
+// out-projection is), adding to the residual between the MLP and the next
+// norm link: gate_up (norm), down (SwiGLU), out (rows), in (norm).
+TEST(CudaChain, RowsLinkInsideAChain) {
+  NEXTN_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const int H = 256, I = 384, V = 2048, R = 416;
+  for (int T : {1, 7}) {
+    SCOPED_TRACE(testing::Message() << "T " << T);
+    TestMatrix gu(rng, WKind::Q4, 2 * I, H), dn(rng, WKind::Q4, H, I), out(rng, WKind::Q4, H, V), in(rng, WKind::Q4, R, H);
+    const auto gu_d = gu.device(), dn_d = dn.device(), in_d = in.device();
+    auto out_d = out.device();
+    out_d.splits = 4;  // 16 chunks in 4 splits
+    auto g = test::randn(rng, size_t(H), 0.3f), g2 = test::randn(rng, size_t(H), 0.3f);
+    for (auto* v : {&g, &g2})
+      for (auto& e : *v) e += 1.0f;
+    DevBuf dg(size_t(H) * 4), dg2(size_t(H) * 4), core(size_t(T) * V * 2);
+    dg.put(g);
+    dg2.put(g2);
+    core.put(test::to_bf16_bits(test::randn(rng, size_t(T) * V, 1.0f)));
+    const auto x0 = test::randn(rng, size_t(T) * H, 1.0f);
+    int64_t sf = 1;
+    for (const cuda::DevMatrix* m : std::initializer_list<const cuda::DevMatrix*>{&gu_d, &dn_d, &out_d, &in_d})
+      sf = std::max(sf, cuda::splitk_scratch_floats(*m));
+    struct Bufs {
+      DevBuf x, proj, y_in, scratch;
+      Bufs(int T, int H, int I, int R, int64_t sf)
+          : x(size_t(T) * H * 4), proj(size_t(T) * 2 * I * 4), y_in(size_t(T) * R * 4), scratch(size_t(sf) * 4) {
+        cudaMemset(scratch.p, 0, scratch.bytes);
+      }
+    } want(T, H, I, R, sf), got(T, H, I, R, sf);
+    want.x.put(x0);
+    got.x.put(x0);
+    float* sw = want.scratch.as<float>();
+    cuda::stream_matmul_normed(gu_d, want.x.as<float>(), H, dg.as<float>(), 1e-6f, T, want.proj.as<float>(), 2 * I,
+                               false, sw, nullptr);
+    cuda::stream_matmul_swiglu(dn_d, want.proj.as<float>(), 2 * I, I, T, want.x.as<float>(), H, true, sw, nullptr);
+    cuda::stream_matmul(out_d, core.p, T, V, want.x.as<float>(), H, true, sw, nullptr);
+    cuda::stream_matmul_normed(in_d, want.x.as<float>(), H, dg2.as<float>(), 1e-6f, T, want.y_in.as<float>(), R, false,
+                               sw, nullptr);
+    std::vector<cuda::ChainLink> links(4);
+    links[0].W = &gu_d;
+    links[0].input = cuda::ChainInput::Norm;
+    links[0].x = got.x.as<float>();
+    links[0].ldx = H;
+    links[0].gamma = dg.as<float>();
+    links[0].eps = 1e-6f;
+    links[0].y = got.proj.as<float>();
+    links[0].ldy = 2 * I;
+    links[1].W = &dn_d;
+    links[1].input = cuda::ChainInput::Swiglu;
+    links[1].x = got.proj.as<float>();
+    links[1].ldx = 2 * I;
+    links[1].up = I;
+    links[1].y = got.x.as<float>();
+    links[1].ldy = H;
+    links[1].accumulate = true;
+    links[2].W = &out_d;
+    links[2].input = cuda::ChainInput::Rows;
+    links[2].rows = core.p;
+    links[2].ldx = V;
+    links[2].y = got.x.as<float>();
+    links[2].ldy = H;
+    links[2].accumulate = true;
+    links[3] = links[0];
+    links[3].W = &in_d;
+    links[3].gamma = dg2.as<float>();
+    links[3].y = got.y_in.as<float>();
+    links[3].ldy = R;
+    const cuda::StreamChain chain(links, T);
+    chain.launch(got.scratch.as<float>(), nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (auto [a, b, name] : {std::tuple{&want.x, &got.x, "x"}, std::tuple{&want.proj, &got.proj, "proj"},
+                              std::tuple{&want.y_in, &got.y_in, "in"}}) {
+      const auto va = a->get<uint8_t>(a->bytes), vb = b->get<uint8_t>(b->bytes);
+      EXPECT_EQ(0, std::memcmp(va.data(), vb.data(), va.size())) << name;
+    }
   }
 }
 

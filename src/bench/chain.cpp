@@ -16,7 +16,7 @@ namespace nextn::bench {
 
 namespace {
 
-constexpr int kMaxLayers = 64;  // cuda::kChainMaxLinks / 2
+constexpr int kMaxLayers = 64;  // --links mlp: cuda::kChainMaxLinks / 2 (and every dense preset's count)
 constexpr int kMaxRows = 8;     // cuda::kFoldedRows: the folds' widths
 
 SyntheticPreset check_options(const ChainOptions& o) {
@@ -25,7 +25,7 @@ SyntheticPreset check_options(const ChainOptions& o) {
     fail("bench chain: --preset: '{}' is not a dense qwen3.5 preset (qwen3.5-0.8b, qwen3.5-4b, qwen3.5-27b)", o.preset);
   if (o.layers < 0 || o.layers > kMaxLayers) fail("bench chain: --layers must be 1..{}, got {}", kMaxLayers, o.layers);
   if (o.layers == 0 && p->layers > kMaxLayers)
-    fail("bench chain: {} has {} layers, more than a chain takes ({}): give --layers", o.preset, p->layers, kMaxLayers);
+    fail("bench chain: {} has {} layers, more than the bench takes ({}): give --layers", o.preset, p->layers, kMaxLayers);
   if (o.quant != "q4" && o.quant != "q8") fail("bench chain: --quant must be q4 or q8, got '{}'", o.quant);
   if (o.links != "mlp" && o.links != "layer") fail("bench chain: --links must be mlp or layer, got '{}'", o.links);
   if (o.rows.empty()) fail("bench chain: --rows is empty");

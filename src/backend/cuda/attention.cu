@@ -115,6 +115,18 @@ struct Row8<float> {
   __device__ __forceinline__ float at(int i) const { return i < 4 ? (&a.x)[i] : (&b.x)[i - 4]; }
 };
 
+// Row j of a split's keys (which 0) or values (1): the split's keys lie in
+// kSplitBlocks cache blocks (a split starts on a block boundary), whose
+// addresses the block reads once per split, so a batch of rows costs one
+// memory round trip, not two (kv_row reads the block table per row).
+constexpr int kSplitBlocks = kAttnSplit / kKvBlockTokens;
+static_assert(kAttnSplit % kKvBlockTokens == 0);
+template <typename TX>
+__device__ __forceinline__ const TX* split_row(void* const* blocks, const KvBlocks& kv, int which, int j, int row) {
+  return static_cast<const TX*>(blocks[j / kKvBlockTokens]) +
+         (size_t(kv.layer * 2 + which) * kKvBlockTokens + size_t(j % kKvBlockTokens)) * size_t(row);
+}
+
 // One split of query (h, t)'s keys, in a fixed order whatever the number of
 // queries: score j = scale * (the warp's butterfly over its lanes of each
 // lane's 8 products in dim order); the softmax over the split; each warp's
@@ -127,6 +139,7 @@ __device__ void attn_split_at(const AttnShape& a, const float* q, KvBlocks kv, i
   __shared__ float sc[kAttnSplit];
   __shared__ float part[kAttnWarps][kMaxHeadDim];
   __shared__ float scratch[32];
+  __shared__ void* blocks[kSplitBlocks];
   const int hd = a.hd;
   const int kvh = h / (a.Hq / a.Hkv);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -143,13 +156,16 @@ __device__ void attn_split_at(const AttnShape& a, const float* q, KvBlocks kv, i
   for (int i = 0; i < kLaneDims; ++i) qv[i] = dims ? qs[d0 + i] : 0.0f;
   for (int s = slot; s < nsplit; s += slots) {
     const int k0 = s * kAttnSplit, n = min(kAttnSplit, nk - k0);
-    __syncthreads();  // sc and part free from the previous split
+    __syncthreads();  // sc, part and blocks free from the previous split
+    if (threadIdx.x < kSplitBlocks && int(threadIdx.x) * kKvBlockTokens < n)
+      blocks[threadIdx.x] = kv.table[k0 / kKvBlockTokens + threadIdx.x];
+    __syncthreads();
     for (int j0 = warp; j0 < n; j0 += kAttnWarps * kKeyBatch) {
       Row8<TX> kx[kKeyBatch];
 #pragma unroll
       for (int b = 0; b < kKeyBatch; ++b) {
         const int j = j0 + b * kAttnWarps;
-        if (j < n && dims) kx[b].load(kv_row<TX>(kv, 0, k0 + j, kv_elems) + kvh * hd + d0);
+        if (j < n && dims) kx[b].load(split_row<TX>(blocks, kv, 0, j, kv_elems) + kvh * hd + d0);
         else kx[b].zero();
       }
 #pragma unroll
@@ -184,7 +200,7 @@ __device__ void attn_split_at(const AttnShape& a, const float* q, KvBlocks kv, i
 #pragma unroll
       for (int b = 0; b < kValueBatch; ++b) {
         const int j = j0 + b * kAttnWarps;
-        if (j < n && dims) vx[b].load(kv_row<TX>(kv, 1, k0 + j, kv_elems) + kvh * hd + d0);
+        if (j < n && dims) vx[b].load(split_row<TX>(blocks, kv, 1, j, kv_elems) + kvh * hd + d0);
         else vx[b].zero();
       }
 #pragma unroll
@@ -277,9 +293,11 @@ __global__ void __launch_bounds__(kMaxHeadDim) attn_combine_group_kernel(AttnSha
 
 int max_splits_for(int max_tokens) { return ceil_div(max_tokens, kAttnSplit); }
 
+// attn_prepare runs a block of hd threads with whole-warp sums; the split
+// kernel's lanes own 8 dims each.
 void check_head_dim(const AttnShape& a) {
-  if (a.hd < kLaneDims || a.hd > kMaxHeadDim || a.hd % kLaneDims != 0)
-    fail("attention: head dim {} is not a multiple of {} in [{}, {}]", a.hd, kLaneDims, kLaneDims, kMaxHeadDim);
+  if (a.hd < 32 || a.hd > kMaxHeadDim || a.hd % 32 != 0)
+    fail("attention: head dim {} is not a multiple of 32 in [32, {}]", a.hd, kMaxHeadDim);
 }
 
 }  // namespace
@@ -290,6 +308,7 @@ int64_t attn_partial_floats(const AttnShape& a, int max_tokens, int max_rows) {
 
 void attn_prepare(const AttnShape& a, const float* proj, int ld, int T, const float* q_norm, const float* k_norm,
                   const float* inv_freq, const int* pos, float* qout, KvBlocks kv, Act act, cudaStream_t s) {
+  check_head_dim(a);
   const dim3 grid(unsigned(a.Hq + a.Hkv), unsigned(T));
   if (act == Act::BF16)
     CUDA_CHECK(launch_kernel(attn_prepare_kernel<bf16>, grid, a.hd, 0, s, a, proj, ld, q_norm, k_norm, inv_freq, pos,

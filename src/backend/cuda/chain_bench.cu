@@ -51,6 +51,8 @@ ChainBenchResult bench_chain(const ChainBenchConfig& c) {
   for (int T : c.rows)
     if (T < 1 || T > kFoldedRows) fail("bench chain: {} rows outside [1, {}]", T, kFoldedRows);
   const int H = c.hidden, I = c.intermediate, L = c.layers, V = c.out_cols;
+  if (per_layer && (V < 128 || V % 128 != 0))
+    fail("bench chain: the out-projection's {} columns are not a positive multiple of 128", V);
   const WKind kind = c.quant == "q4" ? WKind::Q4 : WKind::Q8;
   auto shaped = [&](int rows, int cols) {
     DevMatrix m;

@@ -277,8 +277,10 @@ StreamChain::StreamChain(const std::vector<ChainLink>& links, int T) : n_(int(li
     ph.fold = l.input == ChainInput::Norm ? kFoldNorm : l.input == ChainInput::Swiglu ? kFoldSwiglu : kNoFold;
     ph.act = static_cast<const bf16*>(l.rows);
     ph.ld_act = l.ldx;
-    if (l.input == ChainInput::Rows && (reinterpret_cast<uintptr_t>(l.rows) % 16 != 0 || l.ldx % 8 != 0))
-      fail("chain: a link's bf16 rows must be 16-byte aligned with a stride that is a multiple of 8 (got {})", l.ldx);
+    if (l.input == ChainInput::Rows &&
+        (l.rows == nullptr || reinterpret_cast<uintptr_t>(l.rows) % 16 != 0 || l.ldx % 8 != 0 || l.ldx < W.cols))
+      fail("chain: a link's bf16 rows must be 16-byte aligned, at least {} wide, with a stride that is a multiple of 8 "
+           "(got {})", W.cols, l.ldx);
     ph.f.x = l.x;
     ph.f.ld = l.ldx;
     ph.f.gamma = l.gamma;
