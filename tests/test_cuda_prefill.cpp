@@ -164,7 +164,8 @@ TEST(CudaProfile, TimesEveryOperationItRan) {
   NEXTN_REQUIRE_GPU();
   const auto ck = Qwen35Checkpoint::open(stream_checkpoint());
   const auto& c = ck.config();
-  const auto prompt = long_prompt(8, c.vocab_size);
+  // A prompt one row wider than the one-launch GDN step: its forward runs the conv and the recurrence.
+  const auto prompt = long_prompt(cuda::kGdnStepRows + 1, c.vocab_size);
   auto plain = make_rt(ck, 64);
   const auto want = greedy_generate(*plain, prompt, 6, true).tokens;
   EXPECT_TRUE(probe_of(*plain).op_timings().empty());
@@ -175,7 +176,9 @@ TEST(CudaProfile, TimesEveryOperationItRan) {
   int gdn = 0, full = 0;
   for (int i = 0; i < c.num_hidden_layers; ++i) (c.full_attention[size_t(i)] ? full : gdn) += 1;
   // 1 prompt forward + 5 single-token forwards; each runs every layer once
-  // (a GDN layer's single-token forward in one launch, gdn.step).
+  // (a GDN layer's single-token forward in one launch, gdn.step; the prompt's
+  // in two, gdn.conv then gdn.rec).
+  EXPECT_EQ(t["gdn.conv"].count, gdn);
   EXPECT_EQ(t["gdn.rec"].count, gdn);
   EXPECT_EQ(t["gdn.step"].count, 5 * gdn);
   EXPECT_EQ(t["attn.core"].count, 6 * full);
