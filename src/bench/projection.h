@@ -18,7 +18,7 @@ struct ProjectionOptions {
   // The streamed kernel's tuning caps (0: the production ones): blocks per
   // SM 1..3, ring stages 2..12 (--stream-per-sm, --stream-stages).
   int stream_per_sm = 0, stream_stages = 0;
-  // norm | swiglu: the fold against the op's own kernel then the matmul (--fold; widths 1..2).
+  // norm | swiglu: the fold against the op's own kernel then the matmul (--fold; widths 1..8).
   std::string fold;
   bool json = false;
 };
