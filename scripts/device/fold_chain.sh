@@ -35,7 +35,10 @@ bench() {
   say "$name: exit $? in $(( $(date +%s) - t0 )) s: nextn $*"
   python3 - "$OUT/json/$name.json" >>"$SUMMARY" 2>&1 <<'PY'
 import json, sys
-j = json.load(open(sys.argv[1]))
+try:
+    j = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    sys.exit(print("    no JSON (its log says why)"))
 if "fold" in j:
     print(f"    {j['shape']} fold {j['fold']}: same bits {j['fold_equal']}; us fold / unfolded:",
           ", ".join(f"T={r['W']} {r['ms'] * 1e3:.1f} / {r['unfolded_ms'] * 1e3:.1f}" for r in j["rows"]))
