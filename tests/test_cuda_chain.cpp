@@ -66,26 +66,9 @@ void check_mlp_chain(std::mt19937_64& rng, int layers, int H, int I, int T, int 
                                ld_proj, false, want.scratch.as<float>(), nullptr);
     cuda::stream_matmul_swiglu(down_dev[size_t(l)], want.proj.as<float>(), ld_proj, I, T, want.x.as<float>(), H, true,
                                want.scratch.as<float>(), nullptr);
-    cuda::ChainLink norm;
-    norm.W = &gu_dev[size_t(l)];
-    norm.input = cuda::ChainInput::Norm;
-    norm.x = got.x.as<float>();
-    norm.ldx = H;
-    norm.gamma = gamma;
-    norm.eps = 1e-6f;
-    norm.y = got.proj.as<float>();
-    norm.ldy = ld_proj;
-    links.push_back(norm);
-    cuda::ChainLink swiglu;
-    swiglu.W = &down_dev[size_t(l)];
-    swiglu.input = cuda::ChainInput::Swiglu;
-    swiglu.x = got.proj.as<float>();
-    swiglu.ldx = ld_proj;
-    swiglu.up = I;
-    swiglu.y = got.x.as<float>();
-    swiglu.ldy = H;
-    swiglu.accumulate = true;
-    links.push_back(swiglu);
+    links.push_back(cuda::norm_link(gu_dev[size_t(l)], got.x.as<float>(), H, gamma, 1e-6f, got.proj.as<float>(),
+                                    ld_proj, false));
+    links.push_back(cuda::swiglu_link(down_dev[size_t(l)], got.proj.as<float>(), ld_proj, I, got.x.as<float>(), H, true));
   }
   const cuda::StreamChain chain(links, T);
   ASSERT_LE(chain.scratch_floats(), scratch_floats);

@@ -123,45 +123,12 @@ ChainBenchResult bench_chain(const ChainBenchConfig& c) {
       float* x = static_cast<float*>(a.x.get());
       float* proj = static_cast<float*>(a.proj.get());
       std::vector<ChainLink> links;
-      ChainLink out;
-      if (per_layer) {
-        out.W = &mats[2][size_t(l)];
-        out.input = ChainInput::Rows;
-        out.rows = core.get();
-        out.ldx = V;
-        out.y = x;
-        out.ldy = H;
-        out.accumulate = true;
-        links.push_back(out);
-      }
-      ChainLink norm;
-      norm.W = &mats[0][size_t(l)];
-      norm.input = ChainInput::Norm;
-      norm.x = x;
-      norm.ldx = H;
-      norm.gamma = gammas[size_t(l)];
-      norm.eps = kEps;
-      norm.y = proj;
-      norm.ldy = ld_proj;
-      links.push_back(norm);
-      ChainLink swiglu;
-      swiglu.W = &mats[1][size_t(l)];
-      swiglu.input = ChainInput::Swiglu;
-      swiglu.x = proj;
-      swiglu.ldx = ld_proj;
-      swiglu.up = I;
-      swiglu.y = x;
-      swiglu.ldy = H;
-      swiglu.accumulate = true;
-      links.push_back(swiglu);
-      if (per_layer) {
-        ChainLink in = norm;
-        in.W = &mats[3][size_t(l)];
-        in.gamma = in_gammas[size_t(l)];
-        in.y = static_cast<float*>(a.in.get());
-        in.ldy = ld_in;
-        links.push_back(in);
-      }
+      if (per_layer) links.push_back(rows_link(mats[2][size_t(l)], core.get(), V, x, H, true));
+      links.push_back(norm_link(mats[0][size_t(l)], x, H, gammas[size_t(l)], kEps, proj, ld_proj, false));
+      links.push_back(swiglu_link(mats[1][size_t(l)], proj, ld_proj, I, x, H, true));
+      if (per_layer)
+        links.push_back(norm_link(mats[3][size_t(l)], x, H, in_gammas[size_t(l)], kEps,
+                                  static_cast<float*>(a.in.get()), ld_in, false));
       return links;
     };
     std::vector<ChainLink> call_links;

@@ -33,6 +33,36 @@ struct ChainLink {
   bool accumulate = false;
 };
 
+// The three kinds of link, as the one-call entry points take their arguments.
+inline ChainLink rows_link(const DevMatrix& W, const void* rows, int ldx, float* y, int ldy, bool accumulate) {
+  ChainLink l;
+  l.W = &W;
+  l.input = ChainInput::Rows;
+  l.rows = rows;
+  l.ldx = ldx;
+  l.y = y;
+  l.ldy = ldy;
+  l.accumulate = accumulate;
+  return l;
+}
+inline ChainLink norm_link(const DevMatrix& W, const float* x, int ldx, const float* gamma, float eps, float* y, int ldy,
+                           bool accumulate) {
+  ChainLink l = rows_link(W, nullptr, ldx, y, ldy, accumulate);
+  l.input = ChainInput::Norm;
+  l.x = x;
+  l.gamma = gamma;
+  l.eps = eps;
+  return l;
+}
+inline ChainLink swiglu_link(const DevMatrix& W, const float* gate_up, int ld, int up, float* y, int ldy,
+                             bool accumulate) {
+  ChainLink l = rows_link(W, nullptr, ld, y, ldy, accumulate);
+  l.input = ChainInput::Swiglu;
+  l.x = gate_up;
+  l.up = up;
+  return l;
+}
+
 // The links' device table and completion counters, built once (outside any
 // capture) for T rows; launch() may then be captured and replayed.
 struct ChainPhase;  // matmul_chain.cu
