@@ -159,35 +159,12 @@ TEST(CudaChain, RowsLinkInsideAChain) {
     cuda::stream_matmul(out_d, core.p, T, V, want.x.as<float>(), H, true, sw, nullptr);
     cuda::stream_matmul_normed(in_d, want.x.as<float>(), H, dg2.as<float>(), 1e-6f, T, want.y_in.as<float>(), R, false,
                                sw, nullptr);
-    std::vector<cuda::ChainLink> links(4);
-    links[0].W = &gu_d;
-    links[0].input = cuda::ChainInput::Norm;
-    links[0].x = got.x.as<float>();
-    links[0].ldx = H;
-    links[0].gamma = dg.as<float>();
-    links[0].eps = 1e-6f;
-    links[0].y = got.proj.as<float>();
-    links[0].ldy = 2 * I;
-    links[1].W = &dn_d;
-    links[1].input = cuda::ChainInput::Swiglu;
-    links[1].x = got.proj.as<float>();
-    links[1].ldx = 2 * I;
-    links[1].up = I;
-    links[1].y = got.x.as<float>();
-    links[1].ldy = H;
-    links[1].accumulate = true;
-    links[2].W = &out_d;
-    links[2].input = cuda::ChainInput::Rows;
-    links[2].rows = core.p;
-    links[2].ldx = V;
-    links[2].y = got.x.as<float>();
-    links[2].ldy = H;
-    links[2].accumulate = true;
-    links[3] = links[0];
-    links[3].W = &in_d;
-    links[3].gamma = dg2.as<float>();
-    links[3].y = got.y_in.as<float>();
-    links[3].ldy = R;
+    float* gx = got.x.as<float>();
+    const std::vector<cuda::ChainLink> links = {
+        cuda::norm_link(gu_d, gx, H, dg.as<float>(), 1e-6f, got.proj.as<float>(), 2 * I, false),
+        cuda::swiglu_link(dn_d, got.proj.as<float>(), 2 * I, I, gx, H, true),
+        cuda::rows_link(out_d, core.p, V, gx, H, true),
+        cuda::norm_link(in_d, gx, H, dg2.as<float>(), 1e-6f, got.y_in.as<float>(), R, false)};
     const cuda::StreamChain chain(links, T);
     chain.launch(got.scratch.as<float>(), nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
