@@ -22,13 +22,14 @@ void project(const LayerContext& c, const DevMatrix& W, const void* x, int T, in
   else cuda::matmul(W, x, c.act, T, ldx, y, ldy, accumulate, c.splitk, c.stream);
 }
 
-// y = lin . rmsnorm(b.x, gamma) for T rows. At decode widths, where every
-// part's streamed kernel folds the norm into its activation load (same bits
-// as the norm kernel's bf16 rows), no norm kernel runs and b.xn is not
-// written; otherwise the norm kernel writes b.xn and the parts read it.
+// y = lin . rmsnorm(b.x, gamma) for T rows. At up to kLayerNormFoldRows
+// rows, where every part's streamed kernel folds the norm into its
+// activation load (same bits as the norm kernel's bf16 rows), no norm kernel
+// runs and b.xn is not written; otherwise the norm kernel writes b.xn and
+// the parts read it.
 void norm_then_linear(const LayerContext& c, const char* label, const float* gamma, const Linear& lin, int T, float* y,
                       int ldy, const StepBuffers& b) {
-  bool folds = b.prefill == nullptr && c.act == Act::BF16;
+  bool folds = b.prefill == nullptr && c.act == Act::BF16 && T <= kLayerNormFoldRows;
   for (const auto& p : lin.parts) folds = folds && stream_folds_norm(p.m, T);
   const float eps = c.w.cfg.rms_norm_eps;
   if (folds) {
@@ -43,17 +44,12 @@ void norm_then_linear(const LayerContext& c, const char* label, const float* gam
   run_linear(c, lin, b.xn, T, c.H, y, ldy, b);
 }
 
-// b.x += down . swiglu(gate_up rows in b.proj) for T rows. At decode widths
-// down's streamed kernel computes the SwiGLU of its own k range (same bits
-// as the swiglu kernel) and b.act is not written; otherwise the swiglu
-// kernel writes b.act and down reads it.
+// b.x += down . swiglu(gate_up rows in b.proj) for T rows: the swiglu
+// kernel writes b.act and down reads it. (Down's SwiGLU fold, which
+// bench chain's links use, was slower than the two kernels at every width
+// on the 27B: docs/benchmark_results/decode-h200-2026-12-05c.md.)
 void swiglu_then_down(const LayerContext& c, const DevMatrix& down, int T, const StepBuffers& b) {
   const int I = c.w.cfg.intermediate_size;
-  if (b.prefill == nullptr && c.act == Act::BF16 && down.cols == I && stream_folds_swiglu(down, T)) {
-    c.mark("mlp.down");
-    stream_matmul_swiglu(down, b.proj, c.proj_ld, I, T, b.x, c.H, true, c.splitk, c.stream);
-    return;
-  }
   c.mark("mlp.swiglu");
   cuda::swiglu(b.proj, c.proj_ld, I, T, b.act, c.act, c.act_ld, c.stream);
   c.mark("mlp.down");
