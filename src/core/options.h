@@ -25,9 +25,8 @@ enum class Activations { Bf16, Fp32 };
 enum class Fp8Matmul { W8A16, W8A8 };
 
 // Programmatic dependent launch in the CUDA Qwen3.5 graphs (bench --pdl; it
-// changes time, never bits). Default: the measured choice, multi-row
-// forwards without PDL at hidden size >= 5120
-// (docs/benchmark_results/decode-h200-2026-12-01.md, call 7).
+// changes time, never bits). Default: the measured choice, off
+// (docs/benchmark_results/decode-h200-2026-12-05c.md).
 enum class PdlPolicy {
   Default,
   On,           // every graph with PDL

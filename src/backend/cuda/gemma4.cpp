@@ -107,7 +107,7 @@ CudaGemma4Model::CudaGemma4Model(const Gemma4Checkpoint& ck, const RuntimeOption
   }
   cuda::init_kernels();
   stream = make_stream();
-  graphs = std::make_unique<GraphCache>(options, H, stream, prof);
+  graphs = std::make_unique<GraphCache>(options, stream, prof);
   const size_t as = size_t(act_size(act));
 
   // weights

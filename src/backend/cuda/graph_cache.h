@@ -33,9 +33,8 @@ constexpr int kMaxGroupGraphs = 128;
 class GraphCache {
  public:
   // Captures and replays on `stream`, marking ops through `prof` (both the
-  // sequence's, and outliving this cache). options: cuda_graphs and pdl;
-  // hidden_size picks PdlPolicy::Default's rows.
-  GraphCache(const RuntimeOptions& options, int hidden_size, cudaStream_t stream, Profiler& prof);
+  // sequence's, and outliving this cache). options: cuda_graphs and pdl.
+  GraphCache(const RuntimeOptions& options, cudaStream_t stream, Profiler& prof);
   GraphCache(const GraphCache&) = delete;
   GraphCache& operator=(const GraphCache&) = delete;
 

@@ -98,7 +98,7 @@ CudaQwen35::CudaQwen35(std::shared_ptr<const CudaQwen35Weights> weights, int max
       stream_(make_stream()),
       body_stream_(make_stream()),
       profiler_(options.profile),
-      graphs_(options, cfg_.hidden_size, stream_, profiler_) {
+      graphs_(options, stream_, profiler_) {
   check_max_rows(max_rows);
   const WorkspaceDims dims = workspace_dims(cfg_, max_tokens);  // sizes checked before any device memory
   {
