@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Issue 12's record, one device call: whole-model decode and prefill at the
 # real Qwen3.5 shapes (random q4 checkpoints written here by
-# `nextn make-checkpoint`, never committed), with the current defaults (PDL,
-# prefill GEMM) and the previous state (bench decode --pdl off --prefill
-# chunked) timed in the same call, the per-operation
+# `nextn make-checkpoint`, never committed), with the current defaults
+# (prefill GEMM; PDL off since decode-h200-2026-12-05c) and an earlier state
+# (NEXTN_RECORD_BEFORE, e.g. "--pdl on") timed in the same call, the per-operation
 # breakdown (bench decode --breakdown), and MTP rounds at K = 4 and 8
 # (ms per round against ms per greedy token). Each new-binary step's
 # `--json` output goes to $OUT/json/, and scripts/decode_record_json.py
@@ -14,7 +14,7 @@
 #     bash scripts/device/decode_record.sh
 #
 # Environment: NEXTN_BUILD (build-cuda), NEXTN_RECORD_SIZES ("0.8b 4b 27b"),
-# NEXTN_RECORD_BEFORE ("--pdl off --prefill chunked": the bench decode
+# NEXTN_RECORD_BEFORE ("--pdl on --prefill chunked": the bench decode
 # flags of the *_old runs, i.e. what a change is compared against; empty:
 # no *_old runs), NEXTN_RECORD_BF16 ("27b": presets also decoded from bf16
 # weights, generated in host memory by --preset, no file; empty: none),
@@ -32,7 +32,7 @@ cd "$(dirname "$0")/../.."
 BUDGET=${NEXTN_BENCH_BUDGET:-420}
 CK=${NEXTN_CK_DIR:-/tmp/nextn-ck}
 SEED=${NEXTN_SEED:-0}
-BEFORE=${NEXTN_RECORD_BEFORE-"--pdl off --prefill chunked"}
+BEFORE=${NEXTN_RECORD_BEFORE-"--pdl on --prefill chunked"}
 PREFILL=${NEXTN_RECORD_PREFILL-2048}
 START=$(date +%s)
 export_cuda_libs

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # PDL on or off (docs/benchmark_results/decode-h200-2026-12-05c.md), one
 # device call: for the 0.8B, 4B and 27B q4 shapes, `nextn bench decode` at
-# one row with the default PDL policy and with --pdl off, then the K = 4 MTP
-# round the same two ways; no --breakdown anywhere, so both arms are timed
-# alike (the 12-05c record's PDL arm also ran the breakdown). Each --json
+# one row with the default PDL policy (off since that record) and with
+# --pdl on, then the K = 4 MTP round the same two ways; no --breakdown
+# anywhere, so both arms are timed alike (the 12-05c record's PDL arm also
+# ran the breakdown). If off still wins, PDL goes from the runtime. Each --json
 # output goes to $OUT/json/<size>/ (at most 8 files a folder come back),
 # the medians to the summary.
 #
@@ -47,9 +48,9 @@ for size in ${NEXTN_RECORD_SIZES:-0.8b 4b 27b}; do
       >"$LOG/make-$size.txt" 2>&1 || { say "make $size: failed"; continue; }
   fi
   arm "$size" step_default -n "$n"
-  arm "$size" step_off -n "$n" --pdl off
+  arm "$size" step_on -n "$n" --pdl on
   arm "$size" round4_default -n "$n" --draft mtp --block-size 4
-  arm "$size" round4_off -n "$n" --draft mtp --block-size 4 --pdl off
+  arm "$size" round4_on -n "$n" --draft mtp --block-size 4 --pdl on
 done
 say "elapsed: $(( $(date +%s) - START )) s"
 record_finish
