@@ -42,23 +42,6 @@ record_start
 mkdir -p "$OUT/json"
 say "cuBLAS from $CUBLAS_DIR; before = $BEFORE"
 
-# json_step NAME LIMIT ARGS...: run_step with --json: the object goes to
-# $OUT/json/NAME.json, stderr to the step's log, and the summary gets the
-# step's decode tokens/s (and ms per round).
-json_step() {
-  local name=$1 limit
-  limit=$(step_limit "$1" "$2") || return 0
-  shift 2
-  local t0=$(date +%s)
-  timeout "$limit" "$@" --json >"$OUT/json/$name.json" 2>"$LOG/$name.txt"
-  say "$name: exit $? in $(( $(date +%s) - t0 )) s: $*"
-  python3 -c 'import json, sys
-j = json.load(open(sys.argv[1]))
-print("    decode tok/s", j["decode_tokens_per_second"], "ms per round", j.get("decode_ms_per_round"))' \
-    "$OUT/json/$name.json" >>"$SUMMARY" 2>&1
-}
-
-
 for size in ${NEXTN_RECORD_SIZES:-0.8b 4b 27b}; do
   dir=$CK/$size-q4
   n=256

@@ -93,6 +93,24 @@ run_step() {
   grep -E "tokens/s|ms per round|roofline|peak device|at the peak|error:" "$LOG/$name.txt" | grep -v '^{' | sed 's/^/    /' | tee -a "$SUMMARY" >/dev/null
 }
 
+# json_step NAME LIMIT ARGS...: run_step for a `bench decode` command, with
+# --json: the object goes to $OUT/json/NAME.json (NAME may name a folder:
+# at most 8 files a folder come back), stderr to the step's log, and the
+# summary gets the step's decode tokens/s (and ms per round).
+json_step() {
+  local name=$1 limit
+  limit=$(step_limit "$1" "$2") || return 0
+  shift 2
+  mkdir -p "$(dirname "$OUT/json/$name")" "$(dirname "$LOG/$name")"
+  local t0=$(date +%s)
+  timeout "$limit" "$@" --json >"$OUT/json/$name.json" 2>"$LOG/$name.txt"
+  say "$name: exit $? in $(( $(date +%s) - t0 )) s: $*"
+  python3 -c 'import json, sys
+j = json.load(open(sys.argv[1]))
+print("    decode tok/s", j["decode_tokens_per_second"], "ms per round", j.get("decode_ms_per_round"))' \
+    "$OUT/json/$name.json" >>"$SUMMARY" 2>&1
+}
+
 # A random q4 checkpoint of preset $1 in $CK/serve-$1-q4 (made once per
 # machine) with a tokenizer whose every id has text (wide_tokenizer.py): the
 # serving benchmarks time text events, and the default tokenizer's 8192 ids

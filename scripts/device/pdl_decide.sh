@@ -23,34 +23,17 @@ export_cuda_libs
 N=$BUILD/nextn
 record_start
 
-# arm SIZE NAME ARGS...: one bench decode --json; the summary gets its
-# decode tokens/s and ms per round.
-arm() {
-  local size=$1 name=$2 limit
-  shift 2
-  limit=$(step_limit "$size/$name" 90) || return 0
-  mkdir -p "$OUT/json/$size"
-  local f=$OUT/json/$size/$name.json t0=$(date +%s)
-  timeout "$limit" "$N" bench decode --backend cuda -m "$CK/$size-q4" --prompt-len 16 "$@" --repeats 3 --json \
-    >"$f" 2>"$LOG/$size-$name.txt"
-  say "$size $name: exit $? in $(( $(date +%s) - t0 )) s: $*"
-  python3 -c 'import json, sys
-j = json.load(open(sys.argv[1]))
-print("    decode tok/s", j["decode_tokens_per_second"], "ms per round", j.get("decode_ms_per_round"))' "$f" \
-    >>"$SUMMARY" 2>&1
-}
-
+mkdir -p "$CK"
 for size in ${NEXTN_RECORD_SIZES:-0.8b 4b 27b}; do
+  dir=$CK/$size-q4
   n=256
   [ "$size" = 27b ] && n=128
-  if [ ! -d "$CK/$size-q4" ]; then
-    timeout 120 "$N" make-checkpoint --preset "qwen3.5-$size" --quant q4 --seed 0 --out "$CK/$size-q4" \
-      >"$LOG/make-$size.txt" 2>&1 || { say "make $size: failed"; continue; }
-  fi
-  arm "$size" step_default -n "$n"
-  arm "$size" step_on -n "$n" --pdl on
-  arm "$size" round4_default -n "$n" --draft mtp --block-size 4
-  arm "$size" round4_on -n "$n" --draft mtp --block-size 4 --pdl on
+  [ -d "$dir" ] || run_step "make_$size" 120 "$N" make-checkpoint --preset "qwen3.5-$size" --quant q4 --seed 0 --out "$dir"
+  common=(bench decode --backend cuda -m "$dir" --prompt-len 16 -n "$n" --repeats 3)
+  json_step "$size/step_default" 90 "$N" "${common[@]}"
+  json_step "$size/step_on" 90 "$N" "${common[@]}" --pdl on
+  json_step "$size/round4_default" 90 "$N" "${common[@]}" --draft mtp --block-size 4
+  json_step "$size/round4_on" 90 "$N" "${common[@]}" --draft mtp --block-size 4 --pdl on
 done
 say "elapsed: $(( $(date +%s) - START )) s"
 record_finish
