@@ -22,6 +22,12 @@ void project(const LayerContext& c, const DevMatrix& W, const void* x, int T, in
   else cuda::matmul(W, x, c.act, T, ldx, y, ldy, accumulate, c.splitk, c.stream);
 }
 
+// The widths where the layer path folds the norm (the kernel takes up to
+// kFoldedRows): at 5 to 8 rows the one producer warp that computes the
+// slices bounds the kernel and the fold is slower than the norm kernel plus
+// the matmul (docs/benchmark_results/decode-h200-2026-12-05c.md).
+constexpr int kLayerNormFoldRows = 4;
+
 // y = lin . rmsnorm(b.x, gamma) for T rows. At up to kLayerNormFoldRows
 // rows, where every part's streamed kernel folds the norm into its
 // activation load (same bits as the norm kernel's bf16 rows), no norm kernel

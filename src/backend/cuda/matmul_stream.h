@@ -48,11 +48,6 @@ void stream_matmul(const DevMatrix& W, const void* x, int T, int ldx, float* y, 
 // kernel, with the bits of that op's own kernel to bf16 then
 // stream_matmul(). W8A8 is refused (the stream_folds_* checks say so).
 constexpr int kFoldedRows = 8;
-// The widths where the layer path folds the norm: at 5 to 8 rows the one
-// producer warp that computes the slices bounds the kernel and the fold is
-// slower than the norm kernel plus the matmul
-// (docs/benchmark_results/decode-h200-2026-12-05c.md).
-constexpr int kLayerNormFoldRows = 4;
 // y (+)= W . bf16(rmsnorm(x, gamma, eps)), from the fp32 rows x [T][ldx].
 bool stream_folds_norm(const DevMatrix& W, int T);
 void stream_matmul_normed(const DevMatrix& W, const float* x, int ldx, const float* gamma, float eps, int T, float* y,
