@@ -284,7 +284,9 @@ struct TestMatrix {
   std::shared_ptr<cpu::Matrix> cpu() { return cpu::Matrix::load(ref()); }
 
   // The device copy; `as` F32 converts dense storage to fp32 (the fp32 mode).
-  cuda::DevMatrix device(bool f32 = false, bool sb_exact = true) {
+  // swiglu_pairs: the rows are [gate; up] and the streamed copy pairs them
+  // (DevMatrix::swiglu_pairs; unsplit), as the loader does for an MLP.
+  cuda::DevMatrix device(bool f32 = false, bool sb_exact = true, bool swiglu_pairs = false) {
     cuda::DevMatrix m;
     m.rows = rows;
     m.cols = cols;
@@ -311,7 +313,8 @@ struct TestMatrix {
       m.scales = ds->as<float>();
       m.biases = db->as<float>();
     }
-    m.splits = cuda::choose_splits(rows, cols, m.kind);
+    m.splits = swiglu_pairs ? 1 : cuda::choose_splits(rows, cols, m.kind);
+    m.swiglu_pairs = swiglu_pairs;
     m.sb_exact = sb_exact;  // false: the generic fp32-scale kernel, as for a checkpoint with fp32 scales
     if (!scales.empty()) {
       dsb = std::make_unique<DevBuf>(size_t(cuda::pack_quant_bytes(m)));

@@ -59,6 +59,14 @@ struct DevMatrix {
   // token's activations per 64 columns to e4m3 (scale = amax / 448) and
   // multiplies on the FP8 tensor cores; false: W8A16, the exact default.
   bool fp8_activations = false;
+  // The rows are a SwiGLU MLP's [gate (I rows); up (I rows)] and the
+  // streamed layout interleaves them: in each 16-row block of the layout,
+  // rows 0..7 are gate rows j..j+7 and rows 8..15 up rows j..j+7, so one
+  // lane's accumulators hold gate j and up j (matmul_stream.cu's SwiGLU
+  // epilogue). Every other output is written in the checkpoint's row order.
+  // Set at load (WeightUse::SwigluGateUp) for streamed matrices of rows
+  // % 16 == 0; such a matrix is never split along k.
+  bool swiglu_pairs = false;
 };
 
 // Bit position of element j (0..7) of a Q4 word after pack_quant: the even

@@ -62,6 +62,35 @@ void swiglu_then_down(const LayerContext& c, const DevMatrix& down, int T, const
   project(c, down, b.act, T, c.act_ld, b.x, c.H, true, b);
 }
 
+// b.x += down . swiglu(gate_up . rmsnorm(b.x, post_norm)) for T rows. A
+// SwiGLU-paired gate_up (DevMatrix::swiglu_pairs) at up to kFoldedRows
+// rows writes b.act from its epilogue (no fp32 gate_up rows, no swiglu
+// launch; the same bits), with the norm folded as norm_then_linear folds
+// it; otherwise gate_up writes b.proj and the swiglu kernel b.act.
+void dense_mlp(const LayerContext& c, const LayerWeights& L, int T, const StepBuffers& b) {
+  const Linear& gate_up = L.gate_up;
+  const bool fused = b.prefill == nullptr && c.act == Act::BF16 && gate_up.parts.size() == 1 &&
+                     stream_fuses_swiglu(gate_up.parts[0].m, T);
+  if (!fused) {
+    norm_then_linear(c, "mlp.gate_up", L.post_norm, gate_up, T, b.proj, c.proj_ld, b);
+    swiglu_then_down(c, L.down, T, b);
+    return;
+  }
+  const DevMatrix& W = gate_up.parts[0].m;
+  const float eps = c.w.cfg.rms_norm_eps;
+  if (T <= kLayerNormFoldRows && stream_folds_norm(W, T)) {
+    c.mark("mlp.gate_up");
+    stream_gate_up_swiglu_normed(W, b.x, c.H, L.post_norm, eps, T, b.act, c.act_ld, c.stream);
+  } else {
+    c.mark("norm");
+    cuda::rmsnorm(b.x, Act::F32, c.H, L.post_norm, eps, T, c.H, b.xn, c.act, c.H, nullptr, c.stream);
+    c.mark("mlp.gate_up");
+    stream_gate_up_swiglu(W, b.xn, T, c.H, b.act, c.act_ld, c.stream);
+  }
+  c.mark("mlp.down");
+  project(c, L.down, b.act, T, c.act_ld, b.x, c.H, true, b);
+}
+
 void decoder_layer(const LayerContext& c, const LayerWeights& L, int T, const StepBuffers& b, const SequenceView& s) {
   const auto& cfg = c.w.cfg;
   const float eps = cfg.rms_norm_eps;
@@ -115,8 +144,7 @@ void decoder_layer(const LayerContext& c, const LayerWeights& L, int T, const St
     moe_block(c, L.moe, T, b.xn, H, b.x, H);
     return;
   }
-  norm_then_linear(c, "mlp.gate_up", L.post_norm, L.gate_up, T, b.proj, c.proj_ld, b);
-  swiglu_then_down(c, L.down, T, b);
+  dense_mlp(c, L, T, b);
 }
 
 }  // namespace nextn::cuda

@@ -71,7 +71,8 @@ constexpr int kMaxStages = 12;
 constexpr int kCounterSlots = 4096; // split-K tile counters at the start of the scratch
 constexpr int kWorkers = 132;       // H200 multiprocessors: the split choice's model (a constant: same bits anywhere)
 
-enum Epi : int { kOut = 0, kArgmax = 1 };
+// kSwiglu: a SwiGLU-paired gate_up writes bf16(silu(gate) * up) (stream_item.cuh).
+enum Epi : int { kOut = 0, kArgmax = 1, kSwiglu = 2 };
 static_assert(kFoldedRows <= kMaxFoldRows, "the folds run one token fragment");
 
 struct StreamParams {
@@ -84,6 +85,9 @@ struct StreamParams {
   float* y;
   int ldy, accumulate;
   float* partial;                // [splits][T][rows]
+  int half;                      // a SwiGLU-paired matrix's intermediate size, else 0
+  bf16* act;                     // kSwiglu: [T][ld_act] bf16, columns [0, rows / 2)
+  int ld_act;
   int* counters;                 // [tiles], zero between calls
   ArgMax* pairs;                 // [T][tiles]
   const int* stop;
@@ -187,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
     const bool first_item = item == int(blockIdx.x), last_item = item + int(gridDim.x) >= items;
     sum_k_halves<NF>(acc, red, rg, kh, lane, first_item, last_item);
     const int row0 = tile * kRows + rg * 32;
-    const ItemOutput out{p.y, p.ldy, p.accumulate, p.partial, p.rows, p.T, p.splits};
+    const ItemOutput out{p.y, p.ldy, p.accumulate, p.partial, p.rows, p.T, p.splits, p.half};
     if (kh == 0) {
       if constexpr (EPI == kArgmax) {
 #pragma unroll
@@ -209,6 +213,8 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
             }
             if (g == 0) best[rg][8 * f + 2 * c + hc] = a;
           }
+      } else if constexpr (EPI == kSwiglu) {
+        store_swiglu_item<NF>(p.act, p.ld_act, p.rows, p.T, acc, row0, lane);
       } else {
         store_item<NF>(out, acc, row0, s, lane);
       }
@@ -262,18 +268,22 @@ KernelFn kernel_for(int fmt, int epi, int nf) {
     default: return kernel_for<kZ4>(epi, nf);
   }
 }
-// The folds' kernels: one token fragment, outputs (T <= kFoldedRows).
-template <int FOLD>
-KernelFn fold_kernel_for(int fmt) {
+// One token fragment (T <= kFoldedRows): the folds' kernels (outputs), and
+// the SwiGLU epilogue's, with the norm folded or not.
+template <int EPI, int FOLD>
+KernelFn one_fragment_kernel(int fmt) {
   switch (fmt) {
-    case kQ4: return stream_kernel<kQ4, 1, kOut, 3, FOLD>;
-    case kQ8: return stream_kernel<kQ8, 1, kOut, 3, FOLD>;
-    case kFp8: return stream_kernel<kFp8, 1, kOut, 3, FOLD>;
-    default: return stream_kernel<kZ4, 1, kOut, 3, FOLD>;
+    case kQ4: return stream_kernel<kQ4, 1, EPI, 3, FOLD>;
+    case kQ8: return stream_kernel<kQ8, 1, EPI, 3, FOLD>;
+    case kFp8: return stream_kernel<kFp8, 1, EPI, 3, FOLD>;
+    default: return stream_kernel<kZ4, 1, EPI, 3, FOLD>;
   }
 }
 KernelFn fold_kernel_for(int fold, int fmt) {
-  return fold == kFoldNorm ? fold_kernel_for<kFoldNorm>(fmt) : fold_kernel_for<kFoldSwiglu>(fmt);
+  return fold == kFoldNorm ? one_fragment_kernel<kOut, kFoldNorm>(fmt) : one_fragment_kernel<kOut, kFoldSwiglu>(fmt);
+}
+KernelFn swiglu_kernel_for(int fold, int fmt) {
+  return fold == kFoldNorm ? one_fragment_kernel<kSwiglu, kFoldNorm>(fmt) : one_fragment_kernel<kSwiglu, kNoFold>(fmt);
 }
 
 // Dynamic shared memory per SM for the blocks it hosts (228 KB less each
@@ -306,10 +316,14 @@ void launch(const DevMatrix& W, int epi, int fold, StreamParams p, cudaStream_t 
   const StreamRing ring = stream_ring(W, p.T);
   p.stage_smem = ring.stage_smem;
   p.stages = ring.stages;
+  p.half = paired_half(W);
+  if (epi == kSwiglu && (p.half == 0 || nf != 1)) fail("matmul: SwiGLU epilogue on an unpaired matrix or past {} rows", kFoldedRows);
   const int items = p.tiles * p.splits;
   const int grid = std::min(items, g_sms * ring.per_sm);
-  CUDA_CHECK(launch_kernel(fold != kNoFold ? fold_kernel_for(fold, fmt) : kernel_for(fmt, epi, nf), grid, kThreads,
-                           size_t(ring.smem), s, p));
+  const KernelFn kernel = epi == kSwiglu   ? swiglu_kernel_for(fold, fmt)
+                          : fold != kNoFold ? fold_kernel_for(fold, fmt)
+                                            : kernel_for(fmt, epi, nf);
+  CUDA_CHECK(launch_kernel(kernel, grid, kThreads, size_t(ring.smem), s, p));
   CUDA_CHECK_LAUNCH("stream_kernel");
 }
 
@@ -374,10 +388,14 @@ void init_kernels() {
       for (int nf = 1; nf <= 8; ++nf)
         CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel_for(fmt, epi, nf)),
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMaxBlock));
-    if (fmt != kFp8A8)
+    if (fmt != kFp8A8) {
       for (int fold : {int(kFoldNorm), int(kFoldSwiglu)})
         CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(fold_kernel_for(fold, fmt)),
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMaxBlock));
+      for (int fold : {int(kNoFold), int(kFoldNorm)})
+        CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(swiglu_kernel_for(fold, fmt)),
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMaxBlock));
+    }
   }
 }
 
@@ -445,6 +463,30 @@ void stream_matmul_swiglu(const DevMatrix& W, const float* gate_up, int ld, int 
   p.fold.up = up;
   set_output(W, p, y, ldy, accumulate, scratch);
   launch(W, kOut, kFoldSwiglu, p, s);
+}
+
+bool stream_fuses_swiglu(const DevMatrix& W, int T) { return W.swiglu_pairs && fold_fits(W, T); }
+
+void stream_gate_up_swiglu(const DevMatrix& W, const void* x, int T, int ldx, void* act, int ld_act, cudaStream_t s) {
+  if (!stream_fuses_swiglu(W, T)) fail("matmul: no SwiGLU epilogue for this matrix at {} rows", T);
+  StreamParams p = base_params(W, x, T, ldx);
+  p.act = static_cast<bf16*>(act);
+  p.ld_act = ld_act;
+  launch(W, kSwiglu, kNoFold, p, s);
+}
+
+void stream_gate_up_swiglu_normed(const DevMatrix& W, const float* x, int ldx, const float* gamma, float eps, int T,
+                                  void* act, int ld_act, cudaStream_t s) {
+  if (!stream_fuses_swiglu(W, T) || !stream_folds_norm(W, T))
+    fail("matmul: no SwiGLU epilogue with a folded norm for this matrix at {} rows", T);
+  StreamParams p = base_params(W, nullptr, T, 0);
+  p.fold.x = x;
+  p.fold.ld = ldx;
+  p.fold.gamma = gamma;
+  p.fold.eps = eps;
+  p.act = static_cast<bf16*>(act);
+  p.ld_act = ld_act;
+  launch(W, kSwiglu, kFoldNorm, p, s);
 }
 
 void stream_matmul_argmax(const DevMatrix& W, const void* x, int T, int ldx, void* pairs, const int* stop,

@@ -18,6 +18,10 @@ int64_t stream_layout_bytes(const DevMatrix& m);
 int stream_tiles(const DevMatrix& m);
 // Fills the layout from m.w (MLX word order) and the fp32 scales/biases.
 void stream_pack(const DevMatrix& m, void* dst, cudaStream_t s);
+// A SwiGLU-paired matrix's intermediate size (rows / 2; stream_layout.cuh's
+// source_row), 0 for any other; Error if a paired matrix is split or its
+// rows are not a multiple of 16.
+int paired_half(const DevMatrix& m);
 // Embedding lookup from the layout: x[t] = row tokens[t] of E, dequantized
 // to fp32 exactly as the MLX-order copy would give it.
 void stream_embed_rows(const DevMatrix& E, const int32_t* tokens, int T, float* x, int ldx, cudaStream_t s);
@@ -59,6 +63,15 @@ void stream_matmul_normed(const DevMatrix& W, const float* x, int ldx, const flo
 bool stream_folds_swiglu(const DevMatrix& W, int T);
 void stream_matmul_swiglu(const DevMatrix& W, const float* gate_up, int ld, int up, int T, float* y, int ldy,
                           bool accumulate, float* scratch, cudaStream_t s);
+// A SwiGLU-paired gate_up (DevMatrix::swiglu_pairs) at up to kFoldedRows
+// rows: act[t][j] = bf16(silu(gate_j) * up_j) (bf16 rows [T][ld_act], j <
+// W.rows / 2) from the projection's epilogue, the bits of stream_matmul()
+// then the swiglu kernel; no fp32 gate_up rows are written. The _normed
+// form also folds the RMSNorm of fp32 rows x (stream_matmul_normed).
+bool stream_fuses_swiglu(const DevMatrix& W, int T);
+void stream_gate_up_swiglu(const DevMatrix& W, const void* x, int T, int ldx, void* act, int ld_act, cudaStream_t s);
+void stream_gate_up_swiglu_normed(const DevMatrix& W, const float* x, int ldx, const float* gamma, float eps, int T,
+                                  void* act, int ld_act, cudaStream_t s);
 // Writes (max, index) pairs [T][stream_tiles(W)].
 void stream_matmul_argmax(const DevMatrix& W, const void* x, int T, int ldx, void* pairs, const int* stop,
                           cudaStream_t s, const HeadTally& tally = {});

@@ -22,10 +22,12 @@ using namespace stream;
 // group entries [row][gpc]: bf16 (scale, bias) pairs, FP8's fp32 scales, or
 // Z4's fp32 scale and bf16 pair (128 + zero) x 2 (zeros from `biases`). Rows
 // past the matrix are zero. FP8 bytes are read as Q8's
-// words are (element k of a row at byte k).
+// words are (element k of a row at byte k). half: a SwiGLU-paired matrix's
+// intermediate size, whose layout row r holds checkpoint row
+// source_row(r, half); 0 for any other matrix.
 template <int FMT>
 __global__ void stream_pack_kernel(const uint32_t* w, const float* scales, const float* biases, int rows, int cols,
-                                   int group, int tiles, int chunks, int unit_bytes, uint8_t* out) {
+                                   int group, int tiles, int chunks, int unit_bytes, int half, uint8_t* out) {
   pdl_prologue();
   constexpr int BITS = fmt_bits(FMT);
   constexpr int LB = lane_bytes(BITS), kUnits = 8 * 4 * 32;
@@ -39,21 +41,21 @@ __global__ void stream_pack_kernel(const uint32_t* w, const float* scales, const
     if (u < kUnits) {
       const int lane = u & 31, mh = (u >> 5) & 3, wg = u >> 7;
       const int kh = wg >> 2, rg = wg & 3, g = lane >> 2, c = lane & 3;
-      const int row = tile * kRows + rg * 32 + 16 * (mh >> 1) + 8 * (mh & 1) + g;
+      const int row = tile * kRows + rg * 32 + 16 * (mh >> 1) + 8 * (mh & 1) + g, src = source_row(row, half);
       uint32_t v[LB / 4] = {};
       if (row < rows) {
 #pragma unroll
         for (int jj = 0; jj < 2; ++jj) {
           const int k = ch * kK + 32 * (2 * kh + jj) + 8 * c;
           if constexpr (BITS == 4) {
-            const uint32_t word = w[size_t(row) * (cols / 8) + k / 8];  // MLX: element e at bits [4e, 4e + 4)
+            const uint32_t word = w[size_t(src) * (cols / 8) + k / 8];  // MLX: element e at bits [4e, 4e + 4)
             uint32_t r = 0;
 #pragma unroll
             for (int e = 0; e < 8; ++e) r |= ((word >> (4 * e)) & 0xfu) << q4_bit(e);
             v[jj] = r;
           } else {
-            v[2 * jj] = w[size_t(row) * (cols / 4) + k / 4];
-            v[2 * jj + 1] = w[size_t(row) * (cols / 4) + k / 4 + 1];
+            v[2 * jj] = w[size_t(src) * (cols / 4) + k / 4];
+            v[2 * jj + 1] = w[size_t(src) * (cols / 4) + k / 4 + 1];
           }
         }
       }
@@ -62,17 +64,17 @@ __global__ void stream_pack_kernel(const uint32_t* w, const float* scales, const
       for (int q = 0; q < LB / 4; ++q) dst[q] = v[q];
     } else {
       const int e = u - kUnits, r = e / gpc, gi = e % gpc;
-      const int row = tile * kRows + r;
+      const int row = tile * kRows + r, src = source_row(row, half);
       uint32_t sb = 0, zp = 0;
       if (row < rows && fmt_scaled(FMT)) {
-        const size_t gidx = size_t(row) * (cols / group) + size_t(ch) * kK / group + gi;
+        const size_t gidx = size_t(src) * (cols / group) + size_t(ch) * kK / group + gi;
         sb = __float_as_uint(scales[gidx]);
         if (FMT == kZ4) {
           const bf16 z = __float2bfloat16_rn(128.0f + biases[gidx]);  // exact: zeros are 0..16
           zp = uint32_t(*reinterpret_cast<const uint16_t*>(&z)) * 0x10001u;
         }
       } else if (row < rows) {
-        const size_t gidx = size_t(row) * (cols / group) + size_t(ch) * kK / group + gi;
+        const size_t gidx = size_t(src) * (cols / group) + size_t(ch) * kK / group + gi;
         const bf16 sv = __float2bfloat16_rn(scales[gidx]), bv = __float2bfloat16_rn(biases[gidx]);
         sb = uint32_t(*reinterpret_cast<const uint16_t*>(&sv)) | (uint32_t(*reinterpret_cast<const uint16_t*>(&bv)) << 16);
       }
@@ -126,8 +128,16 @@ int64_t stream_layout_bytes(const DevMatrix& m) {
   return stream_eligible(m) ? int64_t(stream_tiles(m)) * (m.cols / kK) * unit_bytes_of(m) : 0;
 }
 
+int paired_half(const DevMatrix& m) {
+  if (!m.swiglu_pairs) return 0;
+  if (m.rows % 16 != 0 || m.splits != 1)
+    fail("matmul: a SwiGLU-paired matrix needs rows % 16 == 0 and no split (rows {}, splits {})", m.rows, m.splits);
+  return m.rows / 2;
+}
+
 void stream_embed_rows(const DevMatrix& E, const int32_t* tokens, int T, float* x, int ldx, cudaStream_t s) {
   if (scaled_kind(E.kind)) fail("embedding: weight kind {} is read by the matmul only", int(E.kind));
+  if (E.swiglu_pairs) fail("embedding: a SwiGLU-paired matrix is not an embedding");
   const auto* packed = static_cast<const uint8_t*>(E.packed);
   const int chunks = E.cols / kK, ub = unit_bytes_of(E);
   if (E.kind == WKind::Q4)
@@ -144,7 +154,8 @@ void stream_pack(const DevMatrix& m, void* dst, cudaStream_t s) {
   auto* w = static_cast<const uint32_t*>(m.w);
   auto* out = static_cast<uint8_t*>(dst);
   auto pack = [&](auto kernel) {
-    CUDA_CHECK(launch_kernel(kernel, blocks, 256, 0, s, w, m.scales, m.biases, m.rows, m.cols, m.group, tiles, chunks, ub, out));
+    CUDA_CHECK(launch_kernel(kernel, blocks, 256, 0, s, w, m.scales, m.biases, m.rows, m.cols, m.group, tiles, chunks, ub,
+                             paired_half(m), out));
   };
   switch (fmt_of(m.kind)) {
     case kQ4: pack(stream_pack_kernel<kQ4>); break;

@@ -13,6 +13,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/matmul_stream.h"
+#include "backend/cuda/stream_layout.cuh"
 #include "core/error.h"
 
 namespace nextn::cuda {
@@ -25,12 +26,16 @@ namespace {
 constexpr int kUnitRows = 128, kUnitK = 128, kLanes = 1024;
 constexpr int64_t kExpandBytes = int64_t(64) << 20;  // bf16 scratch per GEMM block
 
-// Expands tiles [tile0, tile0 + tiles) into out, row tile0 * 128 first.
+// Expands tiles [tile0, tile0 + tiles) into out, row tile0 * 128 first. A
+// SwiGLU-paired matrix (half > 0: its layout interleaves gate and up rows,
+// stream_layout.cuh) is written back in the checkpoint's order within the
+// block: its block_rows / 2 gate rows, then its up rows.
 // Element (row, k) rounded to bf16 once from its exact fp32 value: s * q + b
 // (affine Q4 / Q8, the bf16 pair), fp8 * s or s * (q - zero) (FP8, Z4: fp32 s).
 template <WKind WK>
 __global__ void __launch_bounds__(256) expand_stream_kernel(const uint8_t* packed, int rows, int cols, int group,
-                                                            int tile0, int tiles, int chunks, int unit_bytes, bf16* out) {
+                                                            int tile0, int tiles, int chunks, int unit_bytes, int half,
+                                                            int block_rows, bf16* out) {
   pdl_prologue();
   constexpr int BITS = WK == WKind::Q4 || WK == WKind::Z4 ? 4 : 8;
   constexpr int LB = BITS == 4 ? 8 : 16;  // bytes per lane entry
@@ -45,6 +50,7 @@ __global__ void __launch_bounds__(256) expand_stream_kernel(const uint8_t* packe
     const int r = rg * 32 + 16 * (mh >> 1) + 8 * (mh & 1) + g;  // row within the tile
     const int row = tile * kUnitRows + r;
     if (row >= rows) continue;
+    const int out_row = half == 0 ? row - tile0 * kUnitRows : stream::source_row(row - tile0 * kUnitRows, block_rows / 2);
     const uint8_t* base = packed + tc * size_t(unit_bytes);
     const uint32_t* v = reinterpret_cast<const uint32_t*>(base + size_t(u) * LB);
     const uint32_t* sbs = reinterpret_cast<const uint32_t*>(base + kUnitRows * kUnitK * BITS / 8);
@@ -74,7 +80,7 @@ __global__ void __launch_bounds__(256) expand_stream_kernel(const uint8_t* packe
           e8[e] = __float2bfloat16_rn(fmaf(s, float(q), b));
         }
       }
-      *reinterpret_cast<uint4*>(out + size_t(row - tile0 * kUnitRows) * cols + size_t(ch) * kUnitK + kk) =
+      *reinterpret_cast<uint4*>(out + size_t(out_row) * cols + size_t(ch) * kUnitK + kk) =
           *reinterpret_cast<const uint4*>(e8);
     }
   }
@@ -152,13 +158,15 @@ void PrefillGemm::matmul(const DevMatrix& W, const void* X, int T, int ldx, floa
   const int unit_bytes = int(stream_layout_bytes(W) / (int64_t(tiles) * chunks));
   const auto* packed = static_cast<const uint8_t*>(W.packed);
   auto* out = static_cast<bf16*>(scratch);
+  const int half = paired_half(W);
   for (int tile0 = 0; tile0 < tiles; tile0 += block) {
     const int n = std::min(block, tiles - tile0);
+    const int row0 = tile0 * kUnitRows, block_rows = std::min(W.rows, (tile0 + n) * kUnitRows) - row0;
     const size_t total = size_t(n) * chunks * kLanes;
     const unsigned blocks = unsigned(std::min<size_t>(16384, (total + 255) / 256));
     auto expand = [&](auto kernel) {
       CUDA_CHECK(launch_kernel(kernel, blocks, 256, 0, stream_, packed, W.rows, W.cols, W.group, tile0, n, chunks,
-                               unit_bytes, out));
+                               unit_bytes, half, block_rows, out));
     };
     switch (W.kind) {
       case WKind::Q4: expand(expand_stream_kernel<WKind::Q4>); break;
@@ -166,8 +174,12 @@ void PrefillGemm::matmul(const DevMatrix& W, const void* X, int T, int ldx, floa
       case WKind::FP8: expand(expand_stream_kernel<WKind::FP8>); break;
       default: expand(expand_stream_kernel<WKind::Z4>); break;
     }
-    const int row0 = tile0 * kUnitRows;
-    gemm(out, row0, std::min(W.rows, (tile0 + n) * kUnitRows) - row0);
+    if (half == 0) {
+      gemm(out, row0, block_rows);
+    } else {  // the block's gate rows, then its up rows (row0 and block_rows are multiples of 16)
+      gemm(out, row0 / 2, block_rows / 2);
+      gemm(out + size_t(block_rows / 2) * W.cols, half + row0 / 2, block_rows / 2);
+    }
   }
 }
 

@@ -214,8 +214,9 @@ DevMatrix CudaQwen35Weights::upload_matrix(const std::vector<WeightRef>& parts, 
   return m;
 }
 
-// Fuses consecutive parts that share a storage format into one matrix.
-Linear CudaQwen35Weights::upload_linear(const std::vector<WeightRef>& parts, const char* what) {
+// Fuses consecutive parts that share a storage format into one matrix;
+// `use` applies when they all fuse into one (SwigluGateUp needs both halves).
+Linear CudaQwen35Weights::upload_linear(const std::vector<WeightRef>& parts, const char* what, Use use) {
   Linear lin;
   lin.cols = int(parts.front().cols);
   size_t i = 0;
@@ -223,7 +224,7 @@ Linear CudaQwen35Weights::upload_linear(const std::vector<WeightRef>& parts, con
     size_t j = i + 1;
     while (j < parts.size() && same_quant(parts[i], parts[j])) ++j;
     const std::vector<WeightRef> group(parts.begin() + long(i), parts.begin() + long(j));
-    lin.parts.push_back({upload_matrix(group, what, true), lin.rows});
+    lin.parts.push_back({upload_matrix(group, what, true, group.size() == parts.size() ? use : Use::Matmul), lin.rows});
     lin.rows += lin.parts.back().m.rows;
     i = j;
   }
@@ -269,7 +270,7 @@ LayerWeights CudaQwen35Weights::load_layer(const Qwen35Checkpoint& ck, const std
   }
   L.gate_up = upload_linear({ck.matrix(p + ".mlp.gate_proj", c.intermediate_size, H, form),
                              ck.matrix(p + ".mlp.up_proj", c.intermediate_size, H, form)},
-                            "MLP gate/up");
+                            "MLP gate/up", Use::SwigluGateUp);
   L.down = upload_matrix({ck.matrix(p + ".mlp.down_proj", H, c.intermediate_size, form)}, "MLP down", true);
   return L;
 }

@@ -116,7 +116,7 @@ struct CudaQwen35Weights {
   using Use = WeightUse;  // who reads a matrix (weight_upload.h)
   DevMatrix upload_matrix(const std::vector<WeightRef>& parts, const char* what, bool splittable,
                           Use use = Use::Matmul);
-  Linear upload_linear(const std::vector<WeightRef>& parts, const char* what);
+  Linear upload_linear(const std::vector<WeightRef>& parts, const char* what, Use use = Use::Matmul);
   LayerWeights load_layer(const Qwen35Checkpoint& ck, const std::string& p, bool full);
   MoeLayer load_moe(const Qwen35Checkpoint& ck, const std::string& p);
 };

@@ -94,12 +94,15 @@ __device__ __forceinline__ void sum_k_halves(float (&acc)[2][NF][4], float* red,
 }
 
 // Where an item's sums go: y (+)= for an unsplit matrix, else split s's
-// partials [splits][T][rows], summed by the tile's last split.
+// partials [splits][T][rows], summed by the tile's last split. half: a
+// SwiGLU-paired matrix's intermediate size (its layout row r goes to y's
+// column source_row(r, half); such a matrix is never split), else 0.
 struct ItemOutput {
   float* y;
   int ldy, accumulate;
   float* partial;
   int rows, T, splits;
+  int half = 0;
 };
 
 // k half 0's sums of rows row0 + [0, 32) (this warp's row group) for the
@@ -120,11 +123,33 @@ __device__ __forceinline__ void store_item(const ItemOutput& o, const float (&ac
         if (o.splits > 1) {
           o.partial[(size_t(s) * o.T + t) * o.rows + r] = acc[m][f][i];
         } else {
-          float* dst = o.y + size_t(t) * o.ldy + r;
+          float* dst = o.y + size_t(t) * o.ldy + source_row(r, o.half);
           *dst = o.accumulate ? add_rn(*dst, acc[m][f][i]) : acc[m][f][i];
         }
       }
   if (o.splits > 1) __threadfence();
+}
+
+// The SwiGLU epilogue of a paired matrix (DevMatrix::swiglu_pairs, never
+// split): lane (g, c) holds gate j in rows g and up j in rows g + 8 of each
+// 16-row block, j = (row0 + 16 m) / 2 + g, so it writes
+// act[t][j] = bf16(silu(gate) * up) with the swiglu kernel's arithmetic on
+// the sums the plain epilogue would have stored.
+template <int NF>
+__device__ __forceinline__ void store_swiglu_item(__nv_bfloat16* act, int ld_act, int rows, int T,
+                                                  const float (&acc)[2][NF][4], int row0, int lane) {
+  const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int f = 0; f < NF; ++f)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = row0 + 16 * m + g, t = 8 * f + 2 * c + i;
+        if (r >= rows || t >= T) continue;
+        const int j = ((row0 + 16 * m) >> 1) + g;
+        act[size_t(t) * ld_act + j] = from_f32<__nv_bfloat16>(mul_rn(silu(acc[m][f][i]), acc[m][f][2 + i]));
+      }
 }
 
 // The last of a tile's splits to finish sums the partials in split order,

@@ -37,6 +37,14 @@ inline int compute_fmt_of(const DevMatrix& m) {
   return m.kind == WKind::FP8 && m.fp8_activations ? kFp8A8 : fmt_of(m.kind);
 }
 
+// The checkpoint row that layout row r holds in a matrix whose rows are a
+// SwiGLU's [gate (half rows); up (half rows)] (DevMatrix::swiglu_pairs): in
+// each 16-row block, gate rows 8b..8b+7, then up rows half + 8b..8b+7.
+// half == 0: an unpaired matrix, row r itself.
+__host__ __device__ constexpr int source_row(int r, int half) {
+  return half == 0 ? r : (r & 8 ? half : 0) + ((r >> 4) << 3) + (r & 7);
+}
+
 // Bytes of packed weights per unit and per lane (of one (m, h) fragment pair).
 constexpr int unit_weight_bytes(int bits) { return kRows * kK * bits / 8; }
 constexpr int lane_bytes(int bits) { return bits == 4 ? 8 : 16; }

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/matmul_stream.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -37,13 +38,22 @@ void upload_dense_parts(const std::vector<WeightRef>& parts, size_t esz, uint8_t
 
 namespace {
 
+// A SwiGLU MLP's [gate; up] whose streamed copy can interleave them
+// (DevMatrix::swiglu_pairs): then it is never split along k.
+void pair_swiglu_rows(DevMatrix& m, const std::vector<WeightRef>& parts, WeightUse use) {
+  if (use != WeightUse::SwigluGateUp) return;
+  if (parts.size() != 2 || parts[0].rows != parts[1].rows || m.rows % 16 != 0 || !stream_eligible(m)) return;
+  m.swiglu_pairs = true;
+  m.splits = 1;
+}
+
 // FP8 / Z4 parts (a native form of a transformers format): the codes and the
 // fp32 scales to the device, the streamed layout from them, then only the
 // layout is kept (these kinds have no other reader).
 DevMatrix upload_scaled_parts(const std::vector<WeightRef>& parts, Act act, DeviceMemory& mem, const char* what,
                               bool splittable, WeightUse use) {
   const WeightRef& w0 = parts.front();
-  if (act != Act::BF16 || use != WeightUse::Matmul)
+  if (act != Act::BF16 || use == WeightUse::RowLookupOnly)
     fail("--backend cuda: {}: {} weights run as matmuls in the bf16 mode only", w0.name, weight_codec_name(w0.codec()));
   DevMatrix m;
   m.kind = w0.codec() == WeightCodec::Fp8 ? WKind::FP8 : WKind::Z4;
@@ -71,6 +81,7 @@ DevMatrix upload_scaled_parts(const std::vector<WeightRef>& parts, Act act, Devi
     ds += size_t(p.rows) * groups;
     if (zeros) dz += size_t(p.rows) * groups;
   }
+  pair_swiglu_rows(m, parts, use);
   pack_quant(m, mem.alloc<uint8_t>(size_t(pack_quant_bytes(m)), what), nullptr);
   mem.release(m.w);
   mem.release(m.scales);
@@ -151,7 +162,8 @@ DevMatrix upload_weight_parts(const std::vector<WeightRef>& parts, Act act, Devi
     ds += pg;
     db += pg;
   }
-  const int64_t packed_bytes = use == WeightUse::Matmul ? pack_quant_bytes(m) : 0;
+  pair_swiglu_rows(m, parts, use);
+  const int64_t packed_bytes = use != WeightUse::RowLookupOnly ? pack_quant_bytes(m) : 0;
   pack_quant(m, packed_bytes > 0 ? mem.alloc<uint8_t>(size_t(packed_bytes), what) : nullptr, nullptr);
   // The bf16 mode reads a streamed matrix only through its packed copy
   // (embedding lookups included): the MLX words and fp32 scales go.

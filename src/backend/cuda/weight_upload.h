@@ -25,8 +25,11 @@ float* upload_floats(DeviceMemory& mem, const std::vector<float>& v, const char*
 
 // Who reads a matrix. RowLookupOnly: only embed_rows (an untied embedding),
 // so it gets no streamed copy; a Matmul matrix keeps only its streamed copy
-// in the bf16 mode (embed_rows reads that too).
-enum class WeightUse { Matmul, RowLookupOnly };
+// in the bf16 mode (embed_rows reads that too). SwigluGateUp: a matmul whose
+// two parts are a SwiGLU's gate and up; where the streamed layout takes it,
+// their rows are interleaved for the SwiGLU epilogue (DevMatrix::swiglu_pairs)
+// and the matrix is not split.
+enum class WeightUse { Matmul, RowLookupOnly, SwigluGateUp };
 
 // The parts, concatenated along the rows, as one DevMatrix allocated from
 // `mem` (`what`: its use). All parts share one storage format (dense, or
