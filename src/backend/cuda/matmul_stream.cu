@@ -28,7 +28,10 @@
 //    stage's bf16 activation slice, the producer computes it from the fp32
 //    rows with the replaced kernel's arithmetic (the same bits); for the
 //    norm, the consumers first compute each row's multiplier. This saves
-//    a launch and its gap, 192 of them per 27B decode token.
+//    a launch and its gap, 192 of them per 27B decode token;
+//  - a SwiGLU-paired gate_up (DevMatrix::swiglu_pairs: gate and up rows
+//    interleaved in the layout, so one lane holds gate j and up j) writes
+//    bf16(silu(gate) * up) from its epilogue at those widths (kSwiglu).
 //
 // The scaled formats (FP8, Z4) decode their codes to exact bf16 values (fp8:
 // the value itself; z4: q - zero) and multiply each group's MMA sum by its fp32
