@@ -53,7 +53,8 @@ void norm_then_linear(const LayerContext& c, const char* label, const float* gam
 // b.x += down . swiglu(gate_up rows in b.proj) for T rows: the swiglu
 // kernel writes b.act and down reads it. (Down's SwiGLU fold, which
 // bench chain's links use, was slower than the two kernels at every width
-// on the 27B: docs/benchmark_results/decode-h200-2026-12-05c.md.)
+// on the 27B: docs/benchmark_results/decode-h200-2026-12-05c.md; gate_up's
+// SwiGLU epilogue, dense_mlp below, replaces both at up to 8 rows.)
 void swiglu_then_down(const LayerContext& c, const DevMatrix& down, int T, const StepBuffers& b) {
   const int I = c.w.cfg.intermediate_size;
   c.mark("mlp.swiglu");

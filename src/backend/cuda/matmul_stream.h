@@ -59,7 +59,8 @@ void stream_matmul_normed(const DevMatrix& W, const float* x, int ldx, const flo
 // y (+)= W . bf16(silu(gate) * up), gate = gate_up[t][0, W.cols) and
 // up = gate_up[t][up, up + W.cols), fp32 rows [T][ld] (the gate_up
 // projection's output: up = the intermediate size). Bench chain's MLP links
-// only: the layer path runs the swiglu kernel (layer.cpp says why).
+// only: the layer path computes the SwiGLU in gate_up's epilogue (below)
+// or, past kFoldedRows rows, with the swiglu kernel (layer.cpp says why).
 bool stream_folds_swiglu(const DevMatrix& W, int T);
 void stream_matmul_swiglu(const DevMatrix& W, const float* gate_up, int ld, int up, int T, float* y, int ldy,
                           bool accumulate, float* scratch, cudaStream_t s);
