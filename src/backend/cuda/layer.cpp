@@ -28,6 +28,17 @@ void project(const LayerContext& c, const DevMatrix& W, const void* x, int T, in
 // the matmul (docs/benchmark_results/decode-h200-2026-12-05c.md).
 constexpr int kLayerNormFoldRows = 4;
 
+// Whether the layer path folds the norm before W into W's streamed kernel.
+bool layer_folds_norm(const LayerContext& c, const DevMatrix& W, int T, const StepBuffers& b) {
+  return b.prefill == nullptr && c.act == Act::BF16 && T <= kLayerNormFoldRows && stream_folds_norm(W, T);
+}
+
+// b.xn = rmsnorm(b.x, gamma) for T rows, by the norm kernel.
+void norm_rows(const LayerContext& c, const float* gamma, int T, const StepBuffers& b) {
+  c.mark("norm");
+  cuda::rmsnorm(b.x, Act::F32, c.H, gamma, c.w.cfg.rms_norm_eps, T, c.H, b.xn, c.act, c.H, nullptr, c.stream);
+}
+
 // y = lin . rmsnorm(b.x, gamma) for T rows. At up to kLayerNormFoldRows
 // rows, where every part's streamed kernel folds the norm into its
 // activation load (same bits as the norm kernel's bf16 rows), no norm kernel
@@ -35,17 +46,16 @@ constexpr int kLayerNormFoldRows = 4;
 // the parts read it.
 void norm_then_linear(const LayerContext& c, const char* label, const float* gamma, const Linear& lin, int T, float* y,
                       int ldy, const StepBuffers& b) {
-  bool folds = b.prefill == nullptr && c.act == Act::BF16 && T <= kLayerNormFoldRows;
-  for (const auto& p : lin.parts) folds = folds && stream_folds_norm(p.m, T);
-  const float eps = c.w.cfg.rms_norm_eps;
+  bool folds = true;
+  for (const auto& p : lin.parts) folds = folds && layer_folds_norm(c, p.m, T, b);
   if (folds) {
     c.mark(label);
     for (const auto& p : lin.parts)
-      stream_matmul_normed(p.m, b.x, c.H, gamma, eps, T, y + p.offset, ldy, false, c.splitk, c.stream);
+      stream_matmul_normed(p.m, b.x, c.H, gamma, c.w.cfg.rms_norm_eps, T, y + p.offset, ldy, false, c.splitk,
+                           c.stream);
     return;
   }
-  c.mark("norm");
-  cuda::rmsnorm(b.x, Act::F32, c.H, gamma, eps, T, c.H, b.xn, c.act, c.H, nullptr, c.stream);
+  norm_rows(c, gamma, T, b);
   c.mark(label);
   run_linear(c, lin, b.xn, T, c.H, y, ldy, b);
 }
@@ -78,13 +88,11 @@ void dense_mlp(const LayerContext& c, const LayerWeights& L, int T, const StepBu
     return;
   }
   const DevMatrix& W = gate_up.parts[0].m;
-  const float eps = c.w.cfg.rms_norm_eps;
-  if (T <= kLayerNormFoldRows && stream_folds_norm(W, T)) {
+  if (layer_folds_norm(c, W, T, b)) {
     c.mark("mlp.gate_up");
-    stream_gate_up_swiglu_normed(W, b.x, c.H, L.post_norm, eps, T, b.act, c.act_ld, c.stream);
+    stream_gate_up_swiglu_normed(W, b.x, c.H, L.post_norm, c.w.cfg.rms_norm_eps, T, b.act, c.act_ld, c.stream);
   } else {
-    c.mark("norm");
-    cuda::rmsnorm(b.x, Act::F32, c.H, L.post_norm, eps, T, c.H, b.xn, c.act, c.H, nullptr, c.stream);
+    norm_rows(c, L.post_norm, T, b);
     c.mark("mlp.gate_up");
     stream_gate_up_swiglu(W, b.xn, T, c.H, b.act, c.act_ld, c.stream);
   }
@@ -94,7 +102,6 @@ void dense_mlp(const LayerContext& c, const LayerWeights& L, int T, const StepBu
 
 void decoder_layer(const LayerContext& c, const LayerWeights& L, int T, const StepBuffers& b, const SequenceView& s) {
   const auto& cfg = c.w.cfg;
-  const float eps = cfg.rms_norm_eps;
   const int H = c.H;
   const Act act = c.act;
   const cudaStream_t stream = c.stream;
@@ -140,8 +147,7 @@ void decoder_layer(const LayerContext& c, const LayerWeights& L, int T, const St
     project(c, L.gdn_out, b.act, T, cfg.value_dim(), b.x, H, true, b);
   }
   if (L.is_moe) {
-    c.mark("norm");
-    cuda::rmsnorm(b.x, Act::F32, H, L.post_norm, eps, T, H, b.xn, act, H, nullptr, stream);
+    norm_rows(c, L.post_norm, T, b);
     moe_block(c, L.moe, T, b.xn, H, b.x, H);
     return;
   }
