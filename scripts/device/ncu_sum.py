@@ -1,29 +1,42 @@
 #!/usr/bin/env python3
 """Sums an `ncu --csv --metrics gpu__time_duration.sum` log per kernel name:
 calls, total and mean microseconds, share of the total, largest first
-(scripts/device/moe_record.sh)."""
+(scripts/device/moe_record.sh). `--per-step N`: also the microseconds per
+decode step of N kernels. A log taken with `--print-kernel-base demangled`
+keeps each template instance apart (scripts/device/ncu_step.sh)."""
 import csv
 import io
 import sys
 from collections import defaultdict
 
-text = open(sys.argv[1], errors="replace").read()
+args = sys.argv[1:]
+per_step = 0
+if "--per-step" in args:
+    i = args.index("--per-step")
+    per_step = int(args[i + 1])
+    del args[i:i + 2]
+text = open(args[0], errors="replace").read()
 start = text.find('"ID"')
 if start < 0:
-    sys.exit("no ncu table in " + sys.argv[1])
+    sys.exit("no ncu table in " + args[0])
 rows = csv.DictReader(io.StringIO(text[start:]))
 total = defaultdict(float)
 calls = defaultdict(int)
 for r in rows:
     if r.get("Metric Name") != "gpu__time_duration.sum":
         continue
-    name = r["Kernel Name"].split("(")[0].split("<")[0].strip()
+    name = r["Kernel Name"].replace("(anonymous namespace)::", "").replace("nextn::cuda::", "")
+    name = name.split("(")[0].strip() if "<" in name else name.split("(")[0].split("<")[0].strip()
+    name = name.removeprefix("void ")
     value = float(r["Metric Value"].replace(",", ""))
     scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r.get("Metric Unit", "nsecond"), 1e-3)
     total[name] += value * scale
     calls[name] += 1
 all_us = sum(total.values())
-print(f"{sum(calls.values())} kernels, {all_us:.1f} us")
-print(f"{'kernel':60s} {'calls':>6s} {'total us':>10s} {'mean us':>9s} {'share':>6s}")
+count = sum(calls.values())
+print(f"{count} kernels, {all_us:.1f} us")
+if per_step > 0 and count > 0:
+    print(f"per step of {per_step} kernels: {all_us * per_step / count:.1f} us (kernel time only)")
+print(f"{'kernel':90s} {'calls':>6s} {'total us':>10s} {'mean us':>9s} {'share':>6s}")
 for name in sorted(total, key=total.get, reverse=True):
-    print(f"{name[:60]:60s} {calls[name]:6d} {total[name]:10.1f} {total[name] / calls[name]:9.2f} {total[name] / all_us:6.1%}")
+    print(f"{name[:90]:90s} {calls[name]:6d} {total[name]:10.1f} {total[name] / calls[name]:9.2f} {total[name] / all_us:6.1%}")
