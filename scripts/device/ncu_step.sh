@@ -2,8 +2,9 @@
 # Why a small-model decode step's kernels take longer than their bytes
 # (issue 24), one device call: Nsight Compute (clocks left alone) on greedy
 # decode of a random q4 checkpoint of NEXTN_NCU_PRESET (qwen3.5-0.8b).
-#  1. every kernel's duration over NEXTN_NCU_STEPS decode steps (after the
-#     prompt and two warm-up steps), summed per kernel name by ncu_sum.py:
+#  1. every kernel's duration over (NEXTN_NCU_STEPS + 2) steps' worth of
+#     decode kernels past the first 1000 launches, summed per kernel instance
+#     by ncu_sum.py:
 #     the kernel-only time of a step, to set beside bench decode's step;
 #  2. the full section set (speed of light, warp states, launch, occupancy,
 #     memory, source counters) on the first NEXTN_NCU_DETAIL launches of
@@ -32,9 +33,9 @@ per_step=$("$N" bench decode --backend cuda -m "$CK" --prompt-len 16 -n 32 --rep
 per_step=${per_step:-140}
 say "kernels per step (bench decode): $per_step"
 
-# 1. Durations. The load and the prompt launch far fewer kernels than 1000
-#    (packing and one forward); then whole steps are counted from a step start
-#    found by the first embedding kernel past the skip (ncu_sum.py --steps).
+# 1. Durations. The load and the prompt launch fewer kernels than the 1000
+#    skipped (packing and one forward), so the window holds decode steps only;
+#    ncu_sum.py --per-step scales its total to one step of bench decode's count.
 STEPS=${NEXTN_NCU_STEPS:-4}
 timeout 240 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --print-kernel-base demangled --launch-skip 1000 \
   --launch-count $(( (STEPS + 2) * per_step )) "$N" "${gen[@]}" -n 40 >"$OUT/ncu_durations.csv" 2>"$OUT/ncu_durations.err"

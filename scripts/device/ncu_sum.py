@@ -4,21 +4,24 @@ calls, total and mean microseconds, share of the total, largest first
 (scripts/device/moe_record.sh). `--per-step N`: also the microseconds per
 decode step of N kernels. A log taken with `--print-kernel-base demangled`
 keeps each template instance apart (scripts/device/ncu_step.sh)."""
+import argparse
 import csv
 import io
 import sys
 from collections import defaultdict
 
-args = sys.argv[1:]
-per_step = 0
-if "--per-step" in args:
-    i = args.index("--per-step")
-    per_step = int(args[i + 1])
-    del args[i:i + 2]
-text = open(args[0], errors="replace").read()
+ap = argparse.ArgumentParser(description=__doc__)
+ap.add_argument("log", help="ncu --csv output")
+ap.add_argument("--per-step", type=int, default=0, help="kernels per decode step (bench decode --breakdown)")
+args = ap.parse_args()
+per_step = args.per_step
+try:
+    text = open(args.log, errors="replace").read()
+except OSError as e:
+    sys.exit(f"error: {args.log}: {e.strerror}")
 start = text.find('"ID"')
 if start < 0:
-    sys.exit("no ncu table in " + args[0])
+    sys.exit("error: no ncu table in " + args.log)
 rows = csv.DictReader(io.StringIO(text[start:]))
 total = defaultdict(float)
 calls = defaultdict(int)
@@ -26,8 +29,7 @@ for r in rows:
     if r.get("Metric Name") != "gpu__time_duration.sum":
         continue
     name = r["Kernel Name"].replace("(anonymous namespace)::", "").replace("nextn::cuda::", "")
-    name = name.split("(")[0].strip() if "<" in name else name.split("(")[0].split("<")[0].strip()
-    name = name.removeprefix("void ")
+    name = name.split("(")[0].strip().removeprefix("void ")
     value = float(r["Metric Value"].replace(",", ""))
     scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r.get("Metric Unit", "nsecond"), 1e-3)
     total[name] += value * scale

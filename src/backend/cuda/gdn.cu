@@ -354,7 +354,7 @@ __global__ void gdn_scatter_proj_kernel(const GroupEntry* entries, int layer, co
 // Whether the kernels' full-head instances (HD = kFullHead) serve g.
 bool full_head(const GdnShape& g) { return g.dk == kFullHead && g.dv == kFullHead; }
 
-// launch(kernel): the instance of make<TX, HD> for act and g's head dims.
+// launch(Kernel<TX, HD>::fn), the instance for act and g's head dims.
 template <template <typename, int> class Kernel, typename Launch>
 void with_instance(const GdnShape& g, Act act, Launch&& launch) {
   const bool full = full_head(g);
@@ -362,7 +362,9 @@ void with_instance(const GdnShape& g, Act act, Launch&& launch) {
   else full ? launch(Kernel<float, kFullHead>::fn) : launch(Kernel<float, 0>::fn);
 }
 template <typename TX, int HD> struct RecurrenceKernel { static constexpr auto fn = gdn_recurrence_kernel<TX, HD>; };
-template <typename TX, int HD> struct RecurrenceGroupKernel { static constexpr auto fn = gdn_recurrence_group_kernel<TX, HD>; };
+template <typename TX, int HD> struct RecurrenceGroupKernel {
+  static constexpr auto fn = gdn_recurrence_group_kernel<TX, HD>;
+};
 template <typename TX, int HD> struct StepKernel { static constexpr auto fn = gdn_step_kernel<TX, HD>; };
 
 }  // namespace
@@ -372,7 +374,8 @@ void gdn_conv(const GdnShape& g, const GdnLayer* table, int layer, int n_layers,
   if (g.dk > kMaxDk || g.dv > kGdnThreads) fail("gdn: head dims {}x{} above {}", g.dk, g.dv, kMaxDk);
   const int segs = 2 * g.Hk + ceil_div(g.Hv * g.dv, kGdnThreads);
   const dim3 grid(unsigned(segs), unsigned(T + 1), unsigned(n_layers));
-  CUDA_CHECK(launch_kernel(gdn_conv_kernel, grid, kGdnThreads, 0, s, g, table, layer, T, parity, invert, skip_out ? 1 : 0));
+  CUDA_CHECK(
+      launch_kernel(gdn_conv_kernel, grid, kGdnThreads, 0, s, g, table, layer, T, parity, invert, skip_out ? 1 : 0));
   CUDA_CHECK_LAUNCH("gdn_conv_kernel");
 }
 
@@ -403,8 +406,8 @@ void gdn_rollback_group(const GdnShape& g, const GdnReplay* entries, int n_entri
   if (g.dk > kMaxDk || g.dv > kGdnThreads) fail("gdn: head dims {}x{} above {}", g.dk, g.dv, kMaxDk);
   const int segs = 2 * g.Hk + ceil_div(g.Hv * g.dv, kGdnThreads);
   const dim3 grid(unsigned(segs + g.Hv), unsigned(n_layers), unsigned(n_entries));
-  if (full_head(g)) CUDA_CHECK(launch_kernel(gdn_rollback_group_kernel<kFullHead>, grid, kRecThreads, 0, s, g, entries, segs));
-  else CUDA_CHECK(launch_kernel(gdn_rollback_group_kernel<0>, grid, kRecThreads, 0, s, g, entries, segs));
+  const auto kernel = full_head(g) ? gdn_rollback_group_kernel<kFullHead> : gdn_rollback_group_kernel<0>;
+  CUDA_CHECK(launch_kernel(kernel, grid, kRecThreads, 0, s, g, entries, segs));
   CUDA_CHECK_LAUNCH("gdn_rollback_group_kernel");
 }
 
