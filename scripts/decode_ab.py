@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Compares two binaries' `nextn bench decode --json` runs taken in one device
-call (A, B, A, B per preset): per preset, each run's median decode tokens/s
-and roofline share, the median over each side's runs, and B / A. Prints
-markdown; --json OUT writes the rows the decode record's JSON holds.
+call (A, B, A, B per preset and block size): per preset and block size K,
+each run's median decode tokens/s and roofline share (K = 1) or median ms
+per speculative round (K > 1), the median over each side's runs, and B / A.
+Prints markdown; --json OUT writes the rows the decode record's JSON holds.
 
     python3 scripts/decode_ab.py --a 'decode_*_base_*.json' --b 'decode_*_new_*.json' \
         --commit-a 0123abc --commit-b 4567def [--json ab.json]
@@ -15,7 +16,7 @@ import sys
 
 
 def load(pattern):
-    runs = {}  # preset -> [(tok/s median, min, max, roofline share, quant)]
+    runs = {}  # (preset, quant, K) -> [(tok/s median, min, max, roofline share, repeats, ms per round)]
     for f in sorted(glob.glob(pattern)):
         try:
             j = json.load(open(f))
@@ -26,8 +27,10 @@ def load(pattern):
         preset = model.split()[1]
         quant = model.split("(")[1].split(",")[0]
         d = j["decode_tokens_per_second"]
-        runs.setdefault((preset, quant), []).append(
-            (d["median"], d["min"], d["max"], j["roofline"]["fraction_of_roofline"], d["n"]))
+        k = j["settings"].get("block_size", 1) if j["settings"]["draft"] != "none" else 1
+        share = j.get("roofline", {}).get("fraction_of_roofline", float("nan"))  # none where the bandwidth is unknown
+        rounds = j["decode_ms_per_round"]["median"] if k > 1 else float("nan")
+        runs.setdefault((preset, quant, k), []).append((d["median"], d["min"], d["max"], share, d["n"], rounds))
     if not runs:
         raise ValueError(f"no bench decode JSON object in {pattern}")
     return runs
@@ -47,23 +50,32 @@ def main() -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     rows = []
-    print("| shape | quant | A tok/s: median of runs [runs' medians] | B tok/s | B / A | roofline share A -> B |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| shape | quant | K | A tok/s: median of runs [runs' medians] | B tok/s | B / A | roofline share A -> B "
+          "| ms per round A -> B |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for key in a:
         if key not in b:
             continue
-        ma = statistics.median(r[0] for r in a[key])
-        mb = statistics.median(r[0] for r in b[key])
-        ra = statistics.median(r[3] for r in a[key])
-        rb = statistics.median(r[3] for r in b[key])
+        med = lambda runs, i: statistics.median(r[i] for r in runs)
+        ma, mb = med(a[key], 0), med(b[key], 0)
+        ra, rb = med(a[key], 3), med(b[key], 3)
+        qa, qb = med(a[key], 5), med(b[key], 5)
         fmt = lambda runs: ", ".join(f"{r[0]:.1f}" for r in runs)
-        print(f"| {key[0]} | {key[1]} | {ma:.1f} [{fmt(a[key])}] | {mb:.1f} [{fmt(b[key])}] | {mb / ma:.3f} | "
-              f"{ra:.3f} -> {rb:.3f} |")
-        for side, commit, runs, med, share in (("a", args.commit_a, a[key], ma, ra), ("b", args.commit_b, b[key], mb, rb)):
-            rows.append({"shape": key[0], "quant": key[1], "side": side, "commit": commit,
-                         "decode_tok_s": round(med, 1), "roofline_share": round(share, 4),
-                         "runs": [{"median": round(r[0], 2), "min": round(r[1], 2), "max": round(r[2], 2),
-                                   "repeats": r[4]} for r in runs]})
+        share = f"{ra:.3f} -> {rb:.3f}" if key[2] == 1 else ""
+        rounds = f"{qa:.3f} -> {qb:.3f}" if key[2] > 1 else ""
+        print(f"| {key[0]} | {key[1]} | {key[2]} | {ma:.1f} [{fmt(a[key])}] | {mb:.1f} [{fmt(b[key])}] | "
+              f"{mb / ma:.3f} | {share} | {rounds} |")
+        for side, commit, runs, m, sh, q in (("a", args.commit_a, a[key], ma, ra, qa),
+                                              ("b", args.commit_b, b[key], mb, rb, qb)):
+            row = {"shape": key[0], "quant": key[1], "block_size": key[2], "side": side, "commit": commit,
+                   "decode_tok_s": round(m, 1),
+                   "runs": [{"median": round(r[0], 2), "min": round(r[1], 2), "max": round(r[2], 2),
+                             "repeats": r[4]} for r in runs]}
+            if key[2] == 1:
+                row["roofline_share"] = round(sh, 4) if sh == sh else None  # NaN: unknown (JSON null)
+            else:
+                row["ms_per_round"] = round(q, 4)
+            rows.append(row)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows}, f, indent=1)

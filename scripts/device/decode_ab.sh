@@ -15,8 +15,10 @@
 #           bash scripts/device/decode_ab.sh          # build-cuda/ is still there
 #
 # Environment: NEXTN_BUILD (build-cuda), NEXTN_AB_SIZES ("27b 0.8b 4b"),
-# NEXTN_AB_QUANT (q4), NEXTN_AB_TOKENS (128), NEXTN_AB_BUDGET (480 s: no run
-# starts with fewer than 20 s of it left; lib.sh's step_limit).
+# NEXTN_AB_QUANT (q4), NEXTN_AB_TOKENS (128), NEXTN_AB_BLOCKS ("1": block
+# sizes; K > 1 runs --draft mtp --block-size K and compares ms per round),
+# NEXTN_AB_BUDGET (480 s: no run starts with fewer than 20 s of it left;
+# lib.sh's step_limit).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/device/lib.sh
@@ -34,14 +36,19 @@ base_commit=$(head -1 "base/$BUILD/COMMIT")
 new_commit=$(head -1 "$BUILD/COMMIT")
 say "base $base_commit, new $new_commit"
 for size in ${NEXTN_AB_SIZES:-27b 0.8b 4b}; do
-  for side in base new base new; do
-    limit=$(step_limit "decode $size $side" 120) || continue
-    bin=$BUILD/nextn
-    [ $side = base ] && bin=base/$BUILD/nextn
-    f=$OUT/ab/decode_${size}_${side}_$(date +%s%N).json
-    timeout "$limit" "$bin" bench decode --backend cuda --preset "qwen3.5-$size" --quant "${NEXTN_AB_QUANT:-q4}" \
-      --prompt-len 16 -n "${NEXTN_AB_TOKENS:-128}" --repeats 3 --json >"$f" 2>>"$LOG/decode_${size}_${side}.err"
-    say "decode $size $side: exit $?"
+  for k in ${NEXTN_AB_BLOCKS:-1}; do
+    draft=()
+    [ "$k" -gt 1 ] && draft=(--draft mtp --block-size "$k")
+    for side in base new base new; do
+      limit=$(step_limit "decode $size K=$k $side" 120) || continue
+      bin=$BUILD/nextn
+      [ $side = base ] && bin=base/$BUILD/nextn
+      f=$OUT/ab/decode_${size}_k${k}_${side}_$(date +%s%N).json
+      timeout "$limit" "$bin" bench decode --backend cuda --preset "qwen3.5-$size" --quant "${NEXTN_AB_QUANT:-q4}" \
+        --prompt-len 16 -n "${NEXTN_AB_TOKENS:-128}" --repeats 3 "${draft[@]}" --json >"$f" \
+        2>>"$LOG/decode_${size}_k${k}_${side}.err"
+      say "decode $size K=$k $side: exit $?"
+    done
   done
 done
 python3 scripts/decode_ab.py --a "$OUT/ab/decode_*_base_*.json" --b "$OUT/ab/decode_*_new_*.json" \

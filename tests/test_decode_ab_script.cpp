@@ -1,0 +1,61 @@
+// scripts/decode_ab.py, flow only: real `nextn bench decode --json` objects
+// from the CPU backend (a tiny in-memory preset, plain and K = 4), two
+// "binaries" A and B, compared as scripts/device/decode_ab.sh compares them,
+// so a broken comparison is found here and not after a device call.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli_util.h"
+
+namespace nextn {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(DecodeAbScript, ComparesDecodeAndSpeculativeRoundsPerBlockSize) {
+  if (std::system("python3 -c 'import json' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3 for decode_ab.py";
+  const std::string root = fs::path(NEXTN_FIXTURES).parent_path().parent_path().string();
+  test::TempDir out;
+  for (const char* side : {"base", "new"})
+    for (int k : {1, 4}) {
+      const std::string draft = k > 1 ? " --draft mtp --block-size 4" : "";
+      const std::string f = out.str() + "/decode_tiny_k" + std::to_string(k) + "_" + side + ".json";
+      const std::string cmd = std::string(NEXTN_BINARY) +
+                              " bench decode --backend cpu --preset test-tiny --quant q4 --prompt-len 4 -n 8 "
+                              "--repeats 1" + draft + " --json >" + f + " 2>" + out.str() + "/stderr";
+      ASSERT_EQ(std::system(cmd.c_str()), 0) << test::read_file(out.str() + "/stderr");
+    }
+  const std::string md = out.str() + "/ab.md", js = out.str() + "/ab.json";
+  const std::string cmd = "python3 " + root + "/scripts/decode_ab.py --a '" + out.str() + "/decode_*_base.json' --b '" +
+                          out.str() + "/decode_*_new.json' --commit-a aaa --commit-b bbb --json " + js + " >" + md +
+                          " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << test::read_file(md);
+  const std::string table = test::read_file(md);
+  EXPECT_NE(table.find("| test-tiny | q4 | 1 |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| test-tiny | q4 | 4 |"), std::string::npos) << table;
+  const auto j = nlohmann::json::parse(test::read_file(js));
+  ASSERT_EQ(j["rows"].size(), 4u) << j.dump();  // (K = 1, 4) x (a, b)
+  for (const auto& row : j["rows"]) {
+    EXPECT_EQ(row["commit"], row["side"] == "a" ? "aaa" : "bbb");
+    EXPECT_GT(row["decode_tok_s"].get<double>(), 0.0);
+    if (row["block_size"] == 1) {
+      EXPECT_TRUE(row.contains("roofline_share")) << row.dump();
+      EXPECT_FALSE(row.contains("ms_per_round")) << row.dump();
+    } else {
+      EXPECT_EQ(row["block_size"], 4);
+      EXPECT_GT(row["ms_per_round"].get<double>(), 0.0) << row.dump();
+    }
+  }
+  // A glob that matches nothing is an error with one line, not a traceback.
+  const std::string bad = "python3 " + root + "/scripts/decode_ab.py --a '" + out.str() + "/none_*.json' --b '" +
+                          out.str() + "/decode_*_new.json' --commit-a a --commit-b b >" + md + " 2>&1";
+  EXPECT_NE(std::system(bad.c_str()), 0);
+  EXPECT_NE(test::read_file(md).find("error: no bench decode JSON object"), std::string::npos) << test::read_file(md);
+}
+
+}  // namespace
+}  // namespace nextn
