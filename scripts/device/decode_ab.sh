@@ -4,13 +4,17 @@
 # the order base, new, base, new (the same machine state for both), then
 # scripts/decode_ab.py's table and JSON (decode-h200-<date>.md's method).
 #
-# The tracked tree (about 56 MiB) and two binaries do not fit one call's
-# 64 MiB, so the binaries travel in two calls on one warm machine:
+# The tracked tree (about 55 MiB) and two binaries do not fit one call's
+# 64 MiB. Either the paths no device call reads stay behind
+# (scripts/device/carry_trim.sh, about 47 MiB then) and both binaries travel
+# in one call, or they travel in two calls on one warm machine:
 #
 #   here:   git stash / checkout the base; scripts/device/prepare.sh;
 #           bash scripts/device/pack_base.sh          # build-base.tar.xz: its nextn alone
 #           back to the change; scripts/device/prepare.sh
-#   call 1, carry build-cuda.tar.xz: bash scripts/device/run.sh (or any test run; it unpacks build-cuda/)
+#   one call: bash scripts/device/carry_trim.sh on; carry both archives:
+#           bash scripts/device/run.sh; bash scripts/device/decode_ab.sh   (then carry_trim.sh off here)
+#   or call 1, carry build-cuda.tar.xz: bash scripts/device/run.sh (or any test run; it unpacks build-cuda/)
 #   call 2 within the machine's idle release (30 s), carry build-base.tar.xz:
 #           bash scripts/device/decode_ab.sh          # build-cuda/ is still there
 #
