@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -23,11 +24,10 @@ TEST(DecodeAbScript, ComparesDecodeAndSpeculativeRoundsPerBlockSize) {
   for (const char* side : {"base", "new"})
     for (int k : {1, 4}) {
       const std::string draft = k > 1 ? " --draft mtp --block-size 4" : "";
-      const std::string f = out.str() + "/decode_tiny_k" + std::to_string(k) + "_" + side + ".json";
-      const std::string cmd = std::string(NEXTN_BINARY) +
-                              " bench decode --backend cpu --preset test-tiny --quant q4 --prompt-len 4 -n 8 "
-                              "--repeats 1" + draft + " --json >" + f + " 2>" + out.str() + "/stderr";
-      ASSERT_EQ(std::system(cmd.c_str()), 0) << test::read_file(out.str() + "/stderr");
+      const auto r = test::run_cli("bench decode --backend cpu --preset test-tiny --quant q4 --prompt-len 4 -n 8 "
+                                   "--repeats 1 --json" + draft);
+      ASSERT_EQ(r.code, 0) << r.err;
+      std::ofstream(out.str() + "/decode_tiny_k" + std::to_string(k) + "_" + side + ".json") << r.out;
     }
   const std::string md = out.str() + "/ab.md", js = out.str() + "/ab.json";
   const std::string cmd = "python3 " + root + "/scripts/decode_ab.py --a '" + out.str() + "/decode_*_base.json' --b '" +
