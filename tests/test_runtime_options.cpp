@@ -47,7 +47,6 @@ using test::expect_error_naming;
 TEST(RuntimeOptions, ParsersTakeTheirValuesAndNameTheirFlags) {
   EXPECT_EQ(parse_activations("fp32"), Activations::Fp32);
   EXPECT_EQ(parse_activations("bf16"), Activations::Bf16);
-  EXPECT_EQ(parse_pdl_policy("default"), PdlPolicy::Default);
   EXPECT_EQ(parse_pdl_policy("on"), PdlPolicy::On);
   EXPECT_EQ(parse_pdl_policy("off"), PdlPolicy::Off);
   EXPECT_EQ(parse_pdl_policy("multi-row-off"), PdlPolicy::MultiRowOff);
@@ -59,6 +58,7 @@ TEST(RuntimeOptions, ParsersTakeTheirValuesAndNameTheirFlags) {
   EXPECT_EQ(parse_fault("runtime-walk-as-batched"), Fault::RuntimeWalkAsBatched);
   expect_error_naming([] { (void)parse_activations("FP32"); }, "--act");
   expect_error_naming([] { (void)parse_pdl_policy(""); }, "--pdl");
+  expect_error_naming([] { (void)parse_pdl_policy("default"); }, "--pdl");
   expect_error_naming([] { (void)parse_walk_variant("split"); }, "--walk");
   expect_error_naming([] { (void)parse_prefill_path("split"); }, "--prefill");
   expect_error_naming([] { (void)parse_graphs("1"); }, "--graphs");
@@ -67,7 +67,7 @@ TEST(RuntimeOptions, ParsersTakeTheirValuesAndNameTheirFlags) {
   EXPECT_TRUE(d.cuda_graphs);
   EXPECT_TRUE(d.prefill_gemm);
   EXPECT_FALSE(d.profile);
-  EXPECT_EQ(d.pdl, PdlPolicy::Default);
+  EXPECT_EQ(d.pdl, PdlPolicy::Off);
   EXPECT_EQ(d.fault, Fault::None);
 }
 

@@ -70,8 +70,8 @@ void add_runtime_options(CLI::App* cmd, RuntimeArgs* a) {
 void add_runtime_bench_options(CLI::App* cmd, RuntimeArgs* a) {
   cmd->add_option("--graphs", a->graphs, "CUDA: on (default) or off (the same kernels launched without graphs)");
   cmd->add_option("--pdl", a->pdl,
-                  "CUDA programmatic dependent launch: default (multi-row forwards without it at hidden size >= 5120), "
-                  "on, off or multi-row-off");
+                  "CUDA programmatic dependent launch: off (default, the measured choice), on, or "
+                  "multi-row-off (only forwards of more than one row without it)");
   cmd->add_option("--prefill", a->prefill,
                   "CUDA prompts over 64 tokens: gemm (default: the prefill GEMMs) or chunked (the 64-row graphs)");
 }

@@ -34,7 +34,7 @@ std::string model_dir_or_default(const std::string& dir);
 // --prefill). runtime_options parses them, Error naming the flag.
 struct RuntimeArgs {
   int threads = 0, tensor_parallel = 1;
-  std::string act = "bf16", fp8_matmul = "w8a16", graphs = "on", pdl = "default", prefill = "gemm";
+  std::string act = "bf16", fp8_matmul = "w8a16", graphs = "on", pdl = "off", prefill = "gemm";
 };
 void add_runtime_options(CLI::App* cmd, RuntimeArgs* args);
 void add_runtime_bench_options(CLI::App* cmd, RuntimeArgs* args);

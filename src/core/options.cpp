@@ -17,11 +17,10 @@ Fp8Matmul parse_fp8_matmul(const std::string& text) {
 }
 
 PdlPolicy parse_pdl_policy(const std::string& text) {
-  if (text == "default") return PdlPolicy::Default;
   if (text == "on") return PdlPolicy::On;
   if (text == "off") return PdlPolicy::Off;
   if (text == "multi-row-off") return PdlPolicy::MultiRowOff;
-  fail("--pdl '{}': expected default, on, off or multi-row-off", text);
+  fail("--pdl '{}': expected off, on or multi-row-off", text);
 }
 
 WalkVariant parse_walk_variant(const std::string& text) {

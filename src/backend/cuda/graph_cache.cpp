@@ -7,12 +7,12 @@ namespace nextn::cuda {
 
 GraphCache::GraphCache(const RuntimeOptions& options, cudaStream_t stream, Profiler& prof)
     : use_graphs_(options.cuda_graphs), stream_(stream), prof_(prof) {
-  // PdlPolicy::Default: no graph and no prefill launch with PDL. Measured
+  // PdlPolicy::Off, the default: no graph and no prefill launch with PDL. Measured
   // on 9704bb8 (docs/benchmark_results/decode-h200-2026-12-05c.md): one-row
   // decode took 12.7 % (27B q4), 6.5 % (4B) and 0.8 % (0.8B) less without
   // it, and the K = 4 rounds 0-3.7 % less. (On 12-01, before the folds, the
   // attention split and the GDN step, it was the faster setting.)
-  pdl_off_all_ = options.pdl == PdlPolicy::Off || options.pdl == PdlPolicy::Default;
+  pdl_off_all_ = options.pdl == PdlPolicy::Off;
   pdl_off_multi_row_ = options.pdl == PdlPolicy::MultiRowOff;
 }
 
