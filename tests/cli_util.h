@@ -34,21 +34,26 @@ inline std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-// `args` is appended to the binary path as-is (quote it yourself).
-inline CliResult run_cli(const std::string& args, const std::string& env = "") {
+// A shell command line (sh), the whole line's standard output and error
+// captured apart; `cmd` is used as-is (quote it yourself).
+inline CliResult run_shell(const std::string& cmd) {
   static int counter = 0;
   const auto dir = std::filesystem::temp_directory_path() /
                    ("nextn-cli-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
   std::filesystem::create_directories(dir);
   const std::string out = (dir / "out").string(), err = (dir / "err").string();
-  const std::string cmd = env + " " + NEXTN_BINARY + " " + args + " >" + out + " 2>" + err;
-  const int status = std::system(cmd.c_str());
+  const int status = std::system(("{ " + cmd + "\n} >" + out + " 2>" + err).c_str());
   CliResult r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = read_file(out);
   r.err = read_file(err);
   std::filesystem::remove_all(dir);
   return r;
+}
+
+// `args` is appended to the binary path as-is (quote it yourself).
+inline CliResult run_cli(const std::string& args, const std::string& env = "") {
+  return run_shell(env + " " + NEXTN_BINARY + " " + args);
 }
 
 // A fresh temporary directory, removed by the destructor.

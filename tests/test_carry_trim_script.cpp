@@ -3,7 +3,6 @@
 // nothing untracked is left to travel), `off` gives back the index and the
 // exclude file exactly, and a second `on` is refused.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -17,12 +16,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Runs a shell command in `dir`; returns its exit status, output in `out`.
+// Runs a shell command in `dir`; returns its exit status, output and errors in `out`.
 int sh(const std::string& dir, const std::string& cmd, std::string* out = nullptr) {
-  const std::string log = dir + "/../sh.log";
-  const int rc = std::system(("cd " + dir + " && { " + cmd + "; } >" + log + " 2>&1").c_str());
-  if (out != nullptr) *out = test::read_file(log);
-  return WEXITSTATUS(rc);
+  const auto r = test::run_shell("cd " + dir + " && { " + cmd + "; } 2>&1");
+  if (out != nullptr) *out = r.out;
+  return r.code;
 }
 
 void write(const fs::path& p, const std::string& text) {

@@ -29,12 +29,12 @@ TEST(DecodeAbScript, ComparesDecodeAndSpeculativeRoundsPerBlockSize) {
       ASSERT_EQ(r.code, 0) << r.err;
       std::ofstream(out.str() + "/decode_tiny_k" + std::to_string(k) + "_" + side + ".json") << r.out;
     }
-  const std::string md = out.str() + "/ab.md", js = out.str() + "/ab.json";
-  const std::string cmd = "python3 " + root + "/scripts/decode_ab.py --a '" + out.str() + "/decode_*_base.json' --b '" +
-                          out.str() + "/decode_*_new.json' --commit-a aaa --commit-b bbb --json " + js + " >" + md +
-                          " 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << test::read_file(md);
-  const std::string table = test::read_file(md);
+  const std::string js = out.str() + "/ab.json";
+  const auto ab = test::run_shell("python3 " + root + "/scripts/decode_ab.py --a '" + out.str() +
+                                  "/decode_*_base.json' --b '" + out.str() +
+                                  "/decode_*_new.json' --commit-a aaa --commit-b bbb --json " + js);
+  ASSERT_EQ(ab.code, 0) << ab.out << ab.err;
+  const std::string& table = ab.out;
   EXPECT_NE(table.find("| test-tiny | q4 | 1 |"), std::string::npos) << table;
   EXPECT_NE(table.find("| test-tiny | q4 | 4 |"), std::string::npos) << table;
   const auto j = nlohmann::json::parse(test::read_file(js));
@@ -51,10 +51,10 @@ TEST(DecodeAbScript, ComparesDecodeAndSpeculativeRoundsPerBlockSize) {
     }
   }
   // A glob that matches nothing is an error with one line, not a traceback.
-  const std::string bad = "python3 " + root + "/scripts/decode_ab.py --a '" + out.str() + "/none_*.json' --b '" +
-                          out.str() + "/decode_*_new.json' --commit-a a --commit-b b >" + md + " 2>&1";
-  EXPECT_NE(std::system(bad.c_str()), 0);
-  EXPECT_NE(test::read_file(md).find("error: no bench decode JSON object"), std::string::npos) << test::read_file(md);
+  const auto bad = test::run_shell("python3 " + root + "/scripts/decode_ab.py --a '" + out.str() + "/none_*.json' --b '" +
+                                   out.str() + "/decode_*_new.json' --commit-a a --commit-b b");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("error: no bench decode JSON object"), std::string::npos) << bad.out << bad.err;
 }
 
 }  // namespace

@@ -24,9 +24,9 @@ TEST(SweepScript, CpuFlowWritesGuardAndRunsAndTables) {
   const std::string cmd = "OUT=" + out.str() + " NEXTN_BUILD=" + build +
                           " NEXTN_SWEEP_BACKEND=cpu NEXTN_SWEEP_MODELS='tiny=@" + fixture +
                           "' NEXTN_SWEEP_K=3,4 NEXTN_SWEEP_RATES='0.8' NEXTN_SWEEP_WHILE_RATES='0.8' NEXTN_SWEEP_REPEATS=1 NEXTN_SWEEP_N=12 "
-                          "NEXTN_SWEEP_BUDGET=300 bash " + root + "/scripts/device/sweep_verify.sh >" + out.str() +
-                          "/stdout 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << test::read_file(out.str() + "/stdout");
+                          "NEXTN_SWEEP_BUDGET=300 bash " + root + "/scripts/device/sweep_verify.sh";
+  const auto sweep = test::run_shell(cmd);
+  ASSERT_EQ(sweep.code, 0) << sweep.out << sweep.err;
   const auto guard = nlohmann::json::parse(test::read_file(out.str() + "/json/guard.json"));
   EXPECT_EQ(guard["verdict"], "PASS") << guard.dump();
   EXPECT_EQ(guard["exit"], 2);
@@ -41,12 +41,9 @@ TEST(SweepScript, CpuFlowWritesGuardAndRunsAndTables) {
   EXPECT_EQ(alt_walk["arms"].size(), 4u);  // batched, walk at K = 3, 4
   EXPECT_TRUE(fs::exists(out.str() + "/logs.tar.gz"));
   if (std::system("python3 -c 'import json' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3 for sweep_tables.py";
-  const std::string tables = out.str() + "/tables.md";
-  ASSERT_EQ(std::system(("python3 " + root + "/scripts/device/sweep_tables.py " + out.str() + " " + out.str() + " >" +
-                         tables + " 2>&1").c_str()),
-            0)
-      << test::read_file(tables);
-  const std::string md = test::read_file(tables);
+  const auto tables = test::run_shell("python3 " + root + "/scripts/device/sweep_tables.py " + out.str() + " " + out.str());
+  ASSERT_EQ(tables.code, 0) << tables.out << tables.err;
+  const std::string& md = tables.out;
   for (const char* s : {"Guard: --fault runtime-walk-as-batched on cpu: exit 2", "draft cost mtp, oracle acceptance 0.8",
                         "| 4 | walk |", "WHILE-graph walk (--walk while)", "Winners per K",
                         "Spread between the two calls"})
