@@ -4,6 +4,7 @@
 // so a broken comparison is found here and not after a device call.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -54,7 +55,8 @@ TEST(DecodeAbScript, ComparesDecodeAndSpeculativeRoundsPerBlockSize) {
   const auto bad = test::run_shell("python3 " + root + "/scripts/decode_ab.py --a '" + out.str() + "/none_*.json' --b '" +
                                    out.str() + "/decode_*_new.json' --commit-a a --commit-b b");
   EXPECT_NE(bad.code, 0);
-  EXPECT_NE(bad.err.find("error: no bench decode JSON object"), std::string::npos) << bad.out << bad.err;
+  EXPECT_EQ(bad.err.rfind("error: no bench decode JSON object", 0), 0u) << bad.err;
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
 }
 
 }  // namespace
