@@ -204,6 +204,16 @@ TEST(CudaGdn, MatchesCpuStepsAndRollback) {
 }
 
 
+// The step stages a step's conv inputs in shared rows sized for 4 taps:
+// longer convs go to the two kernels (a host decision, no GPU needed).
+TEST(CudaGdn, StepTakesConvsOfAtMostFourTaps) {
+  for (int K = 1; K <= 6; ++K) {
+    const cuda::GdnShape g{16, 48, 128, 128, K, 1e-6f};
+    EXPECT_EQ(cuda::gdn_step_fits(g, 1), K <= 4) << "K " << K;
+    EXPECT_EQ(cuda::gdn_step_fits(g, cuda::kGdnStepRows), K <= 4) << "K " << K;
+  }
+}
+
 // The one-launch decode step (gdn_step) writes what gdn_conv then
 // gdn_recurrence write, bit for bit: y, the new S and conv state, and the
 // conv_out rows a later rollback replays from; for every width it takes,
@@ -216,7 +226,7 @@ TEST(CudaGdn, StepIsTheConvThenTheRecurrence) {
   std::mt19937_64 rng(seed);
   for (Act act : {Act::F32, Act::BF16}) {
     for (const cuda::GdnShape& g : {cuda::GdnShape{2, 4, 32, 16, 4, 1e-6f}, cuda::GdnShape{4, 4, 64, 128, 4, 1e-6f},
-                                    cuda::GdnShape{16, 48, 128, 128, 4, 1e-6f}}) {
+                                    cuda::GdnShape{16, 48, 128, 128, 4, 1e-6f}, cuda::GdnShape{2, 4, 32, 16, 2, 1e-6f}}) {
       const int cd = g.conv_dim();
       ASSERT_FALSE(cuda::gdn_step_fits(g, cuda::kGdnStepRows + 1));
       for (int T = 1; T <= cuda::kGdnStepRows; ++T) {

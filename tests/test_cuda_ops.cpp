@@ -448,6 +448,7 @@ TEST(CudaOps, AttentionMatchesCpuAndIsBatchInvariant) {
       dqn.put(qn);
       dkn.put(kn);
       dinv.put(inv);
+      ASSERT_EQ(cudaMemset(part.p, 0, size_t(cuda::attn_counter_bytes(a))), cudaSuccess);  // the splits' counters
       dpos.put(std::vector<int>{c.pos});
       test::PagedKv kv(c.max_tokens, size_t(kv_row) * esz);
       if (act == Act::F32) {
@@ -509,6 +510,9 @@ TEST(CudaOps, AttentionMatchesCpuAndIsBatchInvariant) {
         const auto o1 = out1.get<uint8_t>(size_t(a.Hq) * hd * esz);
         EXPECT_EQ(0, std::memcmp(o1.data(), &out_raw[size_t(t) * a.Hq * hd * esz], o1.size())) << "query " << t;
       }
+      // every call left the splits' counters at zero for the next
+      const auto counters = part.get<int>(size_t(cuda::attn_counter_bytes(a)) / 4);
+      EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), long(counters.size()));
     }
   }
 }

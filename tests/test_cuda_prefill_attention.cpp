@@ -63,6 +63,7 @@ TEST(CudaOps, PrefillAttentionCloseToDecodeKernel) {
         part(size_t(cuda::attn_partial_floats(a, max_tokens)) * 4);
     dq.put(q);
     dproj.put(proj);
+    ASSERT_EQ(cudaMemset(part.p, 0, size_t(cuda::attn_counter_bytes(a))), cudaSuccess);  // the splits' counters
     std::vector<int> pos;
     for (int t0 = 0; t0 < c.T; t0 += cuda::kMaxRows) pos.push_back(c.pos0 + t0);
     dpos.put(pos);

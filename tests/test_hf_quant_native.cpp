@@ -191,7 +191,9 @@ void check_case(const Case& c) {
     // Equal as values: where q == zero the affine form gives +0 (s*q + -(s*q))
     // and the dequantized one s * 0, -0 for a negative scale; no sum differs.
     for (size_t k = 0; k < a.size(); ++k) ASSERT_EQ(a[k], b[k]) << "row " << r << " column " << k;
-    if (c.codec != WeightCodec::Affine) ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "row " << r;
+    if (c.codec != WeightCodec::Affine) {
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "row " << r;
+    }
   }
   fs::remove_all(dir);
 }

@@ -56,8 +56,12 @@ TEST(MoeFixtures, CoverEveryExpertLayoutWithTheirMtpLayers) {
     ck.validate();
     const ExpertLayout layout = expert_layout(ck, "layers.0");
     seen.insert(layout);
-    if (ck.mtp_layers() > 0) EXPECT_EQ(expert_layout(ck, "mtp.layers.0"), layout) << dir;
-    if (layout != ExpertLayout::SwitchMlp) EXPECT_EQ(ck.mtp_layers(), 1) << dir << ": the MTP layer is a MoE layer too";
+    if (ck.mtp_layers() > 0) {
+      EXPECT_EQ(expert_layout(ck, "mtp.layers.0"), layout) << dir;
+    }
+    if (layout != ExpertLayout::SwitchMlp) {
+      EXPECT_EQ(ck.mtp_layers(), 1) << dir << ": the MTP layer is a MoE layer too";
+    }
   }
   EXPECT_EQ(seen, (std::set<ExpertLayout>{ExpertLayout::PerExpert, ExpertLayout::Stacked, ExpertLayout::SwitchMlp}));
 }

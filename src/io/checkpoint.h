@@ -57,7 +57,7 @@ struct WeightRef {
   WeightCodec native_codec = WeightCodec::Dense;
   QuantParams quant;  // bits == 0 when dense (Fp8: 8)
   int64_t rows = 0, cols = 0;
-  std::shared_ptr<const DecodedMatrix> decoded;  // keeps a dequantized `weight` alive
+  std::shared_ptr<const DecodedMatrix> decoded = nullptr;  // keeps a dequantized `weight` alive
   std::shared_ptr<const SliceViews> slice = nullptr;  // keeps the views of a stacked expert's slice alive
   const TensorView* zeros = nullptr;  // ZeroInt: F32 [rows, cols/group], each an integer
   bool quantized() const { return scales != nullptr; }

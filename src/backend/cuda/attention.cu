@@ -4,8 +4,9 @@
 // RoPE at the token's absolute position, K/V stored into the cache.
 // attention: keys split at fixed 256-key boundaries counted from key 0, one
 // partial (max, sum, weighted values) per split computed in a fixed order,
-// then the splits combined in split order. A query's result depends only on
-// its position and the cache, never on how many queries share the launch.
+// then the splits combined in split order by the last of the query's blocks
+// to finish (one launch). A query's result depends only on its position and
+// the cache, never on how many queries share the launch.
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/launch.cuh"
@@ -127,14 +128,47 @@ __device__ __forceinline__ const TX* split_row(void* const* blocks, const KvBloc
          (size_t(kv.layer * 2 + which) * kKvBlockTokens + size_t(j % kKvBlockTokens)) * size_t(row);
 }
 
+// Head h of token t, dim d = threadIdx.x: combine the splits in split order,
+// divide, gate. The partials come from other blocks: read through L2.
+template <typename TX>
+__device__ void attn_combine_at(const AttnShape& a, const float* partial, int max_splits, const float* proj, int ld,
+                                int pos0, TX* out, int h, int t) {
+  const int d = threadIdx.x, hd = a.hd;
+  const int nk = pos0 + t + 1;
+  const int nsplit = (nk + kAttnSplit - 1) / kAttnSplit;
+  const float* base = partial + (size_t(t) * a.Hq + h) * max_splits * (hd + 2);
+  float M = -INFINITY;
+  for (int s = 0; s < nsplit; ++s) M = fmaxf(M, __ldcg(base + size_t(s) * (hd + 2)));
+  float L = 0.0f, O = 0.0f;
+  for (int s = 0; s < nsplit; ++s) {
+    const float* p = base + size_t(s) * (hd + 2);
+    const float e = expf(__fsub_rn(__ldcg(p), M));
+    L = add_rn(L, mul_rn(__ldcg(p + 1), e));
+    O = add_rn(O, mul_rn(__ldcg(p + 2 + d), e));
+  }
+  const float gate = proj[size_t(t) * ld + size_t(h) * 2 * hd + hd + d];
+  out[size_t(t) * a.Hq * hd + size_t(h) * hd + d] = from_f32<TX>(mul_rn(__fdiv_rn(O, L), sigmoid(gate)));
+}
+
+// The partial buffer: a counter per (token, head) first (kMaxRows x Hq ints,
+// zero between calls), then the partials [T][Hq][max_splits][hd + 2].
+__host__ __device__ constexpr int counter_floats(const AttnShape& a) { return (kMaxRows * a.Hq + 31) / 32 * 32; }
+
 // One split of query (h, t)'s keys, in a fixed order whatever the number of
 // queries: score j = scale * (the warp's butterfly over its lanes of each
 // lane's 8 products in dim order); the softmax over the split; each warp's
 // weighted values over its keys (j = w, w + 8, ... in order), then the warps'
 // sums in warp order.
+//
+// Then the block counts itself in at (t, h)'s counter; the last of the
+// query's working blocks (slots < nsplit do no split) combines the splits
+// into out, row t (attn_combine_at), and zeroes the counter.
 template <typename TX>
-__device__ void attn_split_at(const AttnShape& a, const float* q, KvBlocks kv, int pos0,
-                              int max_splits, float scale, float* partial, int slot, int slots, int h, int t) {
+__device__ void attn_split_at(const AttnShape& a, const float* q, KvBlocks kv, int pos0, int max_splits, float scale,
+                              float* buffer, int slot, int slots, int h, int t, const float* proj, int ld, TX* out) {
+  __shared__ int last;
+  int* counter = reinterpret_cast<int*>(buffer) + t * a.Hq + h;
+  float* partial = buffer + counter_floats(a);
   __shared__ float qs[kMaxHeadDim];
   __shared__ float sc[kAttnSplit];
   __shared__ float part[kAttnWarps][kMaxHeadDim];
@@ -189,10 +223,10 @@ __device__ void attn_split_at(const AttnShape& a, const float* q, KvBlocks kv, i
       l = add_rn(l, p);
     }
     l = block_sum(l, scratch);  // its barriers also publish sc
-    float* out = partial + ((size_t(t) * a.Hq + h) * max_splits + s) * (hd + 2);
+    float* mine = partial + ((size_t(t) * a.Hq + h) * max_splits + s) * (hd + 2);
     if (threadIdx.x == 0) {
-      out[0] = m;
-      out[1] = l;
+      mine[0] = m;
+      mine[1] = l;
     }
     float acc[kLaneDims] = {};
     for (int j0 = warp; j0 < n; j0 += kAttnWarps * kValueBatch) {
@@ -218,9 +252,17 @@ __device__ void attn_split_at(const AttnShape& a, const float* q, KvBlocks kv, i
     for (int d = threadIdx.x; d < hd; d += kAttnThreads) {
       float o = 0.0f;
       for (int w = 0; w < kAttnWarps; ++w) o = add_rn(o, part[w][d]);
-      out[2 + d] = o;
+      mine[2 + d] = o;
     }
   }
+  __threadfence();  // this block's partials, before its count
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == min(slots, nsplit) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (int(threadIdx.x) < hd) attn_combine_at<TX>(a, partial, max_splits, proj, ld, pos0, out, h, t);
+  if (threadIdx.x == 0) *counter = 0;
 }
 
 // Block (slot, head, token) handles splits slot, slot + gridDim.x, ... of
@@ -228,67 +270,27 @@ __device__ void attn_split_at(const AttnShape& a, const float* q, KvBlocks kv, i
 // so the number of slots changes no bits. Partial layout:
 // [T][Hq][max_splits][hd + 2] = (max, sum, acc[hd]).
 template <typename TX>
-__global__ void __launch_bounds__(kAttnThreads) attn_split_kernel(AttnShape a, const float* q, KvBlocks kv,
-                                                                  const int* pos0, int max_splits, float scale,
-                                                                  float* partial) {
+__global__ void __launch_bounds__(kAttnThreads)
+    attn_split_kernel(AttnShape a, const float* q, KvBlocks kv, const int* pos0, int max_splits, float scale,
+                      float* partial, const float* proj, int ld, TX* out) {
   pdl_prologue();
-  attn_split_at<TX>(a, q, kv, *pos0, max_splits, scale, partial, blockIdx.x, gridDim.x, blockIdx.y, blockIdx.z);
+  attn_split_at<TX>(a, q, kv, *pos0, max_splits, scale, partial, blockIdx.x, gridDim.x, blockIdx.y, blockIdx.z, proj,
+                    ld, out);
 }
 
 // The group pass: z = entry * max_T + token; each entry its own cache,
 // position and partial buffer.
 template <typename TX>
-__global__ void __launch_bounds__(kAttnThreads) attn_split_group_kernel(AttnShape a, const GroupEntry* entries,
-                                                                        int max_T, int kv_layer, const float* q,
-                                                                        float scale) {
+__global__ void __launch_bounds__(kAttnThreads)
+    attn_split_group_kernel(AttnShape a, const GroupEntry* entries, int max_T, int kv_layer, const float* q,
+                            float scale, const float* proj, int ld, TX* out) {
   pdl_prologue();
   const GroupEntry& e = entries[blockIdx.z / max_T];
   const int t = blockIdx.z % max_T;
   if (t >= e.T) return;
   attn_split_at<TX>(a, q + size_t(e.row) * a.Hq * a.hd, KvBlocks{e.kv_blocks, kv_layer}, *e.pos, e.max_splits,
-                    scale, e.attn_partial, blockIdx.x, gridDim.x, blockIdx.y, t);
-}
-
-// Head h of token t: combine the splits in split order, divide, gate.
-template <typename TX>
-__device__ void attn_combine_at(const AttnShape& a, const float* partial, int max_splits, const float* proj, int ld,
-                                int pos0, TX* out, int h, int t) {
-  const int d = threadIdx.x, hd = a.hd;
-  const int nk = pos0 + t + 1;
-  const int nsplit = (nk + kAttnSplit - 1) / kAttnSplit;
-  const float* base = partial + (size_t(t) * a.Hq + h) * max_splits * (hd + 2);
-  float M = -INFINITY;
-  for (int s = 0; s < nsplit; ++s) M = fmaxf(M, base[size_t(s) * (hd + 2)]);
-  float L = 0.0f, O = 0.0f;
-  for (int s = 0; s < nsplit; ++s) {
-    const float* p = base + size_t(s) * (hd + 2);
-    const float e = expf(__fsub_rn(p[0], M));
-    L = add_rn(L, mul_rn(p[1], e));
-    O = add_rn(O, mul_rn(p[2 + d], e));
-  }
-  const float gate = proj[size_t(t) * ld + size_t(h) * 2 * hd + hd + d];
-  out[size_t(t) * a.Hq * hd + size_t(h) * hd + d] = from_f32<TX>(mul_rn(__fdiv_rn(O, L), sigmoid(gate)));
-}
-
-template <typename TX>
-__global__ void __launch_bounds__(kMaxHeadDim) attn_combine_kernel(AttnShape a, const float* partial, int max_splits,
-                                                                   const float* proj, int ld, const int* pos0,
-                                                                   TX* out) {
-  pdl_prologue();
-  attn_combine_at(a, partial, max_splits, proj, ld, *pos0, out, blockIdx.x, blockIdx.y);
-}
-
-// The group pass: block (head, entry * max_T + token).
-template <typename TX>
-__global__ void __launch_bounds__(kMaxHeadDim) attn_combine_group_kernel(AttnShape a, const GroupEntry* entries,
-                                                                         int max_T, const float* proj, int ld,
-                                                                         TX* out) {
-  pdl_prologue();
-  const GroupEntry& e = entries[blockIdx.y / max_T];
-  const int t = blockIdx.y % max_T;
-  if (t >= e.T) return;
-  attn_combine_at(a, e.attn_partial, e.max_splits, proj + size_t(e.row) * ld, ld, *e.pos,
-                  out + size_t(e.row) * a.Hq * a.hd, blockIdx.x, t);
+                    scale, e.attn_partial, blockIdx.x, gridDim.x, blockIdx.y, t, proj + size_t(e.row) * ld, ld,
+                    out + size_t(e.row) * a.Hq * a.hd);
 }
 
 int max_splits_for(int max_tokens) { return ceil_div(max_tokens, kAttnSplit); }
@@ -303,8 +305,10 @@ void check_head_dim(const AttnShape& a) {
 }  // namespace
 
 int64_t attn_partial_floats(const AttnShape& a, int max_tokens, int max_rows) {
-  return int64_t(max_rows) * a.Hq * max_splits_for(max_tokens) * (a.hd + 2);
+  return counter_floats(a) + int64_t(max_rows) * a.Hq * max_splits_for(max_tokens) * (a.hd + 2);
 }
+
+int64_t attn_counter_bytes(const AttnShape& a) { return int64_t(counter_floats(a)) * 4; }
 
 void attn_prepare(const AttnShape& a, const float* proj, int ld, int T, const float* q_norm, const float* k_norm,
                   const float* inv_freq, const int* pos, float* qout, KvBlocks kv, Act act, cudaStream_t s) {
@@ -322,25 +326,18 @@ void attn_prepare(const AttnShape& a, const float* proj, int ld, int T, const fl
 void attention(const AttnShape& a, const float* q, KvBlocks kv, Act act, const float* proj, int ld, int T,
                const int* pos, int max_tokens, float* partial, void* out, cudaStream_t s) {
   check_head_dim(a);
+  if (T < 1 || T > kMaxRows) fail("attention: {} queries outside [1, {}]", T, kMaxRows);
   const int max_splits = max_splits_for(max_tokens);
   // Slots per (head, token): a function of the cache size only.
   const dim3 grid(unsigned(std::min(max_splits, 16)), unsigned(a.Hq), unsigned(T));
   const float scale = 1.0f / sqrtf(float(a.hd));
   if (act == Act::BF16)
     CUDA_CHECK(launch_kernel(attn_split_kernel<bf16>, grid, kAttnThreads, 0, s, a, q, kv, pos, max_splits, scale,
-                             partial));
+                             partial, proj, ld, static_cast<bf16*>(out)));
   else
     CUDA_CHECK(launch_kernel(attn_split_kernel<float>, grid, kAttnThreads, 0, s, a, q, kv, pos, max_splits, scale,
-                             partial));
+                             partial, proj, ld, static_cast<float*>(out)));
   CUDA_CHECK_LAUNCH("attn_split_kernel");
-  const dim3 grid2(unsigned(a.Hq), unsigned(T));
-  if (act == Act::BF16)
-    CUDA_CHECK(launch_kernel(attn_combine_kernel<bf16>, grid2, a.hd, 0, s, a, partial, max_splits, proj, ld, pos,
-                             static_cast<bf16*>(out)));
-  else
-    CUDA_CHECK(launch_kernel(attn_combine_kernel<float>, grid2, a.hd, 0, s, a, partial, max_splits, proj, ld, pos,
-                             static_cast<float*>(out)));
-  CUDA_CHECK_LAUNCH("attn_combine_kernel");
 }
 
 void attention_group(const AttnShape& a, const GroupEntry* entries, int n_entries, int max_T, int kv_layer,
@@ -350,22 +347,17 @@ void attention_group(const AttnShape& a, const GroupEntry* entries, int n_entrie
   const unsigned n = unsigned(n_entries), mt = unsigned(max_T);
   const dim3 prep(unsigned(a.Hq + a.Hkv), mt, n);
   const dim3 split(kGroupAttnSlots, unsigned(a.Hq), n * mt);
-  const dim3 combine(unsigned(a.Hq), n * mt);
   const float scale = 1.0f / sqrtf(float(a.hd));
   if (act == Act::BF16) {
     CUDA_CHECK(launch_kernel(attn_prepare_group_kernel<bf16>, prep, a.hd, 0, s, a, entries, kv_layer, proj, ld, q_norm,
                              k_norm, inv_freq, q));
     CUDA_CHECK(launch_kernel(attn_split_group_kernel<bf16>, split, kAttnThreads, 0, s, a, entries, max_T, kv_layer,
-                             static_cast<const float*>(q), scale));
-    CUDA_CHECK(launch_kernel(attn_combine_group_kernel<bf16>, combine, a.hd, 0, s, a, entries, max_T, proj, ld,
-                             static_cast<bf16*>(out)));
+                             static_cast<const float*>(q), scale, proj, ld, static_cast<bf16*>(out)));
   } else {
     CUDA_CHECK(launch_kernel(attn_prepare_group_kernel<float>, prep, a.hd, 0, s, a, entries, kv_layer, proj, ld,
                              q_norm, k_norm, inv_freq, q));
     CUDA_CHECK(launch_kernel(attn_split_group_kernel<float>, split, kAttnThreads, 0, s, a, entries, max_T, kv_layer,
-                             static_cast<const float*>(q), scale));
-    CUDA_CHECK(launch_kernel(attn_combine_group_kernel<float>, combine, a.hd, 0, s, a, entries, max_T, proj, ld,
-                             static_cast<float*>(out)));
+                             static_cast<const float*>(q), scale, proj, ld, static_cast<float*>(out)));
   }
   CUDA_CHECK_LAUNCH("attention_group");
 }

@@ -128,12 +128,13 @@ __device__ __forceinline__ ConvRows conv_out_rows(const GdnShape& g, const GdnLa
 }
 
 // y_rows: where token t's gated-norm output goes (row t, [rows][Hv*dv]).
-// HD: the head dims when they are compile-time (kFullHead: dk = dv = 128,
-// every Qwen3.5 size), else 0 (read from g). The arithmetic is the same;
-// fixed dims turn each state row's address into an immediate offset and
-// drop the per-row bounds tests, which were most of the instructions (ncu:
-// about 3,500 per warp for a one-token step at 0.8B, four in five integer).
-constexpr int kFullHead = 128;
+// HD: the head dims when they are compile-time (kFullHead: dk = dv = 128
+// and a conv of kFullConv taps, every Qwen3.5 size), else 0 (read from g).
+// The arithmetic is the same; fixed dims turn each state row's address into
+// an immediate offset and drop the per-row bounds tests, which were most of
+// the instructions (ncu: about 3,500 per warp for a one-token step at 0.8B,
+// four in five integer), and a fixed tap count unrolls the step's conv.
+constexpr int kFullHead = 128, kFullConv = 4;
 static_assert(kFullHead == kMaxDk && kFullHead == kGdnThreads, "a full head fills the rows and the columns");
 template <typename TX, int HD>
 __device__ void gdn_recurrence_at(const GdnShape& g, const GdnLayer& L, const ConvRows& rows, int T, int parity,
@@ -229,9 +230,9 @@ __device__ void gdn_recurrence_at(const GdnShape& g, const GdnLayer& L, const Co
 
 
 template <typename TX, int HD>
-__global__ void __launch_bounds__(kRecThreads, 1) gdn_recurrence_kernel(GdnShape g, const GdnLayer* table,
-                                                                        int layer0, int T, const int* parity,
-                                                                        int invert, int replay) {
+__global__ void __launch_bounds__(kRecThreads, HD ? 2 : 1)
+    gdn_recurrence_kernel(GdnShape g, const GdnLayer* table, int layer0, int T, const int* parity, int invert,
+                          int replay) {
   pdl_prologue();
   const GdnLayer L = table[layer0 + blockIdx.y];  // the pointers in registers
   gdn_recurrence_at<TX, HD>(g, L, conv_out_rows(g, L, blockIdx.x), T, *parity ^ invert, replay,
@@ -241,8 +242,8 @@ __global__ void __launch_bounds__(kRecThreads, 1) gdn_recurrence_kernel(GdnShape
 // The group pass: block (value head, entry); y rows beside the other
 // entries' in the pass's shared activation rows.
 template <typename TX, int HD>
-__global__ void __launch_bounds__(kRecThreads, 1) gdn_recurrence_group_kernel(GdnShape g, const GroupEntry* entries,
-                                                                              int layer, TX* y) {
+__global__ void __launch_bounds__(kRecThreads, HD ? 2 : 1)
+    gdn_recurrence_group_kernel(GdnShape g, const GroupEntry* entries, int layer, TX* y) {
   pdl_prologue();
   const GroupEntry& e = entries[blockIdx.y];
   if (e.T == 0) return;
@@ -258,16 +259,50 @@ __global__ void __launch_bounds__(kRecThreads, 1) gdn_recurrence_group_kernel(Gd
 // shape), and threads [0, dv) the head's v channels. The conv_out rows and
 // the new conv state are written as gdn_conv writes them (a key head's
 // channels by the first of its value heads), for a later rollback.
-constexpr int kStateBatch = 4;  // conv-state rows loaded before they are stored
+constexpr int kStepTaps = 4;  // the step's conv taps at most (Qwen3.5: 4; gdn_step_fits)
+constexpr int kStepInputs = kStepTaps - 1 + kGdnStepRows;
+
+// A channel's conv for a step of T tokens. Its inputs, rows [0, K - 1 + T)
+// of [conv state; the step's rows], are all loaded before any is used (one
+// memory round trip for the whole step, not one per token) into this
+// thread's column of shared rows x[kStepInputs][kRecThreads]; its taps stay
+// in registers.
+struct StepConv {
+  float w[kStepTaps];
+  float* x;  // this thread's column: row r at x[r * kRecThreads]
+  __device__ __forceinline__ void load(const GdnLayer& L, const float* st, int cd, int K, int ch, int T, bool active) {
+    float v[kStepInputs];
+#pragma unroll
+    for (int r = 0; r < kStepInputs; ++r) v[r] = active && r < K - 1 + T ? conv_row(L, st, cd, K, ch, r) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < kStepTaps; ++i) w[i] = active && i < K ? L.conv_w[size_t(ch) * K + i] : 0.0f;
+#pragma unroll
+    for (int r = 0; r < kStepInputs; ++r) x[r * kRecThreads] = v[r];
+  }
+  // Token t's output: conv_channel's arithmetic (the taps in order, then SiLU).
+  __device__ __forceinline__ float at(int K, int t) const {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kStepTaps; ++i)
+      if (i < K) s = add_rn(s, mul_rn(w[i], x[(t + i) * kRecThreads]));
+    return silu(s);
+  }
+  // The new conv state: input rows [T, T + K - 1).
+  __device__ __forceinline__ void store_state(float* nst, int cd, int K, int ch, int T) const {
+    for (int r = 0; r < K - 1; ++r) nst[size_t(r) * cd + ch] = x[(T + r) * kRecThreads];
+  }
+};
+
 template <typename TX, int HD>
 __global__ void __launch_bounds__(kRecThreads, 1) gdn_step_kernel(GdnShape g, const GdnLayer* table, int layer, int T,
                                                                   const int* parity) {
   pdl_prologue();
   __shared__ float q_rows[kGdnStepRows][kMaxDk], k_rows[kGdnStepRows][kMaxDk], v_rows[kGdnStepRows][kMaxDk];
   __shared__ float scratch[kRecThreads / 32];
+  __shared__ float conv_in[2][kStepInputs][kRecThreads];  // StepConv's rows: q/k channels, v channels
   const GdnLayer L = table[layer];
   const int dk = HD ? HD : g.dk, dv = HD ? HD : g.dv;
-  const int h = blockIdx.x, cd = g.conv_dim(), kd = g.Hk * dk, K = g.K, ratio = g.Hv / g.Hk;
+  const int h = blockIdx.x, cd = g.conv_dim(), kd = g.Hk * dk, K = HD ? kFullConv : g.K, ratio = g.Hv / g.Hk;
   const int p = *parity & 1;
   const float* st = L.conv_state + size_t(p) * (K - 1) * cd;
   float* nst = L.conv_state + size_t(1 - p) * (K - 1) * cd;
@@ -276,10 +311,14 @@ __global__ void __launch_bounds__(kRecThreads, 1) gdn_step_kernel(GdnShape g, co
   const bool is_k = tid >= kGdnThreads, qk_active = HD == kMaxDk || i < dk, v_active = tid < dv;
   const bool writes_qk = qk_active && h % ratio == 0;
   const int qk_ch = (is_k ? kd : 0) + (h / ratio) * dk + i, v_ch = 2 * kd + h * dv + tid;
+  StepConv qk_conv, v_conv;
+  qk_conv.x = &conv_in[0][0][tid];
+  v_conv.x = &conv_in[1][0][tid];
+  qk_conv.load(L, st, cd, K, qk_ch, T, qk_active);
+  v_conv.load(L, st, cd, K, v_ch, T, v_active);
   for (int t = 0; t < T; ++t) {
-    // Both convs' loads before any store (a load after a store waits for it).
-    const float c = qk_active ? conv_channel(L, st, cd, K, qk_ch, t) : 0.0f;
-    const float v = v_active ? conv_channel(L, st, cd, K, v_ch, t) : 0.0f;
+    const float c = qk_active ? qk_conv.at(K, t) : 0.0f;
+    const float v = v_active ? v_conv.at(K, t) : 0.0f;
     const float ss = warp_sum(mul_rn(c, c));
     __syncthreads();  // scratch read for the previous token
     if (lane == 0) scratch[warp] = ss;
@@ -293,22 +332,8 @@ __global__ void __launch_bounds__(kRecThreads, 1) gdn_step_kernel(GdnShape g, co
       L.conv_out[size_t(t) * cd + v_ch] = v;
     }
   }
-  // The new conv state, its rows loaded before they are stored.
-  for (int r0 = 0; r0 < K - 1; r0 += kStateBatch) {
-    float qk_keep[kStateBatch], v_keep[kStateBatch];
-#pragma unroll
-    for (int r = 0; r < kStateBatch; ++r) {
-      const bool row = r0 + r < K - 1;
-      qk_keep[r] = writes_qk && row ? conv_row(L, st, cd, K, qk_ch, T + r0 + r) : 0.0f;
-      v_keep[r] = v_active && row ? conv_row(L, st, cd, K, v_ch, T + r0 + r) : 0.0f;
-    }
-#pragma unroll
-    for (int r = 0; r < kStateBatch; ++r) {
-      if (r0 + r >= K - 1) break;
-      if (writes_qk) nst[size_t(r0 + r) * cd + qk_ch] = qk_keep[r];
-      if (v_active) nst[size_t(r0 + r) * cd + v_ch] = v_keep[r];
-    }
-  }
+  if (writes_qk) qk_conv.store_state(nst, cd, K, qk_ch, T);
+  if (v_active) v_conv.store_state(nst, cd, K, v_ch, T);
   __syncthreads();
   const ConvRows rows{&q_rows[0][0], &k_rows[0][0], &v_rows[0][0], kMaxDk};
   gdn_recurrence_at<TX, HD>(g, L, rows, T, p, 0, static_cast<TX*>(L.y), h);
@@ -318,10 +343,14 @@ __global__ void __launch_bounds__(kRecThreads, 1) gdn_step_kernel(GdnShape g, co
 // [0, segs) are the conv-state segments (gdn_conv_kernel's block (seg, T)),
 // the rest the value heads of the replayed recurrence. Both read only what
 // the verify forward left (the untouched buffers, the chunk's proj and
-// conv_out rows), so they run side by side.
+// conv_out rows), so they run side by side. A round's rollback is many
+// waves of latency-bound blocks (48 layers x 48 heads on the 27B): the
+// full-head instances of this kernel and the recurrence kernels fit 128
+// registers with no spill, so two blocks share a multiprocessor (the step
+// kernel's one block per head never fills the GPU: it keeps 1).
 template <int HD>
-__global__ void __launch_bounds__(kRecThreads, 1) gdn_rollback_group_kernel(GdnShape g, const GdnReplay* entries,
-                                                                            int segs) {
+__global__ void __launch_bounds__(kRecThreads, HD ? 2 : 1)
+    gdn_rollback_group_kernel(GdnShape g, const GdnReplay* entries, int segs) {
   pdl_prologue();
   const GdnReplay& e = entries[blockIdx.z];
   if (e.T < 0) return;
@@ -352,7 +381,7 @@ __global__ void gdn_scatter_proj_kernel(const GroupEntry* entries, int layer, co
 }
 
 // Whether the kernels' full-head instances (HD = kFullHead) serve g.
-bool full_head(const GdnShape& g) { return g.dk == kFullHead && g.dv == kFullHead; }
+bool full_head(const GdnShape& g) { return g.dk == kFullHead && g.dv == kFullHead && g.K == kFullConv; }
 
 // launch(Kernel<TX, HD>::fn), the instance for act and g's head dims.
 template <template <typename, int> class Kernel, typename Launch>
@@ -390,7 +419,7 @@ void gdn_recurrence(const GdnShape& g, const GdnLayer* table, int layer, int n_l
 }
 
 bool gdn_step_fits(const GdnShape& g, int T) {
-  return T >= 1 && T <= kGdnStepRows && g.dk <= kMaxDk && g.dv <= kGdnThreads;
+  return T >= 1 && T <= kGdnStepRows && g.dk <= kMaxDk && g.dv <= kGdnThreads && g.K >= 1 && g.K <= kStepTaps;
 }
 
 void gdn_step(const GdnShape& g, const GdnLayer* table, int layer, int T, const int* parity, Act act,

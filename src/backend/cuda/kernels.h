@@ -206,13 +206,17 @@ struct AttnShape {
 void attn_prepare(const AttnShape& a, const float* proj, int ld, int T, const float* q_norm, const float* k_norm,
                   const float* inv_freq, const int* pos, float* qout, KvBlocks kv, Act act, cudaStream_t s);
 
-// Causal attention of T queries (absolute positions *pos + t) over cache
-// rows [0, *pos + t], keys split at fixed 256-key boundaries, the splits
-// combined in split order; then o * sigmoid(gate) into out ([T][Hq*hd] of
-// type `act`). gate is read from proj as in attn_prepare. `partial` holds
-// attn_partial_floats(a, max_tokens, rows) floats for calls of up to `rows` queries.
+// Causal attention of T <= kMaxRows queries (absolute positions *pos + t)
+// over cache rows [0, *pos + t], keys split at fixed 256-key boundaries, the
+// splits combined in split order; then o * sigmoid(gate) into out
+// ([T][Hq*hd] of type `act`), in one launch. gate is read from proj as in
+// attn_prepare. `partial` holds attn_partial_floats(a, max_tokens, rows)
+// floats for calls of up to `rows` queries; it starts with the per-query
+// counters of the splits' blocks (attn_counter_bytes), which the caller
+// zeroes once, when it allocates the buffer: each call leaves them at zero.
 constexpr int kAttnSplit = 256;
 int64_t attn_partial_floats(const AttnShape& a, int max_tokens, int max_rows = kMaxRows);
+int64_t attn_counter_bytes(const AttnShape& a);
 void attention(const AttnShape& a, const float* q, KvBlocks kv, Act act, const float* proj, int ld, int T,
                const int* pos, int max_tokens, float* partial, void* out, cudaStream_t s);
 
@@ -260,7 +264,8 @@ void gdn_recurrence(const GdnShape& g, const GdnLayer* table, int layer, int n_l
 // gdn_conv(..., T, parity, 0, false) then gdn_recurrence(..., T, parity, 0,
 // false) of one layer in one launch, the same bits in every buffer they
 // write, for decode and verify widths (gdn_step_fits: T <= kGdnStepRows,
-// as the streamed folds: a K <= 7 verify block runs both in one launch).
+// as the streamed folds: a K <= 7 verify block runs both in one launch) and
+// a conv of at most 4 taps (Qwen3.5's).
 constexpr int kGdnStepRows = 8;
 bool gdn_step_fits(const GdnShape& g, int T);
 void gdn_step(const GdnShape& g, const GdnLayer* table, int layer, int T, const int* parity, Act act, cudaStream_t s);

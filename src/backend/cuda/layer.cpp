@@ -23,10 +23,12 @@ void project(const LayerContext& c, const DevMatrix& W, const void* x, int T, in
 }
 
 // The widths where the layer path folds the norm (the kernel takes up to
-// kFoldedRows): at 5 to 8 rows the one producer warp that computes the
-// slices bounds the kernel and the fold is slower than the norm kernel plus
-// the matmul (docs/benchmark_results/decode-h200-2026-12-05c.md).
-constexpr int kLayerNormFoldRows = 4;
+// kFoldedRows). At 5 to 8 rows the producer once made two passes per stage
+// and lost to the norm kernel plus the matmul
+// (docs/benchmark_results/decode-h200-2026-12-05c.md); it now loads every
+// row of the fragment in one batch (stream_fold.cuh, slice_rows). Not yet
+// timed on a GPU: docs/cuda-backend.md, "The folds".
+constexpr int kLayerNormFoldRows = 8;
 
 // Whether the layer path folds the norm before W into W's streamed kernel.
 bool layer_folds_norm(const LayerContext& c, const DevMatrix& W, int T, const StepBuffers& b) {

@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, 3) chain_kernel(const __grid_constan
         }
         cp_async_arrive(&full[a_stage]);
       } else {
-        SliceRegs slice;
+        SliceRegs<kSliceRows> slice;
         for (int t0 = 0; t0 < p.T; t0 += kSliceRows) {
           if (ph.fold == kFoldNorm) {
             slice_load<kFoldNorm>(ph.f, p.T, t0, a.ch * kK, lane, slice);

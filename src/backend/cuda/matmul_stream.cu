@@ -98,8 +98,19 @@ struct StreamParams {
   FoldArgs fold;                 // a fold's source (x unused)
 };
 
+// Registers per thread when MINB blocks of kThreads share a multiprocessor:
+// the register file split evenly, in the allocator's units of 8 (3 blocks:
+// 72). __launch_bounds__'s minimum-blocks form let ptxas stop at 64 for the
+// one-fragment kernels, which then recomputed each lane's stage offsets and
+// barrier addresses in every unit (cuobjdump: the q4 one-row unit loop 555
+// -> 484 instructions, 215 -> 181 on the group-64 path; not yet timed).
+constexpr int regs_for(int blocks) {
+  return 65536 / (blocks * kThreads) / 8 * 8 > 255 ? 255 : 65536 / (blocks * kThreads) / 8 * 8;
+}
+static_assert(regs_for(3) == 72 && regs_for(2) == 112 && regs_for(1) == 224, "the register caps");
+
 template <int FMT, int NF, int EPI, int MINB, int FOLD = kNoFold>
-__global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamParams p) {
+__global__ void __launch_bounds__(kThreads) __maxnreg__(regs_for(MINB)) stream_kernel(const StreamParams p) {
   constexpr int BITS = fmt_bits(FMT);
   pdl_prologue();
   if constexpr (EPI == kArgmax) {
@@ -124,7 +135,8 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
       const int tile = item / p.splits, s = item % p.splits;
       const int c0 = s * p.per, c1 = min(p.chunks, c0 + p.per);
       for (int ch = c0; ch < c1; ++ch) {
-        SliceRegs slice;  // a fold's first rows, in flight while the stage drains
+        constexpr int kSlice = slice_rows<FOLD>();
+        SliceRegs<kSlice> slice;  // a fold's first rows, in flight while the stage drains
         if constexpr (FOLD != kNoFold) slice_load<FOLD>(p.fold, p.T, 0, ch * kK, lane, slice);
         mbar_wait(&empty[stage], phase ^ 1u);
         uint8_t* dst = smem + stage * p.stage_smem;
@@ -146,7 +158,7 @@ __global__ void __launch_bounds__(kThreads, MINB) stream_kernel(const StreamPara
             have_inverses = true;
           }
           slice_store<FOLD>(slice, p.T, 0, row_inv, dst + p.unit_bytes, kXStride, lane);
-          for (int t0 = kSliceRows; t0 < p.T; t0 += kSliceRows) {
+          for (int t0 = kSlice; t0 < p.T; t0 += kSlice) {
             slice_load<FOLD>(p.fold, p.T, t0, ch * kK, lane, slice);
             slice_store<FOLD>(slice, p.T, t0, row_inv, dst + p.unit_bytes, kXStride, lane);
           }

@@ -31,6 +31,15 @@ constexpr int kMaxFoldRows = 8;    // one token fragment
 constexpr int kFoldBatch = 8;
 constexpr int kSliceRows = 4;
 
+// The rows of a slice the producer loads in one batch, before it waits for
+// the stage: every row of the fragment for the norm (its 32 x values are in
+// flight together, so 5 to 8 rows cost one L2 round trip per stage, not two);
+// kSliceRows for the SwiGLU fold, which loads gate and up and would spill.
+template <int FOLD>
+constexpr int slice_rows() {
+  return FOLD == kFoldNorm ? kMaxFoldRows : kSliceRows;
+}
+
 struct FoldArgs {
   const float* x = nullptr;  // [T][ld] fp32: residual rows (norm), gate | up rows (swiglu)
   int ld = 0;
@@ -77,24 +86,25 @@ __device__ inline void fold_inverses(const FoldArgs& f, int T, int n, float* inv
 }
 
 // The producer's slice of one stage: columns [k, k + 128) of rows
-// [t0, t0 + kSliceRows) (those below T), bf16, row t at dst + t *
+// [t0, t0 + ROWS) (those below T), bf16, row t at dst + t *
 // row_stride. Lane l computes elements l, l + 32, l + 64, l + 96 of each
 // row. slice_load issues a batch's loads, slice_store uses them: the
 // producer issues the first batch before it waits for the stage to be free.
+template <int ROWS>
 struct SliceRegs {
-  float a[kSliceRows][4];  // x (norm) or gate (swiglu)
-  float b[kSliceRows][4];  // up (swiglu)
-  float gamma[4];          // (norm)
+  float a[ROWS][4];  // x (norm) or gate (swiglu)
+  float b[ROWS][4];  // up (swiglu)
+  float gamma[4];    // (norm)
 };
 
-template <int FOLD>
-__device__ __forceinline__ void slice_load(const FoldArgs& f, int T, int t0, int k, int lane, SliceRegs& s) {
+template <int FOLD, int ROWS>
+__device__ __forceinline__ void slice_load(const FoldArgs& f, int T, int t0, int k, int lane, SliceRegs<ROWS>& s) {
   if constexpr (FOLD == kFoldNorm) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) s.gamma[j] = f.gamma[k + lane + 32 * j];
   }
 #pragma unroll
-  for (int r = 0; r < kSliceRows; ++r) {
+  for (int r = 0; r < ROWS; ++r) {
     const float* row = f.x + size_t(t0 + r) * f.ld + k + lane;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -104,11 +114,11 @@ __device__ __forceinline__ void slice_load(const FoldArgs& f, int T, int t0, int
   }
 }
 
-template <int FOLD>
-__device__ __forceinline__ void slice_store(const SliceRegs& s, int T, int t0, const float* inv, uint8_t* dst,
+template <int FOLD, int ROWS>
+__device__ __forceinline__ void slice_store(const SliceRegs<ROWS>& s, int T, int t0, const float* inv, uint8_t* dst,
                                             int row_stride, int lane) {
 #pragma unroll
-  for (int r = 0; r < kSliceRows; ++r) {
+  for (int r = 0; r < ROWS; ++r) {
     if (t0 + r >= T) break;
     bf16* out = reinterpret_cast<bf16*>(dst + (t0 + r) * row_stride) + lane;
 #pragma unroll

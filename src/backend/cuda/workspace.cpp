@@ -26,6 +26,9 @@ Workspace::Workspace(const CudaQwen35Weights& w, const WorkspaceDims& dims, cons
   q = mem.alloc<float>(size_t(R) * qd * 4, "activations");
   attn_partial =
       partial_mem.alloc<float>(size_t(cuda::attn_partial_floats(attn, partial_positions, R)) * 4, "attention partials");
+  // The splits' counters, zero before the (non-blocking) stream's first attention.
+  CUDA_CHECK(cudaMemset(attn_partial, 0, size_t(cuda::attn_counter_bytes(attn))));
+  CUDA_CHECK(cudaDeviceSynchronize());
   const size_t splitk_bytes = size_t(w.splitk_floats_for(R)) * 4;
   splitk = mem.alloc<float>(splitk_bytes, "split-K partials");
   CUDA_CHECK(cudaMemset(splitk, 0, splitk_bytes));  // the streamed kernel's tile counters start at zero
@@ -100,6 +103,9 @@ void Workspace::grow_partials(int positions, Allocator* from) {
   if (positions <= partial_positions) return;
   DeviceMemory m;
   float* p = m.alloc<float>(size_t(cuda::attn_partial_floats(attn, positions, rows)) * 4, "attention partials", from);
+  // The splits' counters, zero before the (non-blocking) stream's next attention.
+  CUDA_CHECK(cudaMemset(p, 0, size_t(cuda::attn_counter_bytes(attn))));
+  CUDA_CHECK(cudaDeviceSynchronize());
   partial_mem = std::move(m);
   attn_partial = p;
   partial_positions = positions;
