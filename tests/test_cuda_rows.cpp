@@ -219,9 +219,9 @@ TEST(CudaRows, HiddenRowsGrowWithTheLongestForward) {
   EXPECT_EQ(generate(*rt, short_prompt, o).tokens, generate_fresh(fresh, short_prompt, plain).tokens);
 }
 
-// The attention partials (fp32, [64 rows][heads][splits of 256 keys][hd + 2])
-// start at 4 splits, whatever the capacity, and double as the positions
-// grow, after graphs were captured on the old buffer (which the growth
+// The attention partials (a split counter per (row, head), padded to 32,
+// then fp32 [64 rows][heads][splits of 256 keys][hd + 2]) start at 4
+// splits, whatever the capacity, and double as the positions grow, after graphs were captured on the old buffer (which the growth
 // drops), up to the capacity's splits. Their stride changes no bit: a
 // sequence whose partials grew on a long prompt answers a short one as a
 // fresh sequence does, greedy and MTP-speculative.
@@ -229,21 +229,24 @@ TEST(CudaRows, AttentionPartialsGrowWithThePositions) {
   NEXTN_REQUIRE_GPU();
   const auto ck = Qwen35Checkpoint::open(rows_checkpoint());
   const auto& c = ck.config();
-  const uint64_t split = uint64_t(64) * uint64_t(c.num_attention_heads) * uint64_t(c.head_dim + 2) * 4;
+  const uint64_t heads = uint64_t(c.num_attention_heads);
+  const uint64_t counters = (64 * heads + 31) / 32 * 32 * 4;
+  const uint64_t split = 64 * heads * uint64_t(c.head_dim + 2) * 4;
+  const auto partials = [&](int splits) { return counters + uint64_t(splits) * split; };
   const auto fresh = [&](int cap) { return make_cuda_runtime(ck, cap, 64); };
   auto rt = fresh(3000);
-  EXPECT_EQ(uses_of(*rt).at("attention partials"), 4 * split) << "a capacity of 3000 positions";
-  EXPECT_EQ(uses_of(*fresh(300)).at("attention partials"), 2 * split) << "a capacity of 300: its own 2 splits";
+  EXPECT_EQ(uses_of(*rt).at("attention partials"), partials(4)) << "a capacity of 3000 positions";
+  EXPECT_EQ(uses_of(*fresh(300)).at("attention partials"), partials(2)) << "a capacity of 300: its own 2 splits";
   GenerateOptions o;
   o.max_new_tokens = 12;
   o.ignore_eos = true;
   const auto short_prompt = prompt_of(10, c.vocab_size), long_prompt = prompt_of(1500, c.vocab_size);
   const auto short_alone = generate_fresh(fresh, short_prompt, o).tokens;
   EXPECT_EQ(generate(*rt, short_prompt, o).tokens, short_alone);  // graphs captured on 4 splits
-  EXPECT_EQ(uses_of(*rt).at("attention partials"), 4 * split);
+  EXPECT_EQ(uses_of(*rt).at("attention partials"), partials(4));
   rt->reset();
   EXPECT_EQ(generate(*rt, long_prompt, o).tokens, generate_fresh(fresh, long_prompt, o).tokens);
-  EXPECT_EQ(uses_of(*rt).at("attention partials"), 8 * split) << "1512 positions: 6 splits, doubled from 4";
+  EXPECT_EQ(uses_of(*rt).at("attention partials"), partials(8)) << "1512 positions: 6 splits, doubled from 4";
   rt->reset();
   EXPECT_EQ(generate(*rt, short_prompt, o).tokens, short_alone) << "on 8 splits";
   if (ck.mtp_layers() > 0) {
@@ -253,7 +256,7 @@ TEST(CudaRows, AttentionPartialsGrowWithThePositions) {
   }
   auto full = fresh(3000);
   full->target_forward(prompt_of(2999, c.vocab_size));
-  EXPECT_EQ(uses_of(*full).at("attention partials"), 12 * split) << "at most the capacity's 12 splits";
+  EXPECT_EQ(uses_of(*full).at("attention partials"), partials(12)) << "at most the capacity's 12 splits";
 }
 
 TEST(CudaRows, DeviceMemoryShowsTheBuiltRows) {

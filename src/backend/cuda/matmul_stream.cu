@@ -98,16 +98,21 @@ struct StreamParams {
   FoldArgs fold;                 // a fold's source (x unused)
 };
 
-// Registers per thread when MINB blocks of kThreads share a multiprocessor:
-// the register file split evenly, in the allocator's units of 8 (3 blocks:
-// 72). __launch_bounds__'s minimum-blocks form let ptxas stop at 64 for the
-// one-fragment kernels, which then recomputed each lane's stage offsets and
-// barrier addresses in every unit (cuobjdump: the q4 one-row unit loop 555
-// -> 484 instructions, 215 -> 181 on the group-64 path; not yet timed).
+// Registers per thread when MINB blocks of kThreads share a multiprocessor.
+// Its 64K registers are four sub-partitions of 16K, and one sub-partition
+// holds ceil(MINB * 9 / 4) of the blocks' warps; the allocator hands out
+// registers in units of 8 per thread. __launch_bounds__'s minimum-blocks
+// form let ptxas stop at 64 for the one-fragment kernels (3 blocks: 72),
+// which then recomputed each lane's stage offsets and barrier addresses in
+// every unit (cuobjdump: the q4 one-row unit loop 555 -> 484 instructions,
+// 215 -> 181 on the group-64 path). A cap past the sub-partitions' (224 at
+// one block) fails the launch: too many resources requested.
 constexpr int regs_for(int blocks) {
-  return 65536 / (blocks * kThreads) / 8 * 8 > 255 ? 255 : 65536 / (blocks * kThreads) / 8 * 8;
+  const int warps_per_partition = (blocks * (kThreads / 32) + 3) / 4;
+  const int regs = 16384 / (warps_per_partition * 32) / 8 * 8;
+  return regs > 255 ? 255 : regs;
 }
-static_assert(regs_for(3) == 72 && regs_for(2) == 112 && regs_for(1) == 224, "the register caps");
+static_assert(regs_for(3) == 72 && regs_for(2) == 96 && regs_for(1) == 168, "the register caps");
 
 template <int FMT, int NF, int EPI, int MINB, int FOLD = kNoFold>
 __global__ void __launch_bounds__(kThreads) __maxnreg__(regs_for(MINB)) stream_kernel(const StreamParams p) {
