@@ -34,6 +34,17 @@ inline std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+// Writes `bytes` to `path`, replacing it; its parent directories are made.
+inline void write_file(const std::filesystem::path& path, const std::string& bytes) {
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), std::streamsize(bytes.size()));
+  ASSERT_TRUE(f.good()) << path;
+}
+
+// Whether a python3 that imports json runs here (the scripts' tests skip without one).
+inline bool python3_available() { return std::system("python3 -c 'import json' >/dev/null 2>&1") == 0; }
+
 // A shell command line (sh), the whole line's standard output and error
 // captured apart; `cmd` is used as-is (quote it yourself).
 inline CliResult run_shell(const std::string& cmd) {

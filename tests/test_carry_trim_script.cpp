@@ -23,20 +23,15 @@ int sh(const std::string& dir, const std::string& cmd, std::string* out = nullpt
   return r.code;
 }
 
-void write(const fs::path& p, const std::string& text) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p) << text;
-}
-
 TEST(CarryTrimScript, OnLeavesPathsBehindAndOffRestoresTheIndex) {
   if (std::system("git --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no git";
   const std::string root = fs::path(NEXTN_FIXTURES).parent_path().parent_path().string();
   test::TempDir tmp;
   const std::string repo = tmp.str() + "/repo";
-  write(repo + "/docs/a.md", std::string(4096, 'd'));
-  write(repo + "/src/b.cpp", "int b;\n");
-  write(repo + "/tests/fixtures/keep.json", "{}\n");
-  write(repo + "/tests/fixtures/tokenizers/t.json", std::string(2048, 't'));
+  test::write_file(repo + "/docs/a.md", std::string(4096, 'd'));
+  test::write_file(repo + "/src/b.cpp", "int b;\n");
+  test::write_file(repo + "/tests/fixtures/keep.json", "{}\n");
+  test::write_file(repo + "/tests/fixtures/tokenizers/t.json", std::string(2048, 't'));
   fs::create_directories(repo + "/scripts/device");
   fs::copy_file(root + "/scripts/device/carry_trim.sh", repo + "/scripts/device/carry_trim.sh");
   ASSERT_EQ(sh(repo, "git init -q && git add -A && git -c user.email=t@t -c user.name=t commit -qm init && "

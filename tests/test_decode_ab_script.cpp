@@ -19,7 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(DecodeAbScript, ComparesDecodeAndSpeculativeRoundsPerBlockSize) {
-  if (std::system("python3 -c 'import json' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3 for decode_ab.py";
+  if (!test::python3_available()) GTEST_SKIP() << "no python3 for decode_ab.py";
   const std::string root = fs::path(NEXTN_FIXTURES).parent_path().parent_path().string();
   test::TempDir out;
   for (const char* side : {"base", "new"})

@@ -36,18 +36,6 @@ namespace fs = std::filesystem;
 using test::run_cli;
 using test::TempDir;
 
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void write_file(const fs::path& p, const std::string& text) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f << text;
-}
-
 // `src` rewritten into `dst` as one model.safetensors: `edit` may change or
 // drop (return false) each tensor; config.json copied, or replaced by `config`.
 template <typename Edit>
@@ -62,14 +50,14 @@ void rewrite(const std::string& src, const std::string& dst, Edit edit, const st
     if (edit(store, w, owned)) out.push_back(w);
   }
   write_safetensors((fs::path(dst) / "model.safetensors").string(), out);
-  write_file(fs::path(dst) / "config.json", config ? *config : read_file(fs::path(src) / "config.json"));
+  test::write_file(fs::path(dst) / "config.json", config ? *config : test::read_file(fs::path(src) / "config.json"));
 }
 
 // The dense F32 copy of a quantized checkpoint: every quantized matrix
 // dequantized (w = scale * q + bias, exact in fp32), the rest as stored, and
 // config.json without its quantization blocks.
 void write_dequantized_copy(const std::string& src, const std::string& dst) {
-  auto cfg = nlohmann::ordered_json::parse(read_file(fs::path(src) / "config.json"));
+  auto cfg = nlohmann::ordered_json::parse(test::read_file(fs::path(src) / "config.json"));
   const QuantConfig q = parse_quant_config("config.json", nlohmann::json::parse(cfg.dump()));
   ASSERT_TRUE(q.present);
   cfg.erase("quantization");
@@ -294,7 +282,7 @@ TEST(Gemma4Quantized, BrokenQuantizedTensorsGiveOneErrorLineNamingTheTensor) {
   expect_one_error_line(scales_shape, mod + ".scales", "group size 64");
 
   // Scales stored but config.json without its quantization block.
-  auto cfg = nlohmann::ordered_json::parse(read_file(fs::path(src) / "config.json"));
+  auto cfg = nlohmann::ordered_json::parse(test::read_file(fs::path(src) / "config.json"));
   cfg.erase("quantization");
   cfg.erase("quantization_config");
   const std::string no_block = (tmp.path / "no-block").string();

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_util.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 
@@ -26,17 +27,6 @@ std::string image(const std::string& header, const std::string& data = {}, std::
   std::string out(8, '\0');
   for (int i = 0; i < 8; ++i) out[i] = char(uint8_t(n >> (8 * i)));
   return out + header + data;
-}
-
-void write_file(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary);
-  out.write(bytes.data(), std::streamsize(bytes.size()));
-  ASSERT_TRUE(out.good()) << p;
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 // Runs fn, which must throw nextn::Error with a one-line message containing
@@ -73,7 +63,7 @@ class Safetensors : public ::testing::Test {
   void expect_bad(const std::string& bytes, std::initializer_list<std::string> parts,
                   const std::string& name = "bad.safetensors") {
     fs::path p = dir_ / name;
-    write_file(p, bytes);
+    test::write_file(p, bytes);
     std::vector<std::string> all(parts);
     all.push_back(name);
     auto check = [&](const std::function<void()>& fn) {
@@ -112,7 +102,7 @@ TEST_F(Safetensors, RoundTrip) {
                     {{"format", "pt"}, {"note", "hi"}});
 
   // Header padded to a multiple of 8 with spaces, so data starts aligned.
-  std::string raw = read_file(p);
+  std::string raw = test::read_file(p);
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; --i) hlen = hlen << 8 | uint8_t(raw[i]);
   EXPECT_EQ(hlen % 8, 0u);
@@ -182,7 +172,7 @@ TEST_F(Safetensors, MisalignedDataReadCorrectly) {
   std::string data(reinterpret_cast<const char*>(vals), 12);
   data.append(reinterpret_cast<const char*>(hv), 4);
   fs::path p = dir_ / "mis.safetensors";
-  write_file(p, image(header, data));
+  test::write_file(p, image(header, data));
 
   TensorStore s = TensorStore::open(p.string());
   const TensorView& w = s.get("w");
@@ -199,11 +189,11 @@ TEST_F(Safetensors, ShardedIndex) {
   write_safetensors((dir_ / "model-00001-of-00002.safetensors").string(), {{"a", DType::F32, {2}, a.data(), 8}});
   write_safetensors((dir_ / "model-00002-of-00002.safetensors").string(),
                     {{"b", DType::F32, {3}, b.data(), 12}, {"c", DType::F32, {1}, a.data(), 4}});
-  write_file(dir_ / "model.safetensors.index.json",
+  test::write_file(dir_ / "model.safetensors.index.json",
              R"({"metadata":{"total_size":24},"weight_map":{"a":"model-00001-of-00002.safetensors",)"
              R"("b":"model-00002-of-00002.safetensors","c":"model-00002-of-00002.safetensors"}})");
   // A stray file the index does not name is ignored.
-  write_file(dir_ / "stray.safetensors", "garbage");
+  test::write_file(dir_ / "stray.safetensors", "garbage");
 
   TensorStore s = TensorStore::open(dir_.string());
   EXPECT_EQ(s.names(), (std::vector<std::string>{"a", "b", "c"}));
@@ -220,7 +210,7 @@ TEST_F(Safetensors, IndexIsAuthoritative) {
   write_safetensors((dir_ / "s1.safetensors").string(),
                     {{"a", DType::F32, {1}, a1.data(), 4}, {"unlisted", DType::F32, {1}, extra.data(), 4}});
   write_safetensors((dir_ / "s2.safetensors").string(), {{"a", DType::F32, {1}, a2.data(), 4}});
-  write_file(dir_ / "model.safetensors.index.json", R"({"weight_map":{"a":"s2.safetensors"}})");
+  test::write_file(dir_ / "model.safetensors.index.json", R"({"weight_map":{"a":"s2.safetensors"}})");
   TensorStore s = TensorStore::open(dir_.string());
   EXPECT_EQ(s.names(), (std::vector<std::string>{"a"}));
   EXPECT_EQ(s.find("unlisted"), nullptr);
@@ -231,7 +221,7 @@ TEST_F(Safetensors, IndexIsAuthoritative) {
 TEST_F(Safetensors, DirectoryWithModelSafetensors) {
   float x = 1;
   write_safetensors((dir_ / "model.safetensors").string(), {{"x", DType::F32, {1}, &x, 4}});
-  write_file(dir_ / "other.safetensors", "garbage");  // not looked at
+  test::write_file(dir_ / "other.safetensors", "garbage");  // not looked at
   EXPECT_EQ(TensorStore::open(dir_.string()).names(), (std::vector<std::string>{"x"}));
 }
 
@@ -258,7 +248,7 @@ TEST_F(Safetensors, EmptyDirectoryAndMissingPath) {
 }
 
 TEST_F(Safetensors, IndexMissingFile) {
-  write_file(dir_ / "model.safetensors.index.json", R"({"weight_map":{"lm_head.weight":"gone.safetensors"}})");
+  test::write_file(dir_ / "model.safetensors.index.json", R"({"weight_map":{"lm_head.weight":"gone.safetensors"}})");
   expect_error([&] { TensorStore::open(dir_.string()); },
                {"model.safetensors.index.json", "lm_head.weight", "gone.safetensors"});
 }
@@ -266,14 +256,14 @@ TEST_F(Safetensors, IndexMissingFile) {
 TEST_F(Safetensors, IndexTensorNotInShard) {
   float x = 1;
   write_safetensors((dir_ / "s1.safetensors").string(), {{"a", DType::F32, {1}, &x, 4}});
-  write_file(dir_ / "model.safetensors.index.json", R"({"weight_map":{"a":"s1.safetensors","lost.bias":"s1.safetensors"}})");
+  test::write_file(dir_ / "model.safetensors.index.json", R"({"weight_map":{"a":"s1.safetensors","lost.bias":"s1.safetensors"}})");
   expect_error([&] { TensorStore::open(dir_.string()); }, {"model.safetensors.index.json", "lost.bias", "s1.safetensors"});
 }
 
 TEST_F(Safetensors, IndexBad) {
   fs::path ip = dir_ / "model.safetensors.index.json";
   auto bad = [&](const std::string& text, std::initializer_list<std::string> parts) {
-    write_file(ip, text);
+    test::write_file(ip, text);
     std::vector<std::string> all(parts);
     all.push_back("model.safetensors.index.json");
     try {

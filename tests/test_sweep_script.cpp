@@ -40,7 +40,7 @@ TEST(SweepScript, CpuFlowWritesGuardAndRunsAndTables) {
   const auto alt_walk = nlohmann::json::parse(test::read_file(out.str() + "/json/verify_tiny_r0.8_free_while.json"));
   EXPECT_EQ(alt_walk["arms"].size(), 4u);  // batched, walk at K = 3, 4
   EXPECT_TRUE(fs::exists(out.str() + "/logs.tar.gz"));
-  if (std::system("python3 -c 'import json' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3 for sweep_tables.py";
+  if (!test::python3_available()) GTEST_SKIP() << "no python3 for sweep_tables.py";
   const auto tables = test::run_shell("python3 " + root + "/scripts/device/sweep_tables.py " + out.str() + " " + out.str());
   ASSERT_EQ(tables.code, 0) << tables.out << tables.err;
   const std::string& md = tables.out;
