@@ -26,8 +26,8 @@ void project(const LayerContext& c, const DevMatrix& W, const void* x, int T, in
 // kFoldedRows). At 5 to 8 rows the producer once made two passes per stage
 // and lost to the norm kernel plus the matmul
 // (docs/benchmark_results/decode-h200-2026-12-05c.md); it now loads every
-// row of the fragment in one batch (stream_fold.cuh, slice_rows). Not yet
-// timed on a GPU: docs/cuda-backend.md, "The folds".
+// row of the fragment in one batch (stream_fold.cuh, slice_rows); the fold
+// alone still loses at 6 to 8 rows (docs/cuda-backend.md, "The folds").
 constexpr int kLayerNormFoldRows = 8;
 
 // Whether the layer path folds the norm before W into W's streamed kernel.
