@@ -7,7 +7,8 @@
 # breakdown (bench decode --breakdown), and MTP rounds at K = 4 and 8
 # (ms per round against ms per greedy token). Each new-binary step's
 # `--json` output goes to $OUT/json/, and scripts/decode_record_json.py
-# writes issue 24's summary rows from them ($OUT/decode-record.json).
+# writes issue 24's summary rows from them ($OUT/decode-record.json); json/
+# then comes back as one archive, $OUT/json.tar.gz.
 #
 #   scripts/device/prepare.sh     # here: builds build-cuda/
 #   device run, carry [build-cuda/nextn, build-cuda/lib, build-cuda/COMMIT]:
@@ -71,5 +72,7 @@ done
 python3 scripts/decode_record_json.py "$OUT/json" --commit "$(head -1 "$BUILD/COMMIT")" \
   --sizes "${NEXTN_RECORD_SIZES:-0.8b 4b 27b}" --quant q4 --bf16-sizes "${NEXTN_RECORD_BF16-27b}" \
   --json "$OUT/decode-record.json" | tee -a "$SUMMARY"
+# one archive: a call brings back at most 8 files a folder, and json/ holds 9
+tar czf "$OUT/json.tar.gz" -C "$OUT" json && rm -rf "$OUT/json"
 say "elapsed: $(( $(date +%s) - START )) s"
 record_finish
